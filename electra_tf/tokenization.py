@@ -1,0 +1,168 @@
+"""WordPiece tokenization with BERT's exact semantics, run in-graph by tensorflow-text.
+
+BERT's reference tokenizer (``BasicTokenizer`` + ``WordpieceTokenizer``, the algorithm the
+official ELECTRA code and transformers' slow ``BertTokenizer`` use) is pure Python. Here the
+same algorithm runs as TensorFlow ops: a normalisation written to match BERT's
+character by character, then tensorflow-text's ``FastBertTokenizer`` (C++, linear-time
+WordPiece) with its own normaliser switched off. tensorflow-text's built-in lower-casing is
+NFKC case folding, which differs from BERT on ligatures, full-width forms, "…" and the like;
+that is why the normalisation is ours.
+
+Being graph ops, the tokenizer also runs inside exported SavedModels (raw-string serving)
+and inside tf.data.
+
+Known difference: BERT maps a word longer than 100 *characters* to [UNK];
+tensorflow-text's limit is 100 UTF-8 *bytes*. Only words of 34 to 100 characters made of
+multi-byte characters differ.
+
+Example:
+    >>> tok = Tokenizer("data/vocab/bert_uncased.txt")
+    >>> tok.encode(["Héllo, world!"])
+    [[7592, 1010, 2088, 999]]
+    >>> tok.decode([7592, 1010, 2088, 999])
+    'hello , world !'
+"""
+
+import hashlib
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from electra_tf.errors import UserInputError
+
+PAD_TOKEN = "[PAD]"
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MASK_TOKEN = "[MASK]"
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+SUFFIX_INDICATOR = "##"
+MAX_BYTES_PER_WORD = 100
+
+# BERT's _clean_text: \t \n \r become spaces; every other control or format character
+# (Unicode category C*), NUL and U+FFFD are deleted, joining the text around them.
+_WHITESPACE_CONTROLS = r"[\t\n\r]"
+_DELETED = r"[\p{C}\x{FFFD}]"
+_NONSPACING_MARKS = r"\p{Mn}"
+
+
+def load_vocab(vocab_file: str) -> list[str]:
+    """Reads a vocabulary file, one token per line (line number = id)."""
+    if not tf.io.gfile.exists(vocab_file):
+        raise UserInputError(
+            f"vocab file {vocab_file} does not exist; pass --vocab_file=PATH to a WordPiece "
+            "vocab (data/vocab/bert_uncased.txt ships with the project)")
+    with tf.io.gfile.GFile(vocab_file, "rb") as f:
+        text = f.read().decode("utf-8")
+    vocab = text.split("\n")
+    if vocab and vocab[-1] == "":
+        vocab.pop()
+    vocab = [token.rstrip("\r") for token in vocab]
+    if not vocab:
+        raise UserInputError(f"vocab file {vocab_file} is empty; pass a WordPiece vocab file")
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise UserInputError(
+            f"vocab file {vocab_file} lacks the special tokens {', '.join(missing)}; use a "
+            "BERT-style WordPiece vocab (scripts/learn_vocab.py writes one)")
+    return vocab
+
+
+def vocab_sha256(vocab_file: str) -> str:
+    """The hash recorded in metadata.json so data and model can be checked to match."""
+    with tf.io.gfile.GFile(vocab_file, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def normalize(texts: tf.Tensor, lower_case: bool, strip_accents: bool) -> tf.Tensor:
+    """BERT's text normalisation as string ops. texts: string [...] -> string [...]."""
+    texts = tf.strings.regex_replace(texts, _WHITESPACE_CONTROLS, " ")
+    texts = tf.strings.regex_replace(texts, _DELETED, "")
+    if lower_case:
+        # Lower-case character by character, as the reference does: ICU's context rule
+        # would turn a word-final capital sigma into "ς", the reference gives "σ".
+        texts = tf.strings.regex_replace(texts, "Σ", "σ")
+        texts = tf.strings.lower(texts, encoding="utf-8")
+    if strip_accents:
+        texts = tf_text.normalize_utf8(texts, "NFD")
+        texts = tf.strings.regex_replace(texts, _NONSPACING_MARKS, "")
+    return texts
+
+
+class Tokenizer:
+    """BERT WordPiece tokenizer (ids identical to BERT's reference tokenizer).
+
+    Args:
+      vocab_file: WordPiece vocabulary, one token per line; must hold [PAD], [UNK], [CLS],
+        [SEP] and [MASK]. Local path or gs://.
+      lower_case: lower-case the text (uncased models).
+      strip_accents: remove accents (NFD, then drop non-spacing marks). Defaults to
+        `lower_case`, as in BERT.
+
+    CJK ideographs become single tokens, punctuation is split off, control characters are
+    dropped. `encode` adds no special tokens.
+    """
+
+    def __init__(self, vocab_file: str, lower_case: bool = True,
+                 strip_accents: bool | None = None):
+        self.vocab_file = vocab_file
+        self.vocab = load_vocab(vocab_file)
+        self.lower_case = lower_case
+        self.strip_accents = lower_case if strip_accents is None else strip_accents
+        self._ids = {token: i for i, token in enumerate(self.vocab)}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self._ids[t] for t in SPECIAL_TOKENS)
+        self._wordpiece = tf_text.FastBertTokenizer(
+            vocab=self.vocab,
+            suffix_indicator=SUFFIX_INDICATOR,
+            max_bytes_per_word=MAX_BYTES_PER_WORD,
+            token_out_type=tf.int32,
+            unknown_token=UNK_TOKEN,
+            lower_case_nfd_strip_accents=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """In-graph tokenization. texts: string [B] -> int32 ragged [B, (tokens)]."""
+        texts = normalize(texts, self.lower_case, self.strip_accents)
+        return self._wordpiece.tokenize(texts)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of many texts as (flat int32 ids, row_splits int64 [len(texts)+1])."""
+        ids = self.tokenize(tf.constant(texts, dtype=tf.string))
+        return ids.flat_values.numpy(), ids.row_splits.numpy()
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+        if not texts:
+            return []
+        flat, splits = self.encode_flat(texts)
+        flat = flat.tolist()
+        return [flat[splits[i]:splits[i + 1]] for i in range(len(texts))]
+
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        return [self.vocab[i] for i in ids]
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Joins word pieces back into space-separated words ("##" pieces attach)."""
+        words = []
+        for token in self.convert_ids_to_tokens(ids):
+            if skip_special_tokens and token in SPECIAL_TOKENS:
+                continue
+            if token.startswith(SUFFIX_INDICATOR) and words:
+                words[-1] += token[len(SUFFIX_INDICATOR):]
+            else:
+                words.append(token)
+        return " ".join(words)
+
+    def continuation_mask(self) -> np.ndarray:
+        """bool [vocab_size]: True for "##" pieces that continue a word (whole-word masking)."""
+        return np.array([t.startswith(SUFFIX_INDICATOR) for t in self.vocab], dtype=bool)
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer({os.path.basename(self.vocab_file)!r}, vocab_size={self.vocab_size}, "
+                f"lower_case={self.lower_case}, strip_accents={self.strip_accents})")

@@ -1,0 +1,39 @@
+"""electra-tf: ELECTRA pre-training, fine-tuning and serving in TensorFlow 2 / Keras 3."""
+
+from setuptools import find_packages, setup
+
+# One pinned stack (see BUILD.md). TF 2.20 matches the newest Cloud TPU build
+# (tensorflow-tpu 2.20.0); keras 3 is used everywhere (never tf.keras).
+INSTALL_REQUIRES = [
+    "tensorflow==2.20.0",
+    "tensorflow-text==2.20.1",
+    "keras==3.15.1",
+    "tf-models-official==2.20.0",  # for orbit, the custom-training-loop driver
+    "gin-config==0.5.0",
+    "absl-py==1.4.0",
+    "tensorboard==2.20.0",
+    "numpy>=1.26,<3",
+    # Rust WordPiece trainer behind scripts/learn_vocab.py: minutes on GBs of text, where
+    # tensorflow-text's pure-Python vocab learner takes hours.
+    "tokenizers==0.22.2",
+]
+
+EXTRAS_REQUIRE = {
+    "test": [
+        "pytest==9.2.0",
+        # Reference implementations for parity tests. transformers 4.x keeps the TF1
+        # checkpoint loader that v5 removed; torch is the CPU build.
+        "transformers==4.57.6",
+        "torch==2.13.0",
+    ],
+}
+
+setup(
+    name="electra-tf",
+    version="0.1.0",
+    description=__doc__,
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["electra_tf", "electra_tf.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)

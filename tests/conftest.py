@@ -1,0 +1,38 @@
+"""Shared fixtures: the project's real vocabularies and corpus."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "data")
+UNCASED_VOCAB = os.path.join(DATA, "vocab", "bert_uncased.txt")
+CHINESE_VOCAB = os.path.join(DATA, "vocab", "bert_chinese.txt")
+CORPUS_GLOB = os.path.join(DATA, "corpus", "*.txt.gz")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+@pytest.fixture(scope="session")
+def uncased_tokenizer():
+    from electra_tf.tokenization import Tokenizer
+    return Tokenizer(UNCASED_VOCAB, lower_case=True)
+
+
+def corpus_lines(limit=None):
+    """Non-empty lines of the embedded Austen corpus, in file order."""
+    import glob
+    import gzip
+    lines = []
+    for path in sorted(glob.glob(CORPUS_GLOB)):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            lines.extend(line.rstrip("\n") for line in f if line.strip())
+        if limit and len(lines) >= limit:
+            return lines[:limit]
+    return lines
+
+
+def chinese_reviews():
+    with open(os.path.join(FIXTURES, "zh_reviews.tsv"), encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t", 1)[1] for line in f]

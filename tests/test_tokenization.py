@@ -1,0 +1,83 @@
+"""Token ids equal BERT's reference tokenizer (transformers' slow BertTokenizer)."""
+
+import pytest
+from transformers import BertTokenizer
+
+from conftest import CHINESE_VOCAB, UNCASED_VOCAB, chinese_reviews, corpus_lines
+from electra_tf.errors import UserInputError
+from electra_tf.tokenization import Tokenizer
+
+# Each line exercises a place where a naive port goes wrong: accents, NFKC-only forms
+# (ligatures, full-width, "…", roman numerals, ß), Turkish dotted I, Greek capital sigma
+# (context-dependent lower-casing), CJK and kana, Hangul, control and format characters
+# (deleted, joining their neighbours), U+FFFD, private use, emoji, long words.
+HARD_TEXT = [
+    "Héllo Wörld! naïve café — “quotes” ‘single’ … ½ ﬁne ﬂow Ⅻ ＡＢＣ１２３ ß İstanbul",
+    "ΣΑΣ ΌΣΟΣ σας Ǆemo ǅ ǆ ÅÄÖ åäö Ñ ñ Ç ç Œ œ Æ æ Ø ø",
+    "中文测试，你好！日本語のテキスト 한국어 텍스트",
+    "ctrl\x00char\x07here\u200btab\tnew\nline\r\u00a0nbsp\u3000wide",
+    "\ufffdbad\ufffd \ue000private\U000e0001tag",
+    "emoji 😀👍🏽 and math ∑∫≈ $100.00 e-mail@x.com http://a.b/c?d=e don't",
+    "a" * 99 + " " + "b" * 100 + " " + "c" * 101,
+    "",
+]
+
+
+def _reference_ids(reference, texts):
+    return [reference.convert_tokens_to_ids(reference.tokenize(t)) for t in texts]
+
+
+@pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
+def test_english_parity_with_reference(lower_case):
+    texts = corpus_lines(limit=6000) + HARD_TEXT
+    reference = BertTokenizer(UNCASED_VOCAB, do_lower_case=lower_case)
+    ours = Tokenizer(UNCASED_VOCAB, lower_case=lower_case).encode(texts)
+    expected = _reference_ids(reference, texts)
+    mismatches = [(t, e, o) for t, e, o in zip(texts, expected, ours) if e != o]
+    assert not mismatches, mismatches[:3]
+    assert sum(map(len, ours)) > 100_000
+
+
+@pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
+def test_chinese_parity_with_reference(lower_case):
+    texts = chinese_reviews() + HARD_TEXT
+    reference = BertTokenizer(CHINESE_VOCAB, do_lower_case=lower_case)
+    ours = Tokenizer(CHINESE_VOCAB, lower_case=lower_case).encode(texts)
+    assert ours == _reference_ids(reference, texts)
+
+
+def test_known_ids_and_special_tokens(uncased_tokenizer):
+    tok = uncased_tokenizer
+    assert tok.vocab_size == 30522
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102, 103)
+    assert tok.encode(["Héllo, world!"]) == [[7592, 1010, 2088, 999]]
+    # CJK characters are split one per token even without spaces.
+    zh = Tokenizer(CHINESE_VOCAB).encode(["中文"])[0]
+    assert Tokenizer(CHINESE_VOCAB).convert_ids_to_tokens(zh) == ["中", "文"]
+
+
+def test_strip_accents_independent_of_case():
+    keep = Tokenizer(UNCASED_VOCAB, lower_case=True, strip_accents=False)
+    strip = Tokenizer(UNCASED_VOCAB, lower_case=True)
+    assert keep.encode(["Café"]) != strip.encode(["Café"])
+    assert strip.convert_ids_to_tokens(strip.encode(["Café"])[0]) == ["cafe"]
+    reference = BertTokenizer(UNCASED_VOCAB, do_lower_case=True, strip_accents=False)
+    assert keep.encode(HARD_TEXT) == _reference_ids(reference, HARD_TEXT)
+
+
+def test_decode_joins_word_pieces(uncased_tokenizer):
+    tok = uncased_tokenizer
+    ids = tok.encode(["Unaffable persons, unquestionably."])[0]
+    assert "##" in "".join(tok.convert_ids_to_tokens(ids))
+    assert tok.decode(ids) == "unaffable persons , unquestionably ."
+    assert tok.decode([tok.cls_id] + ids + [tok.sep_id], skip_special_tokens=True) == \
+        "unaffable persons , unquestionably ."
+
+
+def test_missing_or_bad_vocab_is_one_clear_error(tmp_path):
+    with pytest.raises(UserInputError, match="nope.txt does not exist"):
+        Tokenizer(str(tmp_path / "nope.txt"))
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello\nworld\n")
+    with pytest.raises(UserInputError, match=r"lacks the special tokens \[PAD\], \[UNK\]"):
+        Tokenizer(str(bad))
