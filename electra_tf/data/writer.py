@@ -1,0 +1,350 @@
+"""Building pre-training TFRecords from raw text: parallel, sharded, atomic, resumable.
+
+The corpus is cut into pieces (whole files, or byte ranges of large plain files; see
+corpus.py) and the pieces are dealt round-robin to `num_shards` shards. A shard is built by
+one worker from its pieces alone, with a random source seeded by (seed, shard index), so
+its bytes depend on the seed and the text, not on the number of workers or the order in
+which shards finish.
+
+Each shard is written under a temporary name and renamed when complete; its statistics are
+renamed into `.build/` just before. Rerunning the same command skips the shards that
+exist and builds the rest. `metadata.json` is written last, so its presence means the
+data set is complete. All paths go through tf.io.gfile, so gs:// works.
+"""
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import queue
+import random
+import sys
+import time
+import uuid
+
+import tensorflow as tf
+
+from electra_tf import tokenization
+from electra_tf.data import corpus
+from electra_tf.data.examples import ExampleBuilder, ExampleSerializer
+from electra_tf.errors import UserInputError
+
+METADATA_FILE = "metadata.json"
+STATE_DIR = ".build"
+FORMAT_VERSION = 1
+COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP"}
+_TOKENIZE_LINES = 4096  # lines per tokenizer call: large enough to amortise op dispatch
+_REPORT_SECONDS = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """Everything that determines the output bytes. A resumed build must match it."""
+    inputs: tuple[str, ...]
+    vocab_file: str
+    vocab_sha256: str
+    vocab_size: int
+    lower_case: bool
+    strip_accents: bool
+    max_seq_length: int
+    num_shards: int
+    seed: int
+    input_format: str
+    text_field: str
+    one_document_per_line: bool
+    compression: str
+    piece_bytes: int
+
+
+def shard_name(index: int, num_shards: int, compression: str) -> str:
+    suffix = ".tfrecord.gz" if compression == "GZIP" else ".tfrecord"
+    return f"pretrain_data-{index:05d}-of-{num_shards:05d}{suffix}"
+
+
+def _atomic_write_text(path: str, text: str):
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+# ---------------------------------------------------------------- worker side
+
+_worker = {}
+
+
+def _init_worker(config: BuildConfig, progress_queue):
+    tokenizer = tokenization.Tokenizer(config.vocab_file, config.lower_case,
+                                       config.strip_accents)
+    _worker.update(config=config, tokenizer=tokenizer, progress=progress_queue)
+
+
+def _batches(documents, max_lines):
+    batch, lines = [], 0
+    for document in documents:
+        batch.append(document)
+        lines += len(document)
+        if lines >= max_lines:
+            yield batch
+            batch, lines = [], 0
+    if batch:
+        yield batch
+
+
+def _build_shard(task: tuple[int, list[corpus.Piece], str]) -> dict:
+    """Writes one shard; returns its statistics."""
+    index, pieces, output_dir = task
+    config: BuildConfig = _worker["config"]
+    tokenizer: tokenization.Tokenizer = _worker["tokenizer"]
+    progress = _worker["progress"]
+    builder = ExampleBuilder(config.max_seq_length, tokenizer.cls_id, tokenizer.sep_id,
+                             random.Random(f"{config.seed}:{index}"))
+    serialize = ExampleSerializer(config.max_seq_length, tokenizer.vocab_size)
+    name = shard_name(index, config.num_shards, config.compression)
+    path = os.path.join(output_dir, name)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    stats = corpus.ReadStats()
+    num_examples = num_tokens = 0
+    reported = (0, 0)
+    last_report = time.monotonic()
+    options = tf.io.TFRecordOptions(compression_type=config.compression)
+    with tf.io.TFRecordWriter(tmp, options) as writer:
+        for piece in pieces:
+            piece_stats = corpus.ReadStats()
+            documents = corpus.read_documents(piece, config.input_format, config.text_field,
+                                              config.one_document_per_line, piece_stats)
+            for batch in _batches(documents, _TOKENIZE_LINES):
+                flat, splits = tokenizer.encode_flat([s for doc in batch for s in doc])
+                flat, splits = flat.tolist(), splits.tolist()
+                k = 0
+                for document in batch:
+                    sentences = [flat[splits[k + j]:splits[k + j + 1]]
+                                 for j in range(len(document))]
+                    k += len(document)
+                    for token_ids, len_a in builder.add_document(sentences):
+                        writer.write(serialize(token_ids, len_a))
+                        num_examples += 1
+                        num_tokens += len(token_ids)
+                now = time.monotonic()
+                if progress is not None and now - last_report > _REPORT_SECONDS:
+                    done = (piece_stats.input_bytes, piece_stats.text_bytes)
+                    progress.put((done[0] - reported[0], done[1] - reported[1]))
+                    reported, last_report = done, now
+            if progress is not None:
+                progress.put((piece_stats.input_bytes - reported[0],
+                              piece_stats.text_bytes - reported[1]))
+            reported = (0, 0)
+            stats.add(piece_stats)
+    shard_stats = {"file": name, "num_examples": num_examples, "num_tokens": num_tokens,
+                   **dataclasses.asdict(stats)}
+    _atomic_write_text(os.path.join(output_dir, STATE_DIR, name + ".json"),
+                       json.dumps(shard_stats))
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return shard_stats
+
+
+# ---------------------------------------------------------------- driver side
+
+
+class _Progress:
+    """A one-line progress bar on stderr: percent of input bytes, text MB/s, ETA."""
+
+    def __init__(self, total_bytes: int, enabled: bool):
+        self.total = max(total_bytes, 1)
+        self.enabled = enabled
+        self.done = self.text = 0
+        self.start = self._last = time.monotonic()
+        self._tty = sys.stderr.isatty()
+
+    def update(self, input_bytes: int, text_bytes: int, force: bool = False):
+        self.done += input_bytes
+        self.text += text_bytes
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self._last < (0.2 if self._tty else 10)):
+            return
+        self._last = now
+        elapsed = max(now - self.start, 1e-6)
+        fraction = min(self.done / self.total, 1.0)
+        rate = self.text / elapsed / 1e6
+        eta = elapsed * (1 - fraction) / fraction if fraction > 0 else float("nan")
+        bar = "#" * int(30 * fraction) + "." * (30 - int(30 * fraction))
+        eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta == eta else "--:--:--"
+        line = (f"[{bar}] {100 * fraction:5.1f}%  {self.text / 1e6:8.1f} MB text  "
+                f"{rate:6.2f} MB/s  ETA {eta_text}")
+        print(("\r" + line) if self._tty else line, end="" if self._tty else "\n",
+              file=sys.stderr, flush=True)
+
+    def close(self):
+        self.update(0, 0, force=True)
+        if self.enabled and self._tty:
+            print(file=sys.stderr)
+
+
+def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, seed,
+                       lower_case, strip_accents, input_format, text_field,
+                       one_document_per_line, compression, piece_bytes):
+    if input_format not in corpus.INPUT_FORMATS:
+        raise UserInputError(f"--input_format={input_format} is not one of "
+                             f"{', '.join(corpus.INPUT_FORMATS)}")
+    if compression.lower() not in COMPRESSIONS:
+        raise UserInputError(f"--compression={compression} is not one of none, gzip")
+    if max_seq_length < 8:
+        raise UserInputError(f"--max_seq_length={max_seq_length} is too small; use at least 8")
+    if num_shards is not None and num_shards < 1:
+        raise UserInputError(f"--num_shards={num_shards} must be at least 1")
+    tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
+    files = corpus.expand_inputs(input_patterns)
+    pieces = corpus.plan_pieces(files, piece_bytes)
+    total = sum(corpus.input_bytes(p) for p in pieces)
+    if total == 0:
+        raise UserInputError(f"input {input_patterns} is empty (0 bytes in {len(files)} files); "
+                             "point --input at the corpus")
+    shards = min(num_shards or len(pieces), len(pieces))
+    config = BuildConfig(
+        inputs=tuple(files), vocab_file=vocab_file,
+        vocab_sha256=tokenization.vocab_sha256(vocab_file), vocab_size=tokenizer.vocab_size,
+        lower_case=lower_case, strip_accents=tokenizer.strip_accents,
+        max_seq_length=max_seq_length, num_shards=shards, seed=seed, input_format=input_format,
+        text_field=text_field, one_document_per_line=one_document_per_line,
+        compression=COMPRESSIONS[compression.lower()], piece_bytes=piece_bytes)
+    assignment = [pieces[i::shards] for i in range(shards)]
+    return config, assignment, total
+
+
+def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
+    """True if output_dir already holds this exact build, complete. Raises on a mismatch."""
+    saved = None
+    for path in (os.path.join(output_dir, METADATA_FILE),
+                 os.path.join(output_dir, STATE_DIR, "config.json")):
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                saved = json.load(f)
+            saved = saved.get("build_config", saved)
+            break
+    if saved is None:
+        if tf.io.gfile.exists(output_dir) and any(
+                n.startswith("pretrain_data-") for n in tf.io.gfile.listdir(output_dir)):
+            raise UserInputError(
+                f"--output_dir={output_dir} holds TFRecords from an unknown build; use a new "
+                "--output_dir or empty it")
+        return False
+    current = json.loads(json.dumps(dataclasses.asdict(config)))
+    changed = sorted(k for k in current if saved.get(k) != current[k])
+    if changed:
+        raise UserInputError(
+            f"--output_dir={output_dir} holds data built with other settings ({', '.join(changed)} "
+            "differ); rerun with the same flags to resume, or use a new --output_dir")
+    return tf.io.gfile.exists(os.path.join(output_dir, METADATA_FILE))
+
+
+def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
+                           max_seq_length: int = 128, lower_case: bool = True,
+                           strip_accents: bool | None = None, num_workers: int = 1,
+                           num_shards: int | None = None, seed: int = 12345,
+                           input_format: str = corpus.TEXT, text_field: str = "text",
+                           one_document_per_line: bool = False, compression: str = "none",
+                           piece_bytes: int = corpus.PIECE_BYTES,
+                           show_progress: bool = True, log=print) -> dict:
+    """Builds (or finishes building) a pre-training data set; returns its metadata.
+
+    Writes `output_dir/pretrain_data-XXXXX-of-NNNNN.tfrecord[.gz]` and `metadata.json`.
+    `num_shards` defaults to the number of input pieces (and never exceeds it).
+    """
+    config, assignment, total_bytes = _validate_and_plan(
+        input_patterns, vocab_file, max_seq_length, num_shards, seed, lower_case,
+        strip_accents, input_format, text_field, one_document_per_line, compression,
+        piece_bytes)
+    if _check_resumable(output_dir, config):
+        log(f"{output_dir} is already complete; nothing to do")
+        with tf.io.gfile.GFile(os.path.join(output_dir, METADATA_FILE)) as f:
+            return json.load(f)
+
+    state_dir = os.path.join(output_dir, STATE_DIR)
+    tf.io.gfile.makedirs(state_dir)
+    _atomic_write_text(os.path.join(state_dir, "config.json"),
+                       json.dumps(dataclasses.asdict(config), indent=1))
+    for name in tf.io.gfile.listdir(output_dir):
+        if ".tmp-" in name:  # left by an interrupted run
+            tf.io.gfile.remove(os.path.join(output_dir, name))
+
+    names = [shard_name(i, config.num_shards, config.compression)
+             for i in range(config.num_shards)]
+    existing = set(tf.io.gfile.listdir(output_dir))
+    todo = [(i, assignment[i], output_dir) for i, name in enumerate(names)
+            if name not in existing]
+    if len(todo) < len(names):
+        log(f"resuming: {len(names) - len(todo)} of {len(names)} shards already built")
+    done_bytes = sum(corpus.input_bytes(p) for i, pieces in enumerate(assignment)
+                     if names[i] in existing for p in pieces)
+    progress = _Progress(total_bytes, show_progress)
+    progress.update(done_bytes, 0)
+    workers = max(1, min(num_workers, len(todo)))
+    log(f"building {len(todo)} shards from {len(config.inputs)} files "
+        f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")
+    _run(todo, config, workers, progress)
+    progress.close()
+    return _finish(output_dir, config, names)
+
+
+def _run(todo, config: BuildConfig, workers: int, progress: _Progress):
+    if workers == 1:
+        updates = queue.SimpleQueue()
+        _init_worker(config, updates)
+        for task in todo:
+            _build_shard(task)
+            while not updates.empty():
+                progress.update(*updates.get())
+        return
+    # spawn, not fork: TensorFlow's runtime does not survive a fork.
+    context = multiprocessing.get_context("spawn")
+    updates = context.Queue()
+    with context.Pool(workers, initializer=_init_worker, initargs=(config, updates)) as pool:
+        pending = pool.map_async(_build_shard, todo, chunksize=1)
+        while True:
+            try:
+                progress.update(*updates.get(timeout=0.2))
+            except queue.Empty:
+                if pending.ready():
+                    break
+        pending.get()  # re-raises a worker's exception
+        while True:
+            try:
+                progress.update(*updates.get_nowait())
+            except queue.Empty:
+                break
+
+
+def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
+    shards = []
+    for name in names:
+        with tf.io.gfile.GFile(os.path.join(output_dir, STATE_DIR, name + ".json")) as f:
+            shards.append(json.load(f))
+    num_examples = sum(s["num_examples"] for s in shards)
+    if num_examples == 0:
+        for name in names:
+            tf.io.gfile.remove(os.path.join(output_dir, name))
+        tf.io.gfile.rmtree(os.path.join(output_dir, STATE_DIR))
+        raise UserInputError(
+            f"input {','.join(config.inputs[:3])} holds no text (0 examples); point --input "
+            "at a non-empty corpus")
+    metadata = {
+        "format": "electra-tf pretraining data",
+        "format_version": FORMAT_VERSION,
+        "max_seq_length": config.max_seq_length,
+        "vocab_size": config.vocab_size,
+        "vocab_sha256": config.vocab_sha256,
+        "vocab_file": config.vocab_file,
+        "lower_case": config.lower_case,
+        "strip_accents": config.strip_accents,
+        "compression": config.compression,
+        "num_examples": num_examples,
+        "num_tokens": sum(s["num_tokens"] for s in shards),
+        "text_bytes": sum(s["text_bytes"] for s in shards),
+        "invalid_utf8_lines": sum(s["invalid_utf8_lines"] for s in shards),
+        "bad_json_lines": sum(s["bad_json_lines"] for s in shards),
+        "shards": [{k: s[k] for k in ("file", "num_examples", "num_tokens")} for s in shards],
+        "build_config": dataclasses.asdict(config),
+    }
+    _atomic_write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=1))
+    tf.io.gfile.rmtree(os.path.join(output_dir, STATE_DIR))
+    return metadata

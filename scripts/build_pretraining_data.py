@@ -1,0 +1,66 @@
+"""Turns raw text into sharded pre-training TFRecords (official ELECTRA format).
+
+    python scripts/build_pretraining_data.py --input='corpus/*.txt.gz' \
+        --vocab_file=data/vocab/bert_uncased.txt --output_dir=out/data --num_workers=8
+
+Rerunning the same command after an interruption builds only the missing shards.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+from electra_tf.data import corpus, writer  # noqa: E402
+from electra_tf.errors import UserInputError  # noqa: E402
+
+flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab file.")
+flags.DEFINE_string("output_dir", None, "Where the TFRecords and metadata.json go.")
+flags.DEFINE_integer("max_seq_length", 128, "Example length including [CLS] and [SEP]s.")
+flags.DEFINE_bool("lower_case", True, "Lower-case the text (uncased vocab).")
+flags.DEFINE_bool("strip_accents", None, "Strip accents; defaults to --lower_case.")
+flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Worker processes.")
+flags.DEFINE_integer("num_shards", None, "Output shards (default: one per input piece).")
+flags.DEFINE_integer("seed", 12345, "Seed for the packing randomness.")
+flags.DEFINE_enum("input_format", corpus.TEXT, list(corpus.INPUT_FORMATS),
+                  "text: one sentence per line, blank lines between documents; "
+                  "jsonl: one JSON document per line.")
+flags.DEFINE_string("text_field", "text", "JSONL field holding the document text.")
+flags.DEFINE_bool("one_document_per_line", False,
+                  "Text files hold one document per line instead of blank-line separated.")
+flags.DEFINE_enum("compression", "none", ["none", "gzip"], "TFRecord compression.")
+flags.DEFINE_integer("piece_mb", corpus.PIECE_BYTES >> 20,
+                     "Uncompressed files larger than this are split for parallel reading.")
+flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
+flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
+
+
+def main(argv):
+    del argv
+    try:
+        metadata = writer.build_pretraining_data(
+            FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
+            max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,
+            strip_accents=FLAGS.strip_accents, num_workers=FLAGS.num_workers,
+            num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,
+            text_field=FLAGS.text_field, one_document_per_line=FLAGS.one_document_per_line,
+            compression=FLAGS.compression, piece_bytes=FLAGS.piece_mb << 20,
+            show_progress=FLAGS.progress)
+    except UserInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {metadata['num_examples']} examples ({metadata['num_tokens']} tokens) in "
+          f"{len(metadata['shards'])} shards to {FLAGS.output_dir}")
+    if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
+        print(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
+              f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")
+    return 0
+
+
+FLAGS = flags.FLAGS
+
+if __name__ == "__main__":
+    app.run(main)
