@@ -11,10 +11,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
 
 from electra_tf.data import corpus, writer  # noqa: E402
-from electra_tf.errors import UserInputError  # noqa: E402
 
 flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab file.")
@@ -40,18 +40,14 @@ flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
 
 def main(argv):
     del argv
-    try:
-        metadata = writer.build_pretraining_data(
-            FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
-            max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,
-            strip_accents=FLAGS.strip_accents, num_workers=FLAGS.num_workers,
-            num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,
-            text_field=FLAGS.text_field, one_document_per_line=FLAGS.one_document_per_line,
-            compression=FLAGS.compression, piece_bytes=FLAGS.piece_mb << 20,
-            show_progress=FLAGS.progress)
-    except UserInputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    metadata = writer.build_pretraining_data(
+        FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
+        max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,
+        strip_accents=FLAGS.strip_accents, num_workers=FLAGS.num_workers,
+        num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,
+        text_field=FLAGS.text_field, one_document_per_line=FLAGS.one_document_per_line,
+        compression=FLAGS.compression, piece_bytes=FLAGS.piece_mb << 20,
+        show_progress=FLAGS.progress)
     print(f"wrote {metadata['num_examples']} examples ({metadata['num_tokens']} tokens) in "
           f"{len(metadata['shards'])} shards to {FLAGS.output_dir}")
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
@@ -63,4 +59,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "data")
@@ -36,3 +35,24 @@ def corpus_lines(limit=None):
 def chinese_reviews():
     with open(os.path.join(FIXTURES, "zh_reviews.tsv"), encoding="utf-8") as f:
         return [line.rstrip("\n").split("\t", 1)[1] for line in f]
+
+
+def pytest_configure(config):
+    # Two logical CPU devices, so tests can use a real MirroredStrategy with 2 replicas.
+    # Must happen before TensorFlow initialises its devices.
+    import tensorflow as tf
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+@pytest.fixture(scope="session")
+def austen_data(tmp_path_factory):
+    """Real pre-training TFRecords (L=128) built from two Austen novels, and the metadata."""
+    from electra_tf.data.writer import build_pretraining_data
+    out = str(tmp_path_factory.mktemp("austen_data"))
+    inputs = ",".join(os.path.join(DATA, "corpus", n)
+                      for n in ("persuasion.txt.gz", "northangerabbey.txt.gz"))
+    metadata = build_pretraining_data(inputs, UNCASED_VOCAB, out, max_seq_length=128,
+                                      show_progress=False, log=lambda *_: None)
+    return out, metadata

@@ -28,7 +28,8 @@ TEXT = "text"
 JSONL = "jsonl"
 INPUT_FORMATS = (TEXT, JSONL)
 PIECE_BYTES = 64 << 20
-_COMPRESSED = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+_COMPRESSED = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), ".bz2": bz2.BZ2File,
+               ".xz": lzma.LZMAFile}
 _SEARCH_CHUNK = 1 << 16
 
 
@@ -144,7 +145,7 @@ def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
     compression = _compression(piece.path)
     with _open_raw(piece.path) as raw:
         if compression:
-            stream = io.BufferedReader(compression(fileobj=raw), buffer_size=1 << 20)
+            stream = io.BufferedReader(compression(raw), buffer_size=1 << 20)
             for number, line in enumerate(stream):
                 if number % 1024 == 0:
                     stats.input_bytes = raw.tell()

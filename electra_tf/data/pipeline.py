@@ -21,7 +21,6 @@ there are fewer files than pipelines) and each pipeline's examples get disjoint 
 import json
 import os
 
-import gin
 import numpy as np
 import tensorflow as tf
 
@@ -152,7 +151,6 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
             "metadata": metadata}
 
 
-@gin.configurable(denylist=["batch_size", "input_context"])
 def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, vocab_file: str,
                         *, mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
                         replace_with_mask_prob: float = 0.85, whole_word_masking: bool = False,

@@ -197,7 +197,8 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
     pieces = corpus.plan_pieces(files, piece_bytes)
     total = sum(corpus.input_bytes(p) for p in pieces)
     if total == 0:
-        raise UserInputError(f"input {input_patterns} is empty (0 bytes in {len(files)} files); "
+        shown = input_patterns if isinstance(input_patterns, str) else ",".join(input_patterns)
+        raise UserInputError(f"input {shown} is empty (0 bytes in {len(files)} files); "
                              "point --input at the corpus")
     shards = min(num_shards or len(pieces), len(pieces))
     config = BuildConfig(
@@ -259,6 +260,7 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
         with tf.io.gfile.GFile(os.path.join(output_dir, METADATA_FILE)) as f:
             return json.load(f)
 
+    created_output_dir = not tf.io.gfile.exists(output_dir)
     state_dir = os.path.join(output_dir, STATE_DIR)
     tf.io.gfile.makedirs(state_dir)
     _atomic_write_text(os.path.join(state_dir, "config.json"),
@@ -283,7 +285,12 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
         f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")
     _run(todo, config, workers, progress)
     progress.close()
-    return _finish(output_dir, config, names)
+    try:
+        return _finish(output_dir, config, names)
+    except UserInputError:
+        if created_output_dir:
+            tf.io.gfile.rmtree(output_dir)
+        raise
 
 
 def _run(todo, config: BuildConfig, workers: int, progress: _Progress):

@@ -1,0 +1,30 @@
+"""What every script shares: quiet TensorFlow start-up and one-line errors.
+
+Import this module before TensorFlow. On a machine without an NVIDIA GPU, the CUDA build
+of TensorFlow logs a "failed call to cuInit" error at import; with nothing useful to say
+there, its C++ logging is silenced so that an error we print is the only line. Set
+TF_CPP_MIN_LOG_LEVEL yourself to override.
+"""
+
+import os
+import sys
+
+if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if os.path.exists("/dev/nvidiactl") else "3"
+
+from absl import app  # noqa: E402
+
+from electra_tf.errors import UserInputError  # noqa: E402
+
+
+def run(main):
+    """absl's app.run, with UserInputError printed as one line on stderr and exit code 1."""
+
+    def guarded(argv):
+        try:
+            return main(argv)
+        except UserInputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    app.run(guarded)

@@ -1,0 +1,91 @@
+"""Corpus readers: formats, compression, document boundaries, byte-range pieces, bad text."""
+
+import bz2
+import gzip
+import json
+import lzma
+import random
+
+import pytest
+
+from electra_tf.data import corpus
+from electra_tf.errors import UserInputError
+
+TEXT = "First sentence.\nSecond one.\n\n\nDoc two line.\n\nDoc three.\nMore.\nEnd.\n"
+DOCS = [["First sentence.", "Second one."], ["Doc two line."], ["Doc three.", "More.", "End."]]
+
+
+def _read(path, **kwargs):
+    stats = corpus.ReadStats()
+    docs = [d for p in corpus.plan_pieces([str(path)]) for d in
+            corpus.read_documents(p, stats=stats, **kwargs)]
+    return docs, stats
+
+
+@pytest.mark.parametrize("suffix,opener", [(".txt", open), (".gz", gzip.open),
+                                           (".bz2", bz2.open), (".xz", lzma.open)])
+def test_formats_and_compression_give_the_same_documents(tmp_path, suffix, opener):
+    path = tmp_path / f"c{suffix}"
+    with opener(path, "wb") as f:
+        f.write(TEXT.encode())
+    docs, stats = _read(path)
+    assert docs == DOCS
+    assert stats.text_bytes == len(TEXT.encode()) - TEXT.count("\n")
+    assert stats.input_bytes == path.stat().st_size
+
+
+def test_one_document_per_line(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text(TEXT)
+    docs, _ = _read(path, one_document_per_line=True)
+    assert docs == [[line] for doc in DOCS for line in doc]
+
+
+def test_jsonl_documents_bad_records_and_missing_field(tmp_path):
+    path = tmp_path / "c.jsonl"
+    lines = [json.dumps({"text": "A one.\nA two.", "id": 1}), "{not json",
+             json.dumps({"text": "B only."}), json.dumps({"other": 3}), json.dumps({"text": 5})]
+    path.write_text("\n".join(lines) + "\n")
+    docs, stats = _read(path, input_format="jsonl")
+    assert docs == [["A one.", "A two."], ["B only."]]
+    assert stats.bad_json_lines == 3
+    with pytest.raises(UserInputError, match=r"record 1 has no field 'body' \(fields: id, text\)"
+                                             r"; pass --text_field=NAME"):
+        _read(path, input_format="jsonl", text_field="body")
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"good line\nbad \xff\xfe line\n\nok\n")
+    docs, stats = _read(path)
+    assert docs == [["good line", "bad \ufffd\ufffd line"], ["ok"]]
+    assert stats.invalid_utf8_lines == 1
+
+
+@pytest.mark.parametrize("one_document_per_line", [False, True])
+def test_byte_range_pieces_never_split_or_repeat_documents(tmp_path, one_document_per_line):
+    rng = random.Random(0)
+    docs = [[f"d{d} s{s} " + "x" * rng.randint(0, 30) for s in range(rng.randint(1, 5))]
+            for d in range(400)]
+    text = "\n\n".join("\n".join(d) for d in docs) + "\n"
+    path = tmp_path / "big.txt"
+    path.write_text(text)
+    whole = list(corpus.read_documents(corpus.Piece(str(path)),
+                                       one_document_per_line=one_document_per_line))
+    for piece_bytes in (7, 100, 1000, 4096):
+        pieces = corpus.plan_pieces([str(path)], piece_bytes)
+        assert len(pieces) == -(-len(text) // piece_bytes)
+        split = [d for p in pieces for d in
+                 corpus.read_documents(p, one_document_per_line=one_document_per_line)]
+        assert split == whole
+    assert whole == (docs if not one_document_per_line else [[s] for d in docs for s in d])
+
+
+def test_expand_inputs(tmp_path):
+    (tmp_path / "a").mkdir()
+    for name in ("a/1.txt", "a/2.txt.gz", "b.txt", "a/.hidden"):
+        (tmp_path / name).write_text("x")
+    assert corpus.expand_inputs(f"{tmp_path}/a,{tmp_path}/b.*") == [
+        f"{tmp_path}/a/1.txt", f"{tmp_path}/a/2.txt.gz", f"{tmp_path}/b.txt"]
+    with pytest.raises(UserInputError, match=r"input .*/nope\*.txt matches no file; check the "):
+        corpus.expand_inputs(f"{tmp_path}/nope*.txt")

@@ -1,0 +1,183 @@
+"""The masked tf.data stream: batches, determinism, exact resume, distribution, validation."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import CHINESE_VOCAB, UNCASED_VOCAB
+from electra_tf.data import pipeline
+from electra_tf.errors import UserInputError
+
+
+def dataset(directory, batch_size=16, **kwargs):
+    return pipeline.pretraining_dataset(f"{directory}/*.tfrecord*", batch_size, 128,
+                                        UNCASED_VOCAB, **kwargs)
+
+
+def take(iterator, n):
+    return [{k: v.numpy() for k, v in next(iterator).items()} for _ in range(n)]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_batches_have_the_documented_structure(austen_data):
+    directory, _ = austen_data
+    batch = next(iter(dataset(directory, seed=1)))
+    assert {k: (tuple(v.shape), v.dtype.name) for k, v in batch.items()} == {
+        "input_ids": ((16, 128), "int32"), "input_mask": ((16, 128), "int32"),
+        "segment_ids": ((16, 128), "int32"), "masked_lm_positions": ((16, 19), "int32"),
+        "masked_lm_ids": ((16, 19), "int32"), "masked_lm_weights": ((16, 19), "float32")}
+    assert (batch["input_ids"].numpy() == 103).sum() > 0.8 * 0.85 * 16 * 19
+
+
+def test_eval_pass_is_ordered_finite_and_drops_the_remainder(austen_data):
+    directory, metadata = austen_data
+    batches = list(dataset(directory, batch_size=100, is_training=False))
+    assert len(batches) == metadata["num_examples"] // 100
+    again = list(dataset(directory, batch_size=100, is_training=False))
+    assert_same([{k: v.numpy() for k, v in b.items()} for b in batches],
+                [{k: v.numpy() for k, v in b.items()} for b in again])
+
+
+def test_same_seed_same_stream_other_seed_other_stream(austen_data):
+    directory, _ = austen_data
+    a = take(iter(dataset(directory, seed=5)), 4)
+    assert_same(a, take(iter(dataset(directory, seed=5)), 4))
+    b = take(iter(dataset(directory, seed=6)), 4)
+    assert (a[0]["input_ids"] != b[0]["input_ids"]).any()
+
+
+def test_checkpointed_iterator_resumes_with_the_same_examples_and_masks(austen_data, tmp_path):
+    directory, _ = austen_data
+    iterator = iter(dataset(directory, seed=3))
+    take(iterator, 5)
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    path = checkpoint.write(str(tmp_path / "ckpt"))
+    expected = take(iterator, 100)  # runs past the first epoch (~86 batches)
+
+    fresh = iter(dataset(directory, seed=3))
+    tf.train.Checkpoint(iterator=fresh).read(path).assert_consumed()
+    assert_same(take(fresh, 100), expected)
+
+
+def test_mirrored_strategy_splits_the_global_batch(austen_data):
+    directory, _ = austen_data
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
+    distributed = pipeline.distributed_dataset(strategy, 32, f"{directory}/*.tfrecord",
+                                               max_seq_length=128, vocab_file=UNCASED_VOCAB,
+                                               seed=3)
+    batch = next(iter(distributed))
+    parts = strategy.experimental_local_results(batch["input_ids"])
+    assert [p.shape for p in parts] == [(16, 128), (16, 128)]
+    assert not np.array_equal(parts[0].numpy(), parts[1].numpy())
+    with pytest.raises(UserInputError, match="TRAIN_BATCH_SIZE=33 does not divide over 2"):
+        pipeline.distributed_dataset(strategy, 33, f"{directory}/*.tfrecord",
+                                     max_seq_length=128, vocab_file=UNCASED_VOCAB)
+
+
+@pytest.mark.parametrize("num_files", [2, 1], ids=["shard_files", "shard_records"])
+def test_input_pipelines_read_disjoint_examples(austen_data, tmp_path, num_files):
+    directory, _ = austen_data
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord"))[:num_files]
+    for name in names + ["metadata.json"]:
+        shutil.copy(os.path.join(directory, name), tmp_path)
+    seen = []
+    for pipeline_id in range(2):
+        context = tf.distribute.InputContext(2, pipeline_id, 2)
+        batches = list(pipeline.pretraining_dataset(
+            f"{tmp_path}/*.tfrecord", 50, 128, UNCASED_VOCAB, is_training=False,
+            input_context=context))
+        # An example's identity: its tokens with [MASK]s blanked (masks differ per index).
+        seen.append([tuple(row) for b in batches for row in
+                     np.where(b["input_ids"].numpy() == 103, -1, b["input_ids"].numpy())])
+    assert len(seen[0]) >= 250 and len(seen[1]) >= 250
+    assert not set(seen[0]) & set(seen[1])
+
+
+def test_premasked_bert_records_pass_through(tmp_path):
+    rng = np.random.default_rng(0)
+    with tf.io.TFRecordWriter(str(tmp_path / "bert.tfrecord")) as writer:
+        for _ in range(8):
+            features = {"input_ids": rng.integers(1000, 2000, 128), "input_mask": np.ones(128),
+                        "segment_ids": np.zeros(128), "masked_lm_positions": np.arange(1, 21),
+                        "masked_lm_ids": rng.integers(1000, 2000, 20)}
+            feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v.astype(int)))
+                       for k, v in features.items()}
+            feature["masked_lm_weights"] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=[1.0] * 20))
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+    batch = next(iter(pipeline.pretraining_dataset(f"{tmp_path}/*.tfrecord", 4, 128,
+                                                   UNCASED_VOCAB)))
+    assert batch["masked_lm_positions"].shape == (4, 20)
+    assert batch["masked_lm_weights"].dtype == tf.float32
+    assert (batch["input_ids"].numpy() != 103).all()  # left exactly as written
+
+
+def _error(directory, **kwargs):
+    with pytest.raises(UserInputError) as info:
+        pipeline.pretraining_dataset(f"{directory}/*.tfrecord*", 4,
+                                     kwargs.pop("max_seq_length", 128),
+                                     kwargs.pop("vocab_file", UNCASED_VOCAB), **kwargs)
+    return str(info.value)
+
+
+def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
+    directory, _ = austen_data
+    assert _error(directory, max_seq_length=512) == (
+        f"{directory}/metadata.json says max_seq_length=128 but the run uses 512; set "
+        "MAX_SEQ_LENGTH=128 or rebuild the data")
+    assert _error(directory, vocab_file=CHINESE_VOCAB) == (
+        f"{directory}/metadata.json was built with a vocab of 30522 tokens but "
+        f"{CHINESE_VOCAB} has 21128; use the vocab the data was built with")
+    swapped = tmp_path / "vocab.txt"
+    vocab = open(UNCASED_VOCAB, encoding="utf-8").read().split("\n")
+    vocab[2000], vocab[2001] = vocab[2001], vocab[2000]
+    swapped.write_text("\n".join(vocab), encoding="utf-8")
+    assert "was built with a different vocab than" in _error(directory, vocab_file=str(swapped))
+    assert _error(tmp_path / "nothing").startswith(f"data {tmp_path}/nothing/*.tfrecord* "
+                                                   "matches no file")
+
+    # Without metadata.json (e.g. data from the official builder) the records are checked.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    name = sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord"))[0]
+    shutil.copy(os.path.join(directory, name), bare)
+    assert _error(bare, max_seq_length=256) == (
+        f"data file {bare}/{name} has sequences of length 128 but the run uses "
+        "max_seq_length=256; set MAX_SEQ_LENGTH=128 or rebuild")
+
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "a.tfrecord").write_bytes(b"this is not a tfrecord file at all" * 10)
+    assert _error(corrupt).startswith(f"data file {corrupt}/a.tfrecord is corrupt (")
+    (corrupt / "a.tfrecord").write_bytes(b"")
+    assert _error(corrupt) == f"data file {corrupt}/a.tfrecord is empty; rebuild it or remove it"
+    with tf.io.TFRecordWriter(str(corrupt / "a.tfrecord")) as writer:
+        writer.write(b"\x08\x96\x01 not an example")
+    assert "holds records that are not tf.train.Example" in _error(corrupt)
+    with tf.io.TFRecordWriter(str(corrupt / "a.tfrecord")) as writer:
+        writer.write(tf.train.Example().SerializeToString())
+    assert "lacks the features input_ids, input_mask, segment_ids" in _error(corrupt)
+
+
+def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path):
+    directory, _ = austen_data
+    name = sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord"))[0]
+    data = bytearray(open(os.path.join(directory, name), "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / name).write_bytes(bytes(data))
+    files = [str(tmp_path / name)]
+    pipeline.validate_data(files, 128)  # the quick check reads the first record only
+    with pytest.raises(UserInputError, match=f"data file {tmp_path}/{name} is corrupt"):
+        pipeline.validate_data(files, 128, full_scan=True)

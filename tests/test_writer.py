@@ -1,0 +1,175 @@
+"""The data builder end to end through its command line: output, determinism, resume, errors."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import CHINESE_VOCAB, DATA, ROOT, UNCASED_VOCAB
+
+SCRIPT = os.path.join(ROOT, "scripts", "build_pretraining_data.py")
+TWO_NOVELS = ",".join(os.path.join(DATA, "corpus", n)
+                      for n in ("persuasion.txt.gz", "northangerabbey.txt.gz"))
+
+
+def build(*args, check=True, **kwargs):
+    result = subprocess.run([sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}",
+                             "--noprogress", *args], capture_output=True, text=True, **kwargs)
+    if check:
+        assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+def read_records(directory):
+    names = sorted(n for n in os.listdir(directory) if ".tfrecord" in n)
+    out = []
+    for name in names:
+        path = os.path.join(directory, name)
+        compression = "GZIP" if name.endswith(".gz") else ""
+        out.extend(r.numpy() for r in tf.data.TFRecordDataset(path, compression))
+    return names, out
+
+
+def shard_bytes(directory):
+    return {n: open(os.path.join(directory, n), "rb").read()
+            for n in sorted(os.listdir(directory)) if ".tfrecord" in n}
+
+
+def test_build_writes_official_records_and_true_metadata(austen_data):
+    directory, metadata = austen_data
+    names, records = read_records(directory)
+    assert names == [s["file"] for s in metadata["shards"]] == [
+        "pretrain_data-00000-of-00002.tfrecord", "pretrain_data-00001-of-00002.tfrecord"]
+    assert len(records) == metadata["num_examples"] > 1000
+    spec = {k: tf.io.FixedLenFeature([128], tf.int64)
+            for k in ("input_ids", "input_mask", "segment_ids")}
+    parsed = tf.io.parse_example(records, spec)
+    mask = parsed["input_mask"].numpy()
+    assert mask.sum() == metadata["num_tokens"]
+    assert set(tf.train.Example.FromString(records[0]).features.feature) == set(spec)
+    with open(os.path.join(directory, "metadata.json")) as f:
+        on_disk = json.load(f)
+    assert on_disk["max_seq_length"] == 128 and on_disk["vocab_size"] == 30522
+    assert on_disk["vocab_sha256"] == (
+        "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3")
+    assert on_disk["text_bytes"] == sum(
+        len(gzip.open(p, "rb").read().replace(b"\n", b"")) for p in TWO_NOVELS.split(","))
+    assert not os.path.exists(os.path.join(directory, ".build"))
+
+
+def test_same_bytes_for_any_worker_count_and_different_for_another_seed(tmp_path, austen_data):
+    one, _ = austen_data
+    build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}/two", "--num_workers=2")
+    assert shard_bytes(one) == shard_bytes(tmp_path / "two")
+    build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}/seed", "--num_workers=1",
+          "--seed=99")
+    assert shard_bytes(one) != shard_bytes(tmp_path / "seed")
+
+
+def test_gzip_records_hold_the_same_examples(tmp_path, austen_data):
+    plain, _ = austen_data
+    build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}", "--compression=gzip")
+    names, records = read_records(tmp_path)
+    assert all(n.endswith(".tfrecord.gz") for n in names)
+    assert records == read_records(plain)[1]
+
+
+def test_killed_build_resumes_and_finishes_only_missing_shards(tmp_path):
+    text = b"".join(gzip.open(os.path.join(DATA, "corpus", n)).read()
+                    for n in sorted(os.listdir(os.path.join(DATA, "corpus"))))
+    corpus_file = tmp_path / "austen.txt"
+    corpus_file.write_bytes(text * 2)  # 8 MB of plain text -> 8 pieces of 1 MB
+    args = [f"--input={corpus_file}", "--num_workers=1", "--piece_mb=1"]
+    build(*args, f"--output_dir={tmp_path}/reference")
+    reference = shard_bytes(tmp_path / "reference")
+    assert len(reference) == 8
+
+    out = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}",
+                                "--noprogress", *args, f"--output_dir={out}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.exists() and any(
+            n.endswith(".tfrecord") for n in os.listdir(out))):
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    built = [n for n in os.listdir(out) if n.endswith(".tfrecord")]
+    assert 1 <= len(built) < 8 and not (out / "metadata.json").exists()
+    # Whatever was complete is intact; a partial shard exists only under a temp name.
+    for name in built:
+        assert shard_bytes(out)[name] == reference[name]
+
+    result = build(*args, f"--output_dir={out}")
+    assert f"resuming: {len(built)} of 8 shards already built" in result.stdout
+    assert shard_bytes(out) == reference
+    assert not [n for n in os.listdir(out) if ".tmp-" in n]
+    again = build(*args, f"--output_dir={out}")
+    assert "already complete; nothing to do" in again.stdout
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
+    build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}")
+    result = build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}", "--max_seq_length=256",
+                   check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: --output_dir={tmp_path} holds data built with other settings (max_seq_length "
+        "differ); rerun with the same flags to resume, or use a new --output_dir"]
+
+
+@pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",
+                                  "blank_text", "tiny_length"])
+def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
+    out = tmp_path / "out"
+    args = [f"--input={TWO_NOVELS}", f"--output_dir={out}"]
+    expected = ""
+    if case == "no_match":
+        args[0] = f"--input={tmp_path}/nothing*.txt"
+        expected = f"error: input {tmp_path}/nothing*.txt matches no file; check the path"
+    elif case == "missing_vocab":
+        args.append(f"--vocab_file={tmp_path}/vocab.txt")
+        expected = f"error: vocab file {tmp_path}/vocab.txt does not exist"
+    elif case == "bad_vocab":
+        (tmp_path / "vocab.txt").write_text("a\nb\n")
+        args.append(f"--vocab_file={tmp_path}/vocab.txt")
+        expected = f"error: vocab file {tmp_path}/vocab.txt lacks the special tokens"
+    elif case == "empty_file":
+        (tmp_path / "empty.txt").write_text("")
+        args[0] = f"--input={tmp_path}/empty.txt"
+        expected = f"error: input {tmp_path}/empty.txt is empty (0 bytes in 1 files)"
+    elif case == "blank_text":
+        (tmp_path / "blank.txt").write_text("\n\n   \n\n")
+        args[0] = f"--input={tmp_path}/blank.txt"
+        expected = f"error: input {tmp_path}/blank.txt holds no text (0 examples)"
+    elif case == "tiny_length":
+        args.append("--max_seq_length=4")
+        expected = "error: --max_seq_length=4 is too small; use at least 8"
+    result = build(*args, check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+    assert not out.exists()
+
+
+def test_chinese_corpus_builds_with_chinese_vocab(tmp_path):
+    from conftest import chinese_reviews
+    (tmp_path / "zh.txt").write_text("\n\n".join(chinese_reviews()) + "\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, SCRIPT, f"--input={tmp_path}/zh.txt", f"--vocab_file={CHINESE_VOCAB}",
+         f"--output_dir={tmp_path}/out", "--max_seq_length=64", "--noprogress"],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    _, records = read_records(tmp_path / "out")
+    ids = np.array(tf.io.parse_example(records, {
+        "input_ids": tf.io.FixedLenFeature([64], tf.int64)})["input_ids"])
+    vocab = open(CHINESE_VOCAB, encoding="utf-8").read().split("\n")
+    assert vocab[ids[0, 1]] == chinese_reviews()[0][0]  # first character of the first review
+    assert (ids == 100).mean() < 0.01  # [UNK]
