@@ -23,7 +23,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/build_pretraining_data.py --input='data/corpus/*.txt.gz' \
 	  --vocab_file=data/vocab/bert_uncased.txt --output_dir=$(DEMO_DIR)/data \
-	  --max_seq_length=128 --num_workers=2
+	  --max_seq_length=128 --num_workers=1
 	$(PY) scripts/inspect_pretraining_data.py --data='$(DEMO_DIR)/data/*.tfrecord*' \
 	  --vocab_file=data/vocab/bert_uncased.txt --num_examples=2
 

@@ -1,0 +1,63 @@
+"""Shows what the model will see: random masked pre-training examples from TFRecords, decoded.
+
+    python scripts/inspect_pretraining_data.py --data='out/data/*.tfrecord' \
+        --vocab_file=data/vocab/bert_uncased.txt --num_examples=2
+
+max_seq_length comes from the data's metadata.json (or --max_seq_length).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
+
+from electra_tf.data import pipeline  # noqa: E402
+from electra_tf.errors import UserInputError  # noqa: E402
+from electra_tf.tokenization import Tokenizer  # noqa: E402
+
+flags.DEFINE_string("data", None, "Glob of pre-training TFRecords.")
+flags.DEFINE_string("vocab_file", None, "The vocab the data was built with.")
+flags.DEFINE_integer("max_seq_length", None, "Default: from metadata.json.")
+flags.DEFINE_integer("num_examples", 2, "How many examples to show.")
+flags.DEFINE_float("mask_prob", 0.15, "Fraction of tokens to mask.")
+flags.DEFINE_bool("whole_word_masking", False, "Mask whole words.")
+flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the masks.")
+flags.mark_flags_as_required(["data", "vocab_file"])
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    files = pipeline.list_files(FLAGS.data)
+    metadata = pipeline.read_metadata(files)
+    length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")
+    if length is None:
+        raise UserInputError(f"{FLAGS.data} has no metadata.json; pass --max_seq_length")
+    if metadata:
+        print(f"{metadata['_path']}: {metadata['num_examples']} examples, "
+              f"{metadata['num_tokens']} tokens, {len(metadata['shards'])} shards, "
+              f"max_seq_length {length}, vocab {metadata['vocab_size']}")
+    tokenizer = Tokenizer(FLAGS.vocab_file)
+    dataset = pipeline.pretraining_dataset(
+        FLAGS.data, FLAGS.num_examples, length, FLAGS.vocab_file, mask_prob=FLAGS.mask_prob,
+        whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000)
+    batch = {k: v.numpy() for k, v in next(iter(dataset)).items()}
+    for i in range(FLAGS.num_examples):
+        real = batch["input_mask"][i].sum()
+        ids = batch["input_ids"][i][:real]
+        segments = batch["segment_ids"][i][:real]
+        weights = batch["masked_lm_weights"][i] > 0
+        positions = batch["masked_lm_positions"][i][weights]
+        originals = tokenizer.convert_ids_to_tokens(batch["masked_lm_ids"][i][weights])
+        print(f"\nexample {i}: {real} tokens, segment B starts at "
+              f"{int(segments.argmax()) if segments.any() else 'none'}")
+        print("  input:  " + " ".join(tokenizer.convert_ids_to_tokens(ids)))
+        print("  masked: " + ", ".join(f"{p}:{t}" for p, t in zip(positions, originals)))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)
