@@ -19,7 +19,11 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
+    # Chinese word segmentation for whole-word masking (build_pretraining_data.py
+    # --word_segmenter=jieba): the de facto standard segmenter, pure Python, MIT.
+    "zh": ["jieba==0.42.1"],
     "test": [
+        "jieba==0.42.1",
         "pytest==9.2.0",
         # Reference implementations for parity tests. transformers 4.x keeps the TF1
         # checkpoint loader that v5 removed; torch is the CPU build.

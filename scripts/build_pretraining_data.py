@@ -34,6 +34,9 @@ flags.DEFINE_bool("one_document_per_line", False,
 flags.DEFINE_enum("compression", "none", ["none", "gzip"], "TFRecord compression.")
 flags.DEFINE_integer("piece_mb", corpus.PIECE_BYTES >> 20,
                      "Uncompressed files larger than this are split for parallel reading.")
+flags.DEFINE_enum("word_segmenter", "none", list(writer.WORD_SEGMENTERS),
+                  "jieba: segment Chinese words and write a word_start feature, so that "
+                  "whole-word masking masks Chinese words (needs the zh extra).")
 flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
 flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
 
@@ -47,7 +50,7 @@ def main(argv):
         num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,
         text_field=FLAGS.text_field, one_document_per_line=FLAGS.one_document_per_line,
         compression=FLAGS.compression, piece_bytes=FLAGS.piece_mb << 20,
-        show_progress=FLAGS.progress)
+        word_segmenter=FLAGS.word_segmenter, show_progress=FLAGS.progress)
     print(f"wrote {metadata['num_examples']} examples ({metadata['num_tokens']} tokens) in "
           f"{len(metadata['shards'])} shards to {FLAGS.output_dir}")
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:

@@ -21,13 +21,13 @@ def real_batch(austen_data):
     return {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(records, spec).items()}
 
 
-def _mask(batch, seed=0, mask_prob=0.15, index=None, continuation=None, n_max=None):
+def _mask(batch, seed=0, mask_prob=0.15, index=None, is_continuation=None, n_max=None):
     size = batch["input_ids"].shape[0]
     index = tf.range(size, dtype=tf.int64) if index is None else index
     return masking.mask_batch(
         batch, index, seed=seed, mask_prob=mask_prob,
         max_predictions=n_max or masking.default_max_predictions(128, mask_prob),
-        cls_id=CLS, sep_id=SEP, mask_id=MASK, continuation_table=continuation)
+        cls_id=CLS, sep_id=SEP, mask_id=MASK, is_continuation=is_continuation)
 
 
 def test_official_max_predictions():
@@ -119,10 +119,9 @@ def test_hash_uniform_is_uniform_and_decorrelated():
 
 
 def test_whole_word_masking_takes_whole_words(real_batch, uncased_tokenizer):
-    continuation = tf.constant(uncased_tokenizer.continuation_mask())
-    out = _mask(real_batch, continuation=continuation)
     ids, mask = real_batch["input_ids"].numpy(), real_batch["input_mask"].numpy()
     is_cont = uncased_tokenizer.continuation_mask()[ids]
+    out = _mask(real_batch, is_continuation=tf.constant(is_cont))
     positions = out["masked_lm_positions"].numpy()
     weights = out["masked_lm_weights"].numpy()
     n = np.clip(np.round(mask.sum(1) * 0.15).astype(int), 1, 19)

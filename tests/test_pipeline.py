@@ -181,3 +181,51 @@ def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path)
     pipeline.validate_data(files, 128)  # the quick check reads the first record only
     with pytest.raises(UserInputError, match=f"data file {tmp_path}/{name} is corrupt"):
         pipeline.validate_data(files, 128, full_scan=True)
+
+
+def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path):
+    from conftest import chinese_reviews
+    from electra_tf.data.writer import build_pretraining_data
+    (tmp_path / "zh.txt").write_text("\n\n".join(chinese_reviews()) + "\n", encoding="utf-8")
+    quiet = {"show_progress": False, "log": lambda *_: None, "max_seq_length": 64}
+    build_pretraining_data(str(tmp_path / "zh.txt"), CHINESE_VOCAB, str(tmp_path / "words"),
+                           word_segmenter="jieba", **quiet)
+    build_pretraining_data(str(tmp_path / "zh.txt"), CHINESE_VOCAB, str(tmp_path / "chars"),
+                           **quiet)
+    spec = {"input_ids": tf.io.FixedLenFeature([64], tf.int64),
+            "word_start": tf.io.FixedLenFeature([64], tf.int64, default_value=[0] * 64)}
+
+    def records(name):
+        files = sorted(str(p) for p in (tmp_path / name).glob("*.tfrecord"))
+        return tf.io.parse_example(list(tf.data.TFRecordDataset(files)), spec)
+
+    words, chars = records("words"), records("chars")
+    # Same ids either way; only the segmented build marks word starts.
+    np.testing.assert_array_equal(words["input_ids"], chars["input_ids"])
+    starts = words["word_start"].numpy()
+    real = words["input_ids"].numpy() > 0
+    assert (starts[~real] == 0).all() and 0.5 < starts[real].mean() < 0.9
+    assert chars["word_start"].numpy().sum() == 0
+
+    batches = list(pipeline.pretraining_dataset(
+        f"{tmp_path}/words/*.tfrecord", 64, 64, CHINESE_VOCAB, whole_word_masking=True,
+        is_training=False))
+    multi_char = 0
+    for b, begin in zip(batches, range(0, 64 * len(batches), 64)):
+        ids = b["input_ids"].numpy()
+        for row in range(64):
+            row_starts = starts[begin + row]
+            row_real = real[begin + row]
+            chosen = set(b["masked_lm_positions"].numpy()[row][
+                b["masked_lm_weights"].numpy()[row] > 0].tolist())
+            for p in chosen:
+                start = p
+                while not row_starts[start]:
+                    start -= 1
+                end = p + 1
+                while end < 64 and row_real[end] and not row_starts[end]:
+                    end += 1
+                assert set(range(start, end)) <= chosen
+                multi_char += end - start > 1
+        assert ids.shape == (64, 64)
+    assert multi_char > 50

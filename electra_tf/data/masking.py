@@ -12,7 +12,8 @@ can select fewer than n distinct positions); they are returned in ascending orde
 with position 0 and weight 0.
 
 Whole-word masking (optional) selects words instead of tokens: a word is a token plus the
-"##" pieces that follow it. Words are taken in random order while the running token count
+continuation tokens that follow it: "##" pieces, or, for Chinese data built with a word
+segmenter, the characters after a word's first (the records' `word_start` feature). Words are taken in random order while the running token count
 stays within n (a word that would overflow stops the selection; BERT's builder skips it and
 tries smaller words, which differs only in how close to n the count gets).
 
@@ -123,7 +124,7 @@ def _select_words(candidates, is_continuation, num_to_predict, example_index, se
 def mask_batch(batch: dict, example_index: tf.Tensor, *, seed: int, mask_prob: float,
                max_predictions: int, cls_id: int, sep_id: int, mask_id: int,
                replace_with_mask_prob: float = 0.85,
-               continuation_table: tf.Tensor | None = None) -> dict:
+               is_continuation: tf.Tensor | None = None) -> dict:
     """Masks a batch of packed examples.
 
     Args:
@@ -133,7 +134,8 @@ def mask_batch(batch: dict, example_index: tf.Tensor, *, seed: int, mask_prob: f
       max_predictions: N, the number of masked_lm slots.
       cls_id, sep_id, mask_id: special ids (never selected).
       replace_with_mask_prob: fraction of selected positions that become [MASK].
-      continuation_table: bool [V], True for "##" pieces; enables whole-word masking.
+      is_continuation: bool [B, L], True for tokens that continue the word before them;
+        enables whole-word masking.
     Returns:
       input_ids (masked), input_mask, segment_ids: int32 [B, L];
       masked_lm_positions, masked_lm_ids: int32 [B, N]; masked_lm_weights: float32 [B, N].
@@ -144,11 +146,10 @@ def mask_batch(batch: dict, example_index: tf.Tensor, *, seed: int, mask_prob: f
     num_tokens = tf.reduce_sum(tf.cast(input_mask, tf.float32), axis=1)
     num_to_predict = tf.clip_by_value(tf.cast(tf.round(num_tokens * mask_prob), tf.int32), 1,
                                       max_predictions)
-    if continuation_table is None:
+    if is_continuation is None:
         selected = _select_tokens(candidates, num_to_predict, example_index, seed,
                                   max_predictions)
     else:
-        is_continuation = tf.gather(continuation_table, input_ids)
         selected = _select_words(candidates, is_continuation, num_to_predict, example_index,
                                  seed)
     positions, valid = _positions_from_selection(selected, max_predictions)

@@ -30,6 +30,7 @@ from electra_tf.data.writer import METADATA_FILE
 from electra_tf.errors import UserInputError
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
+WORD_START = "word_start"  # optional: written by the builder's word segmenter (Chinese)
 PREMASKED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
@@ -92,7 +93,8 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
     max_seq_length, vocab size and vocab hash. With full_scan, every record's checksum is
     read too (a pass over all data). Raises UserInputError naming the file and the fix.
 
-    Returns {"premasked": bool, "max_predictions": int or None, "metadata": dict or None}.
+    Returns {"premasked": bool, "max_predictions": int or None, "word_starts": bool,
+    "metadata": dict or None}; word_starts says the records carry word boundaries.
     """
     metadata = read_metadata(files)
     if metadata is not None:
@@ -114,6 +116,7 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
                     "differs); use the vocab the data was built with")
     premasked = None
     max_predictions = None
+    word_starts = True
     for path in files:
         if tf.io.gfile.stat(path).length == 0:
             raise UserInputError(f"data file {path} is empty; rebuild it or remove it")
@@ -129,6 +132,7 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
             raise UserInputError(
                 f"data file {path} has sequences of length {length} but the run uses "
                 f"max_seq_length={max_seq_length}; set MAX_SEQ_LENGTH={length} or rebuild")
+        word_starts = word_starts and WORD_START in names
         this_premasked = all(n in names for n in PREMASKED_FEATURES)
         if premasked is not None and this_premasked != premasked:
             raise UserInputError(
@@ -148,7 +152,7 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
                     f"data file {path} is corrupt ({e.message.splitlines()[0]}); rebuild it "
                     "or remove it") from None
     return {"premasked": bool(premasked), "max_predictions": max_predictions,
-            "metadata": metadata}
+            "word_starts": word_starts, "metadata": metadata}
 
 
 def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, vocab_file: str,
@@ -168,7 +172,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       mask_prob: fraction of tokens masked (0.15; 0.25 for ELECTRA-Large).
       max_predictions_per_seq: N; default int((mask_prob + 0.005) * L).
       replace_with_mask_prob: selected positions that become [MASK] (official 0.85).
-      whole_word_masking: select whole words ("##" pieces go with their word).
+      whole_word_masking: select whole words: "##" pieces go with their word, or, when the
+        records carry `word_start` (Chinese data built with --word_segmenter), the
+        segmenter's words.
       seed: keys shuffling and masking.
       is_training: repeat and shuffle; otherwise one ordered pass.
       input_context: from distribute_datasets_from_function.
@@ -180,7 +186,7 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     """
     files = list_files(file_pattern)
     info = (validate_data(files, max_seq_length, vocab_file) if validate
-            else {"premasked": False, "max_predictions": None})
+            else {"premasked": False, "max_predictions": None, "word_starts": False})
     tokenizer_vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(tokenizer_vocab)}
     num_predictions = (info["max_predictions"] or max_predictions_per_seq
@@ -217,10 +223,13 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
         spec.update({n: tf.io.FixedLenFeature([num_predictions],
                                               tf.float32 if n.endswith("weights") else tf.int64)
                      for n in PREMASKED_FEATURES})
-    continuation = None
-    if whole_word_masking:
-        continuation = tf.constant(np.array([t.startswith(tokenization.SUFFIX_INDICATOR)
-                                             for t in tokenizer_vocab]))
+    use_word_starts = whole_word_masking and info["word_starts"]
+    if use_word_starts:
+        spec[WORD_START] = tf.io.FixedLenFeature([max_seq_length], tf.int64)
+    continuation_table = None
+    if whole_word_masking and not use_word_starts:
+        continuation_table = tf.constant(np.array(
+            [t.startswith(tokenization.SUFFIX_INDICATOR) for t in tokenizer_vocab]))
 
     def parse_and_mask(index, serialized):
         parsed = tf.io.parse_example(serialized, spec)
@@ -228,12 +237,17 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                  for n, v in parsed.items()}
         if info["premasked"]:
             return batch
+        is_continuation = None
+        if use_word_starts:
+            is_continuation = tf.equal(batch.pop(WORD_START), 0)
+        elif continuation_table is not None:
+            is_continuation = tf.gather(continuation_table, batch["input_ids"])
         stream_index = index * num_pipelines + pipeline_id
         return masking.mask_batch(
             batch, stream_index, seed=seed, mask_prob=mask_prob,
             max_predictions=num_predictions, cls_id=ids[tokenization.CLS_TOKEN],
             sep_id=ids[tokenization.SEP_TOKEN], mask_id=ids[tokenization.MASK_TOKEN],
-            replace_with_mask_prob=replace_with_mask_prob, continuation_table=continuation)
+            replace_with_mask_prob=replace_with_mask_prob, is_continuation=is_continuation)
 
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True)

@@ -33,6 +33,7 @@ METADATA_FILE = "metadata.json"
 STATE_DIR = ".build"
 FORMAT_VERSION = 1
 COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP"}
+WORD_SEGMENTERS = ("none", "jieba")
 _TOKENIZE_LINES = 4096  # lines per tokenizer call: large enough to amortise op dispatch
 _REPORT_SECONDS = 0.5
 
@@ -54,6 +55,7 @@ class BuildConfig:
     one_document_per_line: bool
     compression: str
     piece_bytes: int
+    word_segmenter: str = "none"
 
 
 def shard_name(index: int, num_shards: int, compression: str) -> str:
@@ -76,7 +78,47 @@ _worker = {}
 def _init_worker(config: BuildConfig, progress_queue):
     tokenizer = tokenization.Tokenizer(config.vocab_file, config.lower_case,
                                        config.strip_accents)
-    _worker.update(config=config, tokenizer=tokenizer, progress=progress_queue)
+    segment = None
+    if config.word_segmenter == "jieba":
+        segment = _jieba_segmenter()
+    _worker.update(config=config, tokenizer=tokenizer, progress=progress_queue, segment=segment)
+
+
+def _jieba_segmenter():
+    import logging
+
+    import jieba
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    return jieba.lcut
+
+
+def _tokenize_plain(tokenizer, sentences):
+    flat, splits = tokenizer.encode_flat(sentences)
+    flat, splits = flat.tolist(), splits.tolist()
+    return [flat[splits[i]:splits[i + 1]] for i in range(len(sentences))]
+
+
+def _tokenize_segmented(tokenizer, segment, sentences):
+    """Token ids packed as id * 2 + (1 if the token starts a word), words from `segment`.
+
+    Each word is tokenized on its own; for Chinese this gives the same ids as tokenizing the
+    sentence (every CJK character is a token either way).
+    """
+    words = [segment(s) for s in sentences]
+    flat, splits = tokenizer.encode_flat([w for ws in words for w in ws])
+    flat, splits = flat.tolist(), splits.tolist()
+    out, k = [], 0
+    for ws in words:
+        packed = []
+        for _ in ws:
+            piece = flat[splits[k]:splits[k + 1]]
+            k += 1
+            if piece:
+                packed.append(piece[0] * 2 + 1)
+                packed.extend(t * 2 for t in piece[1:])
+        out.append(packed)
+    return out
 
 
 def _batches(documents, max_lines):
@@ -97,9 +139,14 @@ def _build_shard(task: tuple[int, list[corpus.Piece], str]) -> dict:
     config: BuildConfig = _worker["config"]
     tokenizer: tokenization.Tokenizer = _worker["tokenizer"]
     progress = _worker["progress"]
-    builder = ExampleBuilder(config.max_seq_length, tokenizer.cls_id, tokenizer.sep_id,
-                             random.Random(f"{config.seed}:{index}"))
-    serialize = ExampleSerializer(config.max_seq_length, tokenizer.vocab_size)
+    segment = _worker["segment"]
+    # With word segmentation, ids travel packed with their word-start bit (see
+    # ExampleSerializer); [CLS] and [SEP] are words of their own.
+    special = (lambda i: i * 2 + 1) if segment else (lambda i: i)
+    builder = ExampleBuilder(config.max_seq_length, special(tokenizer.cls_id),
+                             special(tokenizer.sep_id), random.Random(f"{config.seed}:{index}"))
+    serialize = ExampleSerializer(config.max_seq_length, tokenizer.vocab_size,
+                                  word_starts=segment is not None)
     name = shard_name(index, config.num_shards, config.compression)
     path = os.path.join(output_dir, name)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
@@ -114,12 +161,12 @@ def _build_shard(task: tuple[int, list[corpus.Piece], str]) -> dict:
             documents = corpus.read_documents(piece, config.input_format, config.text_field,
                                               config.one_document_per_line, piece_stats)
             for batch in _batches(documents, _TOKENIZE_LINES):
-                flat, splits = tokenizer.encode_flat([s for doc in batch for s in doc])
-                flat, splits = flat.tolist(), splits.tolist()
+                lines = [s for doc in batch for s in doc]
+                tokenized = (_tokenize_segmented(tokenizer, segment, lines) if segment
+                             else _tokenize_plain(tokenizer, lines))
                 k = 0
                 for document in batch:
-                    sentences = [flat[splits[k + j]:splits[k + j + 1]]
-                                 for j in range(len(document))]
+                    sentences = tokenized[k:k + len(document)]
                     k += len(document)
                     for token_ids, len_a in builder.add_document(sentences):
                         writer.write(serialize(token_ids, len_a))
@@ -182,7 +229,16 @@ class _Progress:
 
 def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, seed,
                        lower_case, strip_accents, input_format, text_field,
-                       one_document_per_line, compression, piece_bytes):
+                       one_document_per_line, compression, piece_bytes, word_segmenter):
+    if word_segmenter not in WORD_SEGMENTERS:
+        raise UserInputError(f"--word_segmenter={word_segmenter} is not one of "
+                             f"{', '.join(WORD_SEGMENTERS)}")
+    if word_segmenter == "jieba":
+        try:
+            import jieba  # noqa: F401
+        except ImportError:
+            raise UserInputError("--word_segmenter=jieba needs the jieba package; "
+                                 "pip install 'electra-tf[zh]'") from None
     if input_format not in corpus.INPUT_FORMATS:
         raise UserInputError(f"--input_format={input_format} is not one of "
                              f"{', '.join(corpus.INPUT_FORMATS)}")
@@ -207,7 +263,8 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
         lower_case=lower_case, strip_accents=tokenizer.strip_accents,
         max_seq_length=max_seq_length, num_shards=shards, seed=seed, input_format=input_format,
         text_field=text_field, one_document_per_line=one_document_per_line,
-        compression=COMPRESSIONS[compression.lower()], piece_bytes=piece_bytes)
+        compression=COMPRESSIONS[compression.lower()], piece_bytes=piece_bytes,
+        word_segmenter=word_segmenter)
     assignment = [pieces[i::shards] for i in range(shards)]
     return config, assignment, total
 
@@ -245,16 +302,19 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
                            input_format: str = corpus.TEXT, text_field: str = "text",
                            one_document_per_line: bool = False, compression: str = "none",
                            piece_bytes: int = corpus.PIECE_BYTES,
+                           word_segmenter: str = "none",
                            show_progress: bool = True, log=print) -> dict:
     """Builds (or finishes building) a pre-training data set; returns its metadata.
 
     Writes `output_dir/pretrain_data-XXXXX-of-NNNNN.tfrecord[.gz]` and `metadata.json`.
     `num_shards` defaults to the number of input pieces (and never exceeds it).
+    `word_segmenter="jieba"` segments Chinese words and writes a `word_start` feature that
+    whole-word masking uses.
     """
     config, assignment, total_bytes = _validate_and_plan(
         input_patterns, vocab_file, max_seq_length, num_shards, seed, lower_case,
         strip_accents, input_format, text_field, one_document_per_line, compression,
-        piece_bytes)
+        piece_bytes, word_segmenter)
     if _check_resumable(output_dir, config):
         log(f"{output_dir} is already complete; nothing to do")
         with tf.io.gfile.GFile(os.path.join(output_dir, METADATA_FILE)) as f:
@@ -344,6 +404,7 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "lower_case": config.lower_case,
         "strip_accents": config.strip_accents,
         "compression": config.compression,
+        "word_segmenter": config.word_segmenter,
         "num_examples": num_examples,
         "num_tokens": sum(s["num_tokens"] for s in shards),
         "text_bytes": sum(s["text_bytes"] for s in shards),
