@@ -173,3 +173,24 @@ def test_chinese_corpus_builds_with_chinese_vocab(tmp_path):
     vocab = open(CHINESE_VOCAB, encoding="utf-8").read().split("\n")
     assert vocab[ids[0, 1]] == chinese_reviews()[0][0]  # first character of the first review
     assert (ids == 100).mean() < 0.01  # [UNK]
+
+
+def test_remote_filesystem_paths_build_the_same_bytes(tmp_path):
+    """gs:// goes through tf.io.gfile; TF's in-memory ram:// filesystem takes the same path."""
+    from electra_tf.data.writer import build_pretraining_data
+    plain = gzip.open(os.path.join(DATA, "corpus", "persuasion.txt.gz")).read()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "plain.txt").write_bytes(plain)
+    tf.io.gfile.copy(os.path.join(DATA, "corpus", "northangerabbey.txt.gz"),
+                     str(tmp_path / "in" / "na.txt.gz"))
+    remote = f"ram://{tmp_path.name}"
+    for name in ("plain.txt", "na.txt.gz"):
+        tf.io.gfile.copy(str(tmp_path / "in" / name), f"{remote}/in/{name}", overwrite=True)
+    quiet = {"show_progress": False, "log": lambda *_: None, "piece_bytes": 100_000}
+    local = build_pretraining_data(f"{tmp_path}/in/*", UNCASED_VOCAB, str(tmp_path / "out"),
+                                   **quiet)
+    ram = build_pretraining_data(f"{remote}/in/*", UNCASED_VOCAB, f"{remote}/out", **quiet)
+    assert len(local["shards"]) == len(ram["shards"]) == 6  # 5 pieces of plain.txt + 1
+    for shard in local["shards"]:
+        with tf.io.gfile.GFile(f"{remote}/out/{shard['file']}", "rb") as f:
+            assert f.read() == (tmp_path / "out" / shard["file"]).read_bytes()
