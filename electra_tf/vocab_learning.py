@@ -1,0 +1,246 @@
+"""Learning a WordPiece vocabulary from a corpus, in BERT's layout, with HuggingFace tokenizers.
+
+The text is normalised and split into words exactly as our `Tokenizer` does at encode time
+(BERT's BasicTokenizer: clean text, CJK characters apart, punctuation apart, optional
+lower-casing and accent stripping), so the learned pieces are the ones encoding produces.
+The pieces come from the Rust WordPiece trainer, which learns them bottom-up by merging
+the most frequent adjacent pair (as BPE does); encoding then uses WordPiece's greedy
+longest match.
+
+The vocabulary has BERT's layout: [PAD] at id 0, [unused0].. next, then [UNK], [CLS],
+[SEP], [MASK] (ids 100..103 with 99 unused tokens, as in BERT), then the single characters
+seen in the corpus, their "##" forms, and the learned pieces, most frequent merge first.
+
+Example:
+    >>> tokens = learn_vocab(read_lines("data/corpus/*.txt.gz"), vocab_size=8000)
+    >>> tokens[100:105], len(tokens)
+    (['[UNK]', '[CLS]', '[SEP]', '[MASK]', '!'], 8000)
+    >>> write_vocab(tokens, "out/vocab.txt")
+"""
+
+import collections
+import dataclasses
+import functools
+import json
+import os
+import sys
+import unicodedata
+from collections.abc import Iterable, Iterator
+
+import tensorflow as tf
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+from electra_tf.data import corpus
+from electra_tf.errors import UserInputError
+from electra_tf.tokenization import (CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN,
+                                     SUFFIX_INDICATOR, UNK_TOKEN)
+
+_BATCH = 1024
+
+
+@dataclasses.dataclass
+class CorpusStats(corpus.ReadStats):
+    """ReadStats plus the number of non-empty lines read."""
+    lines: int = 0
+
+
+def reserved_tokens(num_unused: int = 99) -> list[str]:
+    """BERT's leading tokens: [PAD], [unused0..num_unused-1], [UNK], [CLS], [SEP], [MASK]."""
+    return ([PAD_TOKEN] + [f"[unused{i}]" for i in range(num_unused)]
+            + [UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN])
+
+
+def read_lines(inputs: str | list[str], input_format: str = corpus.TEXT,
+               text_field: str = "text", max_lines: int | None = None,
+               stats: CorpusStats | None = None) -> Iterator[str]:
+    """Non-empty lines of the files matching `inputs` (globs, as for the data builder).
+
+    Files are read in sorted order; at most `max_lines` lines are yielded. JSONL records
+    contribute the lines of their `text_field`. A glob matching nothing raises at once.
+    """
+    if input_format not in corpus.INPUT_FORMATS:
+        raise UserInputError(
+            f"--input_format={input_format} is not one of {', '.join(corpus.INPUT_FORMATS)}")
+    pieces = corpus.plan_pieces(corpus.expand_inputs(inputs))
+    stats = stats if stats is not None else CorpusStats()
+    return _read_lines(pieces, input_format, text_field, max_lines, stats)
+
+
+def _read_lines(pieces, input_format, text_field, max_lines, stats) -> Iterator[str]:
+    if max_lines is not None and max_lines <= 0:
+        return
+    for piece in pieces:
+        piece_stats = corpus.ReadStats()
+        documents = corpus.read_documents(piece, input_format, text_field,
+                                          one_document_per_line=input_format == corpus.TEXT,
+                                          stats=piece_stats)
+        try:
+            for document in documents:
+                for line in document:
+                    stats.lines += 1
+                    yield line
+                    if max_lines is not None and stats.lines >= max_lines:
+                        return
+        finally:
+            stats.add(piece_stats)
+
+
+def _is_punctuation(c: str) -> bool:
+    # BERT counts all non-alphanumeric ASCII as punctuation, "$" and "^" included.
+    cp = ord(c)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(c).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F
+            or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
+            or 0x2F800 <= cp <= 0x2FA1F)
+
+
+@functools.cache
+def _continuation_chars() -> tuple[str, ...]:
+    """Every character that can occur inside a word (so may need a "##" form), in code order.
+
+    Punctuation, CJK ideographs, whitespace and control characters always stand alone or
+    are removed, so they never continue a word.
+    """
+    chars = []
+    for cp in range(sys.maxunicode + 1):
+        c = chr(cp)
+        if (unicodedata.category(c)[0] != "C" and not c.isspace() and not _is_cjk(cp)
+                and not _is_punctuation(c)):
+            chars.append(c)
+    return tuple(chars)
+
+
+def _batches(texts: Iterable[str], counter: list[int]) -> Iterator[list[str]]:
+    batch = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == _BATCH:
+            counter[0] += len(batch)
+            yield batch
+            batch = []
+    if batch:
+        counter[0] += len(batch)
+        yield batch
+
+
+def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool = True,
+                strip_accents: bool | None = None, num_unused: int = 99,
+                min_frequency: int = 2, max_alphabet: int | None = None) -> list[str]:
+    """Learns a WordPiece vocabulary of exactly `vocab_size` tokens, in BERT's layout.
+
+    Args:
+      texts_iterable: the corpus, as strings (lines or documents); iterated once.
+      vocab_size: number of tokens returned, special and unused tokens included.
+      lower_case: lower-case the text (an uncased vocab); must match the Tokenizer's.
+      strip_accents: remove accents; defaults to `lower_case`, as in BERT and `Tokenizer`.
+      num_unused: [unusedN] placeholders between [PAD] and [UNK] (99 puts [UNK] at 100).
+      min_frequency: a pair of pieces must occur this often to be merged into a new piece.
+      max_alphabet: keep at most this many distinct characters, the most frequent (ties
+        broken arbitrarily); the rest encode as [UNK]. Default: every character seen.
+
+    Returns:
+      The tokens, id order. Every character seen comes with its "##" form (unless it never
+      continues a word: punctuation, CJK), then the learned pieces, most frequent merge
+      first. If more pieces are learned than fit, the latest merges (the rarest) are
+      dropped; if the characters and their "##" forms alone do not fit, the rarest of those
+      are dropped too. The result is deterministic for a given text (and `max_alphabet`
+      unset).
+
+    Raises:
+      UserInputError: if the corpus supports fewer distinct tokens than `vocab_size`.
+    """
+    strip_accents = lower_case if strip_accents is None else strip_accents
+    if num_unused < 0:
+        raise UserInputError(f"--num_unused={num_unused} is negative; pass 0 or more")
+    reserved = reserved_tokens(num_unused)
+    budget = vocab_size - len(reserved)
+    if budget <= 0:
+        raise UserInputError(
+            f"--vocab_size={vocab_size} leaves no room for learned tokens after the "
+            f"{len(reserved)} special and unused tokens; pass a larger --vocab_size")
+
+    tokenizer = HFTokenizer(models.WordPiece(unk_token=UNK_TOKEN,
+                                             continuing_subword_prefix=SUFFIX_INDICATOR))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents,
+        lowercase=lower_case)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally
+    # frequent merges by number, so its output varies from run to run. Declaring every
+    # possible "##c" up front as a special token fixes their numbers, and the result. They
+    # count toward the trainer's target size, hence the larger target.
+    continuations = [SUFFIX_INDICATOR + c for c in _continuation_chars()]
+    limit = {} if max_alphabet is None else {"limit_alphabet": max_alphabet}
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=budget + len(continuations), min_frequency=min_frequency,
+        show_progress=False, special_tokens=continuations,
+        continuing_subword_prefix=SUFFIX_INDICATOR, **limit)
+    num_texts = [0]
+    tokenizer.train_from_iterator(_batches(texts_iterable, num_texts), trainer)
+    if not num_texts[0]:
+        raise UserInputError("the input holds no text; check --input and --input_format")
+
+    ids = tokenizer.get_vocab(with_added_tokens=False)
+    in_order = sorted(ids, key=ids.get)
+    declared = in_order[:len(continuations)]
+    trained = in_order[len(continuations):]
+    alphabet = [t for t in trained if len(t) == 1]
+    chars = set(alphabet)
+    char_pieces = (alphabet + [t for t in declared if t[len(SUFFIX_INDICATOR):] in chars]
+                   + [t for t in trained if _is_continuation_char(t)])
+    merges = [t for t in trained if len(t) > 1 and not _is_continuation_char(t)]
+    if len(char_pieces) > budget:
+        counts = _char_piece_counts(trainer)
+        kept = set(sorted(char_pieces, key=lambda t: -counts.get(t, 0))[:budget])
+        learned = [t for t in char_pieces if t in kept]
+    else:
+        learned = char_pieces + merges
+    # The trainer never repeats a token, and none of its tokens can be a reserved one ("["
+    # is punctuation); checked anyway, since a duplicate would shift every later id.
+    reserved_set = set(reserved)
+    learned = list(dict.fromkeys(t for t in learned if t not in reserved_set))
+    if len(learned) < budget:
+        supported = len(reserved) + len(learned)
+        raise UserInputError(
+            f"the corpus ({num_texts[0]} lines) supports only {supported} distinct tokens at "
+            f"--min_frequency={min_frequency}, fewer than --vocab_size={vocab_size}; pass "
+            f"--vocab_size={supported} or less, or more text")
+    return reserved + learned[:budget]
+
+
+def _is_continuation_char(token: str) -> bool:
+    return len(token) == len(SUFFIX_INDICATOR) + 1 and token.startswith(SUFFIX_INDICATOR)
+
+
+def _char_piece_counts(trainer) -> collections.Counter:
+    """How often each character starts ("c") or continues ("##c") a word in the corpus.
+
+    Read from the trainer's word counts, which it keeps in its serialised state; only
+    needed in the rare case that the characters alone overflow the vocabulary.
+    """
+    state = json.loads(trainer.__getstate__())
+    words = state["WordPieceTrainer"]["bpe_trainer"]["words"]
+    counts = collections.Counter()
+    for word, count in words.items():
+        counts[word[0]] += count
+        for c in word[1:]:
+            counts[SUFFIX_INDICATOR + c] += count
+    return counts
+
+
+def write_vocab(tokens: list[str], path: str):
+    """Writes one token per line, atomically (a temporary file renamed); local or gs://."""
+    directory = os.path.dirname(path)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "wb") as f:
+        f.write(("\n".join(tokens) + "\n").encode("utf-8"))
+    tf.io.gfile.rename(temporary, path, overwrite=True)

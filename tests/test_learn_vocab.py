@@ -1,0 +1,213 @@
+"""Vocab learning: exact size, BERT's layout, and vocabs that our Tokenizer encodes well."""
+
+import collections
+import os
+import subprocess
+import sys
+import unicodedata
+
+import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, normalizers, pre_tokenizers
+
+from conftest import CORPUS_GLOB, ROOT, chinese_reviews, corpus_lines
+from electra_tf import vocab_learning
+from electra_tf.errors import UserInputError
+from electra_tf.tokenization import Tokenizer
+
+TRAIN_LINES = 30000
+SCRIPT = os.path.join(ROOT, "scripts", "learn_vocab.py")
+
+
+@pytest.fixture(scope="module")
+def austen():
+    lines = corpus_lines()
+    return lines[:TRAIN_LINES], lines[TRAIN_LINES:]
+
+
+@pytest.fixture(scope="module")
+def vocabs(austen):
+    train, _ = austen
+    return {size: vocab_learning.learn_vocab(train, size) for size in (2000, 5000)}
+
+
+@pytest.fixture(scope="module")
+def vocab_file(vocabs, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("vocab") / "vocab.txt")
+    vocab_learning.write_vocab(vocabs[5000], path)
+    return path
+
+
+def _hf_tokenizer(vocab, lower_case=True):
+    """The reference pipeline: HF's BERT normaliser, pre-tokenizer and WordPiece."""
+    hf = HFTokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                      max_input_chars_per_word=100))
+    hf.normalizer = normalizers.BertNormalizer(lowercase=lower_case,
+                                               strip_accents=lower_case)
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return hf
+
+
+@pytest.mark.parametrize("size", [2000, 5000])
+def test_exact_size_bert_layout_no_duplicates(vocabs, size):
+    vocab = vocabs[size]
+    assert len(vocab) == size
+    assert len(set(vocab)) == size
+    assert vocab[0] == "[PAD]"
+    assert vocab[1:100] == [f"[unused{i}]" for i in range(99)]
+    assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert all(t and not any(c.isspace() for c in t) for t in vocab)
+
+
+def test_every_character_and_its_continuation_is_kept(vocabs, austen):
+    vocab = set(vocabs[2000])
+    text = " ".join(austen[0]).lower()
+    letters = {c for c in unicodedata.normalize("NFD", text)
+               if c.isalnum() and unicodedata.category(c) != "Mn"}
+    assert {"a", "z", "0", "9"} <= letters
+    assert letters <= vocab
+    assert {"##" + c for c in letters} <= vocab
+    assert {",", ".", ";", "!", "?", '"'} <= vocab
+
+
+def test_smaller_vocab_is_a_prefix_of_the_larger(vocabs):
+    # Both runs make the same merges in the same order; the smaller stops earlier.
+    assert vocabs[5000][:2000] == vocabs[2000]
+
+
+def test_deterministic(vocabs, austen):
+    assert vocab_learning.learn_vocab(austen[0], 2000) == vocabs[2000]
+
+
+def test_tokenizer_encodes_held_out_austen_with_few_unknowns(vocab_file, austen):
+    tokenizer = Tokenizer(vocab_file)
+    assert (tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
+        100, 101, 102, 103)
+    held_out = austen[1]
+    ids = [i for row in tokenizer.encode(held_out) for i in row]
+    assert len(ids) > 30000
+    assert ids.count(tokenizer.unk_id) / len(ids) < 0.005
+    for word in ["the", "elizabeth", "mr", "sister", "marianne", "happiness"]:
+        assert tokenizer.convert_ids_to_tokens(tokenizer.encode([word])[0]) == [word]
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer.encode(["Elizabeth's"])[0])
+    assert pieces == ["elizabeth", "'", "s"]
+
+
+def test_learned_pieces_are_what_the_tokenizer_produces(vocab_file, austen):
+    # Our in-graph Tokenizer and HF's BERT pipeline (the one the vocab was learned with)
+    # give identical ids, so the pieces learned are exactly the pieces seen in training.
+    tokenizer = Tokenizer(vocab_file)
+    hf = _hf_tokenizer(tokenizer.vocab)
+    lines = austen[1][:500] + ["Café NAÏVE façade — “quoted” Œuvre, 1,234.5 ½"]
+    expected = [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)]
+    assert tokenizer.encode(lines) == expected
+
+
+def test_cased_vocab_keeps_capitals(austen):
+    vocab = vocab_learning.learn_vocab(austen[0][:5000], 1000, lower_case=False)
+    assert len(vocab) == 1000
+    assert {"E", "T", "##A", "The"} <= set(vocab)
+
+
+def test_chinese_vocab_holds_single_characters():
+    reviews = chinese_reviews()
+    vocab = vocab_learning.learn_vocab(reviews, 2200, num_unused=10)
+    assert len(vocab) == 2200 and len(set(vocab)) == 2200
+    assert vocab[11:15] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    cjk = [t for t in vocab if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
+    assert len(cjk) > 1500
+    assert {"的", "书", "好"} <= set(cjk)
+    # Ideographs always stand alone, so no piece joins two of them or continues a word.
+    assert not [t for t in vocab if len(t) > 1 and any("\u4e00" <= c <= "\u9fff" for c in t)]
+    assert {"dvd", "##ing"} & set(vocab)
+    unk = vocab.index("[UNK]")
+    ids = [i for e in _hf_tokenizer(vocab).encode_batch(reviews, add_special_tokens=False)
+           for i in e.ids]
+    assert ids.count(unk) / len(ids) < 0.005
+
+
+def _char_piece_counts(lines):
+    """Occurrences of "c" (starting a word) and "##c" (continuing one), as BERT splits words."""
+    hf = _hf_tokenizer(["[UNK]"])
+    counts = collections.Counter()
+    for line in lines:
+        text = hf.normalizer.normalize_str(line)
+        for word, _ in hf.pre_tokenizer.pre_tokenize_str(text):
+            counts[word[0]] += 1
+            counts.update("##" + c for c in word[1:])
+    return counts
+
+
+def test_characters_that_do_not_all_fit_keep_the_most_frequent(austen):
+    # 53 characters and their "##" forms cannot all fit in 46 learned tokens.
+    lines = austen[0][:5000]
+    vocab = vocab_learning.learn_vocab(lines, 150)
+    learned = vocab[104:]
+    assert len(vocab) == 150 and len(set(learned)) == 46
+    counts = _char_piece_counts(lines)
+    assert all(len(t) == 1 or (t.startswith("##") and len(t) == 3) for t in learned)
+    dropped = [t for t in counts if t not in learned]
+    assert min(counts[t] for t in learned) >= max(counts[t] for t in dropped)
+    assert {"e", "##e", "t", "a", ","} <= set(learned)
+
+
+def test_alphabet_limit_keeps_the_most_frequent_characters(austen):
+    lines = austen[0][:5000]
+    vocab = vocab_learning.learn_vocab(lines, 300, max_alphabet=30)
+    singles = {t for t in vocab[104:] if len(t) == 1}
+    counts = collections.Counter(c for c in " ".join(lines).lower() if not c.isspace())
+    assert len(vocab) == 300
+    assert singles == {c for c, _ in counts.most_common(30)}
+
+
+def test_too_large_vocab_is_one_clear_error():
+    with pytest.raises(UserInputError, match=r"supports only \d+ distinct tokens.*--vocab_size="):
+        vocab_learning.learn_vocab(["the cat sat on the mat"] * 10, 1000)
+    with pytest.raises(UserInputError, match="leaves no room"):
+        vocab_learning.learn_vocab(["the cat"], 104)
+    with pytest.raises(UserInputError, match="holds no text"):
+        vocab_learning.learn_vocab([], 1000)
+
+
+def test_max_lines_and_jsonl(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"body": "first line\\nsecond line"}\n{"body": "third"}\n',
+                    encoding="utf-8")
+    stats = vocab_learning.CorpusStats()
+    lines = list(vocab_learning.read_lines(str(path), "jsonl", "body", stats=stats))
+    assert lines == ["first line", "second line", "third"]
+    assert stats.lines == 3
+    assert list(vocab_learning.read_lines(str(path), "jsonl", "body", max_lines=2)) == [
+        "first line", "second line"]
+    with pytest.raises(UserInputError, match="matches no file"):
+        vocab_learning.read_lines(str(tmp_path / "missing*.txt"))
+
+
+def _run_script(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_script_writes_the_vocab(tmp_path):
+    output = tmp_path / "sub" / "vocab.txt"
+    result = _run_script(f"--input={CORPUS_GLOB}", f"--output={output}", "--vocab_size=3000",
+                         "--max_lines=20000")
+    assert result.returncode == 0, result.stderr
+    assert str(output) in result.stdout and "3000 tokens" in result.stdout
+    assert "20000 lines" in result.stdout
+    vocab = output.read_text(encoding="utf-8").split("\n")
+    assert vocab[-1] == "" and len(vocab[:-1]) == 3000
+    assert vocab[100] == "[UNK]" and "the" in vocab
+    assert os.listdir(tmp_path / "sub") == ["vocab.txt"]
+
+
+def test_script_too_large_vocab_fails_with_one_line(tmp_path):
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("It is a truth universally acknowledged.\n\nThe end.\n", encoding="utf-8")
+    output = tmp_path / "vocab.txt"
+    result = _run_script(f"--input={corpus}", f"--output={output}", "--vocab_size=30522")
+    assert result.returncode == 1
+    lines = result.stderr.strip().split("\n")
+    assert len(lines) == 1 and lines[0].startswith("error: the corpus (2 lines) supports only")
+    assert "--vocab_size=" in lines[0]
+    assert not output.exists()
