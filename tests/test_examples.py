@@ -153,3 +153,22 @@ def test_serializer_matches_tf_train_example(uncased_tokenizer):
             assert parsed[k].numpy().tolist() == v
     with pytest.raises(ValueError, match="exceeds max_seq_length"):
         serialize([1] * (L + 1), 3)
+
+
+@pytest.mark.parametrize("max_seq_length,vocab_size", [(512, 21128), (8, 200)])
+def test_serializer_with_word_starts_matches_tf_train_example(max_seq_length, vocab_size):
+    # Ids travel as id * 2 + starts_word; ids of 1, 2 and 3 varint bytes; a vocab smaller
+    # than the example's encoded size (its length prefix is then computed, not looked up).
+    rng = np.random.default_rng(0)
+    serialize = ExampleSerializer(max_seq_length, vocab_size, word_starts=True)
+    for length in (3, max_seq_length // 2, max_seq_length):
+        ids = [101] + rng.integers(0, vocab_size, length - 2).tolist() + [102]
+        starts = [1] + rng.integers(0, 2, length - 2).tolist() + [1]
+        len_a = max(2, length // 3)
+        features = padded_features(ids, len_a, max_seq_length)
+        features["word_start"] = starts + [0] * (max_seq_length - length)
+        reference = tf.train.Example(features=tf.train.Features(feature={
+            k: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+            for k, v in features.items()}))
+        ours = serialize([i * 2 + s for i, s in zip(ids, starts)], len_a)
+        assert tf.train.Example.FromString(ours) == reference

@@ -31,6 +31,7 @@ PIECE_BYTES = 64 << 20
 _COMPRESSED = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), ".bz2": bz2.BZ2File,
                ".xz": lzma.LZMAFile}
 _SEARCH_CHUNK = 1 << 16
+_READ_CHUNK = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,28 +141,59 @@ def _decode(raw: bytes, stats: ReadStats) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
+def _block_lines(block: bytes, stats: ReadStats) -> list[str]:
+    """The decoded lines of `block`, whole lines each ending in a newline (but the file's
+    last); line ends ("\n", "\r\n") removed. One decode for the block when it is clean."""
+    if block.endswith(b"\n"):
+        block = block[:-1]
+    if b"\r" not in block:
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            stats.text_bytes += len(block) - block.count(b"\n")
+            return text.split("\n")
+    return [_decode(line.rstrip(b"\r"), stats) for line in block.split(b"\n")]
+
+
+def _blocks(f, limit: int | None = None) -> Iterator[bytes]:
+    """Runs of whole lines (about _READ_CHUNK bytes each) from `f`, at most `limit` bytes."""
+    parts = []
+    while True:
+        size = _READ_CHUNK if limit is None else min(_READ_CHUNK, limit)
+        chunk = f.read(size) if size > 0 else b""
+        if not chunk:
+            if parts:
+                yield b"".join(parts)
+            return
+        if limit is not None:
+            limit -= len(chunk)
+        cut = chunk.rfind(b"\n") + 1
+        if not cut:  # a line longer than a chunk: keep reading
+            parts.append(chunk)
+            continue
+        parts.append(chunk[:cut])
+        yield b"".join(parts)
+        parts = [chunk[cut:]] if cut < len(chunk) else []
+
+
 def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
     """Decoded lines (without the newline) of a piece, from its first boundary to its last."""
     compression = _compression(piece.path)
     with _open_raw(piece.path) as raw:
         if compression:
-            stream = io.BufferedReader(compression(raw), buffer_size=1 << 20)
-            for number, line in enumerate(stream):
-                if number % 1024 == 0:
-                    stats.input_bytes = raw.tell()
-                yield _decode(line.rstrip(b"\r\n"), stats)
+            for block in _blocks(compression(raw)):
+                stats.input_bytes = raw.tell()
+                yield from _block_lines(block, stats)
             stats.input_bytes = raw.tell()
             return
         start = _find_boundary(raw, piece.start, separator)
         end = None if piece.end is None else _find_boundary(raw, piece.end, separator)
         raw.seek(start)
-        position = start
-        for line in raw:
-            if end is not None and position >= end:
-                break
-            position += len(line)
-            stats.input_bytes += len(line)
-            yield _decode(line.rstrip(b"\r\n"), stats)
+        for block in _blocks(raw, None if end is None else end - start):
+            stats.input_bytes += len(block)
+            yield from _block_lines(block, stats)
 
 
 def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "text",

@@ -115,7 +115,9 @@ class ExampleSerializer:
 
     Equivalent to building a tf.train.Example with Int64List features input_ids,
     input_mask, segment_ids (padded to max_seq_length) and calling SerializeToString, about
-    20x faster.
+    20x faster: every feature is a packed int64 list, and all protobuf headers are computed
+    once (the 0/1 features always take max_seq_length bytes; the ids' header depends only
+    on their encoded length, cached).
 
     With `word_starts=True` the tokens arrive as `id * 2 + starts_word` (so ExampleBuilder
     packs word boundaries along with the ids untouched) and a fourth feature, `word_start`
@@ -127,28 +129,45 @@ class ExampleSerializer:
         self.max_seq_length = max_seq_length
         self.word_starts = word_starts
         self._varints = [_varint(i) for i in range(max(vocab_size, 2))]
-        names = FEATURE_NAMES + ((WORD_START,) if word_starts else ())
-        self._keys = [_field(1, name.encode()) for name in names]
+        self._ids_key = _field(1, FEATURE_NAMES[0].encode())
+        names = FEATURE_NAMES[1:] + ((WORD_START,) if word_starts else ())
+        # Map-entry headers of the features whose packed values are max_seq_length bytes.
+        self._fixed_headers = [self._header(_field(1, name.encode()), max_seq_length)
+                               for name in names]
+        self._ids_headers: dict[int, bytes] = {}
+        self._zeros = [b"\x00" * n for n in range(max_seq_length + 1)]
+        self._ones = [b"\x01" * n for n in range(max_seq_length + 1)]
 
-    def _feature(self, key: bytes, packed: bytes) -> bytes:
-        # Features.feature map entry { key, value: Feature { int64_list { value: packed } } }
-        value = _field(3, _field(1, packed))
-        return _field(1, key + _field(2, value))
+    @staticmethod
+    def _header(key: bytes, size: int) -> bytes:
+        """Bytes before `size` bytes of packed values in a Features.feature map entry:
+        entry { key, value: Feature { int64_list: Int64List { value: packed } } }."""
+        entry = _field(1, key + _field(2, _field(3, _field(1, b"\x00" * size))))
+        return entry[:-size] if size else entry
 
     def __call__(self, token_ids: list[int], len_a: int) -> bytes:
         length = len(token_ids)
         pad = self.max_seq_length - length
         if pad < 0:
             raise ValueError(f"example of {length} tokens exceeds max_seq_length")
-        packed = [token_ids]
+        zeros, ones = self._zeros, self._ones
         if self.word_starts:
-            packed = [[t >> 1 for t in token_ids], bytes(t & 1 for t in token_ids)]
-        ids = b"".join(map(self._varints.__getitem__, packed[0])) + b"\x00" * pad
-        mask = b"\x01" * length + b"\x00" * pad
-        segments = b"\x00" * len_a + b"\x01" * (length - len_a) + b"\x00" * pad
-        values = [ids, mask, segments] + ([packed[1] + b"\x00" * pad] if self.word_starts else [])
-        features = b"".join(self._feature(key, v) for key, v in zip(self._keys, values))
-        return _field(1, features)
+            starts = bytes([t & 1 for t in token_ids]) + zeros[pad]
+            token_ids = [t >> 1 for t in token_ids]
+        ids = b"".join(map(self._varints.__getitem__, token_ids)) + zeros[pad]
+        ids_header = self._ids_headers.get(len(ids))
+        if ids_header is None:
+            ids_header = self._ids_headers[len(ids)] = self._header(self._ids_key, len(ids))
+        mask_header, segments_header = self._fixed_headers[:2]
+        parts = [ids_header, ids, mask_header, ones[length], zeros[pad],
+                 segments_header, zeros[len_a], ones[length - len_a], zeros[pad]]
+        if self.word_starts:
+            parts += [self._fixed_headers[2], starts]
+        features = b"".join(parts)
+        return b"\x0a" + self._varints_of(len(features)) + features
+
+    def _varints_of(self, value: int) -> bytes:
+        return self._varints[value] if value < len(self._varints) else _varint(value)
 
 
 def padded_features(token_ids: list[int], len_a: int, max_seq_length: int) -> dict:

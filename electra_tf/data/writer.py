@@ -12,7 +12,9 @@ exist and builds the rest. `metadata.json` is written last, so its presence mean
 data set is complete. All paths go through tf.io.gfile, so gs:// works.
 """
 
+import contextlib
 import dataclasses
+import gc
 import json
 import multiprocessing
 import os
@@ -133,9 +135,32 @@ def _batches(documents, max_lines):
         yield batch
 
 
+@contextlib.contextmanager
+def _few_collections():
+    """Python's cyclic garbage collector, tuned for building: objects alive now (TensorFlow,
+    the tokenizer) are frozen out of its scans and it runs rarely. Building makes millions
+    of short-lived lists and no cycles; with the default settings the collector's scans
+    take about a quarter of the time."""
+    threshold = gc.get_threshold()
+    frozen = gc.get_freeze_count() == 0
+    if frozen:
+        gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if frozen:
+            gc.unfreeze()
+
+
 def _build_shard(task: tuple[int, list[corpus.Piece], str]) -> dict:
     """Writes one shard; returns its statistics."""
-    index, pieces, output_dir = task
+    with _few_collections():
+        return _write_shard(*task)
+
+
+def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dict:
     config: BuildConfig = _worker["config"]
     tokenizer: tokenization.Tokenizer = _worker["tokenizer"]
     progress = _worker["progress"]
