@@ -22,7 +22,8 @@ flags.DEFINE_string("output_dir", None, "Where the TFRecords and metadata.json g
 flags.DEFINE_integer("max_seq_length", 128, "Example length including [CLS] and [SEP]s.")
 flags.DEFINE_bool("lower_case", True, "Lower-case the text (uncased vocab).")
 flags.DEFINE_bool("strip_accents", None, "Strip accents; defaults to --lower_case.")
-flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Worker processes.")
+flags.DEFINE_integer("num_workers", None, "Worker processes (default: one per core, at most "
+                     "one per 32 MB of input, since each takes seconds to start).")
 flags.DEFINE_integer("num_shards", None, "Output shards (default: one per input piece).")
 flags.DEFINE_integer("seed", 12345, "Seed for the packing randomness.")
 flags.DEFINE_enum("input_format", corpus.TEXT, list(corpus.INPUT_FORMATS),

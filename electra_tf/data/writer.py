@@ -36,6 +36,10 @@ STATE_DIR = ".build"
 FORMAT_VERSION = 1
 COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP"}
 WORD_SEGMENTERS = ("none", "jieba")
+# Starting a worker process (spawn, import TensorFlow, build the tokenizer) takes 2-4 s,
+# the time one worker builds 20-40 MB of text in (benchmarks/results/build_data.md), so
+# by default there is at most one worker per this much input.
+BYTES_PER_WORKER = 32 << 20
 _TOKENIZE_LINES = 4096  # lines per tokenizer call: large enough to amortise op dispatch
 _REPORT_SECONDS = 0.5
 
@@ -322,7 +326,7 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
 
 def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
                            max_seq_length: int = 128, lower_case: bool = True,
-                           strip_accents: bool | None = None, num_workers: int = 1,
+                           strip_accents: bool | None = None, num_workers: int | None = None,
                            num_shards: int | None = None, seed: int = 12345,
                            input_format: str = corpus.TEXT, text_field: str = "text",
                            one_document_per_line: bool = False, compression: str = "none",
@@ -333,7 +337,8 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
 
     Writes `output_dir/pretrain_data-XXXXX-of-NNNNN.tfrecord[.gz]` and `metadata.json`.
     `num_shards` defaults to the number of input pieces (and never exceeds it).
-    `word_segmenter="jieba"` segments Chinese words and writes a `word_start` feature that
+    `num_workers` defaults to one per core, at most one per BYTES_PER_WORKER of input; the
+    output does not depend on it. `word_segmenter="jieba"` segments Chinese words and writes a `word_start` feature that
     whole-word masking uses.
     """
     config, assignment, total_bytes = _validate_and_plan(
@@ -365,6 +370,9 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
                      if names[i] in existing for p in pieces)
     progress = _Progress(total_bytes, show_progress)
     progress.update(done_bytes, 0)
+    todo_bytes = total_bytes - done_bytes
+    if num_workers is None:
+        num_workers = min(os.cpu_count() or 1, -(-todo_bytes // BYTES_PER_WORKER))
     workers = max(1, min(num_workers, len(todo)))
     log(f"building {len(todo)} shards from {len(config.inputs)} files "
         f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")

@@ -1,0 +1,166 @@
+"""Shared helpers for the benchmark scripts: machine facts and recording results.
+
+Each benchmark writes `benchmarks/results/<name>.json` (every figure, the machine, the commit,
+the date and the exact command) and `benchmarks/results/<name>.md` (a short table).
+"""
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE_DIR = os.path.join(REPO, "benchmarks", ".cache")
+RESULTS_DIR = os.path.join(REPO, "benchmarks", "results")
+
+
+def _git(*args) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gb() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1e6, 1)
+    except OSError:
+        pass
+    return None
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all processes, all cores) since boot."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped children."""
+    import resource
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+class LoadMonitor:
+    """Measures how many cores *other* processes kept busy during a timed region.
+
+    The benchmark machine is shared; a figure taken while something else ran is not
+    comparable, so every timing records this next to it.
+    """
+
+    def __enter__(self):
+        self._machine = busy_cpu_seconds()
+        self._own = own_cpu_seconds()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        wall = max(time.perf_counter() - self._start, 1e-9)
+        others = (busy_cpu_seconds() - self._machine) - (own_cpu_seconds() - self._own)
+        self.other_cores = max(0.0, others / wall)
+        return False
+
+
+def wait_for_quiet(max_wait_s: float = 300, threshold_cores: float = 0.25,
+                   sample_s: float = 2.0) -> float:
+    """Waits (up to max_wait_s) until other processes use < threshold_cores; returns the
+    last sampled load in cores."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        with LoadMonitor() as monitor:
+            time.sleep(sample_s)
+        if monitor.other_cores < threshold_cores or time.monotonic() > deadline:
+            return monitor.other_cores
+        print(f"machine busy ({monitor.other_cores:.2f} cores used by other processes); "
+              "waiting", file=sys.stderr)
+        time.sleep(5)
+
+
+def measure_quietly(measure, max_wait_s: float = 300, threshold_cores: float = 0.25,
+                    attempts: int = 4) -> dict:
+    """Runs measure() (which returns a dict) when the machine is quiet; if other processes
+    used more than threshold_cores during it, discards the figure and measures again (up to
+    `attempts` times). Adds other_cores_before/during and discarded_attempts to the dict."""
+    discarded = []
+    for attempt in range(attempts):
+        before = wait_for_quiet(max_wait_s, threshold_cores)
+        with LoadMonitor() as monitor:
+            result = measure()
+        result.update(other_cores_before=before, other_cores_during=monitor.other_cores)
+        if monitor.other_cores < threshold_cores or attempt == attempts - 1:
+            result["discarded_attempts"] = discarded
+            return result
+        discarded.append({"other_cores_during": monitor.other_cores,
+                          "seconds": result.get("seconds")})
+        print(f"discarding a measurement: other processes used {monitor.other_cores:.2f} "
+              "cores during it", file=sys.stderr)
+
+
+def run_info() -> dict:
+    """Machine, software and provenance facts recorded with every result."""
+    import tensorflow as tf
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, REPO)]
+                            + sys.argv),
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        # Other work lands in the tree while benchmarks run; say so instead of hiding it.
+        "git_tracked_files_modified": bool(dirty) and dirty != "unknown",
+        "nproc": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_gb": _memory_gb(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+    }
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_results(name: str, record: dict, markdown_body: str) -> tuple[str, str]:
+    """Writes results/<name>.json and results/<name>.md; returns their paths."""
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    json_path = os.path.join(RESULTS_DIR, f"{name}.json")
+    md_path = os.path.join(RESULTS_DIR, f"{name}.md")
+    with open(json_path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    info = record["run"]
+    dirty = " (tracked files modified)" if info["git_tracked_files_modified"] else ""
+    header = (f"# {record['title']}\n\n"
+              f"{info['date']}, commit `{info['git_commit']}`{dirty}, {info['nproc']} x "
+              f"{info['cpu_model']}, {info['memory_gb']} GB, TF {info['tensorflow']}, "
+              f"Python {info['python']}.\n\n"
+              f"Command: `{info['command']}`\n\n")
+    with open(md_path, "w") as f:
+        f.write(header + markdown_body.rstrip() + "\n")
+    return json_path, md_path
