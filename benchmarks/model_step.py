@@ -1,0 +1,523 @@
+"""Pre-training step throughput on CPU: examples/s of one ELECTRA train step (generator MLM,
+sampling, discriminator, both losses, backward, AdamW update) at seq 128, ours against
+transformers' PyTorch ELECTRA and TF Model Garden's ELECTRA, measured in the same run.
+
+    .venv/bin/python benchmarks/model_step.py --sizes=small     # about 10 minutes
+    .venv/bin/python benchmarks/model_step.py                   # small and base (base: far longer)
+    .venv/bin/python benchmarks/model_step.py --sizes=small --steps=3 --repeats=1   # a check
+
+Implementations (all with the paper's shapes: discriminator small H 256 / E 128 or base
+H 768 / E 768, generator 1/4 (small) or 1/3 (base) of the hidden size, FFN and heads, with
+the discriminator's embeddings; dropout 0.1 and training mode everywhere):
+- ours: `electra_tf.modeling.pretrainer.ElectraPretrainer`, objective electra, sharing
+  embeddings; a `tf.function` step (GradientTape, `keras.optimizers.AdamW`), and the same
+  step with `jit_compile=True` (XLA), reported as `ours (XLA)`.
+- pytorch: transformers' `ElectraForMaskedLM` generator and `ElectraForPreTraining`
+  discriminator, the generator using the discriminator's embedding module and its LM head
+  tied to the word embeddings; MLM logits at the masked positions only (as the official
+  code and ours compute them; `--torch_full_mlm_logits` computes them at every position,
+  as `ElectraForMaskedLM.forward` does), Gumbel-max sample without gradient, loss
+  mlm + 50 * disc, `torch.optim.AdamW`; eager, torch threads = cores.
+- model_garden: `official.nlp.modeling.models.ElectraPretrainer` over two
+  `networks.BertEncoder`s (the generator reusing the discriminator's word-embedding layer, as
+  the ElectraPretrainTask's tie_embeddings does; Model Garden's "gelu" is its tanh
+  approximation), the loss as `ElectraPretrainTask.build_losses` computes it (mlm +
+  50 * disc), a `tf.function` step with `tf_keras.optimizers.AdamW`.
+
+All use one random batch (written once by the parent, .npz): ~15% of each sequence's tokens
+[MASK]ed (id 103), at most `--max_predictions` masked slots, lengths 3/4 L .. L with padding.
+Each implementation runs in its own subprocess (no shared thread pools or memory; tf_keras
+and Keras 3 never in one process). After `--warmup_steps` (tracing and compiling included),
+a timed run lasts at least `--steps` steps and `--min_seconds`; a run during which other
+processes used more than 0.25 cores is discarded and redone (common.measure_quietly); the
+figure is the median of `--repeats` runs.
+
+Results: benchmarks/results/model_step.{json,md}.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+import common  # noqa: E402
+
+FRAMEWORKS = ("ours", "ours_xla", "pytorch", "model_garden")
+LABELS = {"ours": "ours (tf.function)", "ours_xla": "ours (tf.function, XLA)",
+          "pytorch": "transformers PyTorch", "model_garden": "TF Model Garden"}
+# Goals of the comparison: ours / PyTorch and ours / Model Garden.
+GOALS = {"pytorch": 1.5, "model_garden": 1.2}
+MASK_ID, CLS_ID, SEP_ID = 103, 101, 102
+VOCAB_SIZE = 30522
+DISCRIMINATOR_WEIGHT = 50.0
+LEARNING_RATE, WEIGHT_DECAY, ADAM_EPSILON = 1e-4, 0.01, 1e-6
+
+flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (electra_tf.modeling.config.SIZES).")
+flags.DEFINE_list("frameworks", list(FRAMEWORKS), f"Implementations to time: {FRAMEWORKS}.")
+flags.DEFINE_integer("batch_size", 32, "Examples per step.")
+flags.DEFINE_integer("seq_length", 128, "Sequence length L.")
+flags.DEFINE_integer("max_predictions", 20, "Masked slots per example N.")
+flags.DEFINE_integer("warmup_steps", 3, "Untimed steps first (tracing / compiling included).")
+flags.DEFINE_integer("steps", 10, "Steps timed per run (at least).")
+flags.DEFINE_float("min_seconds", 20.0, "Each timed run also lasts at least this long.")
+flags.DEFINE_integer("repeats", 3, "Timed runs per implementation (median reported).")
+flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timed run, wait up to this long for "
+                   "other processes to leave the CPUs idle (the machine is shared).")
+flags.DEFINE_bool("torch_full_mlm_logits", False, "PyTorch: compute the generator's MLM logits "
+                  "at all L positions (ElectraForMaskedLM.forward) instead of the N masked "
+                  "ones.")
+flags.DEFINE_integer("seed", 0, "Seed of the random batch and of the models' initialisation.")
+# Internal: the parent runs each implementation as `--worker=NAME` in a subprocess.
+flags.DEFINE_enum("worker", None, list(FRAMEWORKS), "Internal: time one implementation.")
+flags.DEFINE_string("worker_size", None, "Internal: the size the worker times.")
+flags.DEFINE_string("batch_file", None, "Internal: the .npz batch the worker uses.")
+flags.DEFINE_string("result_file", None, "Internal: where the worker writes its JSON.")
+FLAGS = flags.FLAGS
+
+
+# ------------------------------------------------------------------------------ the batch
+
+
+def make_batch(batch_size: int, seq_length: int, max_predictions: int, seed: int) -> dict:
+    """A random masked pre-training batch in our pipeline's layout (numpy)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    input_ids = np.zeros((batch_size, seq_length), np.int32)
+    input_mask = np.zeros_like(input_ids)
+    segment_ids = np.zeros_like(input_ids)
+    positions = np.zeros((batch_size, max_predictions), np.int32)
+    ids = np.zeros_like(positions)
+    weights = np.zeros((batch_size, max_predictions), np.float32)
+    for b in range(batch_size):
+        length = int(rng.integers(seq_length * 3 // 4, seq_length + 1))
+        tokens = rng.integers(1000, VOCAB_SIZE, length).astype(np.int32)
+        sep = int(rng.integers(length // 4, length - 2))
+        tokens[[0, sep, length - 1]] = CLS_ID, SEP_ID, SEP_ID
+        input_ids[b, :length] = tokens
+        input_mask[b, :length] = 1
+        segment_ids[b, sep + 1:length] = 1
+        candidates = np.setdiff1d(np.arange(length), [0, sep, length - 1])
+        n = min(max_predictions, max(1, round(0.15 * length)))
+        chosen = np.sort(rng.choice(candidates, n, replace=False))
+        positions[b, :n], ids[b, :n], weights[b, :n] = chosen, tokens[chosen], 1.0
+        input_ids[b, chosen] = MASK_ID
+    return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+            "masked_lm_positions": positions, "masked_lm_ids": ids,
+            "masked_lm_weights": weights}
+
+
+def shapes(size: str) -> tuple:
+    """(discriminator, generator) EncoderConfigs of a size, as ours builds them."""
+    from electra_tf.modeling.config import GENERATOR_FRACTIONS, encoder_config, generator_config
+    discriminator = encoder_config(size, vocab_size=VOCAB_SIZE)
+    return discriminator, generator_config(discriminator, GENERATOR_FRACTIONS[size])
+
+
+# ------------------------------------------------------------------------------ workers
+# Each returns (step function taking the step number and returning the loss as a float-able
+# value, facts about the model); the first call's loss is recorded as a sanity check.
+
+
+def build_ours(batch: dict, size: str, jit_compile: bool):
+    import keras
+    import tensorflow as tf
+
+    from electra_tf.modeling.pretrainer import ElectraPretrainer
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    discriminator, generator = shapes(size)
+    model = ElectraPretrainer(discriminator, generator, objective="electra",
+                              sharing="embeddings", seed=FLAGS.seed)
+    variables = model.trainable_variables
+    optimizer = keras.optimizers.AdamW(LEARNING_RATE, weight_decay=WEIGHT_DECAY,
+                                       epsilon=ADAM_EPSILON)
+    optimizer.build(variables)
+    batch = {k: tf.constant(v) for k, v in batch.items()}
+
+    @tf.function(jit_compile=jit_compile)
+    def train_step(batch, step):
+        with tf.GradientTape() as tape:
+            out = model(batch, step=step, training=True)
+            loss = out["loss"]
+        grads = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+
+    def step(i):
+        return train_step(batch, tf.constant(i, tf.int32))
+
+    return step, {"parameters": sum(int(v.shape.num_elements()) for v in variables),
+                  "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
+
+
+def build_model_garden(batch: dict, size: str):
+    import tensorflow as tf
+    import tf_keras
+    from official.modeling import tf_utils
+    from official.nlp.modeling import models, networks
+
+    tf_keras.utils.set_random_seed(FLAGS.seed)
+    discriminator, generator = shapes(size)
+
+    def encoder(config, embedding_layer=None):
+        # As official.nlp.configs.encoders.build_encoder builds type "bert".
+        return networks.BertEncoder(
+            vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+            num_layers=config.num_layers, num_attention_heads=config.num_heads,
+            intermediate_size=config.intermediate_size,
+            activation=tf_utils.get_activation("gelu"), dropout_rate=config.dropout_rate,
+            attention_dropout_rate=config.attention_dropout_rate,
+            max_sequence_length=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            initializer=tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range),
+            embedding_width=config.embedding_width, embedding_layer=embedding_layer,
+            dict_outputs=True)
+
+    discriminator_network = encoder(discriminator)
+    generator_network = encoder(generator, discriminator_network.get_embedding_layer())
+    model = models.ElectraPretrainer(
+        generator_network=generator_network, discriminator_network=discriminator_network,
+        vocab_size=generator.vocab_size, num_classes=2,
+        num_token_predictions=FLAGS.max_predictions,
+        mlm_activation=tf_utils.get_activation("gelu"),
+        mlm_initializer=tf_keras.initializers.TruncatedNormal(
+            stddev=generator.initializer_range))
+    inputs = {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
+              "input_type_ids": batch["segment_ids"],
+              **{k: batch[k] for k in ("masked_lm_positions", "masked_lm_ids",
+                                       "masked_lm_weights")}}
+    inputs = {k: tf.constant(v) for k, v in inputs.items()}
+    model(inputs, training=True)  # builds the heads
+    variables = model.trainable_variables
+    optimizer = tf_keras.optimizers.AdamW(LEARNING_RATE, weight_decay=WEIGHT_DECAY,
+                                          epsilon=ADAM_EPSILON)
+
+    def build_losses(labels, outputs):
+        # ElectraPretrainTask.build_losses without the metrics (no NSP labels here).
+        lm_losses = tf_keras.losses.sparse_categorical_crossentropy(
+            labels["masked_lm_ids"], tf.cast(outputs["lm_outputs"], tf.float32),
+            from_logits=True)
+        weights = labels["masked_lm_weights"]
+        mlm = tf.math.divide_no_nan(tf.reduce_sum(lm_losses * weights), tf.reduce_sum(weights))
+        rtd = tf.nn.sigmoid_cross_entropy_with_logits(
+            logits=outputs["disc_logits"], labels=tf.cast(outputs["disc_label"], tf.float32))
+        mask = tf.cast(labels["input_mask"], tf.float32)
+        disc = tf.math.divide_no_nan(tf.reduce_sum(mask * rtd), tf.reduce_sum(mask))
+        return mlm + DISCRIMINATOR_WEIGHT * disc
+
+    @tf.function
+    def train_step(inputs):
+        with tf.GradientTape() as tape:
+            loss = build_losses(inputs, model(inputs, training=True))
+        grads = tape.gradient(loss, variables)
+        # The pooler and the generator's sentence head are not in the loss: no gradient.
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
+        return loss
+
+    import official
+    return (lambda i: train_step(inputs)), {
+        "parameters": sum(int(v.shape.num_elements()) for v in variables),
+        "versions": {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
+                     "tf-models-official": getattr(official, "__version__", None)
+                     or _package_version("tf-models-official")}}
+
+
+def build_pytorch(batch: dict, size: str):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    torch.set_num_threads(os.cpu_count())
+    torch.manual_seed(FLAGS.seed)
+    discriminator, generator = shapes(size)
+
+    def hf_config(c):
+        return ElectraConfig(
+            vocab_size=c.vocab_size, embedding_size=c.embedding_width,
+            hidden_size=c.hidden_size, num_hidden_layers=c.num_layers,
+            num_attention_heads=c.num_heads, intermediate_size=c.intermediate_size,
+            hidden_act="gelu", hidden_dropout_prob=c.dropout_rate,
+            attention_probs_dropout_prob=c.attention_dropout_rate,
+            max_position_embeddings=c.max_position_embeddings,
+            type_vocab_size=c.type_vocab_size, initializer_range=c.initializer_range,
+            layer_norm_eps=c.layer_norm_epsilon)
+
+    disc = ElectraForPreTraining(hf_config(discriminator))
+    gen = ElectraForMaskedLM(hf_config(generator))
+    # Tied embeddings (the paper, run_pretraining.py): the generator reads the
+    # discriminator's embedding block, and its LM head projects onto the same table.
+    gen.electra.embeddings = disc.electra.embeddings
+    gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
+    gen.train()
+    disc.train()
+    params = list({id(p): p for m in (gen, disc) for p in m.parameters()}.values())
+    optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY,
+                                  eps=ADAM_EPSILON)
+
+    t = {k: torch.from_numpy(v) for k, v in batch.items()}
+    input_ids, input_mask = t["input_ids"].long(), t["input_mask"].long()
+    segment_ids, positions = t["segment_ids"].long(), t["masked_lm_positions"].long()
+    ids, weights = t["masked_lm_ids"].long(), t["masked_lm_weights"]
+    real = weights > 0
+    # The unmasked input: the original ids written back at the masked positions.
+    original = input_ids.scatter(1, positions,
+                                 torch.where(real, ids, input_ids.gather(1, positions)))
+    mask_f = input_mask.float()
+    full_logits = FLAGS.torch_full_mlm_logits
+
+    def train_step(i):
+        optimizer.zero_grad(set_to_none=True)
+        if full_logits:
+            logits = gen(input_ids, attention_mask=input_mask,
+                         token_type_ids=segment_ids).logits                     # [B, L, V]
+            logits = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+        else:
+            hidden = gen.electra(input_ids, attention_mask=input_mask,
+                                 token_type_ids=segment_ids).last_hidden_state  # [B, L, Hg]
+            hidden = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+            logits = gen.generator_lm_head(gen.generator_predictions(hidden))    # [B, N, V]
+        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1),
+                                 reduction="none").view_as(weights)
+        mlm = (losses * weights).sum() / (weights.sum() + 1e-6)
+        with torch.no_grad():
+            uniform = torch.rand_like(logits).clamp_(min=1e-9)
+            sampled = torch.argmax(logits - torch.log(-torch.log(uniform)), -1)  # [B, N]
+            fake = original.scatter(1, positions,
+                                    torch.where(real, sampled, original.gather(1, positions)))
+            labels = (fake != original).float()
+        disc_logits = disc(fake, attention_mask=input_mask,
+                           token_type_ids=segment_ids).logits                   # [B, L]
+        disc_losses = F.binary_cross_entropy_with_logits(disc_logits, labels, reduction="none")
+        disc_loss = (disc_losses * mask_f).sum() / (mask_f.sum() + 1e-6)
+        loss = mlm + DISCRIMINATOR_WEIGHT * disc_loss
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return train_step, {"parameters": sum(p.numel() for p in params),
+                        "torch_threads": torch.get_num_threads(),
+                        "versions": {"torch": torch.__version__,
+                                     "transformers": transformers.__version__}}
+
+
+def _package_version(name: str):
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_worker() -> int:
+    import numpy as np
+    with np.load(FLAGS.batch_file) as data:
+        batch = {k: data[k] for k in data.files}
+    batch_size = batch["input_ids"].shape[0]
+    name, size = FLAGS.worker, FLAGS.worker_size
+    start = time.perf_counter()
+    if name in ("ours", "ours_xla"):
+        step, facts = build_ours(batch, size, jit_compile=name == "ours_xla")
+    elif name == "model_garden":
+        step, facts = build_model_garden(batch, size)
+    else:
+        step, facts = build_pytorch(batch, size)
+    build_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    first_loss = float(step(0))
+    first_step_s = time.perf_counter() - start
+    for i in range(1, FLAGS.warmup_steps):
+        float(step(i))
+    warmup_s = time.perf_counter() - start
+    counter = [FLAGS.warmup_steps]
+
+    def measure():
+        start = time.perf_counter()
+        steps = 0
+        while steps < FLAGS.steps or time.perf_counter() - start < FLAGS.min_seconds:
+            loss = step(counter[0])
+            counter[0] += 1
+            steps += 1
+        loss = float(loss)  # the last step has finished
+        seconds = time.perf_counter() - start
+        return {"seconds": seconds, "steps": steps,
+                "examples_per_s": steps * batch_size / seconds, "last_loss": loss}
+
+    runs = []
+    for r in range(FLAGS.repeats):
+        run = common.measure_quietly(measure, FLAGS.max_wait_quiet_s)
+        runs.append(run)
+        print(f"  {LABELS[name]}, {size}, run {r + 1}/{FLAGS.repeats}: "
+              f"{run['examples_per_s']:.2f} examples/s ({run['steps']} steps in "
+              f"{run['seconds']:.1f} s; other processes {run['other_cores_during']:.2f} cores)",
+              file=sys.stderr, flush=True)
+    median = statistics.median(r["examples_per_s"] for r in runs)
+    result = {"name": name, "label": LABELS[name], "size": size, "batch_size": batch_size,
+              "examples_per_s": median, "ms_per_step": batch_size / median * 1e3,
+              "all_examples_per_s": [round(r["examples_per_s"], 3) for r in runs],
+              "other_cores_during": max(r["other_cores_during"] for r in runs),
+              "discarded_attempts": sum(len(r["discarded_attempts"]) for r in runs),
+              "first_loss": first_loss, "build_s": build_s, "first_step_s": first_step_s,
+              "warmup_s": warmup_s, "runs": runs, **facts}
+    with open(FLAGS.result_file, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+# ------------------------------------------------------------------------------ the parent
+
+
+def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | None:
+    result_file = os.path.join(workdir, f"{name}_{size}.json")
+    passed = ("warmup_steps", "steps", "min_seconds", "repeats", "max_wait_quiet_s",
+              "torch_full_mlm_logits", "seed", "max_predictions")
+    command = [sys.executable, os.path.abspath(__file__), f"--worker={name}",
+               f"--worker_size={size}", f"--batch_file={batch_file}",
+               f"--result_file={result_file}"]
+    command += [f"--{f}={FLAGS[f].value}" for f in passed]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "USE_TF": "0", "USE_TORCH": "1",
+           "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+    print(f"{LABELS[name]}, {size}: building, warming up, timing", flush=True)
+    proc = subprocess.run(command, env=env, cwd=common.REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("  ")]
+    if progress:
+        print("\n".join(progress), flush=True)
+    if proc.returncode or not os.path.exists(result_file):
+        print(f"error: {LABELS[name]}, {size} failed (exit {proc.returncode}); its output "
+              "ends:\n" + "\n".join(proc.stdout.splitlines()[-30:]), file=sys.stderr)
+        return None
+    with open(result_file) as f:
+        return json.load(f)
+
+
+def _run_info() -> dict:
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # the parent imports TF only for its version
+    info = common.run_info()
+    # The model under test may not be committed yet; say so next to the commit.
+    status = subprocess.run(["git", "status", "--porcelain", "--", "electra_tf"],
+                            cwd=common.REPO, capture_output=True, text=True)
+    info["electra_tf_uncommitted"] = [line.strip() for line in status.stdout.splitlines()
+                                      if line.strip()]
+    return info
+
+
+def main(argv):
+    del argv
+    if FLAGS.worker:
+        return run_worker()
+    import numpy as np
+
+    from electra_tf.modeling.config import SIZES
+    unknown = ([s for s in FLAGS.sizes if s not in SIZES]
+               + [f for f in FLAGS.frameworks if f not in FRAMEWORKS])
+    if unknown:
+        print(f"error: unknown --sizes/--frameworks entries {unknown}; sizes are "
+              f"{', '.join(SIZES)} and frameworks {', '.join(FRAMEWORKS)}", file=sys.stderr)
+        return 1
+    results, failed = [], []
+    with tempfile.TemporaryDirectory(prefix="model_step_") as workdir:
+        batch = make_batch(FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions,
+                           FLAGS.seed)
+        batch_file = os.path.join(workdir, "batch.npz")
+        np.savez(batch_file, **batch)
+        masked = batch["masked_lm_weights"].sum() / batch["input_mask"].sum()
+        print(f"batch: {FLAGS.batch_size} x {FLAGS.seq_length}, {batch['input_mask'].mean():.0%}"
+              f" real tokens, {masked:.1%} of them masked, {FLAGS.max_predictions} slots")
+        for size in FLAGS.sizes:
+            for name in FLAGS.frameworks:
+                r = run_child(name, size, batch_file, workdir)
+                if r is None:
+                    failed.append(f"{name} ({size})")
+                    continue
+                results.append(r)
+                print(f"{LABELS[name]}, {size}: {r['examples_per_s']:.2f} examples/s "
+                      f"(runs {r['all_examples_per_s']}; first loss {r['first_loss']:.2f}; "
+                      f"{r['parameters']:,} parameters; other processes "
+                      f"{r['other_cores_during']:.2f} cores)", flush=True)
+
+    ratios = []
+    for size in FLAGS.sizes:
+        by_name = {r["name"]: r for r in results if r["size"] == size}
+        for ours in ("ours", "ours_xla"):
+            for base in ("pytorch", "model_garden"):
+                if ours in by_name and base in by_name:
+                    ratio = by_name[ours]["examples_per_s"] / by_name[base]["examples_per_s"]
+                    ratios.append({"size": size, "ours": ours, "baseline": base,
+                                   "ratio": ratio, "goal": GOALS[base],
+                                   "met": ratio >= GOALS[base]})
+
+    rows = [[r["size"], r["label"], f"{r['examples_per_s']:.2f}", f"{r['ms_per_step']:,.0f}",
+             ", ".join(f"{x:.2f}" for x in r["all_examples_per_s"]),
+             f"{r['parameters'] / 1e6:.2f}M", f"{r['first_loss']:.2f}",
+             f"{r['first_step_s']:.0f}", f"{r['other_cores_during']:.2f}"] for r in results]
+    table = common.markdown_table(
+        ["size", "implementation", "examples/s", "ms/step", "runs (examples/s)", "parameters",
+         "first loss", "first step (s)", "other processes (cores)"], rows)
+    ratio_rows = [[x["size"], LABELS[x["ours"]], LABELS[x["baseline"]], f"{x['ratio']:.2f}x",
+                   f">= {x['goal']}x", "met" if x["met"] else "not met"] for x in ratios]
+    ratio_table = common.markdown_table(["size", "ours", "against", "ratio", "goal", ""],
+                                        ratio_rows)
+    notes = [
+        f"Batch {FLAGS.batch_size} x seq {FLAGS.seq_length}, {FLAGS.max_predictions} masked "
+        f"slots, one random batch for all ({masked:.1%} of real tokens [MASK]ed, "
+        f"{batch['input_mask'].mean():.0%} of positions real). One train step = generator "
+        "forward, sample, discriminator forward, mlm + 50 * disc, backward, AdamW update "
+        f"(lr {LEARNING_RATE:g}, weight decay {WEIGHT_DECAY:g}); dropout 0.1 on.",
+        f"After {FLAGS.warmup_steps} warm-up steps, each run times at least {FLAGS.steps} "
+        f"steps and {FLAGS.min_seconds:g} s; median of {FLAGS.repeats} runs; examples/s = "
+        "steps x batch / seconds. Each implementation runs in its own process.",
+        "The headline is `ours (tf.function)`: the same kind of step as Model Garden's "
+        "(tf.function, no XLA); `ours (tf.function, XLA)` is the same step with "
+        "jit_compile=True.",
+        "PyTorch: transformers ElectraForMaskedLM + ElectraForPreTraining, embeddings "
+        "shared, eager, torch threads = cores; MLM logits "
+        + ("at all positions (ElectraForMaskedLM.forward)." if FLAGS.torch_full_mlm_logits
+           else "at the masked positions only (like ours; ElectraForMaskedLM.forward would "
+                "compute them at all L positions)."),
+        "Model Garden: models.ElectraPretrainer over networks.BertEncoder (word embeddings "
+        "shared, tanh-approximate GELU, its unused NSP-style generator head and poolers "
+        "built but outside the loss), loss as ElectraPretrainTask.build_losses.",
+        "'parameters' are the trainable ones (shared tensors once); 'first loss' is the loss "
+        "of the first step (about ln V + 50 ln 2 = 45 at initialisation).",
+        f"'other processes' is the CPU other programs on this shared {os.cpu_count()}-core "
+        "machine used during the timed runs (max over the kept runs; a run during which they "
+        "used more than 0.25 cores is discarded and redone, up to 4 times).",
+    ]
+    if failed:
+        notes.append("Failed (see the command's output): " + ", ".join(failed) + ".")
+    info = _run_info()
+    if info["electra_tf_uncommitted"]:
+        notes.append("electra_tf had uncommitted changes (" + ", ".join(
+            f"`{x}`" for x in info["electra_tf_uncommitted"]) + "): the figures are of the "
+            f"working tree, not of commit {info['git_commit']} alone.")
+    record = {
+        "title": "Pre-training train-step throughput on CPU (ours vs PyTorch vs Model Garden)",
+        "run": info,
+        "settings": {f: FLAGS[f].value for f in (
+            "sizes", "frameworks", "batch_size", "seq_length", "max_predictions",
+            "warmup_steps", "steps", "min_seconds", "repeats", "torch_full_mlm_logits",
+            "seed")},
+        "results": results, "ratios": ratios, "failed": failed,
+    }
+    body = (table + "\n\n" + ratio_table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    paths = common.write_results("model_step", record, body)
+    print(table)
+    print(ratio_table)
+    print("\n".join(notes))
+    print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    app.run(main)

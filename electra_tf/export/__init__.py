@@ -1,0 +1,1 @@
+"""Moving trained weights out of (and into) this package: HuggingFace transformers' ELECTRA."""

@@ -1,0 +1,1 @@
+"""ELECTRA networks and objectives (Keras 3): config, layers, encoder, pretrainer, metrics."""

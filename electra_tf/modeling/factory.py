@@ -1,0 +1,43 @@
+"""The gin boundary of the models: `pretrainer` builds an ElectraPretrainer from plain
+values, so gin files (gin/tiny.gin .. large.gin, gin/ablations/) can bind every shape and
+option, and a custom size is a few bindings."""
+
+import gin
+
+from electra_tf.modeling.config import EncoderConfig, generator_config
+from electra_tf.modeling.pretrainer import ElectraPretrainer
+
+
+@gin.configurable("pretrainer", denylist=["vocab_size"])
+def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers: int = 12,
+                     num_heads: int = 4, intermediate_size: int = 1024,
+                     embedding_size: int | None = 128, max_position_embeddings: int = 512,
+                     dropout_rate: float = 0.1, attention_dropout_rate: float = 0.1,
+                     generator_hidden_fraction: float = 0.25,
+                     generator_layers_fraction: float = 1.0, objective: str = "electra",
+                     sharing: str = "embeddings", algorithm: str = "joint",
+                     generator_weight: float = 1.0, discriminator_weight: float | None = None,
+                     learn_loss_weights: bool = False, temperature: float = 1.0,
+                     disallow_correct: bool = False, uniform_generator: bool = False,
+                     adversarial_mle_weight: float = 0.0, mask_prob: float = 0.15,
+                     cls_id: int = 101, sep_id: int = 102, seed: int = 0) -> ElectraPretrainer:
+    """An ElectraPretrainer; the defaults are ELECTRA-Small. `vocab_size` comes from the
+    data (metadata.json), not from gin. See ElectraPretrainer for the options."""
+    discriminator = EncoderConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+        num_heads=num_heads, intermediate_size=intermediate_size,
+        embedding_size=embedding_size, max_position_embeddings=max_position_embeddings,
+        dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate)
+    generator = None
+    if objective != "mlm" and not uniform_generator:
+        generator = generator_config(discriminator, generator_hidden_fraction,
+                                     generator_layers_fraction)
+        if sharing == "all" and generator_hidden_fraction == 1 and generator_layers_fraction == 1:
+            generator = discriminator
+    return ElectraPretrainer(
+        discriminator, generator, objective=objective, sharing=sharing, algorithm=algorithm,
+        generator_weight=generator_weight, discriminator_weight=discriminator_weight,
+        learn_loss_weights=learn_loss_weights, temperature=temperature,
+        disallow_correct=disallow_correct, uniform_generator=uniform_generator,
+        adversarial_mle_weight=adversarial_mle_weight, mask_prob=mask_prob, cls_id=cls_id,
+        sep_id=sep_id, seed=seed)

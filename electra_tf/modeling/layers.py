@@ -1,0 +1,174 @@
+"""The BERT building blocks ELECTRA uses: embeddings, self-attention, the transformer block,
+and the two pre-training heads.
+
+Everything is exact BERT: erf GELU, LayerNorm epsilon from the config, truncated-normal
+initialisation, post-LayerNorm residual blocks. Kernels are [in, out] as in TF1 checkpoints.
+Under a mixed-precision policy the attention softmax and LayerNorm run in float32 (Keras'
+LayerNormalization already does) and the heads return float32 logits.
+"""
+
+import keras
+from keras import ops
+
+from electra_tf.modeling.config import EncoderConfig
+
+
+def gelu(x):
+    """The exact (erf) GELU of BERT and ELECTRA, not the tanh approximation."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+def initializer(config: EncoderConfig):
+    return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
+
+def _dense(units: int, config: EncoderConfig, name: str, activation=None):
+    return keras.layers.Dense(units, activation=activation, kernel_initializer=initializer(config),
+                              name=name)
+
+
+def _layer_norm(config: EncoderConfig, name: str = "LayerNorm"):
+    return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
+
+
+class Embeddings(keras.layers.Layer):
+    """Word + position + token-type embeddings, then LayerNorm and dropout.
+
+    Inputs: input_ids, segment_ids int [B, L]. Output [B, L, E]. `word_embeddings` [V, E] is
+    the table the masked-LM heads tie their output projection to.
+    """
+
+    def __init__(self, config: EncoderConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        width = config.embedding_width
+        self.word_embeddings = self.add_weight(
+            (config.vocab_size, width), initializer(config), name="word_embeddings")
+        self.position_embeddings = self.add_weight(
+            (config.max_position_embeddings, width), initializer(config),
+            name="position_embeddings")
+        self.token_type_embeddings = self.add_weight(
+            (config.type_vocab_size, width), initializer(config), name="token_type_embeddings")
+        self.layer_norm = _layer_norm(config)
+        self.layer_norm.build((None, None, width))
+        self.dropout = keras.layers.Dropout(config.dropout_rate)
+
+    def call(self, input_ids, segment_ids, training=False):
+        length = ops.shape(input_ids)[1]
+        x = (ops.take(self.word_embeddings, input_ids, axis=0)
+             + ops.take(self.token_type_embeddings, segment_ids, axis=0)
+             + self.position_embeddings[None, :length])
+        return self.dropout(self.layer_norm(x), training=training)
+
+
+class SelfAttention(keras.layers.Layer):
+    """Multi-head self-attention with BERT's output block: dense, dropout, residual, LayerNorm.
+
+    Inputs: x [B, L, H]; attention_bias [B, 1, L, L] (0 where attending is allowed, a large
+    negative number elsewhere). Output [B, L, H].
+    """
+
+    def __init__(self, config: EncoderConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        h = config.hidden_size
+        self.query = _dense(h, config, "query")
+        self.key = _dense(h, config, "key")
+        self.value = _dense(h, config, "value")
+        self.output_dense = _dense(h, config, "output_dense")
+        self.layer_norm = _layer_norm(config)
+        self.attention_dropout = keras.layers.Dropout(config.attention_dropout_rate)
+        self.dropout = keras.layers.Dropout(config.dropout_rate)
+
+    def build(self, input_shape):
+        for layer in (self.query, self.key, self.value, self.output_dense):
+            layer.build(input_shape)
+        self.layer_norm.build(input_shape)
+
+    def _heads(self, x):
+        """[B, L, H] -> [B, heads, L, head_size]."""
+        b, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (b, length, self.config.num_heads, self.config.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def call(self, x, attention_bias, training=False):
+        q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # [B, heads, L, L]
+        # Keras casts the bias argument to the compute dtype; the softmax runs in float32.
+        scores = (ops.cast(scores, "float32") * (self.config.head_size ** -0.5)
+                  + ops.cast(attention_bias, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = self.attention_dropout(probs, training=training)
+        context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, L, heads, size]
+        context = ops.reshape(context, ops.shape(x))
+        out = self.dropout(self.output_dense(context), training=training)
+        return self.layer_norm(out + x)
+
+
+class TransformerBlock(keras.layers.Layer):
+    """BERT's post-LayerNorm block: self-attention, then GELU feed-forward with residual and
+    LayerNorm. Input and output [B, L, H]."""
+
+    def __init__(self, config: EncoderConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = SelfAttention(config, name="attention")
+        self.intermediate = _dense(config.intermediate_size, config, "intermediate", gelu)
+        self.output_dense = _dense(config.hidden_size, config, "output_dense")
+        self.layer_norm = _layer_norm(config)
+        self.dropout = keras.layers.Dropout(config.dropout_rate)
+
+    def build(self, input_shape):
+        self.attention.build(input_shape)
+        self.intermediate.build(input_shape)
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate.units,))
+        self.layer_norm.build(input_shape)
+
+    def call(self, x, attention_bias, training=False):
+        x = self.attention(x, attention_bias, training=training)
+        out = self.dropout(self.output_dense(self.intermediate(x)), training=training)
+        return self.layer_norm(out + x)
+
+
+class MaskedLMHead(keras.layers.Layer):
+    """The generator's head: dense(E, gelu) -> LayerNorm -> tied projection onto the word
+    embeddings + an output bias.
+
+    Inputs: hidden [B, N, H] (any width), word_embeddings [V, E]. Output float32 [B, N, V].
+    """
+
+    def __init__(self, config: EncoderConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        self.dense = _dense(config.embedding_width, config, "dense", gelu)
+        self.layer_norm = _layer_norm(config)
+        self.output_bias = self.add_weight((config.vocab_size,), "zeros", name="output_bias",
+                                           autocast=False)
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.layer_norm.build(tuple(input_shape[:-1]) + (self.config.embedding_width,))
+
+    def call(self, hidden, word_embeddings):
+        hidden = self.layer_norm(self.dense(hidden))
+        table = ops.cast(word_embeddings, hidden.dtype)
+        logits = ops.matmul(hidden, ops.transpose(table))
+        return ops.add(ops.cast(logits, "float32"), self.output_bias)
+
+
+class DiscriminatorHead(keras.layers.Layer):
+    """dense(H, gelu) -> dense(1): one replaced-token logit per position.
+
+    Input [B, L, H]; output float32 [B, L] (positive means replaced).
+    """
+
+    def __init__(self, config: EncoderConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = _dense(config.hidden_size, config, "dense", gelu)
+        self.dense_prediction = _dense(1, config, "dense_prediction")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.dense_prediction.build(tuple(input_shape[:-1]) + (self.dense.units,))
+
+    def call(self, hidden):
+        return ops.cast(ops.squeeze(self.dense_prediction(self.dense(hidden)), -1), "float32")

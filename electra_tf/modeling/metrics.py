@@ -1,0 +1,65 @@
+"""Pre-training metrics, under the TensorBoard tags of ARCHITECTURE.md.
+
+`PretrainingMetrics.update(outputs)` reads the dict an `ElectraPretrainer` call returns;
+`result()` gives {tag: value} for the steps since the last `reset()`.
+"""
+
+import keras
+import tensorflow as tf
+
+
+class PretrainingMetrics:
+    """Running means of the losses and accuracies, and the discriminator's AUC, precision
+    and recall at probability 0.5, each weighted by real tokens (or real masked slots)."""
+
+    def __init__(self):
+        mean = keras.metrics.Mean
+        self.metrics = {
+            "loss/total": mean(), "loss/generator": mean(), "loss/discriminator": mean(),
+            "generator/mlm_accuracy": mean(), "generator/sampled_accuracy": mean(),
+            "discriminator/accuracy": mean(), "discriminator/replaced_fraction": mean(),
+            "discriminator/auc": keras.metrics.AUC(num_thresholds=200),
+            "discriminator/precision": keras.metrics.Precision(thresholds=0.5),
+            "discriminator/recall": keras.metrics.Recall(thresholds=0.5),
+        }
+        self._updated = set()  # tags the objective produces (known once update is traced)
+
+    @property
+    def variables(self):
+        return [v for m in self.metrics.values() for v in m.variables]
+
+    def update(self, outputs: dict):
+        m = self.metrics
+        self._updated.update(["loss/total", "loss/generator", "loss/discriminator",
+                              "generator/mlm_accuracy"])
+        m["loss/total"].update_state(outputs["loss"])
+        m["loss/generator"].update_state(outputs["generator_loss"])
+        m["loss/discriminator"].update_state(outputs["discriminator_loss"])
+        ids, weights = outputs["masked_lm_ids"], outputs["masked_lm_weights"]
+        predicted = tf.argmax(outputs["mlm_logits"], -1, output_type=ids.dtype)
+        m["generator/mlm_accuracy"].update_state(tf.cast(predicted == ids, tf.float32),
+                                                 sample_weight=weights)
+        if "sampled_ids" in outputs:
+            self._updated.add("generator/sampled_accuracy")
+            m["generator/sampled_accuracy"].update_state(
+                tf.cast(tf.cast(outputs["sampled_ids"], ids.dtype) == ids, tf.float32),
+                sample_weight=weights)
+        if "discriminator_logits" in outputs:
+            self._updated.update(t for t in m if t.startswith("discriminator/"))
+            labels = tf.cast(outputs["discriminator_labels"], tf.float32)
+            weights = outputs["discriminator_weights"]
+            probs = tf.sigmoid(outputs["discriminator_logits"])
+            correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
+            m["discriminator/accuracy"].update_state(correct, sample_weight=weights)
+            m["discriminator/replaced_fraction"].update_state(labels, sample_weight=weights)
+            for name in ("auc", "precision", "recall"):
+                m["discriminator/" + name].update_state(labels, probs, sample_weight=weights)
+
+    def result(self) -> dict:
+        """{tag: float} of the metrics the objective's outputs feed."""
+        return {tag: float(metric.result()) for tag, metric in self.metrics.items()
+                if tag in self._updated}
+
+    def reset(self):
+        for metric in self.metrics.values():
+            metric.reset_state()

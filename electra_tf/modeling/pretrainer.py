@@ -1,0 +1,426 @@
+"""ELECTRA pre-training: a masked-LM generator fills the masked positions with samples, a
+discriminator tells every token replaced or original; the paper's variants beside it.
+
+The algorithm, one step (shapes: B batch, L length, N masked slots, V vocab):
+
+    logits  = generator(masked input) at the masked positions          [B, N, V]
+    sampled = Gumbel-max sample of logits / temperature (no gradient)   [B, N]
+    fake    = original input with `sampled` written at the positions    [B, L]
+    labels  = fake != original                                          [B, L]
+    loss    = 1 * MLM(logits) + 50 * sigmoid-CE(discriminator(fake), labels)
+
+`electra` below is exactly that; the other objectives of the paper's efficiency study
+(`mlm`, `electra_15`, `replace_mlm`, `all_tokens_mlm`) and Electric are small functions
+beside it. The batch is what `electra_tf.data.pipeline` yields: input_ids (masked),
+input_mask, segment_ids [B, L]; masked_lm_positions, masked_lm_ids, masked_lm_weights [B, N].
+"""
+
+import dataclasses
+import math
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from electra_tf.modeling.config import EncoderConfig
+from electra_tf.modeling.encoder import Encoder
+from electra_tf.modeling.layers import DiscriminatorHead, MaskedLMHead, initializer
+from electra_tf.modeling.tensors import gather_positions, sample_from_logits, scatter_positions
+
+SHARING = ("none", "embeddings", "all")
+OBJECTIVES = ("electra", "mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "electric")
+ALGORITHMS = ("joint", "two_stage", "adversarial")
+# Phases of a step: joint training, or the two stages of `two_stage`.
+PHASES = ("joint", "generator", "discriminator")
+
+
+# ------------------------------------------------------------------------------ losses
+
+
+def masked_lm_loss(logits, ids, weights):
+    """Cross-entropy of logits [B, N, V] against ids [B, N], averaged over weights [B, N]."""
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
+    return tf.reduce_sum(losses * weights) / (tf.reduce_sum(weights) + 1e-6)
+
+
+def replaced_token_loss(logits, labels, weights):
+    """Sigmoid cross-entropy of logits [B, L] against 0/1 labels, averaged over weights."""
+    losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32),
+                                                     logits=logits)
+    return tf.reduce_sum(losses * weights) / (tf.reduce_sum(weights) + 1e-6)
+
+
+def _token_log_prob(logits, ids):
+    """log softmax(logits)[ids]: logits [..., V], ids [...] -> [...]."""
+    log_probs = tf.nn.log_softmax(logits)
+    return tf.gather(log_probs, ids, batch_dims=len(ids.shape))
+
+
+# ------------------------------------------------------------------------------ model
+
+
+class ElectraPretrainer(keras.Model):
+    """Generator + discriminator of ELECTRA (and the paper's variants) with their losses.
+
+    Args:
+      discriminator: shape of the discriminator (the network that is fine-tuned).
+      generator: shape of the generator (see `config.generator_config`); None for
+        objectives without a generator (`mlm`) or with `uniform_generator`. With
+        `sharing="all"` it must equal `discriminator` (or be None).
+      objective: one of OBJECTIVES.
+      sharing: "embeddings" (the official default: the whole embedding block), "none", or
+        "all" (generator and discriminator are one network).
+      algorithm: "joint" (the official), "two_stage" (run phase "generator" then phase
+        "discriminator"; see `init_discriminator_from_generator`), or "adversarial" (the
+        generator is trained by policy gradient to fool the discriminator).
+      generator_weight, discriminator_weight: the loss weights. The discriminator side
+        defaults to 50 (the paper) for the binary objectives (electra, electra_15,
+        electric) and to 1 where it is a token-prediction loss (replace_mlm,
+        all_tokens_mlm).
+      learn_loss_weights: learn the balance instead: total = sum_i exp(-s_i) L_i + s_i
+        (Kendall et al.'s uncertainty weighting) with s_i starting at -log(weight_i).
+      temperature: sampling temperature of the generator's softmax.
+      disallow_correct: never sample the original token.
+      uniform_generator: sample replacements uniformly (the paper's baseline); no generator.
+      adversarial_mle_weight: with `adversarial`, also train the generator with this much MLM.
+      mask_prob: the pipeline's masking probability (Electric's noise ratio needs it).
+      cls_id, sep_id: special ids (Electric's cloze loss skips them).
+      seed: base of the stateless sampling seed; a step's seed is (seed, step).
+
+    Call: `outputs = model(batch, step=step, training=True, phase="joint")`; outputs is a
+    dict with `loss` (the total to minimise), `generator_loss`, `discriminator_loss` and the
+    tensors `electra_tf.modeling.metrics` reads.
+
+    Example:
+      >>> d = encoder_config("tiny")
+      >>> model = ElectraPretrainer(d, generator_config(d, 0.25))
+      >>> outputs = model(batch, step=0, training=True)
+      >>> outputs["loss"]
+    """
+
+    def __init__(self, discriminator: EncoderConfig, generator: EncoderConfig | None = None,
+                 objective: str = "electra", sharing: str = "embeddings",
+                 algorithm: str = "joint", generator_weight: float = 1.0,
+                 discriminator_weight: float | None = None, learn_loss_weights: bool = False,
+                 temperature: float = 1.0, disallow_correct: bool = False,
+                 uniform_generator: bool = False, adversarial_mle_weight: float = 0.0,
+                 mask_prob: float = 0.15, cls_id: int = 101, sep_id: int = 102,
+                 seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        _check_choice("objective", objective, OBJECTIVES)
+        _check_choice("sharing", sharing, SHARING)
+        _check_choice("algorithm", algorithm, ALGORITHMS)
+        needs_generator = objective != "mlm" and not uniform_generator
+        if needs_generator and generator is None and sharing != "all":
+            raise ValueError(f"objective={objective} needs a generator config; pass "
+                             "generator=generator_config(discriminator, fraction)")
+        if sharing == "all" and generator is not None and generator != discriminator:
+            raise ValueError("sharing='all' makes generator and discriminator one network; "
+                             "use a generator of the discriminator's size (fraction 1.0)")
+        if algorithm == "two_stage" and (generator is None or sharing == "all"
+                                         or dataclasses.replace(generator, embedding_size=None)
+                                         != dataclasses.replace(discriminator,
+                                                                embedding_size=None)):
+            raise ValueError("algorithm='two_stage' initialises the discriminator from the "
+                             "generator: use a generator of the discriminator's size "
+                             "(fraction 1.0) and sharing 'embeddings' or 'none'")
+        if algorithm != "joint" and objective != "electra":
+            raise ValueError(f"algorithm={algorithm} is defined for objective='electra'")
+        if objective == "electric" and sharing == "all":
+            raise ValueError("Electric's generator is a two-tower cloze model; it cannot share "
+                             "all weights with the discriminator: use sharing 'embeddings'")
+        if discriminator_weight is None:
+            discriminator_weight = 1.0 if objective in ("replace_mlm", "all_tokens_mlm") else 50.0
+        self.discriminator_config = discriminator
+        self.generator_config = generator
+        self.objective, self.sharing, self.algorithm = objective, sharing, algorithm
+        self.generator_weight = generator_weight
+        self.discriminator_weight = discriminator_weight
+        self.temperature, self.disallow_correct = temperature, disallow_correct
+        self.uniform_generator = uniform_generator
+        self.adversarial_mle_weight = adversarial_mle_weight
+        self.mask_prob, self.cls_id, self.sep_id, self.seed = mask_prob, cls_id, sep_id, seed
+
+        # -- networks
+        self.discriminator = Encoder(discriminator, name="electra")
+        shared = self.discriminator.embeddings if sharing == "embeddings" else None
+        self.generator = self.generator_ltr = self.generator_rtl = None
+        if objective == "mlm":
+            self.generator = self.discriminator  # BERT: one network, an MLM head on it
+        elif uniform_generator:
+            pass
+        elif sharing == "all":
+            self.generator = self.discriminator
+        elif objective == "electric":
+            gen = generator if shared else dataclasses.replace(generator, embedding_size=None)
+            self.generator_ltr = Encoder(gen, shared, "left_to_right", name="generator_ltr")
+            self.generator_rtl = Encoder(gen, self.generator_ltr.embeddings, "right_to_left",
+                                         name="generator_rtl")
+        else:
+            gen = generator if shared else dataclasses.replace(generator, embedding_size=None)
+            self.generator = Encoder(gen, shared, name="generator")
+
+        # -- heads
+        gen_shape = self.generator.config if self.generator is not None else (
+            self.generator_ltr.config if self.generator_ltr is not None else discriminator)
+        self.generator_predictions = None
+        if not uniform_generator:
+            self.generator_predictions = MaskedLMHead(gen_shape, name="generator_predictions")
+            in_width = gen_shape.hidden_size * (2 if objective == "electric" else 1)
+            self.generator_predictions.build((None, None, in_width))
+        self.discriminator_predictions = None
+        if objective in ("electra", "electra_15", "electric"):
+            self.discriminator_predictions = DiscriminatorHead(
+                discriminator, name="discriminator_predictions")
+            self.discriminator_predictions.build((None, None, discriminator.hidden_size))
+        self.token_predictions = self.copy_predictions = None
+        if objective in ("replace_mlm", "all_tokens_mlm"):
+            self.token_predictions = MaskedLMHead(discriminator, name="token_predictions")
+            self.token_predictions.build((None, None, discriminator.hidden_size))
+        if objective == "all_tokens_mlm":
+            self.copy_predictions = keras.layers.Dense(
+                1, kernel_initializer=initializer(discriminator), name="copy_predictions")
+            self.copy_predictions.build((None, None, discriminator.hidden_size))
+        self.reward_baseline = None
+        if algorithm == "adversarial":
+            self.reward_baseline = keras.layers.Dense(
+                1, kernel_initializer=initializer(discriminator), name="reward_baseline")
+            self.reward_baseline.build((None, None, gen_shape.hidden_size))
+        self.loss_log_scales = None
+        if learn_loss_weights:
+            self.loss_log_scales = self.add_weight(
+                (2,), keras.initializers.Constant([-math.log(generator_weight),
+                                                   -math.log(discriminator_weight)]),
+                name="loss_log_scales", autocast=False)
+        self.built = True
+
+    # -- pieces the objectives share
+
+    def original_ids(self, batch):
+        """The unmasked input [B, L]: masked_lm_ids written back at their positions."""
+        ids, _ = scatter_positions(batch["input_ids"], batch["masked_lm_positions"],
+                                   batch["masked_lm_ids"], batch["masked_lm_weights"])
+        return ids
+
+    def generator_logits(self, batch, training):
+        """MLM logits [B, N, V] at the masked positions and the hidden states there."""
+        if self.uniform_generator:
+            shape = tf.shape(batch["masked_lm_ids"])
+            return tf.zeros(tf.concat([shape, [self.discriminator_config.vocab_size]], 0)), None
+        sequence = self.generator(batch["input_ids"], batch["input_mask"],
+                                  batch["segment_ids"], training=training)
+        hidden = gather_positions(sequence, batch["masked_lm_positions"])
+        table = self.generator.embeddings.word_embeddings
+        return self.generator_predictions(hidden, table), hidden
+
+    def sample(self, logits, batch, step):
+        """Replacement tokens [B, N] for the masked positions (no gradient)."""
+        seed = tf.stack([tf.constant(self.seed, tf.int32), tf.cast(step, tf.int32)])
+        disallow = batch["masked_lm_ids"] if self.disallow_correct else None
+        return tf.stop_gradient(sample_from_logits(tf.stop_gradient(logits), seed,
+                                                   self.temperature, disallow))
+
+    def corrupt(self, batch, sampled):
+        """(fake input [B, L], labels [B, L]: 1 where the token was replaced by a different
+        one, written [B, L]: the masked positions, original ids [B, L])."""
+        original = self.original_ids(batch)
+        fake, written = scatter_positions(original, batch["masked_lm_positions"], sampled,
+                                          batch["masked_lm_weights"])
+        labels = tf.cast(tf.not_equal(fake, original), tf.int32)
+        return fake, labels, written, original
+
+    def discriminate(self, fake, batch, training):
+        sequence = self.discriminator(fake, batch["input_mask"], batch["segment_ids"],
+                                      training=training)
+        return sequence
+
+    def combine(self, generator_loss, discriminator_loss):
+        if self.loss_log_scales is None:
+            return (self.generator_weight * generator_loss
+                    + self.discriminator_weight * discriminator_loss)
+        s = ops.convert_to_tensor(self.loss_log_scales)
+        return (tf.exp(-s[0]) * generator_loss + s[0]
+                + tf.exp(-s[1]) * discriminator_loss + s[1])
+
+    # -- the step
+
+    def call(self, batch, step=0, training=False, phase="joint"):
+        _check_choice("phase", phase, PHASES)
+        # Keras casts float inputs to the compute dtype (bfloat16 under mixed precision);
+        # the loss weights stay float32.
+        batch = {**batch, "masked_lm_weights": tf.cast(batch["masked_lm_weights"], tf.float32)}
+        return OBJECTIVE_FUNCTIONS[self.objective](self, batch, step, training, phase)
+
+    def phase_variables(self, phase: str):
+        """Trainable variables of a phase: all for "joint"; the generator and its head for
+        "generator"; everything but the generator for "discriminator" (it is frozen)."""
+        _check_choice("phase", phase, PHASES)
+        if phase == "joint":
+            return self.trainable_variables
+        generator_ids = {id(v) for layer in (self.generator, self.generator_predictions)
+                         for v in layer.trainable_variables}
+        shared_ids = {id(v) for v in self.discriminator.trainable_variables}
+        if phase == "generator":
+            return [v for v in self.trainable_variables if id(v) in generator_ids]
+        return [v for v in self.trainable_variables
+                if id(v) not in generator_ids or id(v) in shared_ids]
+
+    def init_discriminator_from_generator(self):
+        """Two-stage training's switch: the discriminator's encoder takes the generator's
+        weights (same shape); shared embeddings are already the same variables."""
+        targets, sources = self.discriminator.weights, self.generator.weights
+        if [v.shape for v in targets] != [v.shape for v in sources]:
+            raise ValueError("the generator's weights do not match the discriminator's in shape "
+                             "(different embedding sizes?); two_stage needs equal shapes")
+        for target, source in zip(targets, sources):
+            if target is not source:
+                target.assign(source)
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+# ------------------------------------------------------------------------------ objectives
+
+
+def electra(model: ElectraPretrainer, batch, step, training, phase, masked_only=False):
+    """Replaced token detection (the paper's method); `masked_only` is ELECTRA 15%."""
+    logits, gen_hidden = model.generator_logits(batch, training)
+    mlm = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    if phase == "generator":
+        return {"loss": model.generator_weight * mlm, "generator_loss": mlm,
+                "discriminator_loss": tf.constant(0.0), **_mlm_outputs(batch, logits)}
+    sampled = model.sample(logits, batch, step)
+    fake, labels, written, _ = model.corrupt(batch, sampled)
+    disc_logits = model.discriminator_predictions(model.discriminate(fake, batch, training))
+    weights = tf.cast(written if masked_only else batch["input_mask"], tf.float32)
+    disc = replaced_token_loss(disc_logits, labels, weights)
+
+    generator_loss = mlm
+    if model.algorithm == "adversarial":
+        generator_loss = (_policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits,
+                                                labels, batch)
+                          + model.adversarial_mle_weight * mlm)
+    if phase == "discriminator":
+        total = model.discriminator_weight * disc
+    else:
+        total = model.combine(generator_loss, disc)
+    return {"loss": total, "generator_loss": mlm, "discriminator_loss": disc,
+            **_mlm_outputs(batch, logits, sampled),
+            **_discriminator_outputs(disc_logits, labels, weights)}
+
+
+def electra_15(model, batch, step, training, phase):
+    """ELECTRA 15%: the discriminator's loss only over the masked positions."""
+    return electra(model, batch, step, training, phase, masked_only=True)
+
+
+def mlm(model, batch, step, training, phase):
+    """BERT: masked LM on the discriminator network, with dynamic masking."""
+    logits, _ = model.generator_logits(batch, training)
+    loss = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    return {"loss": model.generator_weight * loss, "generator_loss": loss,
+            "discriminator_loss": tf.constant(0.0), **_mlm_outputs(batch, logits)}
+
+
+def replace_mlm(model, batch, step, training, phase):
+    """Replace MLM: masked positions hold generator samples instead of [MASK]; the model
+    predicts the original tokens there."""
+    logits, _ = model.generator_logits(batch, training)
+    gen = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    sampled = model.sample(logits, batch, step)
+    fake, _, _, _ = model.corrupt(batch, sampled)
+    hidden = gather_positions(model.discriminate(fake, batch, training),
+                              batch["masked_lm_positions"])
+    token_logits = model.token_predictions(hidden, model.discriminator.embeddings.word_embeddings)
+    loss = masked_lm_loss(token_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    return {"loss": model.combine(gen, loss), "generator_loss": gen,
+            "discriminator_loss": loss, **_mlm_outputs(batch, logits, sampled)}
+
+
+def all_tokens_mlm(model, batch, step, training, phase):
+    """All-Tokens MLM: like Replace MLM, but the model predicts every input token, with a
+    copy mechanism: p(original) = D * [input is original] + (1 - D) * softmax(logits)."""
+    logits, _ = model.generator_logits(batch, training)
+    gen = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    sampled = model.sample(logits, batch, step)
+    fake, labels, _, original = model.corrupt(batch, sampled)
+    sequence = model.discriminate(fake, batch, training)
+    token_logits = model.token_predictions(sequence, model.discriminator.embeddings.word_embeddings)
+    copy_logit = tf.cast(tf.squeeze(model.copy_predictions(sequence), -1), tf.float32)
+    log_softmax_original = _token_log_prob(token_logits, original)  # [B, L]
+    generate = tf.math.log_sigmoid(-copy_logit) + log_softmax_original
+    log_p = tf.where(labels > 0, generate,
+                     tf.math.reduce_logsumexp(
+                         tf.stack([tf.math.log_sigmoid(copy_logit), generate]), axis=0))
+    weights = tf.cast(batch["input_mask"], tf.float32)
+    loss = -tf.reduce_sum(log_p * weights) / (tf.reduce_sum(weights) + 1e-6)
+    return {"loss": model.combine(gen, loss), "generator_loss": gen,
+            "discriminator_loss": loss, **_mlm_outputs(batch, logits, sampled)}
+
+
+def electric(model, batch, step, training, phase):
+    """Electric: a two-tower cloze generator scores every token from its context (the left
+    tower sees tokens before it, the right tower tokens after); the discriminator is an
+    energy model trained with noise-contrastive estimation against that noise distribution:
+    logit = head(h) + log q(token) + log(p / (1 - p)), p the masking probability."""
+    original = model.original_ids(batch)
+    mask, segments = batch["input_mask"], batch["segment_ids"]
+    left = model.generator_ltr(original, mask, segments, training=training)
+    right = model.generator_rtl(original, mask, segments, training=training)
+    # Position i reads the left tower at i - 1 and the right tower at i + 1, so it never
+    # sees its own token. Ends wrap around; they are [CLS] and [SEP], never scored.
+    context = ops.concatenate([ops.roll(left, 1, axis=1), ops.roll(right, -1, axis=1)], -1)
+    cloze_logits = model.generator_predictions(
+        context, model.generator_ltr.embeddings.word_embeddings)  # [B, L, V]
+    candidates = tf.cast(mask, tf.float32) * tf.cast(
+        (original != model.cls_id) & (original != model.sep_id), tf.float32)
+    cloze = masked_lm_loss(cloze_logits, original, candidates)
+    logits = gather_positions(cloze_logits, batch["masked_lm_positions"])
+    sampled = model.sample(logits, batch, step)
+    fake, labels, _, _ = model.corrupt(batch, sampled)
+    energy = model.discriminator_predictions(model.discriminate(fake, batch, training))
+    log_q = tf.stop_gradient(_token_log_prob(cloze_logits, fake))
+    disc_logits = energy + log_q + math.log(model.mask_prob / (1 - model.mask_prob))
+    weights = tf.cast(mask, tf.float32)
+    disc = replaced_token_loss(disc_logits, labels, weights)
+    return {"loss": model.combine(cloze, disc), "generator_loss": cloze,
+            "discriminator_loss": disc, **_mlm_outputs(batch, logits, sampled),
+            **_discriminator_outputs(disc_logits, labels, weights)}
+
+
+OBJECTIVE_FUNCTIONS = {"electra": electra, "mlm": mlm, "electra_15": electra_15,
+                       "replace_mlm": replace_mlm, "all_tokens_mlm": all_tokens_mlm,
+                       "electric": electric}
+
+
+def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, labels, batch):
+    """REINFORCE for the adversarial generator: reward at a masked slot is the
+    discriminator's loss on the token there if it was replaced (-log P(replaced)), 0 if the
+    sample equals the original; a learned baseline (dense on the generator's hidden state,
+    fitted by squared error) reduces variance."""
+    positions, weights = batch["masked_lm_positions"], batch["masked_lm_weights"]
+    replaced = tf.cast(gather_positions(labels, positions), tf.float32)
+    reward = tf.stop_gradient(tf.nn.softplus(-gather_positions(disc_logits, positions)) * replaced)
+    baseline = tf.cast(tf.squeeze(model.reward_baseline(tf.stop_gradient(gen_hidden)), -1),
+                       tf.float32)
+    advantage = tf.stop_gradient(reward - baseline)
+    log_p = _token_log_prob(logits / model.temperature, sampled)
+    total = tf.reduce_sum(weights) + 1e-6
+    return (-tf.reduce_sum(advantage * log_p * weights) / total
+            + tf.reduce_sum(tf.square(reward - baseline) * weights) / total)
+
+
+def _mlm_outputs(batch, logits, sampled=None):
+    out = {"mlm_logits": logits, "masked_lm_ids": batch["masked_lm_ids"],
+           "masked_lm_weights": batch["masked_lm_weights"]}
+    if sampled is not None:
+        out["sampled_ids"] = sampled
+    return out
+
+
+def _discriminator_outputs(logits, labels, weights):
+    return {"discriminator_logits": logits, "discriminator_labels": labels,
+            "discriminator_weights": weights}

@@ -1,0 +1,367 @@
+"""ELECTRA models and objectives: losses by hand, sampling, labels, gradient isolation,
+every sharing mode / objective / algorithm learning on real data, gin files, mixed precision."""
+
+import math
+import os
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT, UNCASED_VOCAB
+from electra_tf.data.pipeline import pretraining_dataset
+from electra_tf.modeling import factory
+from electra_tf.modeling.config import SIZES, encoder_config, generator_config
+from electra_tf.modeling.metrics import PretrainingMetrics
+from electra_tf.modeling.pretrainer import (ElectraPretrainer, masked_lm_loss,
+                                            replaced_token_loss)
+from electra_tf.modeling.tensors import sample_from_logits, scatter_positions
+
+V = 1000
+TINY = encoder_config("tiny", vocab_size=V, num_layers=1)
+
+
+def _batch(seed=0, B=4, L=24, N=4):
+    """A masked batch as the pipeline makes it: [CLS] ... [SEP], padding in row 0, a row
+    with only 2 real masked slots, 85% of masked positions [MASK]."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(104, V, (B, L)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = 101, 102
+    mask = np.ones((B, L), np.int32)
+    ids[0, 16:], mask[0, 16:] = 0, 0
+    ids[0, 15] = 102
+    positions = np.stack([np.sort(rng.choice(np.arange(1, 15), N, replace=False))
+                          for _ in range(B)]).astype(np.int32)
+    masked_ids = np.take_along_axis(ids, positions, 1)
+    weights = np.ones((B, N), np.float32)
+    weights[1, 2:] = 0
+    positions[1, 2:], masked_ids[1, 2:] = 0, 0
+    masked = ids.copy()
+    for b in range(B):
+        for k in range(N):
+            if weights[b, k] and rng.random() < 0.85:
+                masked[b, positions[b, k]] = 103
+    segments = np.zeros((B, L), np.int32)
+    segments[:, L // 2:] = 1
+    segments *= mask
+    return {"input_ids": tf.constant(masked), "input_mask": tf.constant(mask),
+            "segment_ids": tf.constant(segments),
+            "masked_lm_positions": tf.constant(positions),
+            "masked_lm_ids": tf.constant(masked_ids),
+            "masked_lm_weights": tf.constant(weights)}, ids
+
+
+def _model(**kwargs):
+    keras.utils.set_random_seed(1)
+    generator = kwargs.pop("generator", generator_config(TINY, 0.5))
+    return ElectraPretrainer(TINY, generator, **kwargs)
+
+
+# ------------------------------------------------------------------------------ losses
+
+
+def test_losses_match_hand_computation():
+    logits = np.array([[[2.0, 0.0, -1.0], [0.0, 1.0, 0.0]]], np.float32)  # [1, 2, 3]
+    ids = np.array([[0, 2]], np.int32)
+    weights = np.array([[1.0, 1.0]], np.float32)
+    ce = [-math.log(math.exp(2) / (math.exp(2) + 1 + math.exp(-1))),
+          -math.log(1 / (1 + math.e + 1))]
+    assert float(masked_lm_loss(logits, ids, weights)) == pytest.approx(sum(ce) / 2, rel=1e-5)
+    assert float(masked_lm_loss(logits, ids, np.array([[1.0, 0.0]], np.float32))) == \
+        pytest.approx(ce[0], rel=1e-5)
+    d_logits = np.array([[3.0, -1.0, 0.5]], np.float32)
+    labels = np.array([[1, 0, 1]], np.int32)
+    w = np.array([[1.0, 1.0, 0.0]], np.float32)
+    expected = (math.log(1 + math.exp(-3.0)) + math.log(1 + math.exp(-1.0))) / 2
+    assert float(replaced_token_loss(d_logits, labels, w)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_model_loss_is_mlm_plus_50_times_discriminator():
+    batch, original = _batch()
+    out = _model()(batch, step=5)
+    logits = out["mlm_logits"].numpy().astype(np.float64)
+    ids, weights = batch["masked_lm_ids"].numpy(), batch["masked_lm_weights"].numpy()
+    log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    mlm = -(np.take_along_axis(log_softmax, ids[..., None], -1)[..., 0] * weights).sum() / (
+        weights.sum() + 1e-6)
+    d = out["discriminator_logits"].numpy().astype(np.float64)
+    y = out["discriminator_labels"].numpy()
+    m = batch["input_mask"].numpy()
+    disc = ((np.logaddexp(0, d) - y * d) * m).sum() / (m.sum() + 1e-6)
+    assert float(out["generator_loss"]) == pytest.approx(mlm, rel=1e-4)
+    assert float(out["discriminator_loss"]) == pytest.approx(disc, rel=1e-4)
+    assert float(out["loss"]) == pytest.approx(mlm + 50 * disc, rel=1e-4)
+    # The labels: 1 exactly where the sampled token differs from the original.
+    fake = original.copy()
+    sampled = out["sampled_ids"].numpy()
+    positions = batch["masked_lm_positions"].numpy()
+    for b, k in zip(*np.nonzero(weights)):
+        fake[b, positions[b, k]] = sampled[b, k]
+    np.testing.assert_array_equal(y, (fake != original).astype(np.int32))
+
+
+def test_labels_are_zero_where_the_sample_equals_the_original():
+    batch, original = _batch()
+    model = _model()
+    fake, labels, written, unmasked = model.corrupt(batch, batch["masked_lm_ids"])
+    np.testing.assert_array_equal(unmasked.numpy(), original)
+    np.testing.assert_array_equal(fake.numpy(), original)
+    assert labels.numpy().sum() == 0
+    assert written.numpy().sum() == batch["masked_lm_weights"].numpy().sum()
+    # Half the slots get a different token: exactly those are labelled.
+    sampled = batch["masked_lm_ids"].numpy().copy()
+    sampled[:, ::2] = (sampled[:, ::2] + 1) % V
+    _, labels, _, _ = model.corrupt(batch, tf.constant(sampled))
+    weights = batch["masked_lm_weights"].numpy()
+    assert labels.numpy().sum() == weights[:, ::2].sum()
+
+
+def test_scatter_leaves_padding_slots_alone():
+    seq = tf.constant([[101, 5, 6, 102]])
+    out, written = scatter_positions(seq, tf.constant([[2, 0]]), tf.constant([[9, 7]]),
+                                     tf.constant([[1.0, 0.0]]))
+    assert out.numpy().tolist() == [[101, 5, 9, 102]]
+    assert written.numpy().tolist() == [[False, False, True, False]]
+
+
+# ------------------------------------------------------------------------------ sampling
+
+
+def test_sampling_follows_the_softmax():
+    logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
+    logits = tf.tile(logits, [20000, 1])
+    samples = sample_from_logits(logits, tf.constant([3, 4])).numpy()
+    freq = np.bincount(samples, minlength=4) / len(samples)
+    np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.012)
+
+
+def test_temperature_near_zero_is_argmax_and_high_temperature_flattens():
+    logits = tf.random.stateless_normal([500, 50], [1, 2])
+    cold = sample_from_logits(logits, tf.constant([7, 7]), temperature=1e-4)
+    np.testing.assert_array_equal(cold.numpy(), tf.argmax(logits, -1).numpy())
+    hot = sample_from_logits(logits, tf.constant([7, 7]), temperature=100.0).numpy()
+    assert np.mean(hot == tf.argmax(logits, -1).numpy()) < 0.1
+
+
+def test_disallow_correct_never_samples_the_original():
+    # The original token is by far the most likely, yet never drawn.
+    ids = tf.constant(np.arange(300) % 40, tf.int32)
+    logits = 8.0 * tf.one_hot(ids, 40)
+    sampled = sample_from_logits(logits, tf.constant([1, 2]), disallow=ids).numpy()
+    assert not np.any(sampled == ids.numpy())
+    batch, _ = _batch()
+    out = _model(disallow_correct=True)(batch, step=0)
+    weights = batch["masked_lm_weights"].numpy() > 0
+    assert not np.any((out["sampled_ids"].numpy() == batch["masked_lm_ids"].numpy())[weights])
+
+
+def test_sampling_is_keyed_by_seed_and_step():
+    batch, _ = _batch()
+    model = _model()
+    a, b, c = (model(batch, step=s)["sampled_ids"].numpy() for s in (3, 3, 4))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+# ------------------------------------------------------------------------------ gradients
+
+
+@pytest.mark.parametrize("sharing", ["none", "embeddings"])
+def test_no_gradient_from_discriminator_into_generator(sharing):
+    batch, _ = _batch()
+    model = _model(sharing=sharing)
+    with tf.GradientTape() as tape:
+        out = model(batch, step=1, training=True)
+    generator_only = [v for v in model.generator.trainable_variables
+                      if all(v is not w for w in model.discriminator.trainable_variables)]
+    generator_only += model.generator_predictions.trainable_variables
+    grads = tape.gradient(out["discriminator_loss"], generator_only)
+    assert all(g is None for g in grads)
+    # ... while the generator's own loss does reach them, and the discriminator's loss
+    # reaches the discriminator.
+    with tf.GradientTape(persistent=True) as tape:
+        out = model(batch, step=1, training=True)
+    assert all(g is not None for g in tape.gradient(out["generator_loss"], generator_only))
+    head = model.discriminator_predictions.trainable_variables
+    assert all(g is not None for g in tape.gradient(out["discriminator_loss"], head))
+    shared = [v for v in model.discriminator.embeddings.trainable_variables]
+    shared_grads = tape.gradient(out["generator_loss"], shared)
+    assert all((g is not None) == (sharing == "embeddings") for g in shared_grads)
+
+
+def test_sharing_modes_share_what_they_say():
+    none, emb = _model(sharing="none"), _model(sharing="embeddings")
+    all_ = _model(sharing="all", generator=TINY)
+    assert emb.generator.embeddings is emb.discriminator.embeddings
+    assert none.generator.embeddings is not none.discriminator.embeddings
+    # Untied, the generator's embeddings are as wide as its hidden size (official).
+    assert none.generator.embeddings.word_embeddings.shape == (V, 64)
+    assert all_.generator is all_.discriminator
+    count = lambda m: sum(int(np.prod(v.shape)) for v in m.trainable_variables)  # noqa: E731
+    head = count(all_.generator_predictions) + count(all_.discriminator_predictions)
+    assert count(all_) == count(all_.discriminator) + head
+    with pytest.raises(ValueError, match="sharing='all' makes generator and discriminator"):
+        _model(sharing="all")
+
+
+def test_bad_options_fail_with_one_clear_line():
+    with pytest.raises(ValueError, match=r"^objective='bert' is not one of electra, mlm"):
+        _model(objective="bert")
+    with pytest.raises(ValueError, match="two_stage.*fraction 1.0"):
+        _model(algorithm="two_stage")
+    with pytest.raises(ValueError, match="not a multiple of num_heads"):
+        encoder_config("tiny", num_heads=3)
+
+
+# ------------------------------------------------------------------------------ learning
+
+
+@pytest.fixture(scope="module")
+def real_batches(austen_data):
+    directory, _ = austen_data
+    dataset = pretraining_dataset(os.path.join(directory, "*.tfrecord"), 8, 128, UNCASED_VOCAB,
+                                  seed=3)
+    return [batch for batch in dataset.take(12)]
+
+
+def _train(model, batches, steps, phase="joint", lr=2e-3):
+    optimizer = keras.optimizers.Adam(lr)
+    variables = model.phase_variables(phase)
+
+    @tf.function
+    def step_fn(batch, step):
+        with tf.GradientTape() as tape:
+            out = model(batch, step=step, training=True, phase=phase)
+        optimizer.apply_gradients(zip(tape.gradient(out["loss"], variables), variables))
+        return {k: out[k] for k in ("loss", "generator_loss", "discriminator_loss")}
+
+    # A tensor step: a Python int would retrace the function at every step.
+    return [{k: float(v) for k, v in step_fn(batches[i % len(batches)],
+                                             tf.constant(i)).items()}
+            for i in range(steps)]
+
+
+def _falls(history, key, factor=0.9):
+    first = np.mean([h[key] for h in history[:3]])
+    last = np.mean([h[key] for h in history[-3:]])
+    return last < factor * first, (first, last)
+
+
+REAL = encoder_config("tiny", num_layers=1)
+VARIANTS = {
+    "electra": dict(), "sharing_none": dict(sharing="none"),
+    "sharing_all": dict(sharing="all", generator=REAL), "mlm": dict(objective="mlm"),
+    "electra_15": dict(objective="electra_15"), "replace_mlm": dict(objective="replace_mlm"),
+    "all_tokens_mlm": dict(objective="all_tokens_mlm"), "electric": dict(objective="electric"),
+    "uniform_generator": dict(uniform_generator=True, generator=None),
+    "adversarial": dict(algorithm="adversarial"),
+    "learned_loss_weights": dict(learn_loss_weights=True),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_learns_on_real_text(name, real_batches):
+    options = dict(VARIANTS[name])
+    keras.utils.set_random_seed(2)
+    generator = options.pop("generator", generator_config(REAL, 0.25))
+    model = ElectraPretrainer(REAL, generator, **options)
+    history = _train(model, real_batches, 24)
+    key = {"adversarial": "discriminator_loss", "uniform_generator": "discriminator_loss",
+           "mlm": "generator_loss"}.get(name, "loss")
+    falls, values = _falls(history, key)
+    assert falls, f"{name}: {key} went from {values[0]:.3f} to {values[1]:.3f}"
+    assert all(np.isfinite(h["loss"]) for h in history)
+
+
+def test_two_stage_trains_generator_then_discriminator_from_it(real_batches):
+    keras.utils.set_random_seed(2)
+    model = ElectraPretrainer(REAL, generator_config(REAL, 1.0), algorithm="two_stage")
+    stage1 = _train(model, real_batches, 16, phase="generator")
+    assert _falls(stage1, "generator_loss")[0]
+    assert all(h["discriminator_loss"] == 0 for h in stage1)
+    model.init_discriminator_from_generator()
+    for d, g in zip(model.discriminator.weights, model.generator.weights):
+        np.testing.assert_array_equal(np.asarray(d), np.asarray(g))
+    frozen = [np.asarray(v).copy() for v in model.generator.blocks[0].weights]
+    stage2 = _train(model, real_batches, 16, phase="discriminator")
+    assert _falls(stage2, "discriminator_loss")[0]
+    for before, v in zip(frozen, model.generator.blocks[0].weights):
+        np.testing.assert_array_equal(before, np.asarray(v))
+
+
+def test_metrics_report_every_tag(real_batches):
+    model = _model()
+    metrics = PretrainingMetrics()
+    batch, _ = _batch()
+    out = model(batch, step=0)
+    metrics.update(out)
+    result = metrics.result()
+    assert set(result) == {"loss/total", "loss/generator", "loss/discriminator",
+                           "generator/mlm_accuracy", "generator/sampled_accuracy",
+                           "discriminator/accuracy", "discriminator/auc",
+                           "discriminator/precision", "discriminator/recall",
+                           "discriminator/replaced_fraction"}
+    labels = out["discriminator_labels"].numpy()
+    mask = batch["input_mask"].numpy()
+    assert result["discriminator/replaced_fraction"] == pytest.approx(
+        labels[mask > 0].mean(), rel=1e-5)
+    accuracy = ((out["discriminator_logits"].numpy() > 0) == labels)[mask > 0].mean()
+    assert result["discriminator/accuracy"] == pytest.approx(accuracy, rel=1e-5)
+    assert result["loss/total"] == pytest.approx(float(out["loss"]), rel=1e-6)
+    metrics.reset()
+    mlm_only = PretrainingMetrics()
+    mlm_only.update(_model(objective="mlm", generator=None)(batch))
+    assert set(mlm_only.result()) == {"loss/total", "loss/generator", "loss/discriminator",
+                                      "generator/mlm_accuracy"}
+
+
+# ------------------------------------------------------------------------------ gin, precision
+
+
+@pytest.mark.parametrize("size", ["small", "base", "large"])
+def test_size_gin_files_bind_the_paper_sizes(size):
+    gin.clear_config()
+    try:
+        gin.parse_config_file(os.path.join(ROOT, "gin", f"{size}.gin"))
+        for key, value in SIZES[size].items():
+            assert gin.query_parameter(f"pretrainer.{key}") == value, key
+    finally:
+        gin.clear_config()
+
+
+@pytest.mark.parametrize("ablation", sorted(os.listdir(os.path.join(ROOT, "gin", "ablations"))))
+def test_ablation_gin_files_build(ablation):
+    gin.clear_config()
+    try:
+        gin.parse_config_files_and_bindings(
+            [os.path.join(ROOT, "gin", "tiny.gin"),
+             os.path.join(ROOT, "gin", "ablations", ablation)],
+            ["pretrainer.num_layers = 1"])
+        model = factory.build_pretrainer(vocab_size=V)
+        out = model(_batch()[0], step=0)
+        assert np.isfinite(float(out["loss"]))
+    finally:
+        gin.clear_config()
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_matches_float32(policy):
+    batch, _ = _batch()
+    reference = _model(uniform_generator=True, generator=None)
+    try:
+        keras.mixed_precision.set_dtype_policy(policy)
+        mixed = _model(uniform_generator=True, generator=None)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    mixed.set_weights(reference.get_weights())
+    out32, out16 = reference(batch, step=0), mixed(batch, step=0)
+    assert mixed.discriminator.blocks[0].attention.query.kernel.dtype == "float32"
+    assert mixed.discriminator.blocks[0].attention.query.compute_dtype == policy.split("_")[1]
+    for key in ("loss", "discriminator_logits"):
+        assert out16[key].dtype == tf.float32
+    tolerance = 0.05 if policy == "mixed_bfloat16" else 0.01
+    np.testing.assert_allclose(out16["discriminator_logits"].numpy(),
+                               out32["discriminator_logits"].numpy(), atol=tolerance)
+    assert float(out16["loss"]) == pytest.approx(float(out32["loss"]), rel=tolerance)
