@@ -1,0 +1,1 @@
+"""Pre-training: optimizers and schedules, strategies, the orbit trainer, checkpoints."""

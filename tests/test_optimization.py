@@ -1,0 +1,381 @@
+"""Optimizers and schedule: the official formulas by hand, AdamW and LAMB against numpy,
+layer-wise LR decay on a real encoder, no double all-reduce under MirroredStrategy, gin."""
+
+import re
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.modeling.config import encoder_config
+from electra_tf.modeling.encoder import Encoder
+from electra_tf.training.optimization import (AdamWeightDecay, Lamb, LinearWarmupLinearDecay,
+                                              create_optimizer, layerwise_lr_multipliers)
+
+# ------------------------------------------------------------------------------ schedule
+
+BASE, T, W = 1e-3, 100, 10
+
+
+@pytest.mark.parametrize("warmup, expected", [
+    # official: base * (1 - min(step, T) / T) * min(1, step / W)
+    ("multiply", {0: 0.0, 5: BASE * 0.95 * 0.5, 10: BASE * 0.9, 55: BASE * 0.45,
+                  100: 0.0, 150: 0.0}),
+    # warm up to base over W, then base -> 0 over the T - W = 90 remaining steps
+    ("then_decay", {0: 0.0, 5: BASE * 0.5, 10: BASE, 55: BASE * (1 - 45 / 90),
+                    100: 0.0, 150: 0.0}),
+])
+def test_schedule_matches_formula(warmup, expected):
+    schedule = LinearWarmupLinearDecay(BASE, T, W, warmup=warmup)
+    traced = tf.function(lambda step: schedule(step))
+    for step, lr in expected.items():
+        assert float(schedule(step)) == pytest.approx(lr, rel=1e-6, abs=1e-12)
+        for dtype in (tf.int32, tf.int64):
+            value = traced(tf.constant(step, dtype))
+            assert value.dtype == tf.float32
+            assert float(value) == pytest.approx(lr, rel=1e-6, abs=1e-12)
+
+
+def test_schedule_without_warmup_and_config_round_trip():
+    schedule = LinearWarmupLinearDecay(BASE, T, 0)
+    assert [float(schedule(s)) for s in (0, 50, 100)] == pytest.approx([BASE, BASE / 2, 0])
+    assert float(LinearWarmupLinearDecay(BASE, T, T, "then_decay")(T // 2)) == \
+        pytest.approx(BASE / 2)
+    for warmup in ("multiply", "then_decay"):
+        original = LinearWarmupLinearDecay(BASE, T, W, warmup)
+        copy = LinearWarmupLinearDecay.from_config(original.get_config())
+        assert copy.get_config() == original.get_config() == {
+            "learning_rate": BASE, "num_train_steps": T, "warmup_steps": W, "warmup": warmup}
+        restored = keras.optimizers.schedules.deserialize(
+            keras.optimizers.schedules.serialize(original))
+        assert float(restored(7)) == float(original(7))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((BASE, 0, 0), "num_train_steps=0 must be positive"),
+    ((BASE, -5, 0), "num_train_steps=-5 must be positive"),
+    ((BASE, T, -1), "warmup_steps=-1 is negative"),
+    ((BASE, T, T + 1, "then_decay"), "warmup_steps=101 exceeds num_train_steps=100"),
+    ((BASE, T, W, "cosine"), "warmup='cosine' is not a known schedule; use one of multiply"),
+    ((-1.0, T, W), "learning_rate=-1.0 is negative"),
+])
+def test_schedule_rejects_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LinearWarmupLinearDecay(*args)
+
+
+def test_two_stage_schedule_restarts_at_the_switch():
+    """Two-stage training: the generator stage's schedule reaches 0 at the switch, then the
+    discriminator stage warms up and decays again over the remaining steps."""
+    optimizer = create_optimizer(learning_rate=1.0, num_train_steps=100, warmup_steps=10,
+                                 restart_at=40)
+    schedule = optimizer._learning_rate  # noqa: SLF001 (the schedule the optimizer uses)
+    expected = {0: 0.0, 5: 0.5 * (1 - 5 / 40), 39: 1 - 39 / 40, 40: 0.0,
+                45: 0.5 * (1 - 5 / 60), 70: 1 - 30 / 60, 100: 0.0}
+    for step, value in expected.items():
+        assert float(schedule(step)) == pytest.approx(value, abs=1e-6), step
+    config = keras.optimizers.schedules.serialize(schedule)
+    again = keras.optimizers.schedules.deserialize(config)
+    assert [float(again(s)) for s in expected] == [float(schedule(s)) for s in expected]
+    with pytest.raises(ValueError, match="restart_at=100 must be inside the run"):
+        create_optimizer(num_train_steps=100, restart_at=100)
+
+
+def test_multiply_allows_warmup_longer_than_training():
+    # The official code does not forbid it: the warmup factor just never reaches 1.
+    schedule = LinearWarmupLinearDecay(BASE, 10, 20)
+    assert float(schedule(5)) == pytest.approx(BASE * 0.5 * 0.25)
+
+
+# ------------------------------------------------------------------------------ optimizers
+
+# path, shape; whether the official rule decays it and whether LAMB adapts it, by hand.
+VARIABLES = [
+    ("encoder/dense/kernel", (3, 4), True),
+    ("encoder/dense/bias", (4,), False),
+    ("encoder/LayerNorm/gamma", (4,), False),
+    ("head/zero_kernel", (2, 2), True),   # starts at 0: LAMB's ||param|| = 0
+    ("head/dead_kernel", (2, 3), True),   # never gets a gradient: ||update|| = 0 without decay
+]
+STEPS = 5
+
+
+def _variables():
+    rng = np.random.default_rng(0)
+    variables = []
+    for path, shape, _ in VARIABLES:
+        *scopes, name = path.split("/")
+        value = np.zeros(shape) if "zero" in name else rng.normal(size=shape)
+        with keras.name_scope(scopes[0]):
+            if len(scopes) > 1:
+                with keras.name_scope(scopes[1]):
+                    v = keras.Variable(value.astype(np.float32), name=name)
+            else:
+                v = keras.Variable(value.astype(np.float32), name=name)
+        assert v.path == path
+        variables.append(v)
+    return variables
+
+
+def _gradients(step):
+    rng = np.random.default_rng(100 + step)
+    return [np.zeros(shape, np.float32) if "dead" in path
+            else rng.normal(size=shape).astype(np.float32) for path, shape, _ in VARIABLES]
+
+
+def _reference(lrs, grads=_gradients, lamb=False, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+               weight_decay_rate=0.01, bias_correction=False, multipliers=None):
+    """The official update in float64 numpy, written out independently of the module."""
+    params = [v.numpy().astype(np.float64) for v in _variables()]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    for step, lr in enumerate(lrs):
+        t = step + 1
+        for i, (g, (path, _, decays)) in enumerate(zip(grads(step), VARIABLES)):
+            g = g.astype(np.float64)
+            m[i] = beta_1 * m[i] + (1 - beta_1) * g
+            v[i] = beta_2 * v[i] + (1 - beta_2) * g * g
+            m_hat, v_hat = m[i], v[i]
+            if bias_correction:
+                m_hat, v_hat = m[i] / (1 - beta_1 ** t), v[i] / (1 - beta_2 ** t)
+            update = m_hat / (np.sqrt(v_hat) + epsilon)
+            if decays:
+                update = update + weight_decay_rate * params[i]
+            if lamb and decays:  # LAMB adapts exactly the decayed variables by default
+                w_norm, u_norm = np.linalg.norm(params[i]), np.linalg.norm(update)
+                update = update * (w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0)
+            params[i] = params[i] - lr * (multipliers or {}).get(path, 1.0) * update
+    return params
+
+
+def _run(optimizer, grads=_gradients, steps=STEPS):
+    variables = _variables()
+    for step in range(steps):
+        optimizer.apply([tf.constant(g) for g in grads(step)], variables)
+    return [v.numpy() for v in variables]
+
+
+def _schedule_lrs(base=1e-2, total=10, warmup=2):
+    # the official formula at iterations 0..STEPS-1 (the schedule sees the step count so far)
+    return [base * (1 - min(s, total) / total) * min(1.0, s / warmup) for s in range(STEPS)]
+
+
+MULTIPLIERS = {"encoder/dense/kernel": 0.5, "head/zero_kernel": 2.0}
+
+
+@pytest.mark.parametrize("cls", [AdamWeightDecay, Lamb])
+@pytest.mark.parametrize("bias_correction", [False, True])
+@pytest.mark.parametrize("use_schedule", [False, True])
+@pytest.mark.parametrize("multipliers", [None, MULTIPLIERS])
+def test_optimizers_match_numpy(cls, bias_correction, use_schedule, multipliers):
+    lr = LinearWarmupLinearDecay(1e-2, 10, 2) if use_schedule else 1e-2
+    lrs = _schedule_lrs() if use_schedule else [1e-2] * STEPS
+    optimizer = cls(lr, bias_correction=bias_correction, learning_rate_multipliers=multipliers)
+    got = _run(optimizer)
+    expected = _reference(lrs, lamb=cls is Lamb, bias_correction=bias_correction,
+                          multipliers=multipliers)
+    for (path, _, _), g, e in zip(VARIABLES, got, expected):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=1e-7, err_msg=path)
+    assert int(optimizer.iterations) == STEPS
+    # The moments carry the official checkpoint names.
+    names = {v.path.split("/")[-1] for v in optimizer.variables}
+    assert {"encoder_dense_kernel_adam_m", "encoder_dense_kernel_adam_v"} <= names
+
+
+def test_decay_skips_excluded_variables_and_zero_update_stays_put():
+    start = [v.numpy() for v in _variables()]
+    got = _run(Lamb(1e-2, weight_decay_rate=0.0))
+    # No gradient and no decay: the update is 0, LAMB's ratio is 1 (no NaN), nothing moves.
+    np.testing.assert_array_equal(got[4], start[4])
+    # With decay the dead kernel shrinks by exactly lr * wd * param each step (AdamW).
+    got = _run(AdamWeightDecay(1e-2, weight_decay_rate=0.1))
+    np.testing.assert_allclose(got[4], start[4] * (1 - 1e-2 * 0.1) ** STEPS, rtol=1e-6)
+    # Excluding nothing decays the bias too.
+    plain = _run(AdamWeightDecay(1e-2, weight_decay_rate=0.1))[1]
+    decayed = _run(AdamWeightDecay(1e-2, weight_decay_rate=0.1, exclude_from_weight_decay=()))[1]
+    assert not np.allclose(plain, decayed)
+
+
+def test_lamb_layer_adaptation_exclusions_are_separate():
+    # Adapting every variable (none excluded) changes the LayerNorm gamma's update only by r.
+    adapted = _run(Lamb(1e-2, exclude_from_layer_adaptation=()))
+    default = _run(Lamb(1e-2))
+    np.testing.assert_allclose(adapted[0], default[0], rtol=1e-6)  # kernel: adapted in both
+    assert not np.allclose(adapted[2], default[2])                  # gamma: only in one
+
+
+@pytest.mark.parametrize("cls", [AdamWeightDecay, Lamb])
+def test_sparse_and_low_precision_gradients_update_like_dense_float32(cls):
+    # An embedding lookup's gradient is IndexedSlices (rows 0 and 2 here); the official
+    # update is dense (untouched rows still decay and move with their moments).
+    table = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    rows = np.array([[1.0, -2.0, 0.5], [0.25, 0.0, -1.0]], np.float32)
+    dense = np.zeros((4, 3), np.float32)
+    dense[[0, 2]] = rows
+    sparse = tf.IndexedSlices(tf.constant(rows), tf.constant([0, 2]), tf.constant([4, 3]))
+    results = []
+    for gradient in (tf.constant(dense), tf.cast(dense, tf.bfloat16), sparse):
+        variable = keras.Variable(table, name="word_embeddings")
+        optimizer = cls(1e-2)
+        for _ in range(2):
+            optimizer.apply([gradient], [variable])
+        results.append(variable.numpy())
+    assert results[0].dtype == np.float32
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6)  # bf16 holds these exactly
+    np.testing.assert_allclose(results[2], results[0], rtol=1e-6)
+    assert not np.allclose(results[0][1], table[1])  # decayed without a gradient
+
+
+@pytest.mark.parametrize("cls", [AdamWeightDecay, Lamb])
+def test_optimizer_config_round_trip(cls):
+    optimizer = cls(LinearWarmupLinearDecay(2e-4, 1000, 100), beta_2=0.98, epsilon=1e-8,
+                    weight_decay_rate=0.05, exclude_from_weight_decay=("bias",),
+                    bias_correction=True, learning_rate_multipliers={"a/b": 0.5},
+                    aggregate_gradients=False)
+    config = optimizer.get_config()
+    assert "weight_decay" not in config
+    copy = cls.from_config(dict(config))  # Keras' from_config edits the dict it is given
+    assert copy.get_config() == config
+    assert isinstance(copy._learning_rate, LinearWarmupLinearDecay)
+    assert copy.aggregate_gradients is False and copy.exclude_from_weight_decay == ("bias",)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is cls and restored.get_config() == config
+
+
+def test_optimizer_rejects_keras_weight_decay_and_unmatched_multipliers():
+    with pytest.raises(ValueError, match="pass weight_decay_rate instead"):
+        AdamWeightDecay(1e-3, weight_decay=0.01)
+    with pytest.raises(ValueError, match="weight_decay_rate=-1 is negative"):
+        AdamWeightDecay(1e-3, weight_decay_rate=-1)
+    optimizer = AdamWeightDecay(1e-3, learning_rate_multipliers={"electra/layer_0/x": 0.5})
+    with pytest.raises(ValueError, match="no key of learning_rate_multipliers"):
+        optimizer.build(_variables())
+
+
+# ------------------------------------------------------------------------------ layer-wise decay
+
+
+def _expected_exponent(path, n, official):
+    match = re.search(r"layer_(\d+)/", path)
+    exponent = n - int(match.group(1)) if match else n + 1  # blocks; embeddings (+ project)
+    return exponent + (1 if official else 0)
+
+
+@pytest.mark.parametrize("embedding_size", [None, 64])
+@pytest.mark.parametrize("official", [False, True])
+def test_layerwise_lr_multipliers_on_a_real_encoder(embedding_size, official):
+    encoder = Encoder(encoder_config("tiny", vocab_size=100, num_layers=3,
+                                     embedding_size=embedding_size))
+    assert (encoder.embeddings_project is not None) == (embedding_size == 64)
+    decay = 0.8
+    multipliers = layerwise_lr_multipliers(encoder, decay, official=official)
+    assert set(multipliers) == {v.path for v in encoder.weights}  # every variable, no other
+    for path, value in multipliers.items():
+        assert value == pytest.approx(decay ** _expected_exponent(path, 3, official)), path
+    top = [v.path for v in encoder.blocks[2].weights]
+    embeddings = [v.path for v in encoder.embeddings.weights]
+    assert [multipliers[p] for p in top] == pytest.approx([0.64 if official else 0.8] * len(top))
+    bottom = 0.8 ** 5 if official else 0.8 ** 4
+    assert [multipliers[p] for p in embeddings] == pytest.approx([bottom] * len(embeddings))
+    if embedding_size:
+        assert [multipliers[v.path] for v in encoder.embeddings_project.weights] == \
+            pytest.approx([bottom] * 2)
+
+
+def test_layerwise_lr_multipliers_with_shared_embeddings_and_bad_decay():
+    config = encoder_config("tiny", vocab_size=100, num_layers=2)
+    first = Encoder(config)
+    second = Encoder(config, embeddings=first.embeddings)
+    a, b = layerwise_lr_multipliers(first, 0.5), layerwise_lr_multipliers(second, 0.5)
+    for v in first.embeddings.weights:
+        assert a[v.path] == b[v.path] == 0.5 ** 3
+    with pytest.raises(ValueError, match=r"decay=0 must be in \(0, 1\]"):
+        layerwise_lr_multipliers(first, 0)
+
+
+# ------------------------------------------------------------------------------ distribution
+
+
+@pytest.mark.parametrize("cls, aggregate", [(AdamWeightDecay, False), (AdamWeightDecay, True),
+                                            (Lamb, False)])
+def test_gradients_are_not_summed_again_under_mirrored_strategy(cls, aggregate,
+                                                                mirrored_strategy):
+    strategy = mirrored_strategy
+    # A large epsilon makes Adam's update depend on the gradient's scale.
+    kwargs = dict(epsilon=0.5, weight_decay_rate=0.01)
+    steps = 3
+    with strategy.scope():
+        variables = _variables()
+        optimizer = cls(1e-2, aggregate_gradients=aggregate, **kwargs)
+        optimizer.build(variables)
+
+    @tf.function
+    def train_step(step_grads):
+        def replica_step():
+            # As if the caller had all-reduced: every replica holds the same gradients,
+            # on its own device.
+            optimizer.apply([tf.identity(g) for g in step_grads], variables)
+        strategy.run(replica_step)
+
+    for step in range(steps):
+        train_step([tf.constant(g) for g in _gradients(step)])
+
+    def doubled(step):
+        return [2 * g for g in _gradients(step)]
+
+    single = _run(cls(1e-2, **kwargs), steps=steps)
+    summed = _run(cls(1e-2, **kwargs), grads=doubled, steps=steps)
+    expected = summed if aggregate else single
+    for (path, _, _), v, e in zip(VARIABLES, variables, expected):
+        replicas = strategy.experimental_local_results(v.value)
+        assert len(replicas) == 2
+        for r in replicas:
+            np.testing.assert_allclose(r.numpy(), e, rtol=1e-6, atol=1e-8, err_msg=path)
+    assert not np.allclose(single[0], summed[0])
+    assert optimizer.iterations.numpy() == steps  # once per step, not per replica
+
+
+# ------------------------------------------------------------------------------ gin boundary
+
+
+def test_create_optimizer_through_gin():
+    try:
+        gin.parse_config("""
+            optimizer.name = 'lamb'
+            optimizer.learning_rate = 2e-3
+            optimizer.num_train_steps = 100
+            optimizer.warmup_steps = 10
+            optimizer.warmup = 'then_decay'
+            optimizer.weight_decay_rate = 0.0
+            optimizer.bias_correction = True
+            optimizer.aggregate_gradients = False
+        """)
+        optimizer = create_optimizer()
+    finally:
+        gin.clear_config()
+    assert type(optimizer) is Lamb
+    assert (optimizer.weight_decay_rate, optimizer.bias_correction,
+            optimizer.aggregate_gradients) == (0.0, True, False)
+    schedule = optimizer._learning_rate
+    assert schedule.get_config() == {"learning_rate": 2e-3, "num_train_steps": 100,
+                                     "warmup_steps": 10, "warmup": "then_decay"}
+    assert float(schedule(55)) == pytest.approx(1e-3)
+
+    default = create_optimizer()  # ELECTRA-Small pre-training
+    assert type(default) is AdamWeightDecay
+    assert default._learning_rate.get_config() == {
+        "learning_rate": 5e-4, "num_train_steps": 1_000_000, "warmup_steps": 10_000,
+        "warmup": "multiply"}
+    assert (default.epsilon, default.weight_decay_rate, default.bias_correction,
+            default.exclude_from_weight_decay) == (1e-6, 0.01, False,
+                                                   ("LayerNorm", "layer_norm", "bias"))
+
+
+def test_create_optimizer_errors():
+    with pytest.raises(ValueError, match=r"optimizer name='sgd' is unknown; use one of adamw, "
+                                         r"lamb"):
+        create_optimizer(name="sgd")
+    with pytest.raises(ValueError, match="warmup_steps=200 exceeds num_train_steps=100"):
+        create_optimizer(num_train_steps=100, warmup_steps=200, warmup="then_decay")
