@@ -18,13 +18,23 @@ from electra_tf.errors import UserInputError  # noqa: E402
 
 
 def run(main):
-    """absl's app.run, with UserInputError printed as one line on stderr and exit code 1."""
+    """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
+
+    Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
+    print what a user needs.
+    """
 
     def guarded(argv):
+        from absl import flags, logging
+        if not flags.FLAGS["verbosity"].present:
+            logging.set_verbosity(logging.WARNING)
+            import tensorflow as tf
+            tf.get_logger().setLevel("WARNING")
         try:
             return main(argv)
         except UserInputError as e:
-            print(f"error: {e}", file=sys.stderr)
+            # gin appends "In call to configurable ..." lines; the first line is the message.
+            print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1
 
     app.run(guarded)

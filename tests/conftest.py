@@ -47,6 +47,16 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
+def mirrored_strategy():
+    """The process's MirroredStrategy over the 2 logical CPUs (one for all tests: two over
+    the same devices can collide in their collective ops)."""
+    from electra_tf.training.strategies import create_strategy
+    strategy = create_strategy("mirrored")
+    assert strategy.num_replicas_in_sync == 2
+    return strategy
+
+
+@pytest.fixture(scope="session")
 def austen_data(tmp_path_factory):
     """Real pre-training TFRecords (L=128) built from two Austen novels, and the metadata."""
     from electra_tf.data.writer import build_pretraining_data

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, UNCASED_VOCAB
+from electra_tf import gin_files
 from electra_tf.data.pipeline import pretraining_dataset
 from electra_tf.modeling import factory
 from electra_tf.modeling.config import SIZES, encoder_config, generator_config
@@ -18,6 +19,7 @@ from electra_tf.modeling.metrics import PretrainingMetrics
 from electra_tf.modeling.pretrainer import (ElectraPretrainer, masked_lm_loss,
                                             replaced_token_loss)
 from electra_tf.modeling.tensors import sample_from_logits, scatter_positions
+from electra_tf.training import pretraining  # noqa: F401 (registers the gin configurables)
 
 V = 1000
 TINY = encoder_config("tiny", vocab_size=V, num_layers=1)
@@ -85,11 +87,11 @@ def test_model_loss_is_mlm_plus_50_times_discriminator():
     ids, weights = batch["masked_lm_ids"].numpy(), batch["masked_lm_weights"].numpy()
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     mlm = -(np.take_along_axis(log_softmax, ids[..., None], -1)[..., 0] * weights).sum() / (
-        weights.sum() + 1e-6)
+        weights.sum())
     d = out["discriminator_logits"].numpy().astype(np.float64)
     y = out["discriminator_labels"].numpy()
     m = batch["input_mask"].numpy()
-    disc = ((np.logaddexp(0, d) - y * d) * m).sum() / (m.sum() + 1e-6)
+    disc = ((np.logaddexp(0, d) - y * d) * m).sum() / m.sum()
     assert float(out["generator_loss"]) == pytest.approx(mlm, rel=1e-4)
     assert float(out["discriminator_loss"]) == pytest.approx(disc, rel=1e-4)
     assert float(out["loss"]) == pytest.approx(mlm + 50 * disc, rel=1e-4)
@@ -132,16 +134,17 @@ def test_scatter_leaves_padding_slots_alone():
 def test_sampling_follows_the_softmax():
     logits = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]]))
     logits = tf.tile(logits, [20000, 1])
-    samples = sample_from_logits(logits, tf.constant([3, 4])).numpy()
+    samples = sample_from_logits(logits, 3, tf.range(20000, dtype=tf.int64)).numpy()
     freq = np.bincount(samples, minlength=4) / len(samples)
     np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.012)
 
 
 def test_temperature_near_zero_is_argmax_and_high_temperature_flattens():
     logits = tf.random.stateless_normal([500, 50], [1, 2])
-    cold = sample_from_logits(logits, tf.constant([7, 7]), temperature=1e-4)
+    index = tf.range(500, dtype=tf.int64)
+    cold = sample_from_logits(logits, 7, index, temperature=1e-4)
     np.testing.assert_array_equal(cold.numpy(), tf.argmax(logits, -1).numpy())
-    hot = sample_from_logits(logits, tf.constant([7, 7]), temperature=100.0).numpy()
+    hot = sample_from_logits(logits, 7, index, temperature=100.0).numpy()
     assert np.mean(hot == tf.argmax(logits, -1).numpy()) < 0.1
 
 
@@ -149,7 +152,7 @@ def test_disallow_correct_never_samples_the_original():
     # The original token is by far the most likely, yet never drawn.
     ids = tf.constant(np.arange(300) % 40, tf.int32)
     logits = 8.0 * tf.one_hot(ids, 40)
-    sampled = sample_from_logits(logits, tf.constant([1, 2]), disallow=ids).numpy()
+    sampled = sample_from_logits(logits, 1, tf.range(300, dtype=tf.int64), disallow=ids).numpy()
     assert not np.any(sampled == ids.numpy())
     batch, _ = _batch()
     out = _model(disallow_correct=True)(batch, step=0)
@@ -157,12 +160,82 @@ def test_disallow_correct_never_samples_the_original():
     assert not np.any((out["sampled_ids"].numpy() == batch["masked_lm_ids"].numpy())[weights])
 
 
-def test_sampling_is_keyed_by_seed_and_step():
+def test_samples_are_keyed_by_seed_and_example_not_by_batch():
+    logits = tf.random.stateless_normal([6, 5, 50], [1, 2])
+    index = tf.constant([10, 11, 12, 13, 14, 15], tf.int64)
+    a = sample_from_logits(logits, 3, index).numpy()
+    np.testing.assert_array_equal(a, sample_from_logits(logits, 3, index).numpy())
+    assert not np.array_equal(a, sample_from_logits(logits, 4, index).numpy())
+    assert not np.array_equal(a, sample_from_logits(logits, 3, index + 6).numpy())
+    # An example's sample is the same whatever batch (and position in it) it comes in.
+    order = [4, 0, 5]
+    part = sample_from_logits(tf.gather(logits, order), 3, tf.gather(index, order)).numpy()
+    np.testing.assert_array_equal(part, a[order])
+    # The model keys by the batch's example_index; without one, by the step.
     batch, _ = _batch()
     model = _model()
-    a, b, c = (model(batch, step=s)["sampled_ids"].numpy() for s in (3, 3, 4))
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, c)
+    by_step = [model(batch, step=s)["sampled_ids"].numpy() for s in (3, 3, 4)]
+    np.testing.assert_array_equal(by_step[0], by_step[1])
+    assert not np.array_equal(by_step[0], by_step[2])
+    indexed = {**batch, "example_index": tf.range(4, dtype=tf.int64) + 12}
+    np.testing.assert_array_equal(model(indexed, step=99)["sampled_ids"].numpy(), by_step[0])
+
+
+def _split(batch, rows):
+    return {k: tf.gather(v, rows) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("options", [dict(), dict(objective="electric"),
+                                     dict(objective="all_tokens_mlm"),
+                                     dict(learn_loss_weights=True),
+                                     dict(algorithm="adversarial")],
+                         ids=["electra", "electric", "all_tokens_mlm", "learned_weights",
+                              "adversarial"])
+def test_pieces_with_global_normalizers_add_up_to_the_whole_batch(options):
+    """What replicas and gradient accumulation rely on: split a batch, give each piece the
+    whole batch's counts, and the pieces' losses and gradients sum to the whole batch's."""
+    config = encoder_config("tiny", vocab_size=V, num_layers=1, dropout_rate=0.0,
+                            attention_dropout_rate=0.0)
+    keras.utils.set_random_seed(4)
+    model = ElectraPretrainer(config, generator_config(config, 0.5), **options)
+    batch, _ = _batch()
+    batch["example_index"] = tf.range(4, dtype=tf.int64) + 100
+    variables = model.trainable_variables
+
+    def loss_and_grads(piece, normalizers):
+        with tf.GradientTape() as tape:
+            out = model(piece, step=0, training=True, normalizers=normalizers)
+        return out, tape.gradient(out["loss"], variables)
+
+    whole, whole_grads = loss_and_grads(batch, None)
+    pieces = [_split(batch, rows) for rows in ([0, 3], [1, 2])]
+    counts = [model.loss_normalizers(p) for p in pieces]
+    total = {k: counts[0][k] + counts[1][k] for k in counts[0]}
+    outs, grads = zip(*[loss_and_grads(p, total) for p in pieces])
+    for key in ("loss", "generator_loss", "discriminator_loss"):
+        assert float(outs[0][key] + outs[1][key]) == pytest.approx(float(whole[key]), rel=1e-5)
+    dense = lambda g: tf.convert_to_tensor(g).numpy()  # noqa: E731 (embeddings: IndexedSlices)
+    for g, a, b in zip(whole_grads, *grads):
+        if g is not None:
+            np.testing.assert_allclose(dense(a) + dense(b), dense(g), rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_masks_differ_across_replicas(mirrored_strategy):
+    from electra_tf.modeling.layers import Dropout
+    strategy = mirrored_strategy
+    with strategy.scope():
+        ours, theirs = Dropout(0.5, seed=1), keras.layers.Dropout(0.5, seed=1)
+
+    @tf.function
+    def masks():
+        x = tf.ones((4, 64))
+        return strategy.run(lambda: (ours(x, training=True), theirs(x, training=True)))
+
+    ours_masks, theirs_masks = (
+        [v.numpy() for v in strategy.experimental_local_results(m)] for m in masks())
+    assert not np.array_equal(ours_masks[0], ours_masks[1])
+    np.testing.assert_array_equal(theirs_masks[0], theirs_masks[1])  # Keras' own: the same
+    assert abs(np.mean(ours_masks[0] > 0) - 0.5) < 0.1
 
 
 # ------------------------------------------------------------------------------ gradients
@@ -189,6 +262,26 @@ def test_no_gradient_from_discriminator_into_generator(sharing):
     shared = [v for v in model.discriminator.embeddings.trainable_variables]
     shared_grads = tape.gradient(out["generator_loss"], shared)
     assert all((g is not None) == (sharing == "embeddings") for g in shared_grads)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(sharing="none"), dict(objective="electric"),
+                                     dict(objective="all_tokens_mlm")],
+                         ids=["electra", "sharing_none", "electric", "all_tokens_mlm"])
+def test_a_checkpoint_of_the_model_alone_holds_every_weight(tmp_path, options):
+    model = _model(**options)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "model"))
+    saved = [name for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+             if name.startswith("model/")]
+    weights = {id(v) for v in model.weights if "seed_generator" not in v.path}
+    assert len(saved) == len(weights)
+    assert "model/discriminator/layer_0/attention/query/_kernel/.ATTRIBUTES/VARIABLE_VALUE" in saved
+    # ... and restores into a fresh model of the same shape, every weight.
+    other = _model(**options)
+    for v in other.trainable_variables:
+        v.assign(tf.zeros_like(v))
+    tf.train.Checkpoint(model=other).read(path).assert_existing_objects_matched()
+    for a, b in zip(model.trainable_variables, other.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
 
 
 def test_sharing_modes_share_what_they_say():
@@ -322,9 +415,8 @@ def test_metrics_report_every_tag(real_batches):
 
 @pytest.mark.parametrize("size", ["small", "base", "large"])
 def test_size_gin_files_bind_the_paper_sizes(size):
-    gin.clear_config()
     try:
-        gin.parse_config_file(os.path.join(ROOT, "gin", f"{size}.gin"))
+        gin_files.parse([f"{size}.gin"], [])
         for key, value in SIZES[size].items():
             assert gin.query_parameter(f"pretrainer.{key}") == value, key
     finally:
@@ -333,12 +425,8 @@ def test_size_gin_files_bind_the_paper_sizes(size):
 
 @pytest.mark.parametrize("ablation", sorted(os.listdir(os.path.join(ROOT, "gin", "ablations"))))
 def test_ablation_gin_files_build(ablation):
-    gin.clear_config()
     try:
-        gin.parse_config_files_and_bindings(
-            [os.path.join(ROOT, "gin", "tiny.gin"),
-             os.path.join(ROOT, "gin", "ablations", ablation)],
-            ["pretrainer.num_layers = 1"])
+        gin_files.parse(["tiny.gin", f"ablations/{ablation}"], ["pretrainer.num_layers = 1"])
         model = factory.build_pretrainer(vocab_size=V)
         out = model(_batch()[0], step=0)
         assert np.isfinite(float(out["loss"]))

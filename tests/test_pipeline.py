@@ -35,8 +35,11 @@ def test_batches_have_the_documented_structure(austen_data):
     assert {k: (tuple(v.shape), v.dtype.name) for k, v in batch.items()} == {
         "input_ids": ((16, 128), "int32"), "input_mask": ((16, 128), "int32"),
         "segment_ids": ((16, 128), "int32"), "masked_lm_positions": ((16, 19), "int32"),
-        "masked_lm_ids": ((16, 19), "int32"), "masked_lm_weights": ((16, 19), "float32")}
+        "masked_lm_ids": ((16, 19), "int32"), "masked_lm_weights": ((16, 19), "float32"),
+        "example_index": ((16,), "int64")}
     assert (batch["input_ids"].numpy() == 103).sum() > 0.8 * 0.85 * 16 * 19
+    # The examples' indices in the stream (after shuffling), which key masks and samples.
+    assert batch["example_index"].numpy().tolist() == list(range(16))
 
 
 def test_eval_pass_is_ordered_finite_and_drops_the_remainder(austen_data):
@@ -69,9 +72,9 @@ def test_checkpointed_iterator_resumes_with_the_same_examples_and_masks(austen_d
     assert_same(take(fresh, 100), expected)
 
 
-def test_mirrored_strategy_splits_the_global_batch(austen_data):
+def test_mirrored_strategy_splits_the_global_batch(austen_data, mirrored_strategy):
     directory, _ = austen_data
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy
     assert strategy.num_replicas_in_sync == 2
     distributed = pipeline.distributed_dataset(strategy, 32, f"{directory}/*.tfrecord",
                                                max_seq_length=128, vocab_file=UNCASED_VOCAB,

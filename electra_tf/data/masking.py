@@ -13,67 +13,26 @@ with position 0 and weight 0.
 
 Whole-word masking (optional) selects words instead of tokens: a word is a token plus the
 continuation tokens that follow it: "##" pieces, or, for Chinese data built with a word
-segmenter, the characters after a word's first (the records' `word_start` feature). Words are taken in random order while the running token count
-stays within n (a word that would overflow stops the selection; BERT's builder skips it and
-tries smaller words, which differs only in how close to n the count gets).
+segmenter, the characters after a word's first (the records' `word_start` feature). Words
+are taken in random order while the running token count stays within n (a word that would
+overflow stops the selection; BERT's builder skips it and tries smaller words, which differs
+only in how close to n the count gets).
 
-Randomness is a counter-based hash of (seed, example index, position): no RNG state, so the
-masks of a stream depend only on the seed and each example's position in the stream. A
-resumed input pipeline (same seed, restored iterator) produces exactly the same masks, and
-changing the batch size does not change them.
+Randomness is a counter-based hash of (seed, example index, position)
+(`electra_tf.stateless`): no RNG state, so the masks of a stream depend only on the seed and
+each example's position in the stream. A resumed input pipeline (same seed, restored
+iterator) produces exactly the same masks, and changing the batch size does not change them.
 """
 
 import tensorflow as tf
 
-_M1 = 0x85EBCA6B
-_M2 = 0xC2B2AE35
-_GOLDEN = 0x9E3779B9
-_STREAM_POSITIONS = 1
-_STREAM_KEEP = 2
-_STREAM_WORDS = 3
+from electra_tf.stateless import (STREAM_MASK_KEEP, STREAM_MASK_POSITIONS, STREAM_MASK_WORDS,
+                                  hash_uniform)
 
 
 def default_max_predictions(max_seq_length: int, mask_prob: float) -> int:
     """The official N: int((mask_prob + 0.005) * max_seq_length), e.g. 19 for 0.15 x 128."""
     return int((mask_prob + 0.005) * max_seq_length)
-
-
-def _u32(value: int) -> tf.Tensor:
-    return tf.constant(value & 0xFFFFFFFF, tf.uint32)
-
-
-def _fmix32(h: tf.Tensor) -> tf.Tensor:
-    """MurmurHash3's finaliser: a bijective, well-mixed uint32 -> uint32 map."""
-    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, _u32(16)))
-    h = h * _u32(_M1)
-    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, _u32(13)))
-    h = h * _u32(_M2)
-    return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, _u32(16)))
-
-
-def hash_bits(seed: int, stream: int, example_index: tf.Tensor, slot: tf.Tensor) -> tf.Tensor:
-    """Random uint32 bits for each (example, slot).
-
-    Args:
-      seed: Python int, the run's seed.
-      stream: Python int separating independent draws (positions, keep/mask, words).
-      example_index: int64 [B], each example's index in the stream.
-      slot: int32 [B, K] (or broadcastable), e.g. token positions.
-    Returns: uint32 [B, K].
-    """
-    key = _fmix32(_u32(seed) ^ _u32(stream * _GOLDEN))
-    index = tf.cast(example_index, tf.uint64)
-    low = tf.cast(tf.bitwise.bitwise_and(index, tf.constant(0xFFFFFFFF, tf.uint64)), tf.uint32)
-    high = tf.cast(tf.bitwise.right_shift(index, tf.constant(32, tf.uint64)), tf.uint32)
-    h = _fmix32(key ^ low)
-    h = _fmix32(h ^ (high + _u32(_GOLDEN)))[:, None]
-    return _fmix32(h ^ tf.cast(slot, tf.uint32) * _u32(_GOLDEN))
-
-
-def hash_uniform(seed, stream, example_index, slot) -> tf.Tensor:
-    """Uniform float32 in [0, 1) for each (example, slot); see hash_bits."""
-    bits = tf.bitwise.right_shift(hash_bits(seed, stream, example_index, slot), _u32(8))
-    return tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
 
 
 def _positions_from_selection(selected: tf.Tensor, max_predictions: int):
@@ -89,8 +48,8 @@ def _positions_from_selection(selected: tf.Tensor, max_predictions: int):
 def _select_tokens(candidates, num_to_predict, example_index, seed, max_predictions):
     length = tf.shape(candidates)[1]
     positions = tf.range(length)[None, :]
-    score = tf.where(candidates, hash_uniform(seed, _STREAM_POSITIONS, example_index, positions),
-                     -1.0)
+    score = tf.where(candidates,
+                     hash_uniform(seed, STREAM_MASK_POSITIONS, example_index, positions), -1.0)
     values, indices = tf.math.top_k(score, k=max_predictions, sorted=True)
     take = (tf.range(max_predictions)[None, :] < num_to_predict[:, None]) & (values >= 0.0)
     batch = tf.shape(candidates)[0]
@@ -110,7 +69,7 @@ def _select_words(candidates, is_continuation, num_to_predict, example_index, se
     num_segments = batch * (length + 1)
     sizes = tf.math.unsorted_segment_sum(tf.cast(candidates, tf.int32), segment, num_segments)
     start_size = tf.where(starts, tf.gather(sizes, segment), 0)
-    score = tf.where(starts, hash_uniform(seed, _STREAM_WORDS, example_index, word), -1.0)
+    score = tf.where(starts, hash_uniform(seed, STREAM_MASK_WORDS, example_index, word), -1.0)
     order = tf.argsort(score, axis=1, direction="DESCENDING", stable=True)
     running = tf.cumsum(tf.gather(start_size, order, batch_dims=1), axis=1)
     sorted_take = ((running <= num_to_predict[:, None])
@@ -154,7 +113,8 @@ def mask_batch(batch: dict, example_index: tf.Tensor, *, seed: int, mask_prob: f
                                  seed)
     positions, valid = _positions_from_selection(selected, max_predictions)
     all_positions = tf.range(tf.shape(input_ids)[1])[None, :]
-    keep = hash_uniform(seed, _STREAM_KEEP, example_index, all_positions) >= replace_with_mask_prob
+    keep = (hash_uniform(seed, STREAM_MASK_KEEP, example_index, all_positions)
+            >= replace_with_mask_prob)
     to_mask = selected & ~keep
     return {
         "input_ids": tf.where(to_mask, mask_id, input_ids),

@@ -13,9 +13,11 @@ Records may be ours or the official builder's (input_ids, input_mask, segment_id
 pre-masked BERT records (also masked_lm_positions/ids/weights), which pass through as they
 are. `validate_data` checks them against the run's config before any work starts.
 
-For tf.distribute, `distributed_dataset` builds one pipeline per input worker with
-`distribute_datasets_from_function`; files are sharded by the input context (records, when
-there are fewer files than pipelines) and each pipeline's examples get disjoint indices.
+For tf.distribute, `worker_dataset` builds this worker's pipeline (the trainer slices its
+batches among the worker's replicas; its iterator can be checkpointed), and
+`distributed_dataset` one pipeline per input worker with `distribute_datasets_from_function`.
+Files are sharded by the input context (records, when there are fewer files than pipelines)
+and each pipeline's examples get disjoint indices.
 """
 
 import json
@@ -182,7 +184,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       validate: check data against config first (validate_data).
 
     Yields dicts: input_ids, input_mask, segment_ids int32 [B, L]; masked_lm_positions,
-    masked_lm_ids int32 [B, N]; masked_lm_weights float32 [B, N].
+    masked_lm_ids int32 [B, N]; masked_lm_weights float32 [B, N]; example_index int64 [B],
+    each example's index in the stream (unique across input pipelines; it keys the masks
+    and the generator's samples).
     """
     files = list_files(file_pattern)
     info = (validate_data(files, max_seq_length, vocab_file) if validate
@@ -235,19 +239,20 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
         parsed = tf.io.parse_example(serialized, spec)
         batch = {n: tf.cast(v, tf.float32 if n.endswith("weights") else tf.int32)
                  for n, v in parsed.items()}
+        stream_index = index * num_pipelines + pipeline_id
         if info["premasked"]:
-            return batch
+            return {**batch, "example_index": stream_index}
         is_continuation = None
         if use_word_starts:
             is_continuation = tf.equal(batch.pop(WORD_START), 0)
         elif continuation_table is not None:
             is_continuation = tf.gather(continuation_table, batch["input_ids"])
-        stream_index = index * num_pipelines + pipeline_id
-        return masking.mask_batch(
+        masked = masking.mask_batch(
             batch, stream_index, seed=seed, mask_prob=mask_prob,
             max_predictions=num_predictions, cls_id=ids[tokenization.CLS_TOKEN],
             sep_id=ids[tokenization.SEP_TOKEN], mask_id=ids[tokenization.MASK_TOKEN],
             replace_with_mask_prob=replace_with_mask_prob, is_continuation=is_continuation)
+        return {**masked, "example_index": stream_index}
 
     dataset = dataset.map(parse_and_mask, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True)
@@ -255,6 +260,31 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     options.deterministic = True
     options.experimental_optimization.map_parallelization = True
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def worker_dataset(strategy: tf.distribute.Strategy, global_batch_size: int, file_pattern,
+                   worker_index: int = 0, **kwargs) -> tuple[tf.data.Dataset, int]:
+    """This worker's pipeline under a strategy, and its number of local replicas.
+
+    The dataset yields this worker's share of the global batch (global / workers), the
+    files sharded by worker; the trainer gives each local replica its slice. Unlike a
+    distributed dataset's, this iterator can be checkpointed, so a resumed run continues
+    with exactly the next examples under any strategy.
+    """
+    replicas = strategy.num_replicas_in_sync
+    local = (len(strategy.extended.worker_devices) if tf.distribute.has_strategy()
+             or strategy is not tf.distribute.get_strategy() else 1)
+    workers = max(1, replicas // local)
+    if global_batch_size % replicas:
+        raise UserInputError(
+            f"TRAIN_BATCH_SIZE={global_batch_size} does not divide over {replicas} replicas; "
+            "use a multiple of the replica count")
+    context = tf.distribute.InputContext(num_input_pipelines=workers,
+                                         input_pipeline_id=worker_index,
+                                         num_replicas_in_sync=replicas)
+    dataset = pretraining_dataset(file_pattern, global_batch_size // workers,
+                                  input_context=context, **kwargs)
+    return dataset, local
 
 
 def distributed_dataset(strategy: tf.distribute.Strategy, global_batch_size: int,

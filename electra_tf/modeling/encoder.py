@@ -58,18 +58,26 @@ class Encoder(keras.layers.Layer):
             raise ValueError(
                 f"shared embeddings are {embeddings.config.embedding_width} wide but this "
                 f"encoder expects embedding_size={config.embedding_width}")
-        self.embeddings = embeddings if embeddings is not None else Embeddings(
-            config, name="embeddings")
-        self.embeddings_project = None
-        if config.embedding_width != config.hidden_size:
-            self.embeddings_project = keras.layers.Dense(
-                config.hidden_size, kernel_initializer=initializer(config),
-                name="embeddings_project")
-            self.embeddings_project.build((None, None, config.embedding_width))
-        self.blocks = [TransformerBlock(config, name=f"layer_{i}")
-                       for i in range(config.num_layers)]
-        for block in self.blocks:
-            block.build((None, None, config.hidden_size))
+        with keras.name_scope(self.name):
+            self.embeddings = embeddings if embeddings is not None else Embeddings(
+                config, name="embeddings")
+            self.embeddings_project = None
+            if config.embedding_width != config.hidden_size:
+                self.embeddings_project = keras.layers.Dense(
+                    config.hidden_size, kernel_initializer=initializer(config),
+                    name="embeddings_project")
+                self.embeddings_project.build((None, None, config.embedding_width))
+            # Attributes layer_0, layer_1, ..., not a list: Keras 3 does not make a list of
+            # layers a dependency of tf.train.Checkpoint, which would then save no block.
+            for i in range(config.num_layers):
+                block = TransformerBlock(config, name=f"layer_{i}")
+                block.build((None, None, config.hidden_size))
+                setattr(self, f"layer_{i}", block)
+
+    @property
+    def blocks(self) -> list[TransformerBlock]:
+        """The transformer blocks, bottom first."""
+        return [getattr(self, f"layer_{i}") for i in range(self.config.num_layers)]
 
     def call(self, input_ids, input_mask, segment_ids, training=False):
         x = self.embeddings(input_ids, segment_ids, training=training)

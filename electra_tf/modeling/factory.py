@@ -8,7 +8,7 @@ from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 
 
-@gin.configurable("pretrainer", denylist=["vocab_size"])
+@gin.configurable("pretrainer", denylist=["vocab_size", "cls_id", "sep_id", "seed"])
 def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers: int = 12,
                      num_heads: int = 4, intermediate_size: int = 1024,
                      embedding_size: int | None = 128, max_position_embeddings: int = 512,
@@ -21,8 +21,9 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
                      disallow_correct: bool = False, uniform_generator: bool = False,
                      adversarial_mle_weight: float = 0.0, mask_prob: float = 0.15,
                      cls_id: int = 101, sep_id: int = 102, seed: int = 0) -> ElectraPretrainer:
-    """An ElectraPretrainer; the defaults are ELECTRA-Small. `vocab_size` comes from the
-    data (metadata.json), not from gin. See ElectraPretrainer for the options."""
+    """An ElectraPretrainer; the defaults are ELECTRA-Small. `vocab_size`, the special ids
+    and the seed come from the data and the run, not from gin. See ElectraPretrainer for the
+    options."""
     discriminator = EncoderConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
         num_heads=num_heads, intermediate_size=intermediate_size,

@@ -5,9 +5,14 @@ Everything is exact BERT: erf GELU, LayerNorm epsilon from the config, truncated
 initialisation, post-LayerNorm residual blocks. Kernels are [in, out] as in TF1 checkpoints.
 Under a mixed-precision policy the attention softmax and LayerNorm run in float32 (Keras'
 LayerNormalization already does) and the heads return float32 logits.
+
+Layers that build their sublayers in `__init__` do so inside their own name scope, so every
+variable has a unique path that names its network (`electra/layer_0/attention/query/kernel`,
+`generator/layer_0/...`), which weight-decay exclusion and layer-wise learning rates key on.
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from electra_tf.modeling.config import EncoderConfig
@@ -31,6 +36,26 @@ def _layer_norm(config: EncoderConfig, name: str = "LayerNorm"):
     return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
 
 
+class Dropout(keras.layers.Dropout):
+    """Keras' dropout, with a different mask on every replica of a tf.distribute strategy.
+
+    Keras 3 draws dropout seeds from a SeedGenerator whose state is mirrored, so every
+    replica would drop the same units (and every TPU core would too). Here the replica id is
+    folded into the seed; on one replica the masks are exactly Keras' own.
+    """
+
+    def call(self, inputs, training=False):
+        if not training or self.rate == 0:
+            return inputs
+        seed = self.seed_generator.next()
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            seed = tf.random.experimental.stateless_fold_in(
+                tf.cast(seed, tf.int64), tf.cast(context.replica_id_in_sync_group, tf.int64))
+        return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate,
+                                                    seed=tf.cast(seed, tf.int32))
+
+
 class Embeddings(keras.layers.Layer):
     """Word + position + token-type embeddings, then LayerNorm and dropout.
 
@@ -49,9 +74,10 @@ class Embeddings(keras.layers.Layer):
             name="position_embeddings")
         self.token_type_embeddings = self.add_weight(
             (config.type_vocab_size, width), initializer(config), name="token_type_embeddings")
-        self.layer_norm = _layer_norm(config)
-        self.layer_norm.build((None, None, width))
-        self.dropout = keras.layers.Dropout(config.dropout_rate)
+        with keras.name_scope(self.name):
+            self.layer_norm = _layer_norm(config)
+            self.layer_norm.build((None, None, width))
+            self.dropout = Dropout(config.dropout_rate)
 
     def call(self, input_ids, segment_ids, training=False):
         length = ops.shape(input_ids)[1]
@@ -77,8 +103,8 @@ class SelfAttention(keras.layers.Layer):
         self.value = _dense(h, config, "value")
         self.output_dense = _dense(h, config, "output_dense")
         self.layer_norm = _layer_norm(config)
-        self.attention_dropout = keras.layers.Dropout(config.attention_dropout_rate)
-        self.dropout = keras.layers.Dropout(config.dropout_rate)
+        self.attention_dropout = Dropout(config.attention_dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value, self.output_dense):
@@ -115,7 +141,7 @@ class TransformerBlock(keras.layers.Layer):
         self.intermediate = _dense(config.intermediate_size, config, "intermediate", gelu)
         self.output_dense = _dense(config.hidden_size, config, "output_dense")
         self.layer_norm = _layer_norm(config)
-        self.dropout = keras.layers.Dropout(config.dropout_rate)
+        self.dropout = Dropout(config.dropout_rate)
 
     def build(self, input_shape):
         self.attention.build(input_shape)

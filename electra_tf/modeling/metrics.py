@@ -29,12 +29,25 @@ class PretrainingMetrics:
         return [v for m in self.metrics.values() for v in m.variables]
 
     def update(self, outputs: dict):
+        """Both updates from one call's outputs (one batch, not split into pieces)."""
+        self.update_losses(outputs["loss"], outputs["generator_loss"],
+                           outputs["discriminator_loss"])
+        self.update_predictions(outputs)
+
+    def update_losses(self, total, generator, discriminator):
+        """The step's losses, once per step (a trainer that splits the batch over replicas or
+        micro-batches sums the pieces' losses first)."""
         m = self.metrics
-        self._updated.update(["loss/total", "loss/generator", "loss/discriminator",
-                              "generator/mlm_accuracy"])
-        m["loss/total"].update_state(outputs["loss"])
-        m["loss/generator"].update_state(outputs["generator_loss"])
-        m["loss/discriminator"].update_state(outputs["discriminator_loss"])
+        self._updated.update(["loss/total", "loss/generator", "loss/discriminator"])
+        m["loss/total"].update_state(total)
+        m["loss/generator"].update_state(generator)
+        m["loss/discriminator"].update_state(discriminator)
+
+    def update_predictions(self, outputs: dict):
+        """Accuracies, AUC, precision, recall and replaced fraction of one batch or piece of
+        one (weighted by its real masked slots or tokens)."""
+        m = self.metrics
+        self._updated.add("generator/mlm_accuracy")
         ids, weights = outputs["masked_lm_ids"], outputs["masked_lm_weights"]
         predicted = tf.argmax(outputs["mlm_logits"], -1, output_type=ids.dtype)
         m["generator/mlm_accuracy"].update_state(tf.cast(predicted == ids, tf.float32),

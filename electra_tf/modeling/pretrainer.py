@@ -12,7 +12,12 @@ The algorithm, one step (shapes: B batch, L length, N masked slots, V vocab):
 `electra` below is exactly that; the other objectives of the paper's efficiency study
 (`mlm`, `electra_15`, `replace_mlm`, `all_tokens_mlm`) and Electric are small functions
 beside it. The batch is what `electra_tf.data.pipeline` yields: input_ids (masked),
-input_mask, segment_ids [B, L]; masked_lm_positions, masked_lm_ids, masked_lm_weights [B, N].
+input_mask, segment_ids [B, L]; masked_lm_positions, masked_lm_ids, masked_lm_weights [B, N];
+example_index [B] (keys the samples; without it examples are numbered from the step).
+
+Each loss is a weighted sum divided by a count (`loss_normalizers`: real tokens, masked
+slots). A trainer that splits the global batch over replicas or micro-batches passes the
+global counts, so the pieces' losses and gradients add up to the global batch's exactly.
 """
 
 import dataclasses
@@ -37,17 +42,27 @@ PHASES = ("joint", "generator", "discriminator")
 # ------------------------------------------------------------------------------ losses
 
 
-def masked_lm_loss(logits, ids, weights):
-    """Cross-entropy of logits [B, N, V] against ids [B, N], averaged over weights [B, N]."""
+def weighted_mean(values, weights, normalizer=None):
+    """sum(values * weights) / normalizer, the normalizer defaulting to sum(weights); a
+    normalizer under 1 counts as 1 (no weight: the loss is 0)."""
+    if normalizer is None:
+        normalizer = tf.reduce_sum(weights)
+    return tf.reduce_sum(values * weights) / tf.maximum(tf.cast(normalizer, tf.float32), 1.0)
+
+
+def masked_lm_loss(logits, ids, weights, normalizer=None):
+    """Cross-entropy of logits [B, N, V] against ids [B, N], averaged over weights [B, N]
+    (or divided by `normalizer`)."""
     losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
-    return tf.reduce_sum(losses * weights) / (tf.reduce_sum(weights) + 1e-6)
+    return weighted_mean(losses, weights, normalizer)
 
 
-def replaced_token_loss(logits, labels, weights):
-    """Sigmoid cross-entropy of logits [B, L] against 0/1 labels, averaged over weights."""
+def replaced_token_loss(logits, labels, weights, normalizer=None):
+    """Sigmoid cross-entropy of logits [B, L] against 0/1 labels, averaged over weights (or
+    divided by `normalizer`)."""
     losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32),
                                                      logits=logits)
-    return tf.reduce_sum(losses * weights) / (tf.reduce_sum(weights) + 1e-6)
+    return weighted_mean(losses, weights, normalizer)
 
 
 def _token_log_prob(logits, ids):
@@ -87,9 +102,11 @@ class ElectraPretrainer(keras.Model):
       cls_id, sep_id: special ids (Electric's cloze loss skips them).
       seed: base of the stateless sampling seed; a step's seed is (seed, step).
 
-    Call: `outputs = model(batch, step=step, training=True, phase="joint")`; outputs is a
-    dict with `loss` (the total to minimise), `generator_loss`, `discriminator_loss` and the
-    tensors `electra_tf.modeling.metrics` reads.
+    Call: `outputs = model(batch, step=step, training=True, phase="joint",
+    normalizers=None)`; outputs is a dict with `loss` (the total to minimise),
+    `generator_loss`, `discriminator_loss` and the tensors `electra_tf.modeling.metrics`
+    reads. `normalizers` are the counts the losses average over (`loss_normalizers`),
+    summed over the whole global batch when it is split into pieces.
 
     Example:
       >>> d = encoder_config("tiny")
@@ -214,10 +231,14 @@ class ElectraPretrainer(keras.Model):
         return self.generator_predictions(hidden, table), hidden
 
     def sample(self, logits, batch, step):
-        """Replacement tokens [B, N] for the masked positions (no gradient)."""
-        seed = tf.stack([tf.constant(self.seed, tf.int32), tf.cast(step, tf.int32)])
+        """Replacement tokens [B, N] for the masked positions (no gradient), keyed by each
+        example's `example_index` (see `tensors.sample_from_logits`)."""
+        index = batch.get("example_index")
+        if index is None:  # not from the pipeline: number the examples from the step
+            size = tf.shape(logits, out_type=tf.int64)[0]
+            index = tf.cast(step, tf.int64) * size + tf.range(size, dtype=tf.int64)
         disallow = batch["masked_lm_ids"] if self.disallow_correct else None
-        return tf.stop_gradient(sample_from_logits(tf.stop_gradient(logits), seed,
+        return tf.stop_gradient(sample_from_logits(tf.stop_gradient(logits), self.seed, index,
                                                    self.temperature, disallow))
 
     def corrupt(self, batch, sampled):
@@ -234,22 +255,41 @@ class ElectraPretrainer(keras.Model):
                                       training=training)
         return sequence
 
-    def combine(self, generator_loss, discriminator_loss):
+    def combine(self, generator_loss, discriminator_loss, norms):
         if self.loss_log_scales is None:
             return (self.generator_weight * generator_loss
                     + self.discriminator_weight * discriminator_loss)
         s = ops.convert_to_tensor(self.loss_log_scales)
-        return (tf.exp(-s[0]) * generator_loss + s[0]
-                + tf.exp(-s[1]) * discriminator_loss + s[1])
+        # The regulariser s is split evenly over the pieces of a split global batch.
+        return (tf.exp(-s[0]) * generator_loss + tf.exp(-s[1]) * discriminator_loss
+                + (s[0] + s[1]) / norms["parts"])
+
+    def loss_normalizers(self, batch) -> dict:
+        """The counts the losses average over, in `batch`: "tokens" (real tokens), "masked"
+        (real masked slots), "candidates" (real tokens other than [CLS] and [SEP]: Electric's
+        cloze loss) and "parts" (1: the pieces of the global batch), float32 scalars.
+
+        A trainer that splits the global batch over replicas or micro-batches sums these over
+        the pieces and passes them to `call`: each piece's losses are then its share of the
+        global batch's mean, and the pieces' losses and gradients add up to the global
+        batch's exactly.
+        """
+        mask = tf.cast(batch["input_mask"], tf.float32)
+        ids = batch["input_ids"]
+        scored = mask * tf.cast((ids != self.cls_id) & (ids != self.sep_id), tf.float32)
+        return {"tokens": tf.reduce_sum(mask),
+                "masked": tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
+                "candidates": tf.reduce_sum(scored), "parts": tf.constant(1.0)}
 
     # -- the step
 
-    def call(self, batch, step=0, training=False, phase="joint"):
+    def call(self, batch, step=0, training=False, phase="joint", normalizers=None):
         _check_choice("phase", phase, PHASES)
         # Keras casts float inputs to the compute dtype (bfloat16 under mixed precision);
         # the loss weights stay float32.
         batch = {**batch, "masked_lm_weights": tf.cast(batch["masked_lm_weights"], tf.float32)}
-        return OBJECTIVE_FUNCTIONS[self.objective](self, batch, step, training, phase)
+        norms = self.loss_normalizers(batch) if normalizers is None else normalizers
+        return OBJECTIVE_FUNCTIONS[self.objective](self, batch, step, training, phase, norms)
 
     def phase_variables(self, phase: str):
         """Trainable variables of a phase: all for "joint"; the generator and its head for
@@ -285,10 +325,11 @@ def _check_choice(name, value, choices):
 # ------------------------------------------------------------------------------ objectives
 
 
-def electra(model: ElectraPretrainer, batch, step, training, phase, masked_only=False):
+def electra(model: ElectraPretrainer, batch, step, training, phase, norms, masked_only=False):
     """Replaced token detection (the paper's method); `masked_only` is ELECTRA 15%."""
     logits, gen_hidden = model.generator_logits(batch, training)
-    mlm = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    mlm = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
+                         norms["masked"])
     if phase == "generator":
         return {"loss": model.generator_weight * mlm, "generator_loss": mlm,
                 "discriminator_loss": tf.constant(0.0), **_mlm_outputs(batch, logits)}
@@ -296,55 +337,60 @@ def electra(model: ElectraPretrainer, batch, step, training, phase, masked_only=
     fake, labels, written, _ = model.corrupt(batch, sampled)
     disc_logits = model.discriminator_predictions(model.discriminate(fake, batch, training))
     weights = tf.cast(written if masked_only else batch["input_mask"], tf.float32)
-    disc = replaced_token_loss(disc_logits, labels, weights)
+    disc = replaced_token_loss(disc_logits, labels, weights,
+                               norms["masked" if masked_only else "tokens"])
 
     generator_loss = mlm
     if model.algorithm == "adversarial":
         generator_loss = (_policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits,
-                                                labels, batch)
+                                                labels, batch, norms)
                           + model.adversarial_mle_weight * mlm)
     if phase == "discriminator":
         total = model.discriminator_weight * disc
     else:
-        total = model.combine(generator_loss, disc)
+        total = model.combine(generator_loss, disc, norms)
     return {"loss": total, "generator_loss": mlm, "discriminator_loss": disc,
             **_mlm_outputs(batch, logits, sampled),
             **_discriminator_outputs(disc_logits, labels, weights)}
 
 
-def electra_15(model, batch, step, training, phase):
+def electra_15(model, batch, step, training, phase, norms):
     """ELECTRA 15%: the discriminator's loss only over the masked positions."""
-    return electra(model, batch, step, training, phase, masked_only=True)
+    return electra(model, batch, step, training, phase, norms, masked_only=True)
 
 
-def mlm(model, batch, step, training, phase):
+def mlm(model, batch, step, training, phase, norms):
     """BERT: masked LM on the discriminator network, with dynamic masking."""
     logits, _ = model.generator_logits(batch, training)
-    loss = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    loss = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
+                          norms["masked"])
     return {"loss": model.generator_weight * loss, "generator_loss": loss,
             "discriminator_loss": tf.constant(0.0), **_mlm_outputs(batch, logits)}
 
 
-def replace_mlm(model, batch, step, training, phase):
+def replace_mlm(model, batch, step, training, phase, norms):
     """Replace MLM: masked positions hold generator samples instead of [MASK]; the model
     predicts the original tokens there."""
     logits, _ = model.generator_logits(batch, training)
-    gen = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    gen = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
+                         norms["masked"])
     sampled = model.sample(logits, batch, step)
     fake, _, _, _ = model.corrupt(batch, sampled)
     hidden = gather_positions(model.discriminate(fake, batch, training),
                               batch["masked_lm_positions"])
     token_logits = model.token_predictions(hidden, model.discriminator.embeddings.word_embeddings)
-    loss = masked_lm_loss(token_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
-    return {"loss": model.combine(gen, loss), "generator_loss": gen,
+    loss = masked_lm_loss(token_logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
+                          norms["masked"])
+    return {"loss": model.combine(gen, loss, norms), "generator_loss": gen,
             "discriminator_loss": loss, **_mlm_outputs(batch, logits, sampled)}
 
 
-def all_tokens_mlm(model, batch, step, training, phase):
+def all_tokens_mlm(model, batch, step, training, phase, norms):
     """All-Tokens MLM: like Replace MLM, but the model predicts every input token, with a
     copy mechanism: p(original) = D * [input is original] + (1 - D) * softmax(logits)."""
     logits, _ = model.generator_logits(batch, training)
-    gen = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    gen = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
+                         norms["masked"])
     sampled = model.sample(logits, batch, step)
     fake, labels, _, original = model.corrupt(batch, sampled)
     sequence = model.discriminate(fake, batch, training)
@@ -355,13 +401,12 @@ def all_tokens_mlm(model, batch, step, training, phase):
     log_p = tf.where(labels > 0, generate,
                      tf.math.reduce_logsumexp(
                          tf.stack([tf.math.log_sigmoid(copy_logit), generate]), axis=0))
-    weights = tf.cast(batch["input_mask"], tf.float32)
-    loss = -tf.reduce_sum(log_p * weights) / (tf.reduce_sum(weights) + 1e-6)
-    return {"loss": model.combine(gen, loss), "generator_loss": gen,
+    loss = -weighted_mean(log_p, tf.cast(batch["input_mask"], tf.float32), norms["tokens"])
+    return {"loss": model.combine(gen, loss, norms), "generator_loss": gen,
             "discriminator_loss": loss, **_mlm_outputs(batch, logits, sampled)}
 
 
-def electric(model, batch, step, training, phase):
+def electric(model, batch, step, training, phase, norms):
     """Electric: a two-tower cloze generator scores every token from its context (the left
     tower sees tokens before it, the right tower tokens after); the discriminator is an
     energy model trained with noise-contrastive estimation against that noise distribution:
@@ -377,7 +422,7 @@ def electric(model, batch, step, training, phase):
         context, model.generator_ltr.embeddings.word_embeddings)  # [B, L, V]
     candidates = tf.cast(mask, tf.float32) * tf.cast(
         (original != model.cls_id) & (original != model.sep_id), tf.float32)
-    cloze = masked_lm_loss(cloze_logits, original, candidates)
+    cloze = masked_lm_loss(cloze_logits, original, candidates, norms["candidates"])
     logits = gather_positions(cloze_logits, batch["masked_lm_positions"])
     sampled = model.sample(logits, batch, step)
     fake, labels, _, _ = model.corrupt(batch, sampled)
@@ -385,8 +430,8 @@ def electric(model, batch, step, training, phase):
     log_q = tf.stop_gradient(_token_log_prob(cloze_logits, fake))
     disc_logits = energy + log_q + math.log(model.mask_prob / (1 - model.mask_prob))
     weights = tf.cast(mask, tf.float32)
-    disc = replaced_token_loss(disc_logits, labels, weights)
-    return {"loss": model.combine(cloze, disc), "generator_loss": cloze,
+    disc = replaced_token_loss(disc_logits, labels, weights, norms["tokens"])
+    return {"loss": model.combine(cloze, disc, norms), "generator_loss": cloze,
             "discriminator_loss": disc, **_mlm_outputs(batch, logits, sampled),
             **_discriminator_outputs(disc_logits, labels, weights)}
 
@@ -396,7 +441,8 @@ OBJECTIVE_FUNCTIONS = {"electra": electra, "mlm": mlm, "electra_15": electra_15,
                        "electric": electric}
 
 
-def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, labels, batch):
+def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, labels, batch,
+                          norms):
     """REINFORCE for the adversarial generator: reward at a masked slot is the
     discriminator's loss on the token there if it was replaced (-log P(replaced)), 0 if the
     sample equals the original; a learned baseline (dense on the generator's hidden state,
@@ -408,9 +454,8 @@ def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, label
                        tf.float32)
     advantage = tf.stop_gradient(reward - baseline)
     log_p = _token_log_prob(logits / model.temperature, sampled)
-    total = tf.reduce_sum(weights) + 1e-6
-    return (-tf.reduce_sum(advantage * log_p * weights) / total
-            + tf.reduce_sum(tf.square(reward - baseline) * weights) / total)
+    return (-weighted_mean(advantage * log_p, weights, norms["masked"])
+            + weighted_mean(tf.square(reward - baseline), weights, norms["masked"]))
 
 
 def _mlm_outputs(batch, logits, sampled=None):

@@ -3,6 +3,8 @@ positions, and sampling from the generator."""
 
 import tensorflow as tf
 
+from electra_tf.stateless import STREAM_GENERATOR_SAMPLES, hash_uniform
+
 
 def gather_positions(sequence, positions):
     """Rows of `sequence` at `positions`.
@@ -28,18 +30,28 @@ def scatter_positions(sequence, positions, updates, weights):
     return updated, written
 
 
-def sample_from_logits(logits, seed, temperature: float = 1.0, disallow=None):
-    """Gumbel-max sampling: one token per row of logits [..., V]; ids int32 [...].
+def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.0,
+                       disallow=None):
+    """Gumbel-max sampling: one token per row of logits [B, ..., V]; ids int32 [B, ...].
+
+    The Gumbel noise of example b is a hash of (seed, example_index[b], slot)
+    (`electra_tf.stateless`): an example's sample depends on the example, not on the batch it
+    came in, the replica that ran it or the step, so runs that split their batches
+    differently (replicas, gradient accumulation, a resumed run) sample the same tokens.
 
     Args:
-      logits: float [..., V] (unnormalised; zeros give the uniform distribution).
-      seed: int32 [2], the stateless seed (e.g. stack([run_seed, step])).
+      logits: float [B, ..., V] (unnormalised; zeros give the uniform distribution).
+      seed: the run's seed (a Python int).
+      example_index: int [B], each example's index in the input stream.
       temperature: logits are divided by it; near 0 the sample is the argmax.
-      disallow: optional ids [...] that must not be sampled (e.g. the original token).
+      disallow: optional ids [B, ...] that must not be sampled (e.g. the original token).
     """
     logits = tf.cast(logits, tf.float32) / temperature
     if disallow is not None:
         logits += -1e9 * tf.one_hot(disallow, tf.shape(logits)[-1], dtype=tf.float32)
-    uniform = tf.random.stateless_uniform(tf.shape(logits), seed, minval=1e-9, maxval=1.0)
-    gumbel = -tf.math.log(-tf.math.log(uniform))
+    flat = tf.reshape(logits, [tf.shape(logits)[0], -1])  # [B, K]
+    slots = tf.range(tf.shape(flat)[1])[None, :]
+    # Half a step up: uniform in (0, 1), so the double log is finite.
+    uniform = hash_uniform(seed, STREAM_GENERATOR_SAMPLES, example_index, slots) + 2.0 ** -25
+    gumbel = tf.reshape(-tf.math.log(-tf.math.log(uniform)), tf.shape(logits))
     return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)

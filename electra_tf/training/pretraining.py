@@ -1,0 +1,521 @@
+"""A pre-training run: what `scripts/run_pretraining.py` does, bound by gin.
+
+    validate data and config -> strategy -> model, optimizer, input pipeline
+    -> restore the latest checkpoint (or initialise) -> orbit Controller: loops of
+    `steps_per_loop` steps, checkpoints every `checkpoint_every`, evaluation every
+    `eval_every`, TensorBoard scalars and a console line per loop
+
+Everything the run writes is in the model dir: `ckpt-N` checkpoints (model, optimizer, the
+input iterator and the loop state, so rerunning the same command resumes exactly where the
+last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_config.gin`
+and `model_info.json`. SIGTERM (a preemption) saves a checkpoint after the current loop and
+exits with code 143.
+
+A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
+the default), or restores the last checkpoint and skips the offending batch, at most
+`max_restores` times (`on_nonfinite="restore"`).
+
+Two-stage training (`pretrainer.algorithm = 'two_stage'`) trains the generator alone for
+`two_stage_steps`, initialises the discriminator from it, then trains the discriminator
+with the generator frozen; the learning-rate schedule starts again at the switch.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+
+import gin
+import keras
+import numpy as np
+import orbit
+import tensorflow as tf
+
+from electra_tf import tokenization
+from electra_tf.data import masking, pipeline
+from electra_tf.errors import UserInputError
+from electra_tf.modeling import factory, flops
+from electra_tf.modeling.config import EncoderConfig
+from electra_tf.training import optimization, strategies
+from electra_tf.training.trainer import (LossScale, PretrainingEvaluator, PretrainingTrainer,
+                                         TrainState)
+
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+ON_NONFINITE = ("stop", "restore")
+OPERATIVE_CONFIG = "operative_config.gin"
+MODEL_INFO = "model_info.json"
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM
+
+
+@gin.configurable("pretraining", denylist=[
+    "model_dir", "train_data", "eval_data", "vocab_file", "strategy", "tpu", "seed",
+    "deterministic", "dry_run", "init_checkpoint", "log"])
+def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = None,
+                    vocab_file: str | None = None, strategy: str = "default",
+                    tpu: str | None = None, seed: int = 0, deterministic: bool = False,
+                    dry_run: bool = False, init_checkpoint: str | None = None, *,
+                    num_train_steps: int = 1_000_000, train_batch_size: int = 128,
+                    max_seq_length: int = 128, steps_per_loop: int = 100,
+                    checkpoint_every: int = 5000, keep_checkpoints: int = 5,
+                    eval_every: int | None = None, eval_steps: int = 100,
+                    mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
+                    whole_word_masking: bool = False, gradient_accumulation_steps: int = 1,
+                    clip_norm: float | None = 1.0, precision: str = "float32",
+                    jit_compile: bool = False, on_nonfinite: str = "stop",
+                    max_restores: int = 3, two_stage_steps: int | None = None,
+                    device_name: str | None = None, log=print) -> dict:
+    """Pre-train an ELECTRA (or a variant); returns the last loop's and evaluation's figures.
+
+    Paths and run switches are arguments (the script's flags); hyperparameters are gin
+    bindings (`pretraining.*`, `pretrainer.*`, `optimizer.*`; gin/*.gin bind them from the
+    macros NUM_TRAIN_STEPS, TRAIN_BATCH_SIZE, ...).
+
+    Args:
+      model_dir: where checkpoints, summaries and configs go (local or gs://).
+      train_data, eval_data: comma-separated globs of pre-training TFRecords.
+      vocab_file: the vocab the data was built with; default: the one named in the data's
+        metadata.json.
+      strategy, tpu: see `strategies.create_strategy`.
+      seed: keys initialisation, data order, masks, samples and dropout.
+      deterministic: also make TensorFlow's ops deterministic (a rerun gives the same
+        weights, bit for bit).
+      dry_run: build the model and the input pipeline, write and return model_info.json.
+      init_checkpoint: start from these weights (a model dir or checkpoint prefix, e.g. an
+        imported checkpoint) when the model dir has no checkpoint yet.
+      num_train_steps, train_batch_size (global), max_seq_length, steps_per_loop (steps
+        per tf.function call and per console line), checkpoint_every, keep_checkpoints,
+        eval_every (default: checkpoint_every), eval_steps: the loop.
+      mask_prob, max_predictions_per_seq, whole_word_masking: the input pipeline's masking.
+      gradient_accumulation_steps: micro-batches per replica batch.
+      clip_norm: global-norm clipping (None: off).
+      precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
+      jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      on_nonfinite, max_restores: what a non-finite loss does (see the module docstring).
+      two_stage_steps: the generator stage's length for algorithm 'two_stage' (default:
+        half the run).
+      device_name: the accelerator's name for MFU (default: detected; e.g. "TPU v4").
+      log: where progress lines go.
+    """
+    _check_settings(num_train_steps=num_train_steps, train_batch_size=train_batch_size,
+                    max_seq_length=max_seq_length, steps_per_loop=steps_per_loop,
+                    checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
+                    eval_steps=eval_steps, gradient_accumulation_steps=gradient_accumulation_steps,
+                    max_restores=max_restores)
+    _check_choice("pretraining.precision", precision, PRECISIONS)
+    _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
+    # The run sets Keras' global precision policy; put it back afterwards (tests and
+    # notebooks run several things in one process). Op determinism, once on, stays on for
+    # the process: TensorFlow has no public switch to turn it off.
+    policy = keras.mixed_precision.dtype_policy()
+    try:
+        return _run(**locals())
+    finally:
+        keras.mixed_precision.set_dtype_policy(policy)
+
+
+def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, deterministic,
+         dry_run, init_checkpoint, num_train_steps, train_batch_size, max_seq_length,
+         steps_per_loop, checkpoint_every, keep_checkpoints, eval_every, eval_steps, mask_prob,
+         max_predictions_per_seq, whole_word_masking, gradient_accumulation_steps, clip_norm,
+         precision, jit_compile, on_nonfinite, max_restores, two_stage_steps, device_name,
+         log, **_):
+
+    # Multi-worker collectives must be configured before TensorFlow runs any op.
+    strategy = strategies.create_strategy(strategy, tpu)
+    replicas = strategy.num_replicas_in_sync
+
+    # -- data: checked before anything is built or written
+    train_files = pipeline.list_files(train_data)
+    info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
+    vocab_file = _vocab_file(vocab_file, info, train_data)
+    info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
+    if eval_data:
+        pipeline.validate_data(pipeline.list_files(eval_data), max_seq_length, vocab_file)
+    vocab = tokenization.load_vocab(vocab_file)
+    ids = {t: i for i, t in enumerate(vocab)}
+
+    keras.utils.set_random_seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.mixed_precision.set_dtype_policy(precision)
+    if train_batch_size % (replicas * gradient_accumulation_steps):
+        raise UserInputError(
+            f"TRAIN_BATCH_SIZE={train_batch_size} does not split into {replicas} replicas x "
+            f"{gradient_accumulation_steps} micro-batches; use a multiple of "
+            f"{replicas * gradient_accumulation_steps}")
+    task_id, chief = strategies.worker_info(strategy)
+
+    with strategy.scope():
+        model = factory.build_pretrainer(vocab_size=len(vocab), seed=seed,
+                                         cls_id=ids[tokenization.CLS_TOKEN],
+                                         sep_id=ids[tokenization.SEP_TOKEN])
+        if model.discriminator_config.max_position_embeddings < max_seq_length:
+            raise UserInputError(
+                f"MAX_SEQ_LENGTH={max_seq_length} exceeds the model's max_position_embeddings="
+                f"{model.discriminator_config.max_position_embeddings}; raise "
+                "pretrainer.max_position_embeddings or use shorter sequences")
+        two_stage = model.algorithm == "two_stage"
+        if two_stage and two_stage_steps is None:
+            two_stage_steps = num_train_steps // 2  # the paper's split
+        if two_stage and not 0 < two_stage_steps < num_train_steps:
+            raise UserInputError(
+                f"algorithm 'two_stage' needs pretraining.two_stage_steps inside the run (0, "
+                f"{num_train_steps}); got {two_stage_steps}")
+        optimizer = optimization.create_optimizer(
+            num_train_steps=num_train_steps, aggregate_gradients=False,
+            restart_at=two_stage_steps if two_stage else None)
+        optimizer.build(model.trainable_variables)
+        state = TrainState(max_restores)
+        loss_scale = LossScale() if precision == "mixed_float16" else None
+
+    data_options = dict(max_seq_length=max_seq_length, vocab_file=vocab_file,
+                        mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
+                        whole_word_masking=whole_word_masking, seed=seed)
+    dataset, local_replicas = pipeline.worker_dataset(strategy, train_batch_size, train_data,
+                                                      worker_index=task_id, **data_options)
+    num_predictions = (info["max_predictions"] or max_predictions_per_seq
+                       or masking.default_max_predictions(max_seq_length, mask_prob))
+
+    device = device_name or strategies.device_description(strategy)
+    model_info = describe(model, seq_length=max_seq_length, num_predictions=num_predictions,
+                          mask_prob=mask_prob, train_batch_size=train_batch_size,
+                          num_train_steps=num_train_steps)
+    peak = flops.peak_flops_per_second(device, precision) if device else None
+    model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
+                      device=device, peak_flops_per_second=peak and peak * replicas,
+                      vocab_file=vocab_file, vocab_size=len(vocab))
+    if dry_run:
+        next(iter(dataset))  # the pipeline runs
+        if chief:
+            _write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
+        log(json.dumps(model_info, indent=2))
+        return model_info
+
+    # -- checkpoints: restore the latest, or start (from init_checkpoint)
+    iterator = iter(dataset)
+    # Keras 3's SeedGenerators (dropout) are not tracked by tf.train.Checkpoint; without
+    # their state a resumed run would drop other units than the uninterrupted one.
+    dropout_seeds = [v.value for v in model.variables if v.path.endswith("seed_generator_state")]
+    objects = dict(model=model, optimizer=optimizer, state=state, iterator=iterator,
+                   dropout_seeds=dropout_seeds)
+    if loss_scale is not None:
+        objects["loss_scale"] = loss_scale
+    checkpoint = tf.train.Checkpoint(**objects)
+    manager = tf.train.CheckpointManager(
+        checkpoint, strategies.checkpoint_directory(model_dir, strategy),
+        max_to_keep=keep_checkpoints, step_counter=state.step,
+        checkpoint_interval=checkpoint_every)
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest:
+        _restore(checkpoint, latest, model_dir)
+        log(f"resuming from {latest} (step {int(state.step.numpy())})")
+    elif init_checkpoint:
+        _initialise(model, init_checkpoint)
+        log(f"initialised the model from {init_checkpoint}")
+    if chief:
+        _write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
+        _write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
+
+    # -- the loop
+    monitor = _Monitor(checkpoint, manager, state, num_train_steps,
+                       model_dir if chief else None, on_nonfinite,
+                       max_restores, log)
+    trainer = PretrainingTrainer(
+        model, optimizer, strategy, iterator, state, global_batch_size=train_batch_size,
+        seq_length=max_seq_length, local_replicas=local_replicas, accumulation_steps=gradient_accumulation_steps,
+        clip_norm=clip_norm, loss_scale=loss_scale, jit_compile=jit_compile,
+        flops_per_example=model_info["train_flops_per_example_hardware"],
+        peak_flops=model_info["peak_flops_per_second"],
+        two_stage_steps=two_stage_steps if two_stage else None,
+        on_stage_switch=monitor.stage_switched)
+    evaluator = None
+    if eval_data:
+        eval_dataset, _ = pipeline.worker_dataset(strategy, train_batch_size, eval_data,
+                                                  worker_index=task_id, is_training=False,
+                                                  **data_options)
+        evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas)
+    monitor.trainer, monitor.evaluator = trainer, evaluator
+    with strategy.scope():
+        preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
+            _cluster_resolver(strategy), manager,
+            termination_config=tf.distribute.experimental.TerminationConfig(
+                exit_fn=monitor.preempted))
+
+    def save_if_preempted(_):
+        preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
+                                                check_interval=False)
+
+    controller = orbit.Controller(
+        global_step=state.step, trainer=trainer, evaluator=evaluator, strategy=strategy,
+        steps_per_loop=_loop_lengths(steps_per_loop, two_stage_steps if two_stage else None),
+        checkpoint_manager=manager, train_actions=[monitor.after_train_loop, save_if_preempted],
+        eval_actions=[monitor.after_eval], summary_dir=None)
+    if not latest:
+        manager.save(checkpoint_number=0, check_interval=False)  # for a non-finite loss
+    if chief:
+        monitor.write_text("config/operative_config", gin.operative_config_str())
+    if evaluator is not None:
+        controller.train_and_evaluate(num_train_steps, eval_steps,
+                                      eval_every or checkpoint_every)
+    else:
+        controller.train(num_train_steps)
+    if not chief:
+        tf.io.gfile.rmtree(manager.directory)
+    return {"train": trainer.last_loop.get("values", {}),
+            "eval": evaluator.last_eval if evaluator else {}, "step": int(state.step.numpy()),
+            "weights_sha256": weights_digest(model)}
+
+
+def weights_digest(model) -> str:
+    """SHA-256 of the model's weights (their bytes, in order): equal digests mean
+    bit-identical weights, e.g. across workers or between a resumed and a straight run."""
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------ the loop's eyes
+
+
+class _Monitor:
+    """After every loop: TensorBoard scalars, the console line, the health check; after an
+    evaluation, its scalars and line; the two-stage switch; the preemption exit."""
+
+    def __init__(self, checkpoint, manager, state, num_train_steps, summary_root, on_nonfinite,
+                 max_restores, log):
+        self.trainer = self.evaluator = None
+        self.checkpoint, self.manager, self.state = checkpoint, manager, state
+        self.num_train_steps, self.on_nonfinite, self.max_restores = (
+            num_train_steps, on_nonfinite, max_restores)
+        self.log = log
+        self.skipped: list[int] = [int(s) for s in state.skip_steps.numpy() if s >= 0]
+        self.summary_root = summary_root  # TensorBoard runs go to its train/ and eval/
+        self.writers = {}
+
+    def _writer(self, run: str):
+        if run not in self.writers:
+            self.writers[run] = tf.summary.create_file_writer(
+                os.path.join(self.summary_root, run))
+        return self.writers[run]
+
+    def write(self, run: str, values: dict):
+        if self.summary_root:
+            self._writer(run)
+            with self.writers[run].as_default(step=int(self.state.step.numpy())):
+                for tag, value in values.items():
+                    tf.summary.scalar(tag, value)
+            self.writers[run].flush()
+
+    def write_text(self, tag: str, text: str):
+        if self.summary_root:
+            with self._writer("train").as_default(step=int(self.state.step.numpy())):
+                tf.summary.text(tag, "```\n" + text + "\n```")
+            self.writers["train"].flush()
+
+    def after_train_loop(self, _):
+        loop = self.trainer.last_loop
+        if loop["bad_step"] >= 0:
+            self._nonfinite(loop["bad_step"])
+            return
+        values = loop["values"]
+        self.write("train", values)
+        step = int(self.state.step.numpy())
+        steps_per_second = loop["steps"] / loop["seconds"]
+        eta = (self.num_train_steps - step) / max(steps_per_second, 1e-9)
+        mfu = values.get("throughput/mfu")
+        self.log(
+            f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
+            f"(generator {values['loss/generator']:.4f}, discriminator "
+            f"{values['loss/discriminator']:.4f}) | "
+            f"{values['throughput/examples_per_second']:.1f} examples/s"
+            + (f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
+            + f" | ETA {_duration(eta)}")
+
+    def after_eval(self, _):
+        values = self.evaluator.last_eval
+        self.write("eval", values)
+        shown = {k: v for k, v in values.items()
+                 if k in ("loss/total", "generator/mlm_accuracy", "discriminator/auc")}
+        self.log(f"eval at step {int(self.state.step.numpy())} | "
+                 + " | ".join(f"{k} {v:.4f}" for k, v in shown.items()))
+
+    def _nonfinite(self, bad_step: int):
+        latest = self.manager.latest_checkpoint
+        restored_step = int(latest.rsplit("-", 1)[1]) if latest else 0
+        if self.on_nonfinite == "stop":
+            raise UserInputError(
+                f"the loss was not finite at step {bad_step}; the run stopped and its last "
+                f"checkpoint (step {restored_step}) is intact: lower LEARNING_RATE or raise "
+                "WARMUP_STEPS, or set pretraining.on_nonfinite='restore' to skip such batches")
+        if len(self.skipped) >= self.max_restores:
+            raise UserInputError(
+                f"the loss was not finite at step {bad_step}, after {len(self.skipped)} "
+                f"restores (steps {', '.join(map(str, self.skipped))}); the run stopped: lower "
+                "LEARNING_RATE or raise WARMUP_STEPS")
+        self.skipped.append(bad_step)
+        self.checkpoint.restore(latest).expect_partial()
+        skips = self.skipped + [-1] * (self.state.skip_steps.shape[0] - len(self.skipped))
+        self.state.skip_steps.assign(tf.constant(skips, tf.int64))
+        self.log(f"the loss was not finite at step {bad_step}: restored step {restored_step} "
+                 f"and will skip that batch ({len(self.skipped)}/{self.max_restores})")
+
+    def stage_switched(self, step: int):
+        self.manager.save(checkpoint_number=step, check_interval=False)
+        self.log(f"step {step}: generator stage done; the discriminator starts from the "
+                 "generator's weights, the generator is frozen")
+
+    def preempted(self):
+        # PreemptionCheckpointHandler has saved a checkpoint when this runs.
+        self.log(f"preempted (SIGTERM): saved a checkpoint at step "
+                 f"{int(self.state.step.numpy())}; rerun the same command to resume")
+        sys.stdout.flush()
+        sys.exit(PREEMPTED_EXIT_CODE)
+
+
+def _loop_lengths(steps_per_loop: int, boundary: int | None):
+    """orbit's steps_per_loop: loops stop at the two-stage boundary."""
+    if boundary is None:
+        return steps_per_loop
+    return lambda step: (min(steps_per_loop, boundary - step) if step < boundary
+                         else steps_per_loop)
+
+
+def _cluster_resolver(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
+    return resolver
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# ------------------------------------------------------------------------------ model_info
+
+
+def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
+             train_batch_size: int, num_train_steps: int) -> dict:
+    """model_info.json: parameter counts and FLOPs of the pretrainer.
+
+    discriminator_params: the network that is fine-tuned, with its replaced-token head (as
+    transformers' ElectraForPreTraining counts it); generator_params: the generator with its
+    (shared) embeddings and masked-LM head (as ElectraForMaskedLM counts it; Electric: both
+    towers); trainable_params: every trainable weight once. train_flops_per_example: the
+    official counting method behind the paper's figures (backward = forward);
+    ..._hardware: what an accelerator executes (backward = 2 x forward), used for MFU.
+    """
+    discriminator = list(model.discriminator.trainable_variables)
+    generator = []
+    if model.objective == "mlm":  # BERT: the MLM head is the network's own head
+        discriminator += model.generator_predictions.trainable_variables
+    else:
+        for part in (model.generator, model.generator_ltr, model.generator_rtl,
+                     model.generator_predictions):
+            if part is not None:
+                generator += part.trainable_variables
+    if model.discriminator_predictions is not None:
+        discriminator += model.discriminator_predictions.trainable_variables
+    generator_config = model.generator_config if model.generator is not None or (
+        model.generator_ltr is not None) else None
+    if model.generator is model.discriminator and model.objective != "mlm":
+        generator_config = model.discriminator_config  # sharing "all": the network runs twice
+    per_example = {
+        name: flops.train_flops_per_example(
+            model.discriminator_config, generator_config, seq_length, model.objective,
+            mask_prob, max_predictions=num_predictions, backward_multiplier=multiplier)
+        for name, multiplier in (("official", 1.0), ("hardware", 2.0))}
+    return {
+        "objective": model.objective, "sharing": model.sharing, "algorithm": model.algorithm,
+        "discriminator_params": _count(discriminator),
+        "generator_params": _count(generator),
+        "trainable_params": _count(model.trainable_variables),
+        "train_flops_per_example": per_example["official"],
+        "train_flops_per_example_hardware": per_example["hardware"],
+        "total_train_flops": per_example["official"] * train_batch_size * num_train_steps,
+        "max_seq_length": seq_length, "masked_positions": num_predictions,
+        "train_batch_size": train_batch_size, "num_train_steps": num_train_steps,
+        "discriminator": _config_dict(model.discriminator_config),
+        "generator": _config_dict(generator_config),
+    }
+
+
+def _count(variables) -> int:
+    unique = {id(v): v for v in variables}.values()
+    return int(sum(v.shape.num_elements() if hasattr(v.shape, "num_elements")
+                   else int(tf.size(v)) for v in unique))
+
+
+def _config_dict(config: EncoderConfig | None):
+    return None if config is None else dataclasses.asdict(config)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _check_settings(**values):
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise UserInputError(f"pretraining.{name}={value!r} must be a positive integer")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise UserInputError(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def _vocab_file(vocab_file, info, train_data) -> str:
+    if vocab_file is None:
+        metadata = info["metadata"]
+        if metadata is None or not metadata.get("vocab_file"):
+            raise UserInputError(
+                f"--train_data={train_data} has no metadata.json naming its vocab; pass "
+                "--vocab_file (the vocab the data was built with)")
+        vocab_file = metadata["vocab_file"]
+    if not tf.io.gfile.exists(vocab_file):
+        raise UserInputError(f"vocab file {vocab_file} does not exist; pass --vocab_file with "
+                             "the vocab the data was built with")
+    return vocab_file
+
+
+def _restore(checkpoint, path: str, model_dir: str):
+    try:
+        checkpoint.restore(path).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
+        first = str(e).strip().splitlines()[0][:200]
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a checkpoint ({path}) of another model or "
+            f"configuration ({first}); use a new --model_dir, or the gin files it was "
+            "trained with") from None
+
+
+def _initialise(model, path: str):
+    """The model's weights from a checkpoint (of a run, or imported); every weight of the
+    model must be in it (assert_existing_objects_matched fails for one that is not)."""
+    if tf.io.gfile.isdir(path):
+        path = tf.train.latest_checkpoint(path) or path
+    try:
+        # read(): the checkpoint may come from write() (no save counter) or save().
+        tf.train.Checkpoint(model=model).read(path).expect_partial(
+        ).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.NotFoundError,
+            tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        first = str(e).strip().splitlines()[0][:200]
+        raise UserInputError(
+            f"--init_checkpoint={path} does not fit this model ({first}); check that the gin "
+            "files describe the checkpoint's architecture") from None
+
+
+def _write_text(path: str, text: str):
+    """Write atomically: a temporary file renamed into place."""
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+

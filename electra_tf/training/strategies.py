@@ -1,0 +1,102 @@
+"""The tf.distribute strategies a pre-training run can use, and who writes what.
+
+- `default`: one device (the CPU, or the first GPU).
+- `mirrored`: every local GPU (or, with none, the CPU's logical devices).
+- `multi_worker_mirrored`: several machines, described by the TF_CONFIG environment
+  variable (`{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type":
+  "worker", "index": 0}}`); every worker runs the same command.
+- `tpu`: a Cloud TPU, found by `--tpu` (a name, a grpc:// address, or "local" on a TPU VM).
+
+Under `multi_worker_mirrored` every worker takes part in saving a checkpoint, but only the
+chief (worker 0) writes the model directory; the others write to a scratch directory that
+is removed when the run ends.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+from electra_tf.errors import UserInputError
+
+STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
+
+
+_CREATED: dict[tuple, tf.distribute.Strategy] = {}
+
+
+def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy:
+    """The strategy called `name` (one of STRATEGIES).
+
+    One instance per kind and process: a second MirroredStrategy over the same devices
+    numbers its collective ops from the same start as the first, and their all-reduces can
+    collide ("Shape mismatch in the collective instance ...") when both have run.
+    """
+    if name not in STRATEGIES:
+        raise UserInputError(f"--strategy={name} is not one of {', '.join(STRATEGIES)}")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    key = (name, tpu)
+    if key not in _CREATED:
+        _CREATED[key] = _create(name, tpu)
+    return _CREATED[key]
+
+
+def _create(name: str, tpu: str | None) -> tf.distribute.Strategy:
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker_mirrored":
+        if "TF_CONFIG" not in os.environ:
+            raise UserInputError(
+                "--strategy=multi_worker_mirrored needs the TF_CONFIG environment variable "
+                "describing the cluster and this worker's index; set it on every worker")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, bool]:
+    """(this worker's index, whether it is the chief that writes the model directory)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return 0, True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type is None:  # a one-worker TF_CONFIG
+        return 0, True
+    chief = task_type == "chief" or (task_type == "worker" and task_id == 0
+                                     and "chief" not in resolver.cluster_spec().as_dict())
+    return int(task_id or 0), chief
+
+
+def checkpoint_directory(model_dir: str, strategy: tf.distribute.Strategy) -> str:
+    """Where this worker writes checkpoints: the model dir for the chief, a scratch dir
+    inside it for other workers."""
+    task_id, chief = worker_info(strategy)
+    return model_dir if chief else os.path.join(model_dir, f".worker-{task_id}-scratch")
+
+
+def num_chips(strategy: tf.distribute.Strategy) -> int:
+    """Accelerator chips (or CPU replicas) taking part: the replica count."""
+    return strategy.num_replicas_in_sync
+
+
+def device_description(strategy: tf.distribute.Strategy) -> str | None:
+    """A description of the accelerator (its name, e.g. "NVIDIA H100 80GB HBM3" or "TPU
+    v4"), for looking up its peak FLOP/s; None on CPUs."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        kind = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+        return f"TPU {kind.split('-')[0]}" if kind else None
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name")
+
+
+def tf_config_task() -> dict | None:
+    """The parsed TF_CONFIG task, if any (for messages)."""
+    config = os.environ.get("TF_CONFIG")
+    return json.loads(config).get("task") if config else None

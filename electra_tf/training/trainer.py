@@ -1,0 +1,357 @@
+"""What one pre-training step does (orbit's StandardTrainer) and evaluation (StandardEvaluator).
+
+One step, on every replica (b examples per replica, k micro-batches of b / k):
+
+    counts = loss_normalizers(replica batch), summed over replicas        (all-reduce)
+    grads  = sum over the k micro-batches of d loss / d weights, every micro-batch's loss
+             divided by the global counts (its share of the global batch's mean)
+    grads  = sum over replicas                                             (all-reduce)
+    norm   = global norm of grads (unscaled first under float16 loss scaling)
+    update = clip(grads, clip_norm), applied unless the loss or grads are not finite, the
+             step is on the skip list, or an earlier step of this loop was not finite
+
+So the update equals that of one device running the global batch at once, for any replica
+count and accumulation (the examples' masks and samples are keyed by the examples, not by
+how the batch is split). The all-reduce, clipping and skipping happen here, not in the
+optimizer: Keras 3 clips each replica's gradients before its own all-reduce.
+
+A step that is not finite records its number in `bad_step`; the loop driver
+(`electra_tf.training.pretraining`) stops the run or restores the last checkpoint and puts
+the step on the skip list. Under `mixed_float16` a dynamic loss scale (`LossScale`)
+multiplies the loss; gradients that overflow it halve the scale and skip the update, which
+is not counted as a bad step unless the loss itself is not finite.
+
+Timings for throughput are taken around each loop of `steps_per_loop` steps (the first
+loop includes tracing and compiling).
+"""
+
+import time
+
+import keras
+import orbit
+import tensorflow as tf
+
+from electra_tf.modeling.metrics import PretrainingMetrics
+from electra_tf.modeling.pretrainer import ElectraPretrainer
+
+_FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
+
+
+def _state_variable(value, dtype, name, shape=None):
+    return tf.Variable(value, dtype=dtype, trainable=False, name=name, shape=shape,
+                       aggregation=_FIRST_REPLICA)
+
+
+class LossScale(tf.Module):
+    """Dynamic loss scaling for float16: the scale halves when gradients overflow and
+    doubles after `growth_steps` finite steps in a row (Keras' LossScaleOptimizer's rule)."""
+
+    def __init__(self, initial_scale: float = 2.0 ** 15, growth_steps: int = 2000):
+        super().__init__(name="loss_scale")
+        self.scale = _state_variable(initial_scale, tf.float32, "scale")
+        self.good_steps = _state_variable(0, tf.int64, "good_steps")
+        self.growth_steps = growth_steps
+
+    def update(self, finite):
+        """After a step: grow or shrink the scale (finite: whether the gradients were)."""
+        grow = finite & (self.good_steps + 1 >= self.growth_steps)
+        self.scale.assign(tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
+                                   tf.maximum(self.scale * 0.5, 1.0)))
+        self.good_steps.assign(tf.where(finite & ~grow, self.good_steps + 1,
+                                        tf.zeros_like(self.good_steps)))
+
+
+class TrainState(tf.Module):
+    """The loop's own checkpointed state: the global step, the step numbers to skip, the
+    two-stage algorithm's stage, and the first bad step of the current loop (-1: none)."""
+
+    def __init__(self, max_skips: int):
+        super().__init__(name="train_state")
+        self.step = _state_variable(0, tf.int64, "global_step")
+        self.skip_steps = _state_variable(tf.fill([max(max_skips, 1)], tf.constant(-1, tf.int64)),
+                                          tf.int64, "skip_steps")
+        self.stage = _state_variable(0, tf.int64, "stage")
+        self.bad_step = _state_variable(-1, tf.int64, "bad_step")
+
+
+class PretrainingTrainer(orbit.StandardTrainer):
+    """orbit trainer of an ElectraPretrainer.
+
+    Args:
+      model: the ElectraPretrainer (built under `strategy.scope()`).
+      optimizer: a Keras optimizer that applies gradients as given (no aggregation across
+        replicas: see `optimization.create_optimizer(aggregate_gradients=False)`).
+      strategy: the tf.distribute strategy.
+      train_iterator: an iterator of this worker's batches (`pipeline.worker_dataset`),
+        checkpointed with the model so a resumed run continues where it stopped; each of the
+        worker's `local_replicas` replicas takes its slice of every batch.
+      state: the TrainState.
+      global_batch_size, seq_length: for throughput.
+      accumulation_steps: micro-batches per replica batch (k); the replica batch must divide.
+      clip_norm: global-norm clipping of the summed gradients (None: no clipping).
+      loss_scale: a LossScale under mixed_float16, else None.
+      jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      phase: "joint", or a function step -> phase for two-stage training.
+      flops_per_example: hardware FLOPs of one training example (for MFU), or None.
+      peak_flops: the devices' total peak FLOP/s, or None when unknown.
+      two_stage_steps: with algorithm 'two_stage', the generator stage's length: loops
+        before it train phase "generator"; at the first loop after it the discriminator
+        takes the generator's weights (once: `state.stage` records it) and `on_stage_switch`
+        (step) is called; later loops train phase "discriminator".
+    """
+
+    def __init__(self, model: ElectraPretrainer, optimizer, strategy, train_iterator,
+                 state: TrainState, *, global_batch_size: int, seq_length: int,
+                 local_replicas: int = 1,
+                 accumulation_steps: int = 1, clip_norm: float | None = 1.0,
+                 loss_scale: LossScale | None = None, jit_compile: bool = False,
+                 flops_per_example: float | None = None, peak_flops: float | None = None,
+                 two_stage_steps: int | None = None, on_stage_switch=None):
+        super().__init__(train_iterator, orbit.StandardTrainerOptions(
+            use_tf_function=True, use_tf_while_loop=True))
+        self.model, self.optimizer, self.strategy, self.state = model, optimizer, strategy, state
+        self.global_batch_size, self.seq_length = global_batch_size, seq_length
+        self.local_replicas = local_replicas
+        self.accumulation_steps = accumulation_steps
+        self.clip_norm, self.loss_scale, self.jit_compile = clip_norm, loss_scale, jit_compile
+        self.flops_per_example, self.peak_flops = flops_per_example, peak_flops
+        self.two_stage_steps, self.on_stage_switch = two_stage_steps, on_stage_switch
+        self.phase = "joint"
+        with strategy.scope():
+            self.metrics = PretrainingMetrics()
+            self.grad_norm = keras.metrics.Mean(name="grad_norm")
+        self._replica_steps = {}
+        self._loop_start = None
+        self.last_loop = {}
+
+    # -- phases (two-stage training switches phase between loops)
+
+    def _set_phase(self):
+        phase = "joint"
+        if self.two_stage_steps is not None:
+            step = int(self.state.step.numpy())
+            if step >= self.two_stage_steps and int(self.state.stage.numpy()) == 0:
+                self.model.init_discriminator_from_generator()
+                self.state.stage.assign(1)
+                if self.on_stage_switch is not None:
+                    self.on_stage_switch(step)
+            phase = "discriminator" if step >= self.two_stage_steps else "generator"
+        if phase != self.phase:
+            self.phase = phase
+            self._train_loop_fn = None  # orbit traces the loop again for the new phase
+
+    # -- orbit hooks
+
+    def train_loop_begin(self):
+        self._set_phase()
+        self.metrics.reset()
+        self.grad_norm.reset_state()
+        self.state.bad_step.assign(-1)
+        self._loop_start = (time.time(), int(self.state.step.numpy()))
+
+    def train_step(self, iterator):
+        batch = next(iterator)
+        self.strategy.run(self._replica_step_fn(), args=(batch,))
+
+    def train_loop_end(self):
+        """Returns {} (orbit would print what it gets); the loop's figures are in
+        `last_loop` for the driver to write and print."""
+        start_time, start_step = self._loop_start
+        steps = int(self.state.step.numpy()) - start_step
+        seconds = max(time.time() - start_time, 1e-9)
+        values = self.metrics.result()
+        values["optimizer/learning_rate"] = float(self.optimizer.learning_rate)
+        values["optimizer/grad_norm"] = float(self.grad_norm.result())
+        examples_per_second = steps * self.global_batch_size / seconds
+        values["throughput/examples_per_second"] = examples_per_second
+        values["throughput/tokens_per_second"] = examples_per_second * self.seq_length
+        if self.flops_per_example and self.peak_flops:
+            values["throughput/mfu"] = (examples_per_second * self.flops_per_example
+                                        / self.peak_flops)
+        if self.loss_scale is not None:
+            values["optimizer/loss_scale"] = float(self.loss_scale.scale.numpy())
+        self.last_loop = {"values": values, "steps": steps, "seconds": seconds,
+                          "bad_step": int(self.state.bad_step.numpy())}
+        return {}
+
+    # -- the step
+
+    def _replica_step_fn(self):
+        key = (self.phase, self.jit_compile)
+        if key not in self._replica_steps:
+            fn = self._replica_step
+            if self.jit_compile:
+                fn = tf.function(fn, jit_compile=True)
+            self._replica_steps[key] = fn
+        return self._replica_steps[key]
+
+    def _replica_step(self, batch):
+        context = tf.distribute.get_replica_context()
+        batch = _replica_slice(batch, context, self.local_replicas)
+        variables = self.model.phase_variables(self.phase)
+        normalizers = self.model.loss_normalizers(batch)
+        normalizers["parts"] = tf.constant(float(self.accumulation_steps))
+        normalizers = _sum_over_replicas(context, normalizers)
+
+        # A step on the skip list (a batch that gave a non-finite loss before) is run but
+        # neither applied nor recorded in the metrics.
+        record = ~tf.reduce_any(tf.equal(self.state.skip_steps, self.state.step))
+        grads, losses = self._gradients(batch, normalizers, variables, record)
+        grads = _sum_over_replicas(context, grads)
+        losses = _sum_over_replicas(context, losses)
+        _when(record, lambda: self.metrics.update_losses(*losses))
+
+        scale = None if self.loss_scale is None else self.loss_scale.scale
+        if scale is not None:
+            grads = [g / scale for g in grads]
+        norm = tf.linalg.global_norm(grads)
+        loss_finite = tf.math.is_finite(losses[0])
+        grads_finite = tf.math.is_finite(norm)
+        if self.clip_norm:
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
+        _when(record & grads_finite, lambda: self.grad_norm.update_state(norm))
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            self._finish_step(grads, variables, loss_finite, grads_finite)
+        else:
+            context.merge_call(self._finish_step_cross_replica,
+                               args=(grads, variables, loss_finite, grads_finite))
+
+    def _gradients(self, batch, normalizers, variables, record):
+        """Summed gradients and summed losses (total, generator, discriminator) of this
+        replica's micro-batches; their predictions go to the metrics if `record`."""
+        k = self.accumulation_steps
+        if k == 1:
+            return self._piece(batch, normalizers, variables, record)
+        # [b, ...] -> [k, b / k, ...]: micro-batch i is a gather with static shapes (XLA).
+        pieces = {name: tf.reshape(value, [k, value.shape[0] // k] + value.shape[1:].as_list())
+                  for name, value in batch.items()}
+        grads = [tf.zeros_like(v) for v in variables]
+        losses = [tf.constant(0.0)] * 3
+        for i in tf.range(k):
+            piece = {name: value[i] for name, value in pieces.items()}
+            piece_grads, piece_losses = self._piece(piece, normalizers, variables, record)
+            grads = [a + b for a, b in zip(grads, piece_grads)]
+            losses = [a + b for a, b in zip(losses, piece_losses)]
+        return grads, losses
+
+    def _piece(self, batch, normalizers, variables, record):
+        with tf.GradientTape() as tape:
+            outputs = self.model(batch, step=self.state.step, training=True, phase=self.phase,
+                                 normalizers=normalizers)
+            loss = outputs["loss"]
+            if self.loss_scale is not None:
+                loss = loss * self.loss_scale.scale
+        grads = tape.gradient(loss, variables)
+        # Dense gradients: embedding lookups give IndexedSlices, which accumulate and
+        # all-reduce poorly. A variable the phase does not reach gets zeros.
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(grads, variables)]
+        _when(record, lambda: self.metrics.update_predictions(outputs))
+        losses = [outputs["loss"], outputs["generator_loss"], outputs["discriminator_loss"]]
+        return grads, [tf.cast(x, tf.float32) for x in losses]
+
+    def _finish_step(self, grads, variables, loss_finite, grads_finite):
+        """Apply (or skip) the update and advance the step; in replica context where the
+        strategy needs no merge_call, else via `_finish_step_cross_replica`."""
+        state = self.state
+        step = state.step
+        skip = tf.reduce_any(tf.equal(state.skip_steps, step))
+        healthy = loss_finite & (grads_finite | tf.constant(self.loss_scale is not None))
+        apply = loss_finite & grads_finite & ~skip & (state.bad_step < 0)
+
+        def apply_fn():
+            self.optimizer.apply_gradients(zip(grads, variables))
+            return tf.constant(True)
+
+        tf.cond(apply, apply_fn, lambda: tf.constant(False))
+        self._bookkeeping(healthy, skip, grads_finite)
+
+    def _finish_step_cross_replica(self, distribution, grads, variables, loss_finite,
+                                   grads_finite):
+        first = lambda x: distribution.experimental_local_results(x)[0]  # noqa: E731
+        state = self.state
+        loss_finite, grads_finite = first(loss_finite), first(grads_finite)
+        skip = tf.reduce_any(tf.equal(state.skip_steps, state.step))
+        healthy = loss_finite & (grads_finite | tf.constant(self.loss_scale is not None))
+        apply = loss_finite & grads_finite & ~skip & (state.bad_step < 0)
+
+        def apply_fn():
+            distribution.extended.call_for_each_replica(
+                lambda g: self.optimizer.apply_gradients(zip(g, variables)), args=(grads,))
+            return tf.constant(True)
+
+        # The cond must be here, in cross-replica context: a cond branch in replica context
+        # may not merge_call, and apply_gradients does.
+        tf.cond(apply, apply_fn, lambda: tf.constant(False))
+        self._bookkeeping(healthy, skip, grads_finite)
+
+    def _bookkeeping(self, healthy, skip, grads_finite):
+        state = self.state
+        first_bad = ~healthy & ~skip & (state.bad_step < 0)
+        state.bad_step.assign(tf.where(first_bad, state.step, state.bad_step))
+        if self.loss_scale is not None:
+            self.loss_scale.update(grads_finite)
+        state.step.assign_add(1)
+
+
+class PretrainingEvaluator(orbit.StandardEvaluator):
+    """orbit evaluator: the pre-training losses and metrics on held-out records (dropout
+    off; masks and samples keyed by the examples, so every evaluation sees the same)."""
+
+    def __init__(self, model: ElectraPretrainer, strategy, eval_dataset, state: TrainState,
+                 local_replicas: int = 1):
+        super().__init__(eval_dataset, orbit.StandardEvaluatorOptions(use_tf_function=True))
+        self.model, self.strategy, self.state = model, strategy, state
+        self.local_replicas = local_replicas
+        with strategy.scope():
+            self.metrics = PretrainingMetrics()
+        self.last_eval = {}
+
+    def eval_begin(self):
+        self.metrics.reset()
+
+    def eval_step(self, iterator):
+        self.strategy.run(self._replica_step, args=(next(iterator),))
+
+    def _replica_step(self, batch):
+        context = tf.distribute.get_replica_context()
+        batch = _replica_slice(batch, context, self.local_replicas)
+        normalizers = _sum_over_replicas(context, self.model.loss_normalizers(batch))
+        outputs = self.model(batch, step=self.state.step, training=False,
+                             normalizers=normalizers)
+        losses = _sum_over_replicas(context, [outputs["loss"], outputs["generator_loss"],
+                                              outputs["discriminator_loss"]])
+        self.metrics.update_losses(*losses)
+        self.metrics.update_predictions(outputs)
+
+    def eval_end(self):
+        self.last_eval = self.metrics.result()
+        return {}
+
+
+def _when(condition, update):
+    """Run `update` (metric updates, no return value) if `condition` holds."""
+
+    def run():
+        update()
+        return tf.constant(True)
+
+    tf.cond(condition, run, lambda: tf.constant(False))
+
+
+def _replica_slice(batch, context, local_replicas: int):
+    """This replica's part of the worker's batch: slice i of `local_replicas` equal slices,
+    i the replica's index on this worker (replica ids run worker by worker)."""
+    if local_replicas == 1:
+        return batch
+    index = context.replica_id_in_sync_group % local_replicas
+    return {name: tf.reshape(value, [local_replicas, value.shape[0] // local_replicas]
+                             + value.shape[1:].as_list())[index]
+            for name, value in batch.items()}
+
+
+def _sum_over_replicas(context, values):
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)

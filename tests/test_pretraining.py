@@ -1,0 +1,418 @@
+"""Pre-training runs on real TFRecords: what a run writes, exact resume after kill -9 and
+SIGTERM, replicas and gradient accumulation equal one big batch, two processes of
+multi-worker training end identical, two-stage training, non-finite losses, bad input."""
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT
+from electra_tf import gin_files
+from electra_tf.training import pretraining
+
+SCRIPT = os.path.join(ROOT, "scripts", "run_pretraining.py")
+# A very small ELECTRA on the real vocab (30522): seconds per run on 2 cores.
+SMALL = ["pretrainer.hidden_size = 32", "pretrainer.num_layers = 1",
+         "pretrainer.num_heads = 1", "pretrainer.intermediate_size = 64",
+         "pretrainer.embedding_size = 32", "pretrainer.generator_hidden_fraction = 0.5",
+         "TRAIN_BATCH_SIZE = 8", "STEPS_PER_LOOP = 2", "CHECKPOINT_EVERY = 4",
+         "NUM_TRAIN_STEPS = 6", "WARMUP_STEPS = 2"]
+NO_DROPOUT = ["pretrainer.dropout_rate = 0.0", "pretrainer.attention_dropout_rate = 0.0"]
+TAGS = {"loss/total", "loss/generator", "loss/discriminator", "generator/mlm_accuracy",
+        "generator/sampled_accuracy", "discriminator/accuracy", "discriminator/auc",
+        "discriminator/precision", "discriminator/recall", "discriminator/replaced_fraction",
+        "optimizer/learning_rate", "optimizer/grad_norm", "throughput/examples_per_second",
+        "throughput/tokens_per_second", "throughput/mfu"}
+
+
+@pytest.fixture(scope="module")
+def data(austen_data):
+    return os.path.join(austen_data[0], "*.tfrecord")
+
+
+def run(model_dir, data, bindings=(), files=("tiny.gin",), **kwargs):
+    """run_pretraining in this process with the gin files and SMALL + bindings."""
+    lines = []
+    gin_files.parse(list(files), SMALL + list(bindings))
+    try:
+        result = pretraining.run_pretraining(str(model_dir), data, log=lines.append, **kwargs)
+    finally:
+        gin.clear_config()
+    return result, lines
+
+
+def script(*args, env=None, **popen):
+    command = [sys.executable, SCRIPT, *args]
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=environment, **popen)
+
+
+def script_args(model_dir, data, *bindings):
+    return ["--gin_file=tiny.gin", f"--model_dir={model_dir}", f"--train_data={data}",
+            *[f"--gin_bindings={b}" for b in SMALL + list(bindings)]]
+
+
+def checkpoint_values(path) -> dict:
+    """Every saved tensor of a checkpoint by name, but the save counter, the serialized
+    object graph and the input iterator's state (a variant, which numpy cannot hold)."""
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name)
+            for name, dtype in reader.get_variable_to_dtype_map().items()
+            if dtype not in (tf.variant, tf.string) and not name.startswith("save_counter")}
+
+
+def model_values(path) -> dict:
+    """The model's weights in a checkpoint by their path from the model
+    ("model/discriminator/layer_0/attention/query/_kernel"). The checkpoint's own keys name
+    a variable by its shortest path, which is often the optimizer's list of variables."""
+    from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
+    reader = tf.train.load_checkpoint(path)
+    graph = TrackableObjectGraph.FromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    values, seen = {}, set()
+
+    def walk(node_id, prefix):
+        seen.add(node_id)
+        for attribute in graph.nodes[node_id].attributes:
+            if attribute.name == "VARIABLE_VALUE":
+                values[prefix] = reader.get_tensor(attribute.checkpoint_key)
+        for child in graph.nodes[node_id].children:
+            if child.node_id not in seen:
+                walk(child.node_id, f"{prefix}/{child.local_name}")
+
+    walk(next(c.node_id for c in graph.nodes[0].children if c.local_name == "model"), "model")
+    return values
+
+
+def summary_tags(directory) -> dict:
+    """{tag: [(step, value)]} of a TensorBoard run directory."""
+    tags = {}
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(
+                    (event.step, tf.make_ndarray(value.tensor) if value.HasField("tensor")
+                     else value.simple_value))
+    return tags
+
+
+# ------------------------------------------------------------------------------ a run
+
+
+def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, data):
+    result, lines = run(tmp_path, data, ["pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
+                        eval_data=data)
+    assert result["step"] == 6
+    steps = sorted(int(p.split("-")[-1].split(".")[0])
+                   for p in glob.glob(str(tmp_path / "ckpt-*.index")))
+    assert steps == [0, 4, 6]
+    train = summary_tags(tmp_path / "train")
+    assert TAGS <= set(train), TAGS - set(train)
+    assert [step for step, _ in train["loss/total"]] == [2, 4, 6]
+    # MFU = examples/s x hardware FLOPs per example / the H100's bf16... float32 (TF32) peak.
+    info = json.loads((tmp_path / "model_info.json").read_text())
+    (_, mfu), (_, eps) = train["throughput/mfu"][-1], train["throughput/examples_per_second"][-1]
+    assert float(mfu) == pytest.approx(float(eps) * info["train_flops_per_example_hardware"]
+                                       / 494.5e12, rel=1e-5)
+    assert "config/operative_config" in train
+    evaluation = summary_tags(tmp_path / "eval")
+    assert TAGS - {"optimizer/learning_rate", "optimizer/grad_norm", "throughput/mfu",
+                   "throughput/examples_per_second", "throughput/tokens_per_second"} <= set(
+                       evaluation)
+    assert [step for step, _ in evaluation["loss/total"]] == [4, 6]
+    config = (tmp_path / "operative_config.gin").read_text()
+    assert "NUM_TRAIN_STEPS = 6" in config
+    assert "pretraining.num_train_steps = %NUM_TRAIN_STEPS" in config
+    assert "pretrainer.hidden_size = 32" in config
+    # model_info.json: counts of the network built, and the official FLOPs method.
+    assert info["discriminator_params"] == (
+        30522 * 32 + 512 * 32 + 2 * 32 + 2 * 32            # embeddings + LayerNorm
+        + 4 * (32 * 32 + 32) + 2 * 32                      # attention + LayerNorm
+        + (32 * 64 + 64) + (64 * 32 + 32) + 2 * 32         # feed-forward + LayerNorm
+        + (32 * 32 + 32) + (32 + 1))                       # replaced-token head
+    assert info["train_flops_per_example_hardware"] == pytest.approx(
+        1.5 * info["train_flops_per_example"])
+    assert info["total_train_flops"] == pytest.approx(info["train_flops_per_example"] * 8 * 6)
+    # The console: one line per loop with step, losses, throughput and ETA.
+    loops = [line for line in lines if line.startswith("step ")]
+    assert len(loops) == 3 and loops[-1].startswith("step 6/6 | loss ")
+    assert "examples/s | MFU" in loops[-1] and "ETA" in loops[-1]
+    # The losses of the first and last loop: training makes progress.
+    losses = [float(v) for _, v in train["loss/total"]]
+    assert losses[-1] < losses[0]
+
+
+def test_dry_run_writes_model_info_only(tmp_path, data):
+    info, lines = run(tmp_path / "m", data, dry_run=True)
+    assert os.listdir(tmp_path / "m") == ["model_info.json"]
+    assert json.loads(lines[0]) == info
+    assert info["trainable_params"] < info["discriminator_params"] + info["generator_params"]
+
+
+# ------------------------------------------------------------------------------ resume
+
+
+def _wait_for(path_glob, process, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if glob.glob(path_glob):
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended early: {process.communicate()}")
+        time.sleep(0.05)
+    raise AssertionError(f"{path_glob} did not appear")
+
+
+def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
+    more = ["NUM_TRAIN_STEPS = 12", "pretraining.keep_checkpoints = 10"]
+    straight = script(*script_args(tmp_path / "straight", data, *more), "--deterministic",
+                      "--seed=7")
+    out, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err
+    killed = script(*script_args(tmp_path / "killed", data, *more), "--deterministic",
+                    "--seed=7")
+    _wait_for(str(tmp_path / "killed" / "ckpt-4.index"), killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-12.index")
+    rerun = script(*script_args(tmp_path / "killed", data, *more), "--deterministic", "--seed=7")
+    out, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    assert "resuming from" in out
+    a = checkpoint_values(str(tmp_path / "straight" / "ckpt-12"))
+    b = checkpoint_values(str(tmp_path / "killed" / "ckpt-12"))
+    assert set(a) == set(b) and any(k.startswith("model/") for k in a)
+    for name in a:  # weights, optimizer slots, iterator and loop state
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
+    more = ["NUM_TRAIN_STEPS = 400", "CHECKPOINT_EVERY = 1000"]
+    process = script(*script_args(tmp_path, data, *more))
+    _wait_for(str(tmp_path / "ckpt-0.index"), process)
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == pretraining.PREEMPTED_EXIT_CODE, err
+    saved = [int(p.split("-")[-1].split(".")[0]) for p in glob.glob(str(tmp_path / "ckpt-*.index"))]
+    preempted_at = max(saved)
+    assert 0 < preempted_at < 400 and preempted_at % 2 == 0  # a loop boundary
+    assert f"preempted (SIGTERM): saved a checkpoint at step {preempted_at}" in out
+    rerun = script(*script_args(tmp_path, data, f"NUM_TRAIN_STEPS = {preempted_at + 2}",
+                                "CHECKPOINT_EVERY = 1000"))
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
+
+
+def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
+    run(tmp_path / "a", data)
+    run(tmp_path / "b", data, ["NUM_TRAIN_STEPS = 2"], init_checkpoint=str(tmp_path / "a"))
+    a, b0 = model_values(str(tmp_path / "a" / "ckpt-6")), model_values(str(tmp_path / "b" / "ckpt-0"))
+    for name in a:
+        np.testing.assert_array_equal(a[name], b0[name], err_msg=name)
+    with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model"):
+        run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
+            init_checkpoint=str(tmp_path / "a"))
+    assert not glob.glob(str(tmp_path / "c" / "ckpt-*"))
+
+
+# ------------------------------------------------------------------------------ one big batch
+
+
+def _weights_after(tmp_path, name, data, bindings, **kwargs):
+    result, _ = run(tmp_path / name, data, NO_DROPOUT + ["NUM_TRAIN_STEPS = 2"] + bindings,
+                    **kwargs)
+    return result, model_values(str(tmp_path / name / "ckpt-2"))
+
+
+def _assert_close(a, b):
+    assert set(a) == set(b)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=2e-5, atol=2e-7, err_msg=name)
+
+
+def test_mirrored_two_replicas_equal_one_replica_with_the_global_batch(tmp_path, data):
+    one, one_weights = _weights_after(tmp_path, "one", data, [])
+    two, two_weights = _weights_after(tmp_path, "two", data, [], strategy="mirrored")
+    for key in ("loss/total", "loss/generator", "loss/discriminator",
+                "discriminator/accuracy", "generator/mlm_accuracy"):
+        assert two["train"][key] == pytest.approx(one["train"][key], rel=1e-5), key
+    _assert_close(one_weights, two_weights)
+
+
+def test_gradient_accumulation_equals_one_step_of_the_whole_batch(tmp_path, data):
+    one, one_weights = _weights_after(tmp_path, "one", data, [])
+    four, four_weights = _weights_after(tmp_path, "four", data,
+                                        ["pretraining.gradient_accumulation_steps = 4"])
+    assert four["train"]["loss/total"] == pytest.approx(one["train"]["loss/total"], rel=1e-5)
+    _assert_close(one_weights, four_weights)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(script(
+            *script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 4"),
+            "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(tf_config)}))
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for p, (out, err) in zip(processes, outputs):
+        assert p.returncode == 0, err
+    digests = [out.strip().splitlines()[-1].rsplit(" ", 1)[1] for out, _ in outputs]
+    assert digests[0] == digests[1]
+    assert os.path.exists(tmp_path / "model" / "ckpt-4.index")  # the chief wrote it
+    assert not glob.glob(str(tmp_path / "model" / ".worker-*"))  # the other cleaned up
+
+
+# ------------------------------------------------------------------------------ variants
+
+
+def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path, data):
+    # The generator must be the discriminator's shape (official rounding: FFN 4H).
+    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4",
+                                         "pretrainer.generator_hidden_fraction = 1.0",
+                                         "pretrainer.intermediate_size = 128"],
+                        files=("tiny.gin", "ablations/two_stage.gin"))
+    assert "step 2: generator stage done" in " ".join(lines)
+    before, switch, after = (model_values(str(tmp_path / f"ckpt-{s}")) for s in (0, 2, 4))
+    generator = [k for k in before if k.startswith("model/generator/layer_")]
+    discriminator = [k for k in before if k.startswith("model/discriminator/layer_")]
+    assert len(generator) == len(discriminator) == 16
+    # Stage 1 trains the generator only; stage 2 only the discriminator, from the generator.
+    assert any(not np.array_equal(before[k], switch[k]) for k in generator)
+    assert all(np.array_equal(switch[k], after[k]) for k in generator)
+    assert any(not np.array_equal(switch[k], after[k]) for k in discriminator)
+    for g, d in zip(sorted(generator), sorted(discriminator)):  # initialised from it
+        np.testing.assert_array_equal(switch[g], switch[d])
+    assert checkpoint_values(str(tmp_path / "ckpt-2"))[
+        "state/stage/.ATTRIBUTES/VARIABLE_VALUE"] == 1
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_runs_learn(tmp_path, data, precision):
+    result, _ = run(tmp_path, data, [f"pretraining.precision = '{precision}'",
+                                     "NUM_TRAIN_STEPS = 12"])
+    assert np.isfinite(result["train"]["loss/total"])
+    if precision == "mixed_float16":
+        # The first steps overflow the initial scale 2^15: it halves, those steps are skipped.
+        assert 1 <= result["train"]["optimizer/loss_scale"] < 2 ** 15
+    train = summary_tags(tmp_path / "train")
+    losses = [float(v) for _, v in train["loss/total"]]
+    assert losses[-1] < losses[0]
+
+
+def test_xla_compiled_step_equals_the_plain_one(tmp_path, data):
+    _, plain = _weights_after(tmp_path, "plain", data, [])
+    _, compiled = _weights_after(tmp_path, "xla", data, ["pretraining.jit_compile = True"])
+    for name in plain:
+        np.testing.assert_allclose(plain[name], compiled[name], rtol=1e-3, atol=1e-5,
+                                   err_msg=name)
+
+
+# ------------------------------------------------------------------------------ health
+
+
+def test_nonfinite_loss_stops_with_the_step_named(tmp_path, data):
+    with pytest.raises(ValueError, match=r"^the loss was not finite at step 1; the run stopped "
+                                         r"and its last checkpoint \(step 0\) is intact"):
+        run(tmp_path, data, ["LEARNING_RATE = 1e30", "WARMUP_STEPS = 0"])
+    assert not os.path.exists(tmp_path / "ckpt-2.index")
+
+
+def _write_premasked(path, batch, rows):
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in rows:
+            feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=batch[k][i]))
+                       for k in ("input_ids", "input_mask", "segment_ids",
+                                 "masked_lm_positions", "masked_lm_ids")}
+            feature["masked_lm_weights"] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=batch["masked_lm_weights"][i]))
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature=feature)).SerializeToString())
+
+
+def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
+    from conftest import UNCASED_VOCAB
+    from electra_tf.data.pipeline import pretraining_dataset
+    # 48 real examples as pre-masked (BERT-format) records.
+    examples = next(iter(pretraining_dataset(data, 48, 128, UNCASED_VOCAB, is_training=False)))
+    examples = {k: v.numpy() for k, v in examples.items()}
+    clean = str(tmp_path / "clean.tfrecord")
+    _write_premasked(clean, examples, range(48))
+    # The run's stream (seed 0, batch 8): poison an example that is in exactly one of the
+    # first 8 batches (the shuffle buffer spans epochs, so some examples come twice).
+    key = {examples["input_ids"][i].tobytes(): i for i in range(48)}
+    stream = pretraining_dataset(clean, 8, 128, UNCASED_VOCAB, seed=0)
+    seen = [[key[row.tobytes()] for row in b["input_ids"].numpy()] for b in stream.take(8)]
+    counts = np.bincount(sum(seen, []), minlength=48)
+    poisoned = next(i for i in range(48) if counts[i] == 1 and i not in seen[0])
+    bad_step = next(step for step, rows in enumerate(seen) if poisoned in rows)
+    examples["masked_lm_weights"][poisoned, 0] = np.nan
+    path = str(tmp_path / "poisoned.tfrecord")
+    _write_premasked(path, examples, range(48))
+
+    result, lines = run(tmp_path / "model", path,
+                        ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8"],
+                        vocab_file=UNCASED_VOCAB)
+    restores = [line for line in lines if line.startswith("the loss was not finite")]
+    restored_to = 4 if bad_step >= 4 else 0
+    assert restores == [f"the loss was not finite at step {bad_step}: restored step "
+                        f"{restored_to} and will skip that batch (1/3)"]
+    assert result["step"] == 8 and np.isfinite(result["train"]["loss/total"])
+    assert not any("nan" in line for line in lines if line.startswith("step "))
+    weights = model_values(str(tmp_path / "model" / "ckpt-8"))
+    assert all(np.all(np.isfinite(v)) for v in weights.values() if v.dtype.kind == "f")
+    skip = checkpoint_values(str(tmp_path / "model" / "ckpt-8"))[
+        "state/skip_steps/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert skip.tolist() == [bad_step, -1, -1]
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("case", ["unknown_binding", "unknown_file", "length_mismatch",
+                                  "no_data", "batch_split"])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
+    model_dir = tmp_path / "model"
+    args = {
+        "unknown_binding": script_args(model_dir, data, "pretrainer.hiden_size = 3"),
+        "unknown_file": ["--gin_file=tinny.gin", f"--model_dir={model_dir}",
+                         f"--train_data={data}"],
+        "length_mismatch": script_args(model_dir, data, "MAX_SEQ_LENGTH = 64"),
+        "no_data": script_args(model_dir, str(tmp_path / "none" / "*.tfrecord")),
+        "batch_split": script_args(model_dir, data, "pretraining.gradient_accumulation_steps = 3"),
+    }[case]
+    expected = {
+        "unknown_binding": r"--gin_bindings='pretrainer.hiden_size = 3': .*hiden_size",
+        "unknown_file": r"--gin_file=tinny.gin not found, here or in .*; choose one of .*tiny.gin",
+        "length_mismatch": r"says max_seq_length=128 but the run uses 64; set MAX_SEQ_LENGTH=128",
+        "no_data": r"data .*none/\*.tfrecord matches no file",
+        "batch_split": r"TRAIN_BATCH_SIZE=8 does not split into 1 replicas x 3 micro-batches",
+    }[case]
+    process = script(*args)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 1
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ")
+    import re
+    assert re.search(expected, err), err
+    assert not os.path.exists(model_dir)
