@@ -66,3 +66,27 @@ def austen_data(tmp_path_factory):
     metadata = build_pretraining_data(inputs, UNCASED_VOCAB, out, max_seq_length=128,
                                       show_progress=False, log=lambda *_: None)
     return out, metadata
+
+
+# A very small ELECTRA on the real vocab (30522): seconds per run on 2 cores.
+SMALL = ["pretrainer.hidden_size = 32", "pretrainer.num_layers = 1",
+         "pretrainer.num_heads = 1", "pretrainer.intermediate_size = 64",
+         "pretrainer.embedding_size = 32", "pretrainer.generator_hidden_fraction = 0.5",
+         "TRAIN_BATCH_SIZE = 8", "STEPS_PER_LOOP = 2", "CHECKPOINT_EVERY = 4",
+         "NUM_TRAIN_STEPS = 6", "WARMUP_STEPS = 2"]
+
+
+def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), **kwargs):
+    """run_pretraining in this process with the gin files and SMALL + bindings; returns
+    (its result, the lines it logged)."""
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.training import pretraining
+    lines = []
+    gin_files.parse(list(files), SMALL + list(bindings))
+    try:
+        result = pretraining.run_pretraining(str(model_dir), data, log=lines.append, **kwargs)
+    finally:
+        gin.clear_config()
+    return result, lines

@@ -11,22 +11,14 @@ import subprocess
 import sys
 import time
 
-import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT
-from electra_tf import gin_files
+from conftest import ROOT, SMALL, pretrain as run
 from electra_tf.training import pretraining
 
 SCRIPT = os.path.join(ROOT, "scripts", "run_pretraining.py")
-# A very small ELECTRA on the real vocab (30522): seconds per run on 2 cores.
-SMALL = ["pretrainer.hidden_size = 32", "pretrainer.num_layers = 1",
-         "pretrainer.num_heads = 1", "pretrainer.intermediate_size = 64",
-         "pretrainer.embedding_size = 32", "pretrainer.generator_hidden_fraction = 0.5",
-         "TRAIN_BATCH_SIZE = 8", "STEPS_PER_LOOP = 2", "CHECKPOINT_EVERY = 4",
-         "NUM_TRAIN_STEPS = 6", "WARMUP_STEPS = 2"]
 NO_DROPOUT = ["pretrainer.dropout_rate = 0.0", "pretrainer.attention_dropout_rate = 0.0"]
 TAGS = {"loss/total", "loss/generator", "loss/discriminator", "generator/mlm_accuracy",
         "generator/sampled_accuracy", "discriminator/accuracy", "discriminator/auc",
@@ -38,17 +30,6 @@ TAGS = {"loss/total", "loss/generator", "loss/discriminator", "generator/mlm_acc
 @pytest.fixture(scope="module")
 def data(austen_data):
     return os.path.join(austen_data[0], "*.tfrecord")
-
-
-def run(model_dir, data, bindings=(), files=("tiny.gin",), **kwargs):
-    """run_pretraining in this process with the gin files and SMALL + bindings."""
-    lines = []
-    gin_files.parse(list(files), SMALL + list(bindings))
-    try:
-        result = pretraining.run_pretraining(str(model_dir), data, log=lines.append, **kwargs)
-    finally:
-        gin.clear_config()
-    return result, lines
 
 
 def script(*args, env=None, **popen):
@@ -219,7 +200,8 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
 def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     run(tmp_path / "a", data)
     run(tmp_path / "b", data, ["NUM_TRAIN_STEPS = 2"], init_checkpoint=str(tmp_path / "a"))
-    a, b0 = model_values(str(tmp_path / "a" / "ckpt-6")), model_values(str(tmp_path / "b" / "ckpt-0"))
+    a = model_values(str(tmp_path / "a" / "ckpt-6"))
+    b0 = model_values(str(tmp_path / "b" / "ckpt-0"))
     for name in a:
         np.testing.assert_array_equal(a[name], b0[name], err_msg=name)
     with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model"):
@@ -384,6 +366,23 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     skip = checkpoint_values(str(tmp_path / "model" / "ckpt-8"))[
         "state/skip_steps/.ATTRIBUTES/VARIABLE_VALUE"]
     assert skip.tolist() == [bad_step, -1, -1]
+
+
+def test_a_collapsed_discriminator_is_reported_once():
+    """AUC at chance for COLLAPSE_STEPS (500) steps: one warning; a recovery resets."""
+    from electra_tf.training.trainer import TrainState
+    lines, state = [], TrainState(3)
+    monitor = pretraining._Monitor(None, None, state, 10_000, None, "stop", 3, lines.append)
+    aucs = [0.80, 0.70, 0.51, 0.50, 0.49, 0.50, 0.50, 0.51, 0.50, 0.50]  # loops of 100 steps
+    for loop, auc in enumerate(aucs, start=1):
+        monitor._check_discriminator(auc, 100 * loop, 100)
+    assert len(lines) == 1
+    assert lines[0].startswith("warning: the discriminator's AUC has been 0.500 (chance) since "
+                               "step 200: its output no longer depends on its input.")
+    recovering = pretraining._Monitor(None, None, state, 10_000, None, "stop", 3, lines.append)
+    for loop, auc in enumerate([0.5, 0.5, 0.5, 0.5, 0.6, 0.5, 0.5, 0.5, 0.5], start=1):
+        recovering._check_discriminator(auc, 100 * loop, 100)
+    assert len(lines) == 1
 
 
 # ------------------------------------------------------------------------------ bad input

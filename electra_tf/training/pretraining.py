@@ -46,6 +46,9 @@ ON_NONFINITE = ("stop", "restore")
 OPERATIVE_CONFIG = "operative_config.gin"
 MODEL_INFO = "model_info.json"
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM
+# A discriminator AUC within this of 0.5 for this many steps is reported as a collapse.
+CHANCE_AUC_MARGIN = 0.03
+COLLAPSE_STEPS = 500
 
 
 @gin.configurable("pretraining", denylist=[
@@ -182,9 +185,16 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                           mask_prob=mask_prob, train_batch_size=train_batch_size,
                           num_train_steps=num_train_steps)
     peak = flops.peak_flops_per_second(device, precision) if device else None
+    metadata = info["metadata"] or {}
     model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
                       device=device, peak_flops_per_second=peak and peak * replicas,
-                      vocab_file=vocab_file, vocab_size=len(vocab))
+                      vocab_file=(vocab_file if "://" in vocab_file
+                                  else os.path.abspath(vocab_file)),
+                      vocab_size=len(vocab),
+                      # How the data was tokenized (export tokenizes raw text the same way);
+                      # data without metadata.json (the official builder's) is uncased.
+                      lower_case=metadata.get("lower_case", True),
+                      strip_accents=metadata.get("strip_accents", metadata.get("lower_case", True)))
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if chief:
@@ -219,12 +229,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
 
     # -- the loop
     monitor = _Monitor(checkpoint, manager, state, num_train_steps,
-                       model_dir if chief else None, on_nonfinite,
-                       max_restores, log)
+                       model_dir if chief else None, on_nonfinite, max_restores, log)
     trainer = PretrainingTrainer(
         model, optimizer, strategy, iterator, state, global_batch_size=train_batch_size,
-        seq_length=max_seq_length, local_replicas=local_replicas, accumulation_steps=gradient_accumulation_steps,
-        clip_norm=clip_norm, loss_scale=loss_scale, jit_compile=jit_compile,
+        seq_length=max_seq_length, local_replicas=local_replicas,
+        accumulation_steps=gradient_accumulation_steps, clip_norm=clip_norm,
+        loss_scale=loss_scale, jit_compile=jit_compile,
         flops_per_example=model_info["train_flops_per_example_hardware"],
         peak_flops=model_info["peak_flops_per_second"],
         two_stage_steps=two_stage_steps if two_stage else None,
@@ -293,6 +303,7 @@ class _Monitor:
         self.skipped: list[int] = [int(s) for s in state.skip_steps.numpy() if s >= 0]
         self.summary_root = summary_root  # TensorBoard runs go to its train/ and eval/
         self.writers = {}
+        self.chance_since = None  # the step since which the discriminator's AUC is ~0.5
 
     def _writer(self, run: str):
         if run not in self.writers:
@@ -332,6 +343,25 @@ class _Monitor:
             f"{values['throughput/examples_per_second']:.1f} examples/s"
             + (f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
             + f" | ETA {_duration(eta)}")
+        self._check_discriminator(values.get("discriminator/auc"), step, loop["steps"])
+
+    def _check_discriminator(self, auc, step: int, loop_steps: int):
+        """Warn once when the discriminator's AUC stays at chance: its output no longer
+        depends on its input (its representations collapsed); runs seldom recover."""
+        if auc is None or self.chance_since == -1:
+            return
+        if abs(auc - 0.5) > CHANCE_AUC_MARGIN:
+            self.chance_since = None
+            return
+        if self.chance_since is None:
+            self.chance_since = step - loop_steps
+        if step - self.chance_since >= COLLAPSE_STEPS:
+            self.log(f"warning: the discriminator's AUC has been {auc:.3f} (chance) since step "
+                     f"{self.chance_since}: its output no longer depends on its input. Runs "
+                     "seldom recover: restart with a longer warmup (WARMUP_STEPS), a lower "
+                     "LEARNING_RATE or a smaller generator (pretrainer."
+                     "generator_hidden_fraction); see BUILD.md, 'Is my run healthy?'")
+            self.chance_since = -1  # once
 
     def after_eval(self, _):
         values = self.evaluator.last_eval

@@ -28,6 +28,7 @@ loop includes tracing and compiling).
 import time
 
 import keras
+import numpy as np
 import orbit
 import tensorflow as tf
 
@@ -170,6 +171,10 @@ class PretrainingTrainer(orbit.StandardTrainer):
                                         / self.peak_flops)
         if self.loss_scale is not None:
             values["optimizer/loss_scale"] = float(self.loss_scale.scale.numpy())
+        if self.model.loss_log_scales is not None:  # learned balance: weights exp(-s)
+            generator, discriminator = np.exp(-self.model.loss_log_scales.numpy())
+            values["loss/learned_generator_weight"] = float(generator)
+            values["loss/learned_discriminator_weight"] = float(discriminator)
         self.last_loop = {"values": values, "steps": steps, "seconds": seconds,
                           "bad_step": int(self.state.bad_step.numpy())}
         return {}

@@ -1,0 +1,98 @@
+"""Reading a model dir back: the pretrainer a run (or an import) wrote, with its weights.
+
+A model dir holds `operative_config.gin` (the architecture and options), `model_info.json`
+(the vocab, how text was tokenized, the sequence length) and checkpoints `ckpt-N`. Export,
+replaced-token detection and fine-tuning all start from one.
+"""
+
+import dataclasses
+import json
+import os
+
+import gin
+import keras
+import tensorflow as tf
+
+from electra_tf import tokenization
+from electra_tf.errors import UserInputError
+from electra_tf.modeling import factory
+from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A pretrainer restored from a model dir, and how to feed it text."""
+    model: ElectraPretrainer
+    checkpoint: str
+    vocab_file: str
+    lower_case: bool
+    strip_accents: bool
+    max_seq_length: int
+    info: dict
+
+    def tokenizer(self) -> tokenization.Tokenizer:
+        return tokenization.Tokenizer(self.vocab_file, self.lower_case, self.strip_accents)
+
+
+def latest_checkpoint(path: str) -> str:
+    """The newest checkpoint of a model dir, or `path` itself if it is a checkpoint prefix."""
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise UserInputError(f"{path} holds no checkpoint; pass a model dir that "
+                                 "run_pretraining.py (or convert_checkpoint.py) wrote")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise UserInputError(f"{path} is neither a model dir nor a checkpoint prefix (no "
+                             f"{path}.index); pass a model dir or a ckpt-N prefix")
+    return path
+
+
+def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedModel:
+    """The pretrainer described by `model_dir`'s operative_config.gin and model_info.json,
+    with the weights of its latest checkpoint (float32, whatever it was trained in).
+
+    `vocab_file` overrides the vocab recorded in model_info.json (e.g. the run's data was
+    built elsewhere). Raises UserInputError naming what is missing or does not fit.
+    """
+    for name in (OPERATIVE_CONFIG, MODEL_INFO):
+        if not tf.io.gfile.exists(os.path.join(model_dir, name)):
+            raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
+                                 "run_pretraining.py or convert_checkpoint.py")
+    with tf.io.gfile.GFile(os.path.join(model_dir, MODEL_INFO)) as f:
+        info = json.load(f)
+    with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG)) as f:
+        config = f.read()
+    checkpoint = latest_checkpoint(model_dir)
+    vocab_file = vocab_file or info.get("vocab_file")
+    if not vocab_file or not tf.io.gfile.exists(vocab_file):
+        raise UserInputError(f"the vocab of {model_dir} ({vocab_file}) is not there; pass "
+                             "--vocab_file with the vocab the model was trained with")
+    vocab = tokenization.load_vocab(vocab_file)
+    if len(vocab) != info["vocab_size"]:
+        raise UserInputError(f"{vocab_file} has {len(vocab)} tokens but {model_dir} was trained "
+                             f"with {info['vocab_size']}; pass the model's vocab")
+    ids = {t: i for i, t in enumerate(vocab)}
+    policy = keras.mixed_precision.dtype_policy()
+    with gin.config_scope(None):
+        gin.clear_config()
+        gin.parse_config(config)
+        try:
+            keras.mixed_precision.set_dtype_policy("float32")
+            model = factory.build_pretrainer(
+                vocab_size=len(vocab), cls_id=ids[tokenization.CLS_TOKEN],
+                sep_id=ids[tokenization.SEP_TOKEN])
+        finally:
+            keras.mixed_precision.set_dtype_policy(policy)
+            gin.clear_config()
+    try:
+        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
+        ).assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise UserInputError(f"{checkpoint} does not fit the model its operative_config.gin "
+                             f"describes ({str(e).splitlines()[0][:160]})") from None
+    return LoadedModel(model=model, checkpoint=checkpoint, vocab_file=vocab_file,
+                       lower_case=info.get("lower_case", True),
+                       strip_accents=info.get("strip_accents", info.get("lower_case", True)),
+                       max_seq_length=info["max_seq_length"], info=info)

@@ -1,0 +1,25 @@
+"""Reading back the scalars a run wrote to TensorBoard (for plots, studies and tests)."""
+
+import glob
+import os
+
+import tensorflow as tf
+
+
+def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of every scalar in a TensorBoard run directory (e.g.
+    MODEL_DIR/train), in the order written; a step written twice (a run that went back to
+    a checkpoint) keeps its last value."""
+    values: dict[str, dict[int, float]] = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.HasField("tensor") and value.tensor.dtype == tf.float32.as_datatype_enum:
+                    number = float(tf.make_ndarray(value.tensor))
+                elif value.HasField("simple_value"):
+                    number = value.simple_value
+                else:
+                    continue
+                values.setdefault(value.tag, {})[event.step] = number
+    return {tag: sorted(steps.items()) for tag, steps in values.items()}
