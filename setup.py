@@ -16,6 +16,11 @@ INSTALL_REQUIRES = [
     # Rust WordPiece trainer behind scripts/learn_vocab.py: minutes on GBs of text, where
     # tensorflow-text's pure-Python vocab learner takes hours.
     "tokenizers==0.22.2",
+    # TF Serving's own protos: the SavedModel's warmup requests (PredictionLog records) and
+    # models.config are written with them rather than by hand.
+    "tensorflow-serving-api==2.20.0",
+    # HuggingFace weights in and out (model.safetensors) without needing torch.
+    "safetensors==0.8.0",
 ]
 
 EXTRAS_REQUIRE = {
@@ -29,6 +34,8 @@ EXTRAS_REQUIRE = {
         # checkpoint loader that v5 removed; torch is the CPU build.
         "transformers==4.57.6",
         "torch==2.13.0",
+        # Plots of benchmarks and studies (reference curves, the paper's claims).
+        "matplotlib==3.11.2",
     ],
 }
 

@@ -1,0 +1,344 @@
+"""Checkpoints in and out: the official TF1 ELECTRA checkpoints, HuggingFace directories.
+
+    import_tf1("electra_base/model.ckpt-766000", "out/electra_base")   # both networks
+    import_hf("google/electra-base-discriminator dir", "out/x", generator_dir=...)
+    export_hf("out/my_run", "out/hf")  -> out/hf/discriminator, out/hf/generator
+
+An imported model dir is what run_pretraining.py writes (a checkpoint `ckpt-1`,
+`operative_config.gin` with the architecture, `model_info.json`): export, fine-tuning and
+continued pre-training (`--init_checkpoint`) take it. The architecture is read from the
+source (the tensors' shapes for TF1, config.json for HuggingFace).
+
+The official TF1 checkpoint holds both networks: the discriminator under `electra/`, the
+generator under `generator/` reading `electra/embeddings` (tied), heads under
+`discriminator_predictions/` and `generator_predictions/`. Its names are translated to
+transformers' and loaded through the same checked mapping as HuggingFace weights
+(`huggingface.py`), so a tensor that does not fit is an error naming it, never a partial
+load; optimizer slots (`adam_m`, `adam_v`), `global_step` and other extras are skipped and
+listed.
+"""
+
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import tokenization
+from electra_tf.errors import UserInputError
+from electra_tf.export import huggingface
+from electra_tf.modeling.config import EncoderConfig, generator_config
+from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
+
+DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "data", "vocab", "bert_uncased.txt")
+# TF1 tensors that are not weights of the networks.
+_SKIPPED = re.compile(r"(^global_step$|/adam_[mv]$|^generator_predictions/temperature$)")
+
+
+# ------------------------------------------------------------------------------ TF1
+
+
+def tf1_to_hf_name(name: str) -> tuple[str | None, str | None]:
+    """(network, transformers name) of an official TF1 variable; (None, None) if unknown.
+
+    network is "discriminator", "generator" or "shared" (the embedding block both read).
+    """
+    parts = name.split("/")
+    if parts[0] == "discriminator_predictions":
+        layer = {"dense": "dense", "dense_1": "dense_prediction"}.get(parts[1])
+        return ("discriminator", f"discriminator_predictions.{layer}.{_leaf(parts[2])}"
+                ) if layer and len(parts) == 3 else (None, None)
+    if parts[0] == "generator_predictions":
+        if parts[1:] == ["output_bias"]:
+            return "generator", "generator_lm_head.bias"
+        if len(parts) == 3 and parts[1] in ("dense", "LayerNorm"):
+            return "generator", f"generator_predictions.{parts[1]}.{_leaf(parts[2])}"
+        return None, None
+    if parts[0] not in ("electra", "generator"):
+        return None, None
+    network = "discriminator" if parts[0] == "electra" else "generator"
+    if parts[1] == "embeddings":
+        network = "shared" if parts[0] == "electra" else "generator"
+    rest = ".".join(parts[1:-1])
+    rest = re.sub(r"layer_(\d+)", r"layer.\1", rest)
+    leaf = parts[-1]
+    if parts[1] == "embeddings" and leaf.endswith("_embeddings"):
+        return network, f"electra.embeddings.{leaf}.weight"
+    return network, f"electra.{rest}.{_leaf(leaf)}"
+
+
+def _leaf(leaf: str) -> str:
+    return {"kernel": "weight", "gamma": "weight", "beta": "bias"}.get(leaf, leaf)
+
+
+def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
+    """(discriminator state dict, generator state dict or {}, skipped names) of an official
+    TF1 checkpoint, in transformers' names and layouts (kernels transposed to [out, in])."""
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise UserInputError(f"--input={checkpoint} is not a TF1 checkpoint prefix (no "
+                             f"{checkpoint}.index); pass e.g. electra_base/model.ckpt-766000")
+    reader = tf.train.load_checkpoint(checkpoint)
+    discriminator, generator, shared, skipped = {}, {}, {}, []
+    for name in sorted(reader.get_variable_to_shape_map()):
+        network, hf_name = tf1_to_hf_name(name)
+        if _SKIPPED.search(name) or network is None:
+            skipped.append(name)
+            continue
+        value = reader.get_tensor(name)
+        if name.endswith("/kernel"):
+            value = np.ascontiguousarray(value.T)
+        {"discriminator": discriminator, "generator": generator, "shared": shared}[
+            network][hf_name] = value
+    if not discriminator and not shared:
+        raise UserInputError(f"{checkpoint} holds no ELECTRA variables (electra/...); is it an "
+                             "ELECTRA checkpoint?")
+    discriminator.update(shared)
+    if generator and not any(k.startswith("electra.embeddings.") for k in generator):
+        generator.update(shared)  # tied embeddings: the generator reads electra/embeddings
+    return discriminator, generator, skipped
+
+
+def config_from_state_dict(state: dict, num_heads: int | None = None) -> EncoderConfig:
+    """An encoder's shape from its tensors (transformers names); heads: hidden / 64 as in
+    every released ELECTRA, unless given."""
+    word = state["electra.embeddings.word_embeddings.weight"]
+    layers = {int(m.group(1)) for k in state
+              for m in [re.match(r"electra\.encoder\.layer\.(\d+)\.", k)] if m}
+    if not layers:
+        raise UserInputError("the checkpoint has no encoder layers (electra/encoder/layer_0/...)")
+    hidden = state["electra.encoder.layer.0.attention.self.query.weight"].shape[0]
+    return EncoderConfig(
+        vocab_size=word.shape[0], hidden_size=hidden, num_layers=max(layers) + 1,
+        num_heads=num_heads or max(1, hidden // 64),
+        intermediate_size=state["electra.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        embedding_size=word.shape[1],
+        max_position_embeddings=state["electra.embeddings.position_embeddings.weight"].shape[0],
+        type_vocab_size=state["electra.embeddings.token_type_embeddings.weight"].shape[0])
+
+
+def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
+               lower_case: bool = True, num_heads: int | None = None,
+               max_seq_length: int = 512) -> dict:
+    """Imports an official TF1 ELECTRA checkpoint (both networks, any size) into a model
+    dir; returns {"model_info", "skipped"}."""
+    discriminator, generator, skipped = read_tf1(checkpoint)
+    disc_config = config_from_state_dict(discriminator, num_heads)
+    gen_config = None
+    sharing = "embeddings"
+    if generator:
+        gen_config = config_from_state_dict(generator)
+        tied = np.array_equal(generator["electra.embeddings.word_embeddings.weight"],
+                              discriminator["electra.embeddings.word_embeddings.weight"])
+        sharing = "embeddings" if tied else "none"
+    model = new_pretrainer(disc_config, gen_config, sharing)
+    huggingface.load_hf_state_dicts(model, discriminator, generator or None)
+    info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
+                           source=f"tf1:{checkpoint}")
+    return {"model_info": info, "skipped": skipped}
+
+
+# ------------------------------------------------------------------------------ HuggingFace
+
+
+def read_hf_dir(directory: str) -> tuple[dict, dict]:
+    """(config.json, state dict of numpy arrays) of a transformers model directory
+    (model.safetensors, or pytorch_model.bin, which needs torch)."""
+    config_path = os.path.join(directory, "config.json")
+    if not tf.io.gfile.exists(config_path):
+        raise UserInputError(f"{directory} has no config.json; pass a transformers model "
+                             "directory (config.json + model.safetensors)")
+    with tf.io.gfile.GFile(config_path) as f:
+        config = json.load(f)
+    safetensors_path = os.path.join(directory, "model.safetensors")
+    bin_path = os.path.join(directory, "pytorch_model.bin")
+    if tf.io.gfile.exists(safetensors_path):
+        from safetensors.numpy import load_file
+        state = load_file(safetensors_path)
+    elif tf.io.gfile.exists(bin_path):
+        try:
+            import torch
+        except ImportError:
+            raise UserInputError(f"{bin_path} is a PyTorch file and torch is not installed; "
+                                 "pip install torch, or save the model as safetensors") from None
+        state = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
+                 for k, v in torch.load(bin_path, map_location="cpu",
+                                        weights_only=True).items()}
+    else:
+        raise UserInputError(f"{directory} has neither model.safetensors nor "
+                             "pytorch_model.bin")
+    return config, state
+
+
+def _as_electra(config: dict, state: dict) -> dict:
+    """A BERT state dict (BertModel, BertForMaskedLM, ...) in ELECTRA encoder names: the
+    same encoder, "bert." -> "electra."; the pooler and BERT's heads are left out."""
+    if config.get("model_type") != "bert":
+        return state
+    out = {}
+    for name, value in state.items():
+        name = name[len("bert."):] if name.startswith("bert.") else name
+        if name.startswith(("pooler.", "cls.")):
+            continue
+        out["electra." + name] = value
+    return out
+
+
+def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None = None,
+              vocab_file: str | None = None, lower_case: bool | None = None,
+              max_seq_length: int = 512, generator_hidden_fraction: float = 0.25) -> dict:
+    """Imports transformers directories into a model dir: an `ElectraForPreTraining` (or
+    `ElectraModel`, or a BERT checkpoint: the encoder only) and optionally an
+    `ElectraForMaskedLM` generator. Without a generator (or a replaced-token head), those
+    parts start from a fresh initialisation (a generator of `generator_hidden_fraction`)."""
+    disc_hf, disc_state = read_hf_dir(discriminator_dir)
+    disc_state = _as_electra(disc_hf, disc_state)
+    disc_config = huggingface.config_from_hf(disc_hf)
+    gen_state = None
+    if generator_dir:
+        gen_hf, gen_state = read_hf_dir(generator_dir)
+        gen_config = huggingface.config_from_hf(gen_hf)
+        tied = np.array_equal(gen_state["electra.embeddings.word_embeddings.weight"],
+                              disc_state["electra.embeddings.word_embeddings.weight"])
+        sharing = "embeddings" if tied else "none"
+    else:
+        gen_config = generator_config(disc_config, generator_hidden_fraction)
+        sharing = "embeddings"
+    model = new_pretrainer(disc_config, gen_config, sharing)
+    has_head = "discriminator_predictions.dense.weight" in disc_state
+    if has_head:
+        huggingface.load_hf_state_dicts(model, disc_state, gen_state)
+    else:
+        huggingface.load_hf_discriminator(model.discriminator, disc_state)
+        if gen_state is not None:
+            huggingface.load_hf_generator(model, gen_state)
+    vocab_file = vocab_file or (os.path.join(discriminator_dir, "vocab.txt")
+                                if tf.io.gfile.exists(os.path.join(discriminator_dir,
+                                                                   "vocab.txt")) else None)
+    if lower_case is None:
+        lower_case = _lower_case_of(discriminator_dir)
+    info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
+                           source=f"hf:{discriminator_dir}")
+    return {"model_info": info, "skipped": [] if has_head else
+            ["discriminator_predictions (not in the source: freshly initialised)"]}
+
+
+def _lower_case_of(directory: str) -> bool:
+    path = os.path.join(directory, "tokenizer_config.json")
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            return bool(json.load(f).get("do_lower_case", True))
+    return True
+
+
+def export_hf(model_dir: str, output_dir: str) -> list[str]:
+    """Writes a model dir's networks as transformers directories: output_dir/discriminator
+    (ElectraForPreTraining) and output_dir/generator (ElectraForMaskedLM), each with
+    config.json, model.safetensors and the vocab; returns the directories written."""
+    from safetensors.numpy import save_file
+
+    from electra_tf.training.checkpoints import load_pretrainer
+    loaded = load_pretrainer(model_dir)
+    model = loaded.model
+    discriminator, generator = huggingface.export_hf_state_dicts(model)
+    written = []
+    for name, state, config, architecture in (
+            ("discriminator", discriminator, model.discriminator_config,
+             "ElectraForPreTraining"),
+            ("generator", generator, model.generator.config if generator else None,
+             "ElectraForMaskedLM")):
+        if state is None:
+            continue
+        directory = os.path.join(output_dir, name)
+        temporary = f"{directory}.tmp-{os.getpid()}"
+        tf.io.gfile.makedirs(temporary)
+        save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
+                  os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
+        with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
+            json.dump(huggingface.hf_config(config, architecture), f, indent=2)
+        tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
+        with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
+            json.dump({"do_lower_case": loaded.lower_case, "tokenizer_class": "ElectraTokenizer",
+                       "model_max_length": loaded.max_seq_length}, f, indent=2)
+        if tf.io.gfile.exists(directory):
+            tf.io.gfile.rmtree(directory)
+        tf.io.gfile.rename(temporary, directory)
+        written.append(directory)
+    return written
+
+
+# ------------------------------------------------------------------------------ model dirs
+
+
+def new_pretrainer(discriminator: EncoderConfig, generator: EncoderConfig | None,
+                   sharing: str) -> ElectraPretrainer:
+    """A pretrainer of these shapes (no generator: uniform replacements), fresh weights."""
+    if generator is not None and sharing == "embeddings":
+        generator = dataclasses.replace(generator, embedding_size=discriminator.embedding_width)
+    return ElectraPretrainer(discriminator, generator, sharing=sharing,
+                             uniform_generator=generator is None)
+
+
+def gin_bindings(model: ElectraPretrainer) -> str:
+    """gin bindings that rebuild `model` (its operative_config.gin): the architecture."""
+    d, g = model.discriminator_config, model.generator_config
+    lines = [f"pretrainer.{field} = {getattr(d, field)!r}" for field in (
+        "hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size",
+        "max_position_embeddings", "dropout_rate", "attention_dropout_rate")]
+    lines += [f"pretrainer.sharing = {model.sharing!r}",
+              f"pretrainer.objective = {model.objective!r}"]
+    if g is None:
+        lines.append("pretrainer.uniform_generator = True")
+    else:
+        fraction = g.hidden_size / d.hidden_size
+        layers = g.num_layers / d.num_layers
+        derived = generator_config(d, fraction, layers)
+        if (derived.hidden_size, derived.intermediate_size, derived.num_heads,
+                derived.num_layers) != (g.hidden_size, g.intermediate_size, g.num_heads,
+                                        g.num_layers):
+            raise UserInputError(
+                f"the generator's shape (hidden {g.hidden_size}, FFN {g.intermediate_size}, "
+                f"{g.num_heads} heads) is not the official derivation from the "
+                f"discriminator's; this project builds generators that way only")
+        lines += [f"pretrainer.generator_hidden_fraction = {fraction!r}",
+                  f"pretrainer.generator_layers_fraction = {layers!r}"]
+    return "\n".join(["# The architecture of an imported model (convert_checkpoint.py).",
+                      *lines, ""])
+
+
+def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str | None,
+                    lower_case: bool, max_seq_length: int, source: str) -> dict:
+    """Writes `model` as a model dir (checkpoint ckpt-1, operative_config.gin,
+    model_info.json), refusing to overwrite a dir that already holds a checkpoint."""
+    vocab_file = vocab_file or DEFAULT_VOCAB
+    vocab = tokenization.load_vocab(vocab_file)
+    if len(vocab) != model.discriminator_config.vocab_size:
+        raise UserInputError(f"{vocab_file} has {len(vocab)} tokens but the checkpoint's "
+                             f"embeddings have {model.discriminator_config.vocab_size}; pass "
+                             "--vocab_file with the model's vocab")
+    if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
+        raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "
+                             "directory")
+    max_seq_length = min(max_seq_length, model.discriminator_config.max_position_embeddings)
+    config = gin_bindings(model)
+    info = describe(model, seq_length=max_seq_length,
+                    num_predictions=max(1, int(0.155 * max_seq_length)), mask_prob=0.15,
+                    train_batch_size=0, num_train_steps=0)
+    info.update(vocab_file=vocab_file if "://" in vocab_file else os.path.abspath(vocab_file),
+                vocab_size=len(vocab), lower_case=lower_case, strip_accents=lower_case,
+                source=source)
+    temporary = f"{output_dir.rstrip('/')}.tmp-{os.getpid()}"
+    if tf.io.gfile.exists(temporary):
+        tf.io.gfile.rmtree(temporary)
+    tf.io.gfile.makedirs(temporary)
+    tf.train.Checkpoint(model=model).save(os.path.join(temporary, "ckpt"))
+    for name, text in ((OPERATIVE_CONFIG, config), (MODEL_INFO, json.dumps(info, indent=2))):
+        with tf.io.gfile.GFile(os.path.join(temporary, name), "w") as f:
+            f.write(text)
+    if tf.io.gfile.exists(output_dir):
+        tf.io.gfile.rmtree(output_dir)
+    tf.io.gfile.rename(temporary, output_dir)  # the `checkpoint` file's paths are relative
+    return info

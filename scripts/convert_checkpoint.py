@@ -1,0 +1,76 @@
+"""Imports the released ELECTRA checkpoints and HuggingFace models; exports to HuggingFace.
+
+    # the official TF1 checkpoint (both networks in one file), e.g. electra_base:
+    python scripts/convert_checkpoint.py --source=tf1 \
+        --input=electra_base/electra_base --output_dir=out/electra_base
+    # HuggingFace directories (ElectraForPreTraining [+ ElectraForMaskedLM], or a BERT):
+    python scripts/convert_checkpoint.py --source=hf --input=DISCRIMINATOR_DIR \
+        [--generator_input=GENERATOR_DIR] --output_dir=out/imported
+    # a model dir of ours to HuggingFace: OUT/discriminator and OUT/generator
+    python scripts/convert_checkpoint.py --source=native --input=out/my_run --target=hf \
+        --output_dir=out/hf
+
+The imported model dir works with export_saved_model.py, run_finetuning.py and, for
+continued pre-training, run_pretraining.py --init_checkpoint (with
+--gin_file=OUTPUT_DIR/operative_config.gin after the size file).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
+
+flags.DEFINE_enum("source", None, ["tf1", "hf", "native"], "What --input is.")
+flags.DEFINE_string("input", None, "TF1 checkpoint prefix, HuggingFace directory, or our "
+                    "model dir (--source=native).")
+flags.DEFINE_string("generator_input", None, "HuggingFace ElectraForMaskedLM directory.")
+flags.DEFINE_enum("target", "native", ["native", "hf"], "What to write.")
+flags.DEFINE_string("output_dir", None, "Where the model dir (or HuggingFace dirs) go.")
+flags.DEFINE_string("vocab_file", None, "The model's vocab (default: the source's vocab.txt, "
+                    "else data/vocab/bert_uncased.txt, the released models' vocab).")
+flags.DEFINE_bool("lower_case", None, "Whether the model is uncased (default: the source's "
+                  "tokenizer config, else true).")
+flags.DEFINE_integer("num_heads", None, "TF1: attention heads (default hidden / 64, as in "
+                     "every released ELECTRA).")
+flags.DEFINE_integer("max_seq_length", 512, "The longest input the model dir will accept.")
+flags.mark_flags_as_required(["source", "input", "output_dir"])
+
+
+def main(argv):
+    del argv
+    from electra_tf.errors import UserInputError
+    from electra_tf.export import converters
+    if FLAGS.target == "hf":
+        if FLAGS.source != "native":
+            raise UserInputError("--target=hf converts one of our model dirs: pass "
+                                 "--source=native --input=MODEL_DIR")
+        for directory in converters.export_hf(FLAGS.input, FLAGS.output_dir):
+            print(f"wrote {directory}")
+        return 0
+    if FLAGS.source == "native":
+        raise UserInputError("--source=native is for --target=hf; a model dir is already native")
+    if FLAGS.source == "tf1":
+        result = converters.import_tf1(FLAGS.input, FLAGS.output_dir, FLAGS.vocab_file,
+                                       True if FLAGS.lower_case is None else FLAGS.lower_case,
+                                       FLAGS.num_heads, FLAGS.max_seq_length)
+    else:
+        result = converters.import_hf(FLAGS.input, FLAGS.output_dir, FLAGS.generator_input,
+                                      FLAGS.vocab_file, FLAGS.lower_case, FLAGS.max_seq_length)
+    info = result["model_info"]
+    print(f"wrote {FLAGS.output_dir}: discriminator {info['discriminator_params']:,} "
+          f"parameters (hidden {info['discriminator']['hidden_size']}, "
+          f"{info['discriminator']['num_layers']} layers), generator "
+          f"{info['generator_params']:,}")
+    if result["skipped"]:
+        print(f"skipped {len(result['skipped'])} tensors that are not weights of the networks: "
+              + ", ".join(result["skipped"][:8]) + (" ..." if len(result["skipped"]) > 8 else ""))
+    return 0
+
+
+FLAGS = flags.FLAGS
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,64 @@
+"""Shows which tokens a discriminator judges replaced, from a SavedModel or a model dir.
+
+    python scripts/detect_replaced.py --saved_model=out/serving/electra/1 \
+        "The quick brown fox jumps over the lazy dog" "The quick red fox runs over the lazy dog"
+
+Prints each token with its replaced probability; tokens above --threshold are marked.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
+
+flags.DEFINE_string("saved_model", None, "An exported discriminator (EXPORT_DIR/NAME/VERSION).")
+flags.DEFINE_string("model_dir", None, "Or a model dir (its latest checkpoint).")
+flags.DEFINE_float("threshold", 0.5, "Replaced probability above which a token is marked.")
+
+
+def main(argv):
+    sentences = argv[1:]
+    from electra_tf.errors import UserInputError
+    if not sentences:
+        raise UserInputError('no sentence given; pass one or more after the flags, e.g. '
+                             '"The quick red fox runs over the lazy dog"')
+    if bool(FLAGS.saved_model) == bool(FLAGS.model_dir):
+        raise UserInputError("pass exactly one of --saved_model or --model_dir")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the tokenizer's ops the SavedModel uses)
+    if FLAGS.saved_model:
+        if not tf.io.gfile.exists(os.path.join(FLAGS.saved_model, "saved_model.pb")):
+            raise UserInputError(f"--saved_model={FLAGS.saved_model} holds no saved_model.pb; "
+                                 "pass EXPORT_DIR/MODEL_NAME/VERSION of an export")
+        serve = tf.saved_model.load(FLAGS.saved_model).signatures["serving_default"]
+    else:
+        from electra_tf.export.saved_model import ServingModule
+        from electra_tf.training.checkpoints import load_pretrainer
+        loaded = load_pretrainer(FLAGS.model_dir)
+        serve = ServingModule(loaded.model, "discriminator", loaded.vocab_file,
+                              loaded.max_seq_length, loaded.lower_case,
+                              loaded.strip_accents).serving_default
+    out = serve(text=tf.constant(sentences))
+    if "replaced_probability" not in out:
+        raise UserInputError("this SavedModel is not a discriminator (export with "
+                             "--kind=discriminator)")
+    for i, sentence in enumerate(sentences):
+        print(sentence)
+        for token, probability, real in zip(out["tokens"][i].numpy(),
+                                            out["replaced_probability"][i].numpy(),
+                                            out["input_mask"][i].numpy()):
+            token = token.decode()
+            if not real or token in ("[CLS]", "[SEP]"):
+                continue
+            mark = "  <- replaced" if probability > FLAGS.threshold else ""
+            print(f"  {token:<16} {probability:.3f}{mark}")
+    return 0
+
+
+FLAGS = flags.FLAGS
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,44 @@
+"""Exports a trained model as a TF Serving SavedModel (raw-text and token-id signatures).
+
+    python scripts/export_saved_model.py --model_dir=out/small --export_dir=out/serving \
+        --model_name=electra --kind=discriminator [--version=1]
+
+Writes EXPORT_DIR/MODEL_NAME/VERSION/ (with warmup requests) and EXPORT_DIR/models.config;
+see BUILD.md for serving it with the official TF Serving image.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
+
+from electra_tf.export import saved_model  # noqa: E402
+
+flags.DEFINE_string("model_dir", None, "A model dir (run_pretraining.py or "
+                    "convert_checkpoint.py wrote it).")
+flags.DEFINE_string("export_dir", None, "Where EXPORT_DIR/MODEL_NAME/VERSION goes.")
+flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving.")
+flags.DEFINE_enum("kind", "discriminator", list(saved_model.KINDS), "Which network to serve.")
+flags.DEFINE_integer("version", 1, "The version directory (TF Serving serves the highest).")
+flags.DEFINE_bool("overwrite", False, "Replace an existing version.")
+flags.DEFINE_string("vocab_file", None, "Override the vocab recorded in the model dir.")
+flags.DEFINE_integer("top_k", 5, "Candidates per [MASK] (generator).")
+flags.mark_flags_as_required(["model_dir", "export_dir"])
+
+
+def main(argv):
+    del argv
+    path = saved_model.export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.kind,
+                              FLAGS.version, FLAGS.vocab_file, FLAGS.top_k, FLAGS.overwrite)
+    print(f"exported the {FLAGS.kind} to {path}; TF Serving config: "
+          f"{os.path.join(FLAGS.export_dir, saved_model.MODELS_CONFIG)}")
+    return 0
+
+
+FLAGS = flags.FLAGS
+
+if __name__ == "__main__":
+    cli.run(main)

