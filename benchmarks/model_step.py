@@ -51,8 +51,9 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 
-FRAMEWORKS = ("ours", "ours_xla", "pytorch", "model_garden")
+FRAMEWORKS = ("ours", "ours_xla", "ours_run", "pytorch", "model_garden")
 LABELS = {"ours": "ours (tf.function)", "ours_xla": "ours (tf.function, XLA)",
+          "ours_run": "ours (full run: input pipeline + trainer)",
           "pytorch": "transformers PyTorch", "model_garden": "TF Model Garden"}
 # Goals of the comparison: ours / PyTorch and ours / Model Garden.
 GOALS = {"pytorch": 1.5, "model_garden": 1.2}
@@ -62,7 +63,8 @@ DISCRIMINATOR_WEIGHT = 50.0
 LEARNING_RATE, WEIGHT_DECAY, ADAM_EPSILON = 1e-4, 0.01, 1e-6
 
 flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (electra_tf.modeling.config.SIZES).")
-flags.DEFINE_list("frameworks", list(FRAMEWORKS), f"Implementations to time: {FRAMEWORKS}.")
+flags.DEFINE_list("frameworks", ["ours", "ours_xla", "pytorch", "model_garden"],
+                  f"Implementations to time: {FRAMEWORKS}.")
 flags.DEFINE_integer("batch_size", 32, "Examples per step.")
 flags.DEFINE_integer("seq_length", 128, "Sequence length L.")
 flags.DEFINE_integer("max_predictions", 20, "Masked slots per example N.")
@@ -76,6 +78,7 @@ flags.DEFINE_bool("torch_full_mlm_logits", False, "PyTorch: compute the generato
                   "at all L positions (ElectraForMaskedLM.forward) instead of the N masked "
                   "ones.")
 flags.DEFINE_integer("seed", 0, "Seed of the random batch and of the models' initialisation.")
+flags.DEFINE_string("results_name", "model_step", "benchmarks/results/<name>.{json,md}.")
 # Internal: the parent runs each implementation as `--worker=NAME` in a subprocess.
 flags.DEFINE_enum("worker", None, list(FRAMEWORKS), "Internal: time one implementation.")
 flags.DEFINE_string("worker_size", None, "Internal: the size the worker times.")
@@ -310,6 +313,65 @@ def build_pytorch(batch: dict, size: str):
                                      "transformers": transformers.__version__}}
 
 
+# ours_run: steps per training loop (one tf.function call, one console line), about 20 s
+# each on a 2-core CPU; every loop after the first (tracing) is one timed run.
+RUN_LOOP_STEPS = {"tiny": 60, "small": 15, "base": 4, "large": 2}
+
+
+def run_ours_full(size: str, batch_size: int) -> dict:
+    """Times scripts/run_pretraining.py's whole loop in this process: the tf.data pipeline
+    reading and masking real TFRecords (the Austen corpus), the trainer (all-reduce, clip,
+    AdamW, metrics) and orbit, with the size's gin file. Returns the worker's result."""
+    import re
+
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.data.writer import build_pretraining_data
+    from electra_tf.training import pretraining
+
+    vocab = os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt")
+    data_dir = os.path.join(common.CACHE_DIR, f"austen_{FLAGS.seq_length}")
+    if not os.path.exists(os.path.join(data_dir, "metadata.json")):
+        build_pretraining_data(os.path.join(common.REPO, "data", "corpus", "*.txt.gz"), vocab,
+                               data_dir, max_seq_length=FLAGS.seq_length, show_progress=False,
+                               log=lambda *_: None)
+    loop_steps = RUN_LOOP_STEPS.get(size, FLAGS.steps)
+    loops = 1 + 2 * FLAGS.repeats  # the first traces; spares replace noisy loops
+    marks = [(time.perf_counter(), common.busy_cpu_seconds(), common.own_cpu_seconds(), None)]
+
+    def log(line):
+        if line.startswith("step "):
+            rate = float(re.search(r"([\d.]+) examples/s", line).group(1))
+            marks.append((time.perf_counter(), common.busy_cpu_seconds(),
+                           common.own_cpu_seconds(), rate))
+
+    gin_files.parse([f"{size}.gin"], [
+        f"TRAIN_BATCH_SIZE = {batch_size}", f"MAX_SEQ_LENGTH = {FLAGS.seq_length}",
+        f"NUM_TRAIN_STEPS = {loops * loop_steps}", f"STEPS_PER_LOOP = {loop_steps}",
+        "CHECKPOINT_EVERY = 1000000000", "WARMUP_STEPS = 1",
+        f"pretraining.max_predictions_per_seq = {FLAGS.max_predictions}"])
+    with tempfile.TemporaryDirectory(prefix="ours_run_") as model_dir:
+        start = time.perf_counter()
+        result = pretraining.run_pretraining(model_dir, os.path.join(data_dir, "*.tfrecord"),
+                                             seed=FLAGS.seed, log=log)
+        total_s = time.perf_counter() - start
+        with open(os.path.join(model_dir, "model_info.json")) as f:
+            parameters = json.load(f)["trainable_params"]
+    gin.clear_config()
+    runs, discarded = [], []
+    for (t0, busy0, own0, _), (t1, busy1, own1, rate) in zip(marks[1:], marks[2:]):
+        other = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (t1 - t0))
+        run = {"seconds": t1 - t0, "steps": loop_steps, "examples_per_s": rate,
+               "other_cores_during": other}
+        (discarded if other > 0.25 else runs).append(run)
+    runs = runs[:FLAGS.repeats] or discarded[:FLAGS.repeats]
+    return {"runs": runs, "discarded_attempts": len(discarded),
+            "first_loop_s": marks[1][0] - marks[0][0], "total_s": total_s,
+            "last_loss": result["train"]["loss/total"], "loop_steps": loop_steps,
+            "parameters": parameters}
+
+
 def _package_version(name: str):
     from importlib import metadata
     try:
@@ -324,6 +386,19 @@ def run_worker() -> int:
         batch = {k: data[k] for k in data.files}
     batch_size = batch["input_ids"].shape[0]
     name, size = FLAGS.worker, FLAGS.worker_size
+    if name == "ours_run":
+        timed = run_ours_full(size, batch_size)
+        median = statistics.median(r["examples_per_s"] for r in timed["runs"])
+        import tensorflow as tf
+        result = {"name": name, "label": LABELS[name], "size": size, "batch_size": batch_size,
+                  "examples_per_s": median, "ms_per_step": batch_size / median * 1e3,
+                  "all_examples_per_s": [round(r["examples_per_s"], 3) for r in timed["runs"]],
+                  "other_cores_during": max(r["other_cores_during"] for r in timed["runs"]),
+                  "first_loss": float("nan"), "first_step_s": timed["first_loop_s"],
+                  "versions": {"tensorflow": tf.__version__}, **timed}
+        with open(FLAGS.result_file, "w") as f:
+            json.dump(result, f, indent=1)
+        return 0
     start = time.perf_counter()
     if name in ("ours", "ours_xla"):
         step, facts = build_ours(batch, size, jit_compile=name == "ours_xla")
@@ -380,7 +455,7 @@ def run_worker() -> int:
 def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | None:
     result_file = os.path.join(workdir, f"{name}_{size}.json")
     passed = ("warmup_steps", "steps", "min_seconds", "repeats", "max_wait_quiet_s",
-              "torch_full_mlm_logits", "seed", "max_predictions")
+              "torch_full_mlm_logits", "seed", "max_predictions", "seq_length")
     command = [sys.executable, os.path.abspath(__file__), f"--worker={name}",
                f"--worker_size={size}", f"--batch_file={batch_file}",
                f"--result_file={result_file}"]
@@ -449,7 +524,7 @@ def main(argv):
     ratios = []
     for size in FLAGS.sizes:
         by_name = {r["name"]: r for r in results if r["size"] == size}
-        for ours in ("ours", "ours_xla"):
+        for ours in ("ours", "ours_xla", "ours_run"):
             for base in ("pytorch", "model_garden"):
                 if ours in by_name and base in by_name:
                     ratio = by_name[ours]["examples_per_s"] / by_name[base]["examples_per_s"]
@@ -494,6 +569,13 @@ def main(argv):
         "machine used during the timed runs (max over the kept runs; a run during which they "
         "used more than 0.25 cores is discarded and redone, up to 4 times).",
     ]
+    if "ours_run" in FLAGS.frameworks:
+        notes.insert(2, "`ours (full run)` is the whole training run (run_pretraining with the "
+                     "size's gin file): the tf.data pipeline reading and masking the Austen "
+                     "corpus's TFRecords, the step with clipping and metrics, orbit's loop; "
+                     f"each timed run is one loop of {RUN_LOOP_STEPS} steps (the first loop, "
+                     "which traces, is left out). The peers are timed on their bare step over "
+                     "one batch in memory, without any input pipeline.")
     if failed:
         notes.append("Failed (see the command's output): " + ", ".join(failed) + ".")
     info = _run_info()
@@ -501,8 +583,11 @@ def main(argv):
         notes.append("electra_tf had uncommitted changes (" + ", ".join(
             f"`{x}`" for x in info["electra_tf_uncommitted"]) + "): the figures are of the "
             f"working tree, not of commit {info['git_commit']} alone.")
+    title = ("End-to-end pre-training throughput on CPU (ours vs PyTorch vs Model Garden)"
+             if "ours_run" in FLAGS.frameworks else
+             "Pre-training train-step throughput on CPU (ours vs PyTorch vs Model Garden)")
     record = {
-        "title": "Pre-training train-step throughput on CPU (ours vs PyTorch vs Model Garden)",
+        "title": title,
         "run": info,
         "settings": {f: FLAGS[f].value for f in (
             "sizes", "frameworks", "batch_size", "seq_length", "max_predictions",
@@ -511,7 +596,7 @@ def main(argv):
         "results": results, "ratios": ratios, "failed": failed,
     }
     body = (table + "\n\n" + ratio_table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
-    paths = common.write_results("model_step", record, body)
+    paths = common.write_results(FLAGS.results_name, record, body)
     print(table)
     print(ratio_table)
     print("\n".join(notes))
