@@ -164,3 +164,17 @@ def write_results(name: str, record: dict, markdown_body: str) -> tuple[str, str
     with open(md_path, "w") as f:
         f.write(header + markdown_body.rstrip() + "\n")
     return json_path, md_path
+
+
+AUSTEN_VOCAB = os.path.join(REPO, "data", "vocab", "bert_uncased.txt")
+
+
+def build_austen_data(directory: str):
+    """Pre-training TFRecords (seq 128, BERT uncased vocab) of the embedded Austen corpus in
+    `directory`, built once: shards 0-4 to train on, shard 5 held out."""
+    if os.path.exists(os.path.join(directory, "metadata.json")):
+        return
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "build_pretraining_data.py"),
+                    f"--input={os.path.join(REPO, 'data', 'corpus', '*.txt.gz')}",
+                    f"--vocab_file={AUSTEN_VOCAB}", f"--output_dir={directory}",
+                    "--max_seq_length=128", "--num_workers=1", "--progress=false"], check=True)

@@ -34,7 +34,7 @@ def main(argv):
     if not FLAGS["work_dir"].present:
         FLAGS.work_dir = os.path.join(common.CACHE_DIR, "loss_balance")
     data_dir = os.path.join(FLAGS.work_dir, "data")
-    reference_curves.build_data(data_dir)
+    common.build_austen_data(data_dir)
     runs = {"fixed 1 : 50": reference_curves.train("fixed", "tiny.gin", FLAGS.steps, data_dir),
             "learned": reference_curves.train("learned", "tiny.gin", FLAGS.steps, data_dir,
                                               ["pretrainer.learn_loss_weights = True"])}

@@ -36,20 +36,9 @@ flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "reference_curves
                     "Where data and model dirs go (reruns resume).")
 FLAGS = flags.FLAGS
 
-VOCAB = os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt")
 SHOWN = [("loss/total", "total loss"), ("loss/discriminator", "discriminator loss"),
          ("generator/mlm_accuracy", "generator MLM accuracy"),
          ("discriminator/auc", "discriminator AUC")]
-
-
-def build_data(directory: str):
-    if os.path.exists(os.path.join(directory, "metadata.json")):
-        return
-    subprocess.run([sys.executable, os.path.join(common.REPO, "scripts",
-                                                 "build_pretraining_data.py"),
-                    f"--input={os.path.join(common.REPO, 'data', 'corpus', '*.txt.gz')}",
-                    f"--vocab_file={VOCAB}", f"--output_dir={directory}",
-                    "--max_seq_length=128", "--num_workers=1", "--progress=false"], check=True)
 
 
 def train(name: str, gin_file: str, steps: int, data_dir: str, extra=()) -> dict:
@@ -108,7 +97,7 @@ def plot(runs: dict, path: str):
 def main(argv):
     del argv
     data_dir = os.path.join(FLAGS.work_dir, "data")
-    build_data(data_dir)
+    common.build_austen_data(data_dir)
     runs = {"tiny": train("tiny", "tiny.gin", FLAGS.tiny_steps, data_dir),
             "small": train("small", "small.gin", FLAGS.small_steps, data_dir)}
     record = {"title": "Reference pre-training curves (tiny and small on the Austen corpus)",

@@ -35,7 +35,7 @@ flags.DEFINE_float("learning_rate", 2e-4, "Peak learning rate of all runs.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "training_parity"),
                     "Where data and model dirs go.")
 FLAGS = flags.FLAGS
-VOCAB = os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt")
+VOCAB = common.AUSTEN_VOCAB
 WARMUP = 100
 CURVES = [("discriminator/auc", "discriminator AUC (train)"),
           ("loss/generator", "generator MLM loss"),
@@ -147,9 +147,8 @@ def train_transformers(data: str) -> dict:
 
 def main(argv):
     del argv
-    import reference_curves
     data_dir = os.path.join(FLAGS.work_dir, "data")
-    reference_curves.build_data(data_dir)
+    common.build_austen_data(data_dir)
     data = os.path.join(data_dir, "pretrain_data-0000[0-4]-of-*")
     runs = {"ours": train_ours("ours", data, True),
             "transformers (PyTorch)": train_transformers(data),

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 
+from absl import logging as absl_logging
 import gin
 import keras
 import numpy as np
@@ -256,6 +257,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
                                                 check_interval=False)
 
+    orbit.controller._log = _orbit_log  # pylint: disable=protected-access
     controller = orbit.Controller(
         global_step=state.step, trainer=trainer, evaluator=evaluator, strategy=strategy,
         steps_per_loop=_loop_lengths(steps_per_loop, two_stage_steps if two_stage else None),
@@ -402,6 +404,16 @@ class _Monitor:
                  f"{int(self.state.step.numpy())}; rerun the same command to resume")
         sys.stdout.flush()
         sys.exit(PREEMPTED_EXIT_CODE)
+
+
+def _orbit_log(message: str):
+    """orbit's Controller prints a line per loop and evaluation ("train | step: 40 |
+    steps/sec: 0.7 | output: {}") besides logging it; the monitor prints a fuller one, so of
+    orbit's only the checkpoint saves stay on the console, the rest go to the INFO log."""
+    if message.startswith("saved checkpoint"):
+        print(message, flush=True)
+    else:
+        absl_logging.info(message)
 
 
 def _loop_lengths(steps_per_loop: int, boundary: int | None):
