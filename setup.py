@@ -36,6 +36,11 @@ EXTRAS_REQUIRE = {
         "torch==2.13.0",
         # Plots of benchmarks and studies (reference curves, the paper's claims).
         "matplotlib==3.11.2",
+        # Reference metrics for the fine-tuning tests: accuracy/F1/MCC (scikit-learn),
+        # Pearson/Spearman (SciPy), conlleval span F1 (seqeval).
+        "scikit-learn==1.9.1",
+        "scipy==1.17.1",
+        "seqeval==1.2.2",
     ],
 }
 

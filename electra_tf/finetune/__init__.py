@@ -1,0 +1,1 @@
+"""Fine-tuning the discriminator: tasks and readers, features, heads, metrics, the runner."""

@@ -1,0 +1,228 @@
+"""Evaluation metrics of the fine-tuning tasks, on plain numpy arrays / Python lists.
+
+Sentence tasks: accuracy, F1 (binary, of the positive class; macro over classes),
+Matthews correlation (CoLA), Pearson and Spearman correlation (STS-B). Tagging: span
+precision/recall/F1 with conlleval's chunk rules (IOB1, IOB2/BIO, IOE, IOBES tags; a tag
+without a prefix is a chunk of its own type) and token accuracy. Extractive QA: exact match
+and F1 with the official SQuAD normalisation (lower case, no punctuation, no articles, single
+spaces), the maximum over the gold answers; SQuAD 2.0's best no-answer threshold.
+"""
+
+import collections
+import re
+import string
+
+import numpy as np
+
+
+# ------------------------------------------------------------------------------ sentences
+
+
+def accuracy(labels, predictions) -> float:
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    return float(np.mean(labels == predictions)) if labels.size else 0.0
+
+
+def _f1_of(labels, predictions, positive) -> float:
+    tp = np.sum((predictions == positive) & (labels == positive))
+    fp = np.sum((predictions == positive) & (labels != positive))
+    fn = np.sum((predictions != positive) & (labels == positive))
+    return float(2 * tp / (2 * tp + fp + fn)) if tp + fp + fn else 0.0
+
+
+def f1(labels, predictions, positive=1) -> float:
+    """F1 of the class `positive` (GLUE's MRPC and QQP F1)."""
+    return _f1_of(np.asarray(labels), np.asarray(predictions), positive)
+
+
+def macro_f1(labels, predictions, num_classes: int) -> float:
+    """The unweighted mean of every class's F1 (classes 0..num_classes-1)."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    return float(np.mean([_f1_of(labels, predictions, c) for c in range(num_classes)]))
+
+
+def matthews_corrcoef(labels, predictions) -> float:
+    """Matthews correlation (multi-class form, Gorodkin 2004; binary MCC for 2 classes);
+    0 when it is undefined (a constant prediction or label)."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    classes = np.union1d(labels, predictions)
+    index = {c: i for i, c in enumerate(classes)}
+    confusion = np.zeros((len(classes), len(classes)), dtype=np.float64)
+    for y, p in zip(labels, predictions):
+        confusion[index[y], index[p]] += 1
+    t, p = confusion.sum(axis=1), confusion.sum(axis=0)
+    correct, n = np.trace(confusion), confusion.sum()
+    denominator = np.sqrt((n * n - p @ p) * (n * n - t @ t))
+    return float((correct * n - t @ p) / denominator) if denominator else 0.0
+
+
+def pearson(x, y) -> float:
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x @ x) * (y @ y))
+    return float(x @ y / denominator) if denominator else 0.0
+
+
+def rank(values) -> np.ndarray:
+    """Ranks 1..n, ties sharing their average rank (scipy's rankdata 'average')."""
+    values = np.asarray(values)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), np.float64)
+    sorted_values = values[order]
+    start = 0
+    while start < len(values):
+        end = start
+        while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
+            end += 1
+        ranks[order[start:end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def spearman(x, y) -> float:
+    return pearson(rank(x), rank(y))
+
+
+# ------------------------------------------------------------------------------ tagging
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """('B', 'PER') from 'B-PER'; ('O', '') for 'O'; a tag with no prefix is its own type."""
+    if tag == "O":
+        return "O", ""
+    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
+        return {"L": "E", "U": "S"}.get(tag[0], tag[0]), tag[2:]
+    return "S", tag  # e.g. a POS tag: every token is a one-token chunk
+
+
+def _chunk_ends(prev_prefix, prefix, prev_type, type_) -> bool:
+    # conlleval's endOfChunk.
+    if prev_prefix in ("E", "S"):
+        return True
+    if prev_prefix == "B" and prefix in ("B", "S", "O"):
+        return True
+    if prev_prefix == "I" and prefix in ("B", "S", "O"):
+        return True
+    return prev_prefix not in ("O", "") and prev_type != type_
+
+
+def _chunk_starts(prev_prefix, prefix, prev_type, type_) -> bool:
+    # conlleval's startOfChunk.
+    if prefix in ("B", "S"):
+        return True
+    if prev_prefix in ("E", "S", "O", "") and prefix in ("E", "I"):
+        return True
+    return prefix != "O" and prev_type != type_
+
+
+def chunks(tags: list[str]) -> set[tuple[str, int, int]]:
+    """The chunks (type, first, last token index) of one sentence's tags, as conlleval reads
+    them (so IOB1, where a chunk may start with I-, works too)."""
+    found, start = set(), None
+    prev_prefix, prev_type = "O", ""
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, type_ = _split_tag(tag)
+        if start is not None and _chunk_ends(prev_prefix, prefix, prev_type, type_):
+            found.add((prev_type, start, i - 1))
+            start = None
+        if _chunk_starts(prev_prefix, prefix, prev_type, type_):
+            start = i
+        prev_prefix, prev_type = prefix, type_
+    return found
+
+
+def span_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict:
+    """Span-level precision, recall and F1 (micro, over all chunks) and token accuracy."""
+    correct = n_gold = n_pred = 0
+    right_tokens = total_tokens = 0
+    for g, p in zip(gold, predicted):
+        if len(g) != len(p):
+            raise ValueError(f"a sentence has {len(g)} gold tags but {len(p)} predicted")
+        gold_chunks, pred_chunks = chunks(g), chunks(p)
+        correct += len(gold_chunks & pred_chunks)
+        n_gold += len(gold_chunks)
+        n_pred += len(pred_chunks)
+        right_tokens += sum(a == b for a, b in zip(g, p))
+        total_tokens += len(g)
+    precision = correct / n_pred if n_pred else 0.0
+    recall = correct / n_gold if n_gold else 0.0
+    f = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"f1": f, "precision": precision, "recall": recall,
+            "accuracy": right_tokens / total_tokens if total_tokens else 0.0}
+
+
+# ------------------------------------------------------------------------------ SQuAD
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD evaluation's normalisation."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """The official SQuAD token F1 (an empty answer scores 1 only against an empty one)."""
+    pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
+                 no_answer_probs: dict[str, float] | None = None) -> dict:
+    """EM and F1 in percent over the questions in `golds` ({id: gold answers}; an
+    unanswerable question has [""], as the official v2.0 script makes it). A question with
+    no prediction scores 0. With `no_answer_probs` ({id: probability of no answer}), also
+    SQuAD 2.0's `best_exact`/`best_f1` and their thresholds: the scores had the answer been
+    dropped for every question whose probability exceeds the threshold."""
+    em_scores, f1_scores = {}, {}
+    for qid, answers in golds.items():
+        answers = [a for a in answers if normalize_answer(a)] or [""]
+        prediction = predictions.get(qid)
+        if prediction is None:
+            em_scores[qid] = f1_scores[qid] = 0.0
+            continue
+        em_scores[qid] = max(exact_match(prediction, a) for a in answers)
+        f1_scores[qid] = max(token_f1(prediction, a) for a in answers)
+    n = len(golds)
+    result = {"exact": 100.0 * sum(em_scores.values()) / n if n else 0.0,
+              "f1": 100.0 * sum(f1_scores.values()) / n if n else 0.0}
+    has_answer = [q for q, a in golds.items() if any(normalize_answer(x) for x in a)]
+    no_answer = [q for q in golds if q not in set(has_answer)]
+    if has_answer and no_answer:
+        result["has_answer_f1"] = 100.0 * np.mean([f1_scores[q] for q in has_answer])
+        result["no_answer_f1"] = 100.0 * np.mean([f1_scores[q] for q in no_answer])
+    if no_answer_probs is not None:
+        for name, scores in (("exact", em_scores), ("f1", f1_scores)):
+            best, threshold = _best_threshold(predictions, scores, no_answer_probs,
+                                              set(no_answer))
+            result[f"best_{name}"], result[f"best_{name}_threshold"] = best, threshold
+    return {k: float(v) for k, v in result.items()}
+
+
+def _best_threshold(predictions, scores, no_answer_probs, unanswerable):
+    """The official evaluate-v2.0 find_best_thresh."""
+    score = current = float(len(unanswerable))
+    threshold = 0.0
+    for qid in sorted(no_answer_probs, key=lambda q: no_answer_probs[q]):
+        if qid not in scores:
+            continue
+        if qid in unanswerable:
+            delta = -1 if predictions.get(qid) else 0
+        else:
+            delta = scores[qid] if predictions.get(qid) else 0
+        current += delta
+        if current > score:
+            score, threshold = current, no_answer_probs[qid]
+    return 100.0 * score / len(scores), float(threshold)

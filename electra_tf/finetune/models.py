@@ -1,0 +1,77 @@
+"""Task models: the discriminator's encoder with a fine-tuning head.
+
+Heads (the official ELECTRA fine-tuning heads):
+- `sentence`: dropout + linear on the [CLS] position (classification logits, or one
+  regression value); ELECTRA has no pooler.
+- `token`: dropout + linear at every position (tagging logits).
+- `span`: linear to start and end logits at every position; with `answerability`, also a
+  linear on [CLS] giving the logit that the question has an answer (SQuAD 2.0).
+"""
+
+import keras
+from keras import ops
+
+from electra_tf.modeling.config import EncoderConfig
+from electra_tf.modeling.encoder import Encoder
+from electra_tf.modeling.layers import Dropout, initializer
+
+HEADS = ("sentence", "token", "span")
+
+
+class TaskModel(keras.Model):
+    """An ELECTRA encoder (named `electra`, as the pretrainer's discriminator) and a head.
+
+    Args:
+      config: the encoder's shape.
+      head: "sentence", "token" or "span".
+      num_outputs: classes (1 for regression); unused by "span".
+      head_dropout: dropout before the head's linear layer (0.1 in the paper).
+      answerability: "span" only: add the answerability logit.
+
+    Call: `model(features, training=False)` with `input_ids`, `input_mask`, `segment_ids`
+    int [B, L] returns {"logits": [B, C] | [B, L, C]} or, for "span", {"start_logits",
+    "end_logits": [B, L], "answerable_logits": [B]}, all float32.
+
+    Example:
+      >>> model = TaskModel(encoder_config("tiny"), "sentence", num_outputs=2)
+      >>> model({"input_ids": ids, "input_mask": mask, "segment_ids": seg})["logits"].shape
+      TensorShape([8, 2])
+    """
+
+    def __init__(self, config: EncoderConfig, head: str, num_outputs: int = 1,
+                 head_dropout: float = 0.1, answerability: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        if head not in HEADS:
+            raise ValueError(f"head={head!r} is not one of {HEADS}")
+        self.config, self.head, self.num_outputs = config, head, num_outputs
+        self.answerability = answerability
+        # -- layers
+        self.encoder = Encoder(config, name="electra")
+        with keras.name_scope("task_head"):
+            self.dropout = Dropout(head_dropout)
+            self.output_layer = keras.layers.Dense(
+                2 if head == "span" else num_outputs, kernel_initializer=initializer(config),
+                name="output")
+            self.output_layer.build((None, config.hidden_size))
+            self.answerable_layer = None
+            if answerability:
+                self.answerable_layer = keras.layers.Dense(
+                    1, kernel_initializer=initializer(config), name="answerable")
+                self.answerable_layer.build((None, config.hidden_size))
+        self.built = True
+
+    def call(self, features, training=False):
+        sequence = self.encoder(features["input_ids"], features["input_mask"],
+                                features["segment_ids"], training=training)  # [B, L, H]
+        if self.head == "sentence":
+            cls = self.dropout(sequence[:, 0], training=training)
+            return {"logits": ops.cast(self.output_layer(cls), "float32")}
+        if self.head == "token":
+            hidden = self.dropout(sequence, training=training)
+            return {"logits": ops.cast(self.output_layer(hidden), "float32")}
+        logits = ops.cast(self.output_layer(sequence), "float32")  # [B, L, 2]
+        outputs = {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        if self.answerable_layer is not None:
+            cls = self.dropout(sequence[:, 0], training=training)
+            outputs["answerable_logits"] = ops.cast(self.answerable_layer(cls), "float32")[:, 0]
+        return outputs

@@ -1,0 +1,277 @@
+"""Reading fine-tuning data: GLUE TSVs, your own CSV / TSV / JSONL tables, CoNLL tagging files.
+
+Every reader returns plain examples and raises a UserInputError naming the file (and line)
+and the fix on anything it cannot read: a missing file or column, a row with too few fields,
+a regression label that is not a number, a malformed JSON line.
+"""
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import sys
+
+import tensorflow as tf
+
+from electra_tf.errors import UserInputError
+
+csv.field_size_limit(sys.maxsize)
+TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+@dataclasses.dataclass
+class Example:
+    """One sentence (or pair) example. `label` is the label as written (a string for
+    classification, a float for regression), None in unlabelled test files; `guid` names
+    it in predictions (a GLUE test file's index, else the row number)."""
+    text_a: str
+    text_b: str | None
+    label: str | float | None
+    guid: str
+
+
+@dataclasses.dataclass
+class TaggedSentence:
+    words: list[str]
+    tags: list[str] | None
+    guid: str
+
+
+def _open(path: str):
+    if not tf.io.gfile.exists(path):
+        raise UserInputError(f"{path} does not exist; check the path (--data_dir or "
+                             "--train_file/--dev_file/--test_file)")
+    return tf.io.gfile.GFile(path, "r")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines ended by "\n" (or "\r\n") only: text fields may hold other separators
+    (U+2028, form feeds) that str.splitlines would break on."""
+    lines = [line.rstrip("\r") for line in text.split("\n")]
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def table_format(path: str) -> str:
+    """csv, tsv or jsonl, from the file's extension."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in TABLE_FORMATS:
+        raise UserInputError(f"{path}: unknown file type '{ext}'; use .csv, .tsv or .jsonl "
+                             "(one JSON object per line)")
+    return TABLE_FORMATS[ext]
+
+
+def _rows(path: str):
+    """(line number, {column: value}) for each record of a CSV/TSV (with a header row) or
+    JSONL file, and the columns."""
+    fmt = table_format(path)
+    with _open(path) as f:
+        text = f.read()
+    if text.startswith("\ufeff"):
+        text = text[1:]  # a byte-order mark (Excel's "CSV UTF-8")
+    if fmt == "jsonl":
+        rows, columns = [], set()
+        # Only "\n" ends a record: JSON text may hold other line separators (U+2028).
+        for number, line in enumerate(text.split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserInputError(f"{path} line {number} is not valid JSON ({e.msg}); the "
+                                     "file must hold one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise UserInputError(f"{path} line {number} is a JSON {type(row).__name__}, not "
+                                     "an object; write one {\"text\": ..., \"label\": ...} "
+                                     "object per line")
+            rows.append((number, row))
+            columns.update(row)
+        return rows, sorted(columns)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t")
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise UserInputError(f"{path} is empty; it needs a header row naming the columns "
+                             "and one row per example") from None
+    rows = []
+    try:
+        for row in reader:
+            if not any(field.strip() for field in row):
+                continue
+            number = reader.line_num
+            if len(row) != len(header):
+                raise UserInputError(
+                    f"{path} line {number} has {len(row)} fields but the header has "
+                    f"{len(header)}; quote fields that contain the "
+                    f"{'comma' if fmt == 'csv' else 'tab'} delimiter")
+            rows.append((number, dict(zip(header, row))))
+    except csv.Error as e:
+        raise UserInputError(f"{path} line {reader.line_num}: {e}; fix the quoting") from None
+    return rows, header
+
+
+def _check_column(path, columns, column, flag):
+    if column not in columns:
+        raise UserInputError(f"{path} has no column '{column}' (columns: "
+                             f"{', '.join(map(str, columns))}); pass {flag}=NAME")
+
+
+def read_table(path: str, text_column: str = "text", text_b_column: str | None = None,
+               label_column: str = "label", kind: str = "classification",
+               labelled: bool = True) -> list[Example]:
+    """Examples from a CSV/TSV (header row) or JSONL file.
+
+    `labelled=False` (a test file) reads labels only if the column is there. Regression
+    labels must be numbers.
+    """
+    rows, columns = _rows(path)
+    if not rows:
+        raise UserInputError(f"{path} holds no examples; check the file")
+    _check_column(path, columns, text_column, "--text_column")
+    if text_b_column:
+        _check_column(path, columns, text_b_column, "--text_b_column")
+    has_labels = labelled or label_column in columns
+    if labelled:
+        _check_column(path, columns, label_column, "--label_column")
+    examples = []
+    for number, row in rows:
+        texts = []
+        for column in (text_column, text_b_column):
+            if column is None:
+                texts.append(None)
+                continue
+            value = row.get(column)
+            if value is None or not isinstance(value, (str, int, float)):
+                raise UserInputError(f"{path} line {number} has no text in column '{column}'; "
+                                     "fill it in or drop the row")
+            texts.append(str(value))
+        label = None
+        if has_labels:
+            label = row.get(label_column)
+            if label is None or (isinstance(label, str) and not label.strip()):
+                raise UserInputError(f"{path} line {number} has no label in column "
+                                     f"'{label_column}'; fill it in or drop the row")
+            label = _parse_label(label, kind, path, number)
+        examples.append(Example(texts[0], texts[1], label, str(number)))
+    return examples
+
+
+def _parse_label(value, kind, path, number):
+    if kind == "regression":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise UserInputError(f"{path} line {number}: label {value!r} is not a number; "
+                                 "regression needs numeric labels (use --task=classification "
+                                 "for categories)") from None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def sorted_labels(labels) -> list[str]:
+    """The distinct labels in a stable order: numerically if they are all integers, else
+    alphabetically."""
+    distinct = set(labels)
+    try:
+        return sorted(distinct, key=int)
+    except ValueError:
+        return sorted(distinct)
+
+
+# ------------------------------------------------------------------------------ GLUE
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueFormat:
+    """Where a GLUE task's fields are in its TSVs (column indices; negative from the end)."""
+    directory: str
+    labels: tuple[str, ...] | None  # None: regression
+    text_a: int
+    text_b: int | None
+    label: int
+    test_text_a: int
+    test_text_b: int | None
+    header: bool = True
+    dev_files: tuple[tuple[str, str], ...] = (("dev", "dev.tsv"),)
+    test_files: tuple[tuple[str, str, str], ...] = (("test", "test.tsv", ""),)
+    skip_malformed: bool = False
+
+
+def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Example], int]:
+    """Examples of one GLUE TSV (the GLUE release's columns, read without quoting as the
+    official code does), and how many malformed lines were skipped (only QQP has some)."""
+    with _open(path) as f:
+        lines = _lines(f.read())
+    if fmt.header or test:
+        lines = lines[1:]
+    a, b = (fmt.test_text_a, fmt.test_text_b) if test else (fmt.text_a, fmt.text_b)
+    examples, skipped = [], 0
+    for number, line in enumerate(lines, 2 if fmt.header or test else 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        try:
+            text_a = fields[a]
+            text_b = fields[b] if b is not None else None
+            label = None if test else fields[fmt.label]
+            if not test and fmt.labels is None:
+                label = float(label)
+        except (IndexError, ValueError):
+            if fmt.skip_malformed:
+                skipped += 1
+                continue
+            raise UserInputError(f"{path} line {number} does not have the fields of a GLUE "
+                                 f"{fmt.directory} file; use the files of the GLUE release "
+                                 "(or --task=classification with your own columns)") from None
+        if not test and fmt.labels is not None and label not in fmt.labels:
+            raise UserInputError(f"{path} line {number}: label {label!r} is not one of "
+                                 f"{', '.join(fmt.labels)}; is this the {fmt.directory} file?")
+        guid = fields[0] if test else str(number)
+        examples.append(Example(text_a, text_b, label, guid))
+    return examples, skipped
+
+
+# ------------------------------------------------------------------------------ CoNLL
+
+
+def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[TaggedSentence]:
+    """Sentences of a CoNLL-style file: a token per line, whitespace-separated columns (the
+    word first, the tag in `tag_column`, default the last), blank lines between sentences,
+    `-DOCSTART-` lines ignored. `labelled=False` keeps only the words if a line has just one
+    column."""
+    with _open(path) as f:
+        lines = _lines(f.read())
+    sentences, words, tags, start = [], [], [], 1
+
+    def flush():
+        if words:
+            sentences.append(TaggedSentence(list(words), list(tags) if tags else None,
+                                            str(start)))
+        words.clear()
+        tags.clear()
+
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if not fields:
+            flush()
+            continue
+        if fields[0] == "-DOCSTART-":
+            flush()
+            continue
+        if not words:
+            start = number
+        words.append(fields[0])
+        if len(fields) == 1 and not labelled:
+            continue
+        if len(fields) < 2 or not -len(fields) <= tag_column < len(fields) or tag_column == 0:
+            raise UserInputError(f"{path} line {number} has no tag column ({line.strip()!r}); "
+                                 "CoNLL files need 'word ... tag' on every line (choose the "
+                                 "column with --label_column=INDEX)")
+        tags.append(fields[tag_column])
+    flush()
+    if not sentences:
+        raise UserInputError(f"{path} holds no sentences; check the file")
+    return sentences

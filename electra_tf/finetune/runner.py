@@ -1,0 +1,562 @@
+"""A fine-tuning run: what `scripts/run_finetuning.py` does, bound by gin.
+
+    read and check the task's files -> for each of N seeds: a task model (the encoder's
+    pre-trained weights, or random ones), AdamW with layer-wise LR decay, linear warmup
+    and decay, `num_epochs` of training, then the final model scored on the dev sets and
+    its dev/test predictions written -> results.json (every trial, median, mean, std) and
+    a printed table
+
+Early stopping is not used: like the paper, the model after the last epoch is reported.
+Hyperparameters are gin (`finetuning.*`, `optimizer.*`; gin/finetune/{tiny,small,base,
+large}.gin hold paper Table 7's); paths are arguments.
+
+Written in the model dir: `results.json`, and per trial `trial_K/` with the dev (and test)
+predictions (GLUE test sets in the GLUE submission format under `trial_K/glue/`), the
+fine-tuned weights (`model/ckpt`) and `task_info.json`. Each file is written under a
+temporary name and renamed, and a trial's folder appears only once it is complete.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+import gin
+import keras
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import tokenization
+from electra_tf.errors import UserInputError
+from electra_tf.finetune import features as feats
+from electra_tf.finetune import metrics, squad, tasks
+from electra_tf.finetune.models import TaskModel
+from electra_tf.modeling.config import SIZES, EncoderConfig, encoder_config
+from electra_tf.training import optimization
+
+RESULTS = "results.json"
+TASK_INFO = "task_info.json"
+NO_INIT = ("none", "random")
+
+
+# ------------------------------------------------------------------------------ the encoder
+
+
+@dataclasses.dataclass
+class Initialization:
+    """The encoder a run starts from: its shape, its weights (None: random), its vocab and
+    how text is tokenized."""
+    config: EncoderConfig
+    weights: list | None
+    vocab_file: str
+    lower_case: bool
+    strip_accents: bool
+    source: str
+
+    def tokenizer(self) -> tokenization.Tokenizer:
+        return tokenization.Tokenizer(self.vocab_file, self.lower_case, self.strip_accents)
+
+
+def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
+                        random_init: bool = False, model_size: str = "small",
+                        lower_case: bool = True) -> Initialization:
+    """The discriminator of a model dir (run_pretraining.py's or convert_checkpoint.py's) or
+    of a checkpoint prefix inside one; or, with init_checkpoint "none", a randomly
+    initialised encoder of `model_size` (paper Table 6, or tiny) on `vocab_file`.
+    `random_init` keeps the model dir's shape and vocab but not its weights (the
+    no-pre-training baseline). Clears gin's config (the model dir's is read)."""
+    from electra_tf.training.checkpoints import latest_checkpoint, load_pretrainer
+    if init_checkpoint.lower() in NO_INIT:
+        if not vocab_file:
+            raise UserInputError(f"--init_checkpoint={init_checkpoint} needs --vocab_file (e.g. "
+                                 "data/vocab/bert_uncased.txt) to size the random encoder")
+        if model_size not in SIZES:
+            raise UserInputError(f"--model_size={model_size} is not one of {', '.join(SIZES)}")
+        vocab = tokenization.load_vocab(vocab_file)
+        return Initialization(encoder_config(model_size, vocab_size=len(vocab)), None,
+                              vocab_file, lower_case, lower_case, f"random {model_size}")
+    checkpoint = latest_checkpoint(init_checkpoint)
+    model_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
+                 else os.path.dirname(checkpoint))
+    loaded = load_pretrainer(model_dir, vocab_file)
+    if loaded.checkpoint != checkpoint:
+        tf.train.Checkpoint(model=loaded.model).read(checkpoint).expect_partial()
+    weights = None if random_init else loaded.model.discriminator.get_weights()
+    return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
+                          loaded.lower_case, loaded.strip_accents,
+                          ("random, shaped as " if random_init else "") + checkpoint)
+
+
+def default_gin_file(config: EncoderConfig) -> str:
+    """gin/finetune/<size>.gin for the encoder's size (by its hidden size if it is none of
+    the paper's)."""
+    for size, shape in SIZES.items():
+        if all(getattr(config, k) == v for k, v in shape.items() if k != "embedding_size"):
+            return f"finetune/{size}.gin"
+    hidden = config.hidden_size
+    size = ("tiny" if hidden <= 128 else "small" if hidden <= 256 else
+            "base" if hidden <= 768 else "large")
+    return f"finetune/{size}.gin"
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+@gin.configurable("finetuning", denylist=["task_data", "init", "model_dir", "num_trials",
+                                          "seed", "log"])
+def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: str,
+                   num_trials: int = 1, seed: int = 0, log=print, *,
+                   learning_rate: float = 1e-4, train_batch_size: int = 32,
+                   num_epochs: float | None = None, max_seq_length: int = 128,
+                   layerwise_lr_decay: float = 0.8, official_layerwise_decay: bool = False,
+                   warmup_proportion: float = 0.1, clip_norm: float | None = 1.0,
+                   head_dropout: float = 0.1, eval_batch_size: int = 64,
+                   max_train_steps: int | None = None, doc_stride: int = 128,
+                   max_query_length: int = 64, max_answer_length: int = 30,
+                   n_best_size: int = 20, no_answer_threshold: float = 0.5,
+                   log_every: int | None = None, save_model: bool = True) -> dict:
+    """Fine-tune `num_trials` times (seeds seed, seed+1, ...) and write results.json.
+
+    Args:
+      task_data: the task and its examples (`tasks.load`).
+      init: the encoder to start from (`load_initialization`).
+      model_dir: where results, predictions and weights go.
+      learning_rate: peak learning rate (of the top layer and the head).
+      train_batch_size, max_seq_length: the batch and the sequence length.
+      num_epochs: passes over the training set; None: the paper's for the task (3; 10 for
+        RTE and STS-B; 2 for SQuAD).
+      layerwise_lr_decay: each layer below the top learns this factor slower (1: off).
+      official_layerwise_decay: the official code's exponents (one decay step more).
+      warmup_proportion: linear warmup over this fraction of the steps, then linear decay.
+      clip_norm: global-norm gradient clipping (None: off).
+      head_dropout: dropout before the head.
+      max_train_steps: stop after this many steps (a quick check; the schedule spans the
+        shorter run).
+      doc_stride, max_query_length, max_answer_length, n_best_size, no_answer_threshold:
+        extractive QA (see `squad`).
+      log_every: steps between loss lines (default: 10 lines per trial).
+      save_model: write each trial's fine-tuned weights.
+
+    Returns the results dict written to results.json.
+    """
+    if num_trials < 1:
+        raise UserInputError(f"--num_trials={num_trials} must be at least 1")
+    if max_seq_length > init.config.max_position_embeddings:
+        raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} exceeds the encoder's "
+                             f"{init.config.max_position_embeddings} positions; lower it")
+    if max_seq_length < 8 or train_batch_size < 1:
+        raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} and TRAIN_BATCH_SIZE="
+                             f"{train_batch_size} are too small; use at least 8 and 1")
+    task = task_data.task
+    epochs = task.epochs if num_epochs is None else float(num_epochs)
+    tokenizer = init.tokenizer()
+    options = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
+                   max_query_length=max_query_length)
+    adapter = _ADAPTERS[task.kind](task_data, tokenizer, options, log)
+    train = adapter.train_features
+    n_train = len(train["input_ids"])
+    if n_train == 0:
+        raise UserInputError(f"{task_data.train.path} gave no training examples; check it")
+    steps = max(1, math.ceil(n_train * epochs / train_batch_size))
+    if max_train_steps:
+        steps = min(steps, int(max_train_steps))
+    log(f"{task.name}: {len(task_data.train.examples)} training examples "
+        f"({n_train} features), {steps} steps of {train_batch_size} ({epochs:g} epochs), "
+        f"from {init.source}")
+
+    tf.io.gfile.makedirs(model_dir)
+    trials = []
+    for trial in range(num_trials):
+        trial_seed = seed + trial
+        started = time.time()
+        model, optimizer = build_trial(
+            init, adapter.head, adapter.num_outputs, trial_seed, steps, learning_rate,
+            layerwise_lr_decay, official_layerwise_decay, warmup_proportion, head_dropout,
+            adapter.answerability)
+        loss = _train(model, optimizer, adapter, train, steps, train_batch_size, trial_seed,
+                      clip_norm, log_every or max(1, steps // 10), log)
+        dev, outputs = {}, {}
+        for i, split in enumerate(adapter.dev_splits):
+            predicted = _predict(model, split.features, eval_batch_size)
+            scores = adapter.score(split, predicted, n_best_size=n_best_size,
+                                   max_answer_length=max_answer_length,
+                                   no_answer_threshold=no_answer_threshold)
+            suffix = "" if i == 0 else "_" + split.name.removeprefix("dev_")
+            dev.update({k + suffix: v for k, v in scores.items()})
+            outputs[split.name] = predicted
+        test_outputs = {s.name: _predict(model, s.features, eval_batch_size)
+                        for s in adapter.test_splits}
+        trial_dir = os.path.join(model_dir, f"trial_{trial}")
+        _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
+                     max_seq_length, trial_seed, dict(n_best_size=n_best_size,
+                                                      max_answer_length=max_answer_length,
+                                                      no_answer_threshold=no_answer_threshold),
+                     save_model)
+        trials.append({"seed": trial_seed, "dev": dev, "final_train_loss": loss,
+                       "seconds": round(time.time() - started, 1)})
+        log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
+            f"{k} {v:.4f}" for k, v in dev.items()))
+    results = summarize(task.name, task.metric, trials)
+    results.update(
+        init_checkpoint=init.source, num_train_examples=len(task_data.train.examples),
+        num_train_steps=steps, labels=task_data.labels,
+        hyperparameters=dict(learning_rate=learning_rate, train_batch_size=train_batch_size,
+                             num_epochs=epochs, max_seq_length=max_seq_length,
+                             layerwise_lr_decay=layerwise_lr_decay,
+                             official_layerwise_decay=official_layerwise_decay,
+                             warmup_proportion=warmup_proportion))
+    _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
+    log(table(results))
+    return results
+
+
+def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, steps: int,
+                learning_rate: float, layerwise_lr_decay: float,
+                official_layerwise_decay: bool = False, warmup_proportion: float = 0.1,
+                head_dropout: float = 0.1, answerability: bool = False):
+    """One trial's task model (the initial encoder weights, a head drawn from `seed`) and
+    its optimizer: AdamW (`optimizer.*` gin bindings) over `steps` steps, linear warmup
+    and decay, layer-wise learning-rate multipliers on the encoder (the head gets 1)."""
+    keras.utils.set_random_seed(seed)
+    model = TaskModel(init.config, head, num_outputs, head_dropout=head_dropout,
+                      answerability=answerability)
+    if init.weights is not None:
+        model.encoder.set_weights(init.weights)
+    multipliers = optimization.layerwise_lr_multipliers(
+        model.encoder, layerwise_lr_decay, official=official_layerwise_decay)
+    optimizer = optimization.create_optimizer(
+        learning_rate=learning_rate, num_train_steps=steps,
+        warmup_steps=int(round(warmup_proportion * steps)),
+        learning_rate_multipliers=multipliers)
+    optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def summarize(task: str, metric: str, trials: list[dict]) -> dict:
+    """results.json's content: every trial, and the median, mean and standard deviation
+    (sample, ddof=1; 0 for one trial) of each dev metric over the trials."""
+    keys = list(trials[0]["dev"])
+    values = {k: np.array([t["dev"][k] for t in trials], np.float64) for k in keys}
+    return {"task": task, "metric": metric, "trials": trials,
+            "median": {k: float(np.median(v)) for k, v in values.items()},
+            "mean": {k: float(np.mean(v)) for k, v in values.items()},
+            "std": {k: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+                    for k, v in values.items()}}
+
+
+def table(results: dict) -> str:
+    """The trials and their median / mean / std as a text table."""
+    keys = list(results["median"])
+    width = max(10, *(len(k) + 2 for k in keys))
+    lines = ["trial  seed  " + "".join(k.rjust(width) for k in keys)]
+    for i, t in enumerate(results["trials"]):
+        lines.append(f"{i:<5}  {t['seed']:<4}  " + "".join(
+            f"{t['dev'][k]:.4f}".rjust(width) for k in keys))
+    for name in ("median", "mean", "std"):
+        lines.append(f"{name:<12}" + "".join(f"{results[name][k]:.4f}".rjust(width)
+                                             for k in keys))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ loop
+
+
+def _batch(features: dict, index: np.ndarray) -> dict:
+    """Rows `index` of the features, cut to the longest sequence among them."""
+    length = int(features["input_mask"][index].sum(axis=1).max())
+    return {k: (v[index][:, :length] if v.ndim == 2 else v[index]) for k, v in features.items()}
+
+
+def _signature(features: dict) -> dict:
+    return {k: tf.TensorSpec([None] * v.ndim, tf.as_dtype(v.dtype)) for k, v in features.items()}
+
+
+def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_norm,
+           log_every, log) -> float:
+    variables = model.trainable_variables
+
+    @tf.function(input_signature=[_signature(features)])
+    def step(batch):
+        with tf.GradientTape() as tape:
+            loss = adapter.loss(model(batch, training=True), batch)
+        grads = tape.gradient(loss, variables)
+        if clip_norm:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+        optimizer.apply(grads, variables)
+        return loss
+
+    rng = np.random.default_rng(seed)
+    n = len(features["input_ids"])
+    order = np.empty(0, np.int64)  # the data order: one permutation per epoch, batches
+    recent, last = [], float("nan")  # may span two epochs (as the official repeat+shuffle)
+    for s in range(steps):
+        while len(order) < batch_size:
+            order = np.concatenate([order, rng.permutation(n)])
+        index, order = order[:batch_size], order[batch_size:]
+        recent.append(float(step(_batch(features, index))))
+        if not np.isfinite(recent[-1]):
+            raise UserInputError(f"the loss is {recent[-1]} at step {s + 1}; lower "
+                                 "LEARNING_RATE (or check the labels)")
+        if (s + 1) % log_every == 0 or s + 1 == steps:
+            last, recent = float(np.mean(recent)), []
+            log(f"  step {s + 1}/{steps} | loss {last:.4f}")
+    return last
+
+
+def _predict(model, features: dict, batch_size: int) -> dict:
+    """The model's outputs on every row, as numpy arrays padded back to the full length."""
+    inputs = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
+
+    @tf.function(input_signature=[_signature(inputs)])
+    def forward(batch):
+        return model(batch, training=False)
+
+    n, full = len(inputs["input_ids"]), inputs["input_ids"].shape[1]
+    chunks = []
+    for start in range(0, n, batch_size):
+        out = forward(_batch(inputs, np.arange(start, min(n, start + batch_size))))
+        chunks.append({k: _pad_to(k, v.numpy(), full) for k, v in out.items()})
+    if not chunks:
+        return {}
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+_PER_POSITION = ("start_logits", "end_logits")  # [B, L]; token logits are [B, L, C]
+
+
+def _pad_to(key, array, length):
+    """Per-position outputs of a batch cut to its longest sequence, padded back to
+    `length` (very negative logits where there was padding)."""
+    if (array.ndim == 3 or key in _PER_POSITION) and array.shape[1] < length:
+        pad = [(0, 0), (0, length - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
+        return np.pad(array, pad, constant_values=-1e9)
+    return array
+
+
+# ------------------------------------------------------------------------------ tasks
+
+
+@dataclasses.dataclass
+class _Split:
+    name: str
+    path: str
+    examples: list
+    features: dict
+    submission: str | None = None
+    extra: dict | None = None
+
+
+class _SentenceTask:
+    """classification / regression on [CLS]."""
+    head = "sentence"
+    answerability = False
+
+    def __init__(self, data: tasks.TaskData, tokenizer, options, log):
+        self.data, self.regression = data, data.task.kind == "regression"
+        self.labels = data.labels
+        self.num_outputs = 1 if self.regression else len(self.labels)
+        L = options["max_seq_length"]
+        encode = lambda s: feats.encode_sentences(tokenizer, s.examples, L, self.labels,  # noqa
+                                                  self.regression)
+        self.train_features = encode(data.train)
+        self.dev_splits = [_Split(s.name, s.path, s.examples, encode(s)) for s in data.dev]
+        self.test_splits = [_Split(s.name, s.path, s.examples, encode(s), s.submission)
+                            for s in data.test]
+
+    def loss(self, outputs, batch):
+        logits = outputs["logits"]
+        if self.regression:
+            return tf.reduce_mean(tf.square(logits[:, 0] - batch["label_ids"]))
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            tf.cast(batch["label_ids"], tf.int32), logits))
+
+    def predictions(self, outputs):
+        if self.regression:
+            return outputs["logits"][:, 0]
+        return np.argmax(outputs["logits"], axis=-1)
+
+    def score(self, split, outputs, **_):
+        predicted, gold = self.predictions(outputs), split.features["label_ids"]
+        if self.regression:
+            return {"pearson": metrics.pearson(gold, predicted),
+                    "spearman": metrics.spearman(gold, predicted),
+                    "mse": float(np.mean((gold - predicted) ** 2))}
+        scores = {"accuracy": metrics.accuracy(gold, predicted),
+                  "mcc": metrics.matthews_corrcoef(gold, predicted)}
+        if self.num_outputs == 2:
+            scores["f1"] = metrics.f1(gold, predicted, positive=1)
+        else:
+            scores["macro_f1"] = metrics.macro_f1(gold, predicted, self.num_outputs)
+        return scores
+
+    def _value(self, p):
+        return f"{p:.6g}" if self.regression else self.labels[int(p)]
+
+    def write(self, folder, split, outputs, test=False, **_):
+        values = [self._value(p) for p in self.predictions(outputs)]
+        if test and split.submission:  # the GLUE server's format
+            if self.regression:  # STS-B scores are 0-5
+                values = [f"{min(5.0, max(0.0, float(v))):.3f}" for v in values]
+            rows = ["index\tprediction"] + [f"{e.guid}\t{v}" for e, v in zip(split.examples,
+                                                                             values)]
+            _write_text(os.path.join(folder, "glue", split.submission), "\n".join(rows) + "\n")
+            return
+        header = "id\tprediction" + ("" if test else "\tlabel")
+        rows = [header]
+        for example, value in zip(split.examples, values):
+            gold = "" if test or example.label is None else "\t" + (
+                self._value(example.label) if self.regression else example.label)
+            rows.append(f"{example.guid}\t{value}{gold}")
+        _write_text(os.path.join(folder, f"{split.name}_predictions.tsv"), "\n".join(rows) + "\n")
+
+
+class _TaggingTask:
+    head = "token"
+    answerability = False
+
+    def __init__(self, data: tasks.TaskData, tokenizer, options, log):
+        self.labels = data.labels
+        self.num_outputs = len(self.labels)
+        # Words cut off by the sequence length are predicted as the commonest tag.
+        counts = {}
+        for sentence in data.train.examples:
+            for t in sentence.tags:
+                counts[t] = counts.get(t, 0) + 1
+        self.fallback = max(counts, key=counts.get)
+        L = options["max_seq_length"]
+
+        def split(s, submission=None):
+            features, positions, cut = feats.encode_tagging(tokenizer, s.examples, L,
+                                                            self.labels)
+            if cut:
+                log(f"{s.path}: {cut} words do not fit in {L} tokens; they are predicted "
+                    f"'{self.fallback}' (raise MAX_SEQ_LENGTH to avoid it)")
+            return _Split(s.name, s.path, s.examples, features, submission,
+                          {"positions": positions})
+
+        train = split(data.train)
+        self.train_features = train.features
+        self.dev_splits = [split(s) for s in data.dev]
+        self.test_splits = [split(s) for s in data.test]
+
+    def loss(self, outputs, batch):
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            tf.cast(batch["label_ids"], tf.int32), outputs["logits"])
+        weights = batch["label_weights"]
+        return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+    def tags(self, split, outputs) -> list[list[str]]:
+        ids = np.argmax(outputs["logits"], axis=-1)
+        positions = split.extra["positions"]
+        return [[self.labels[ids[n, p]] if p >= 0 else self.fallback
+                 for p in positions[n, :len(s.words)]] for n, s in enumerate(split.examples)]
+
+    def score(self, split, outputs, **_):
+        return metrics.span_scores([s.tags for s in split.examples], self.tags(split, outputs))
+
+    def write(self, folder, split, outputs, test=False, **_):
+        lines = []
+        for sentence, tags in zip(split.examples, self.tags(split, outputs)):
+            for w, word in enumerate(sentence.words):
+                gold = "" if test or not sentence.tags else f" {sentence.tags[w]}"
+                lines.append(f"{word}{gold} {tags[w]}")
+            lines.append("")
+        _write_text(os.path.join(folder, f"{split.name}_predictions.txt"), "\n".join(lines))
+
+
+class _QATask:
+    head = "span"
+    num_outputs = 2
+
+    def __init__(self, data: tasks.TaskData, tokenizer, options, log):
+        self.tokenizer = tokenizer
+        self.answerability = data.task.name == "squad_v2" or any(
+            e.is_impossible for e in data.train.examples)
+        encode_options = dict(max_seq_length=options["max_seq_length"],
+                              doc_stride=options["doc_stride"],
+                              max_query_length=options["max_query_length"])
+        train, _, dropped = squad.encode(tokenizer, data.train.examples, training=True,
+                                         **encode_options)
+        if dropped:
+            log(f"{data.train.path}: {dropped} questions skipped (answer text not at "
+                "answer_start)")
+        self.train_features = train
+
+        def split(s):
+            features, windows, _ = squad.encode(tokenizer, s.examples, training=False,
+                                                **encode_options)
+            return _Split(s.name, s.path, s.examples, features, None, {"windows": windows})
+
+        self.dev_splits = [split(s) for s in data.dev]
+        self.test_splits = [split(s) for s in data.test]
+
+    def loss(self, outputs, batch):
+        # Padding positions must not be chosen: mask them out of the softmax.
+        pad = (1.0 - tf.cast(batch["input_mask"], tf.float32)) * -10000.0
+        start = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            batch["start_positions"], outputs["start_logits"] + pad)
+        end = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            batch["end_positions"], outputs["end_logits"] + pad)
+        loss = tf.reduce_mean(start + end) / 2.0
+        if self.answerability:
+            loss += tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+                batch["answerable"], outputs["answerable_logits"]))
+        return loss
+
+    def answers(self, split, outputs, n_best_size, max_answer_length, no_answer_threshold):
+        return squad.decode(split.examples, split.extra["windows"], outputs["start_logits"],
+                            outputs["end_logits"], outputs.get("answerable_logits"),
+                            self.tokenizer, n_best_size, max_answer_length, no_answer_threshold)
+
+    def score(self, split, outputs, **options):
+        answers, no_answer = self.answers(split, outputs, **options)
+        return metrics.squad_scores(squad.gold_answers(split.examples), answers,
+                                    no_answer if self.answerability else None)
+
+    def write(self, folder, split, outputs, test=False, **options):
+        answers, no_answer = self.answers(split, outputs, **options)
+        _write_text(os.path.join(folder, f"{split.name}_predictions.json"),
+                    json.dumps(answers, indent=1, ensure_ascii=False))
+        if self.answerability:
+            _write_text(os.path.join(folder, f"{split.name}_null_odds.json"),
+                        json.dumps(no_answer, indent=1))
+
+
+_ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
+             "tagging": _TaggingTask, "qa": _QATask}
+
+
+# ------------------------------------------------------------------------------ output
+
+
+def _write_text(path: str, text: str):
+    """Writes under a temporary name, then renames: readers never see a partial file."""
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    tmp = path + ".tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
+                 max_seq_length, seed, decode_options, save_model):
+    partial = trial_dir + ".partial"
+    if tf.io.gfile.exists(partial):
+        tf.io.gfile.rmtree(partial)
+    for split in adapter.dev_splits:
+        adapter.write(partial, split, outputs[split.name], **decode_options)
+    for split in adapter.test_splits:
+        adapter.write(partial, split, test_outputs[split.name], test=True, **decode_options)
+    info = {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
+            "labels": task_data.labels, "num_outputs": adapter.num_outputs,
+            "answerability": adapter.answerability, "seed": seed,
+            "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
+            "lower_case": init.lower_case, "strip_accents": init.strip_accents,
+            "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source}
+    _write_text(os.path.join(partial, TASK_INFO), json.dumps(info, indent=2))
+    if save_model:
+        tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
+    if tf.io.gfile.exists(trial_dir):
+        tf.io.gfile.rmtree(trial_dir)
+    tf.io.gfile.rename(partial, trial_dir)

@@ -1,0 +1,297 @@
+"""Extractive QA in the SQuAD 1.1 / 2.0 format: reading, windows over long contexts, and
+turning start/end logits back into answer text.
+
+Contexts are split into BERT's basic tokens (whitespace, punctuation and CJK characters
+apart), each with its character span, then into word pieces. A context longer than the
+sequence is covered by windows `doc_stride` pieces apart; a piece is predicted from the
+window where it has the most context on both sides (BERT's rule). Decoding takes the
+`n_best_size` best starts and ends of each window, keeps spans inside the context, end >=
+start, at most `max_answer_length` pieces, scores them start + end logit, and answers with
+the context's own characters from the first to the last basic token of the best span.
+
+SQuAD 2.0: a question with no answer is trained with start = end = [CLS], and the
+answerability head (a logit on [CLS]) learns whether a window holds the answer. The
+no-answer probability of a question is 1 - the highest answerable probability over its
+windows; it is answered "" when that exceeds `no_answer_threshold`.
+"""
+
+import dataclasses
+import json
+import unicodedata
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf.errors import UserInputError
+
+
+@dataclasses.dataclass
+class QAExample:
+    qid: str
+    question: str
+    context: str
+    answers: list[str]  # gold texts ([] for an unanswerable question)
+    start_char: int | None  # the first answer's offset (training)
+    answer_text: str | None
+    is_impossible: bool
+
+
+def read_squad(path: str, training: bool) -> list[QAExample]:
+    """Questions of a SQuAD-format JSON file ({"data": [{"paragraphs": [{"context", "qas":
+    [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]})."""
+    if not tf.io.gfile.exists(path):
+        raise UserInputError(f"{path} does not exist; check the path (--data_dir or "
+                             "--train_file/--dev_file)")
+    with tf.io.gfile.GFile(path, "r") as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserInputError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a "
+                             "SQuAD-format file") from None
+    examples = []
+    try:
+        for article in data["data"]:
+            for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
+                for qa in paragraph["qas"]:
+                    impossible = bool(qa.get("is_impossible", False))
+                    answers = [] if impossible else qa["answers"]
+                    if training and not impossible and not answers:
+                        raise KeyError("answers")
+                    first = answers[0] if answers else None
+                    examples.append(QAExample(
+                        str(qa["id"]), qa["question"], context,
+                        [a["text"] for a in answers],
+                        int(first["answer_start"]) if first else None,
+                        first["text"] if first else None, impossible))
+    except (KeyError, TypeError, IndexError) as e:
+        raise UserInputError(f"{path} is not in the SQuAD format (missing or malformed "
+                             f"{e}); each question needs id, question and answers (or "
+                             "is_impossible: true)") from None
+    if not examples:
+        raise UserInputError(f"{path} holds no questions; check the file")
+    return examples
+
+
+# ------------------------------------------------------------------------------ tokens
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def basic_tokens(text: str) -> list[tuple[int, int]]:
+    """Character spans [start, end) of BERT's basic tokens: runs of characters between
+    whitespace, with every punctuation mark and CJK character a token of its own."""
+    spans, start = [], None
+    for i, ch in enumerate(text):
+        if ch.isspace() or unicodedata.category(ch) == "Zs":
+            if start is not None:
+                spans.append((start, i))
+                start = None
+        elif _is_punctuation(ch) or _is_cjk(ch):
+            if start is not None:
+                spans.append((start, i))
+                start = None
+            spans.append((i, i + 1))
+        elif start is None:
+            start = i
+    if start is not None:
+        spans.append((start, len(text)))
+    return spans
+
+
+@dataclasses.dataclass
+class _Context:
+    spans: list[tuple[int, int]]  # basic tokens' character spans
+    pieces: list[int]  # the context's word piece ids
+    piece_to_token: list[int]  # basic token of each piece
+    token_to_piece: list[int]  # first piece of each basic token (len(pieces) if none)
+
+
+def _contexts(tokenizer, texts: list[str]) -> dict[str, _Context]:
+    distinct = list(dict.fromkeys(texts))
+    spans = [basic_tokens(t) for t in distinct]
+    words = [t[s:e] for t, sp in zip(distinct, spans) for s, e in sp]
+    encoded = tokenizer.encode(words) if words else []
+    out, k = {}, 0
+    for text, sp in zip(distinct, spans):
+        pieces, piece_to_token, token_to_piece = [], [], []
+        for t in range(len(sp)):
+            token_to_piece.append(len(pieces))
+            pieces += encoded[k]
+            piece_to_token += [t] * len(encoded[k])
+            k += 1
+        out[text] = _Context(sp, pieces, piece_to_token, token_to_piece)
+    return out
+
+
+# ------------------------------------------------------------------------------ features
+
+
+def encode(tokenizer, examples: list[QAExample], max_seq_length: int, doc_stride: int,
+           max_query_length: int, training: bool) -> tuple[dict, list[dict], int]:
+    """Windows of every question: features [F, L] (with `start_positions`,
+    `end_positions` and `answerable` [F] for training), each window's bookkeeping
+    (example index, piece position -> context piece, max-context flags), and how many
+    training questions were dropped because their answer text is not at answer_start."""
+    contexts = _contexts(tokenizer, [e.context for e in examples])
+    queries = tokenizer.encode([e.question for e in examples]) if examples else []
+    answer_pieces = tokenizer.encode([e.answer_text or "" for e in examples]) if training else []
+    rows = {k: [] for k in ("input_ids", "segment_ids", "start_positions", "end_positions",
+                            "answerable")}
+    windows, dropped = [], 0
+    for n, example in enumerate(examples):
+        ctx = contexts[example.context]
+        query = queries[n][:max_query_length]
+        start_piece = end_piece = None
+        if training and not example.is_impossible:
+            span = _answer_pieces(example, ctx, answer_pieces[n])
+            if span is None:
+                dropped += 1
+                continue
+            start_piece, end_piece = span
+        budget = max_seq_length - len(query) - 3
+        if budget < 1:
+            raise UserInputError(f"max_seq_length={max_seq_length} leaves no room for the "
+                                 f"context after a {len(query)}-piece question; raise "
+                                 "MAX_SEQ_LENGTH or lower max_query_length")
+        starts, offset = [], 0
+        while True:
+            starts.append(offset)
+            if offset + budget >= len(ctx.pieces):
+                break
+            offset += min(budget, doc_stride)
+        for w, start in enumerate(starts):
+            length = min(budget, len(ctx.pieces) - start)
+            ids = ([tokenizer.cls_id] + query + [tokenizer.sep_id]
+                   + ctx.pieces[start:start + length] + [tokenizer.sep_id])
+            first = len(query) + 2
+            max_context = [_is_max_context(starts, budget, len(ctx.pieces), w, start + i)
+                           for i in range(length)]
+            windows.append({"example": n, "first": first, "start": start, "length": length,
+                            "max_context": max_context})
+            rows["input_ids"].append(ids)
+            rows["segment_ids"].append([0] * first + [1] * (length + 1))
+            inside = (start_piece is not None and start_piece >= start
+                      and end_piece < start + length)
+            rows["start_positions"].append(first + start_piece - start if inside else 0)
+            rows["end_positions"].append(first + end_piece - start if inside else 0)
+            rows["answerable"].append(1.0 if inside else 0.0)
+    features = {"input_ids": _pad(rows["input_ids"], max_seq_length),
+                "input_mask": _pad([[1] * len(r) for r in rows["input_ids"]], max_seq_length),
+                "segment_ids": _pad(rows["segment_ids"], max_seq_length),
+                "start_positions": np.array(rows["start_positions"], np.int32),
+                "end_positions": np.array(rows["end_positions"], np.int32),
+                "answerable": np.array(rows["answerable"], np.float32)}
+    return features, windows, dropped
+
+
+def _pad(rows, length):
+    out = np.zeros((len(rows), length), np.int32)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return out
+
+
+def _answer_pieces(example, ctx, answer_ids):
+    """The first and last context piece of the answer, or None if the answer text is not
+    at answer_start."""
+    start, text = example.start_char, example.answer_text
+    end = start + len(text)
+    if example.context[start:end] != text:
+        return None
+    tokens = [t for t, (s, e) in enumerate(ctx.spans) if s < end and e > start]
+    if not tokens:
+        return None
+    first = ctx.token_to_piece[tokens[0]]
+    last_token = tokens[-1]
+    last = (ctx.token_to_piece[last_token + 1] if last_token + 1 < len(ctx.spans)
+            else len(ctx.pieces)) - 1
+    if last < first:
+        return None
+    # BERT's _improve_answer_span: a tighter piece span that spells the answer exactly.
+    for new_first in range(first, last + 1):
+        for new_last in range(last, new_first - 1, -1):
+            if ctx.pieces[new_first:new_last + 1] == answer_ids:
+                return new_first, new_last
+    return first, last
+
+
+def _is_max_context(starts, budget, total, window, piece) -> bool:
+    """Whether `window` gives `piece` the most context (min of left and right, plus a
+    little for longer windows) of all windows that contain it."""
+    best, best_window = None, None
+    for w, start in enumerate(starts):
+        length = min(budget, total - start)
+        if not start <= piece < start + length:
+            continue
+        score = min(piece - start, start + length - 1 - piece) + 0.01 * length
+        if best is None or score > best:
+            best, best_window = score, w
+    return best_window == window
+
+
+# ------------------------------------------------------------------------------ decoding
+
+
+def decode(examples: list[QAExample], windows: list[dict], start_logits, end_logits,
+           answerable_logits=None, tokenizer=None, n_best_size: int = 20,
+           max_answer_length: int = 30, no_answer_threshold: float = 0.5,
+           contexts=None) -> tuple[dict, dict]:
+    """{qid: answer text} and {qid: no-answer probability} (the latter empty without an
+    answerability head). The logits are [F, L] numpy arrays, one row per window."""
+    if contexts is None:
+        contexts = _contexts(tokenizer, [e.context for e in examples])
+    by_example = {}
+    for f, window in enumerate(windows):
+        by_example.setdefault(window["example"], []).append(f)
+    answers, no_answer = {}, {}
+    for n, example in enumerate(examples):
+        ctx = contexts[example.context]
+        best, best_score = None, -np.inf
+        answerable = -np.inf
+        for f in by_example.get(n, []):
+            w = windows[f]
+            first, length = w["first"], w["length"]
+            starts = np.argsort(-start_logits[f])[:n_best_size]
+            ends = np.argsort(-end_logits[f])[:n_best_size]
+            for s in starts:
+                if not first <= s < first + length or not w["max_context"][s - first]:
+                    continue
+                for e in ends:
+                    if not first <= e < first + length or e < s or e - s + 1 > max_answer_length:
+                        continue
+                    score = start_logits[f][s] + end_logits[f][e]
+                    if score > best_score:
+                        best_score = score
+                        best = (w["start"] + s - first, w["start"] + e - first)
+            if answerable_logits is not None:
+                answerable = max(answerable, float(answerable_logits[f]))
+        text = ""
+        if best is not None:
+            first_token = ctx.piece_to_token[best[0]]
+            last_token = ctx.piece_to_token[best[1]]
+            text = example.context[ctx.spans[first_token][0]:ctx.spans[last_token][1]]
+        if answerable_logits is not None:
+            probability = 1.0 - 1.0 / (1.0 + np.exp(-answerable)) if by_example.get(n) else 1.0
+            no_answer[example.qid] = float(probability)
+            if probability > no_answer_threshold:
+                text = ""
+        answers[example.qid] = text
+    return answers, no_answer
+
+
+def gold_answers(examples: list[QAExample]) -> dict[str, list[str]]:
+    return {e.qid: ([""] if e.is_impossible else e.answers) for e in examples}

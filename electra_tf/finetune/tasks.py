@@ -1,0 +1,227 @@
+"""The fine-tuning tasks: what each reads, predicts and is scored by.
+
+Generic tasks read your files: `classification` and `regression` (CSV, TSV or JSONL with
+--text_column, --text_b_column, --label_column), `tagging` (CoNLL-style), `qa` (SQuAD 1.1
+or 2.0 JSON). Named tasks read a standard release from --data_dir: the GLUE tasks (the GLUE
+TSVs; MNLI is scored on its matched and mismatched dev sets), `squad_v1`, `squad_v2`
+(train-v1.1.json/dev-v1.1.json, train-v2.0.json/dev-v2.0.json) and `conll` (CoNLL-2003
+NER: train.txt, valid.txt, test.txt).
+
+Epochs are paper Table 7's: 3, 10 for RTE and STS-B, 2 for SQuAD.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from electra_tf.errors import UserInputError
+from electra_tf.finetune import readers
+from electra_tf.finetune.readers import GlueFormat
+
+KINDS = ("classification", "regression", "tagging", "qa")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A task: its kind, its primary metric (the one medians are quoted for), the paper's
+    epochs, and for named tasks where its files are."""
+    name: str
+    kind: str
+    metric: str
+    epochs: float = 3.0
+    glue: GlueFormat | None = None
+    submission: str | None = None  # GLUE submission file name (test predictions)
+    files: dict | None = None  # named non-GLUE tasks: split -> candidate file names
+
+
+_NLI = ("entailment", "not_entailment")
+GLUE = {
+    "cola": Task("cola", "classification", "mcc", glue=GlueFormat(
+        "CoLA", ("0", "1"), 3, None, 1, 1, None, header=False), submission="CoLA.tsv"),
+    "sst2": Task("sst2", "classification", "accuracy", glue=GlueFormat(
+        "SST-2", ("0", "1"), 0, None, 1, 1, None), submission="SST-2.tsv"),
+    "mrpc": Task("mrpc", "classification", "accuracy", glue=GlueFormat(
+        "MRPC", ("0", "1"), 3, 4, 0, 3, 4), submission="MRPC.tsv"),
+    "stsb": Task("stsb", "regression", "spearman", epochs=10, glue=GlueFormat(
+        "STS-B", None, -3, -2, -1, -2, -1), submission="STS-B.tsv"),
+    "qqp": Task("qqp", "classification", "accuracy", glue=GlueFormat(
+        "QQP", ("0", "1"), 3, 4, 5, 1, 2, skip_malformed=True), submission="QQP.tsv"),
+    "mnli": Task("mnli", "classification", "accuracy", glue=GlueFormat(
+        "MNLI", ("contradiction", "entailment", "neutral"), 8, 9, -1, 8, 9,
+        dev_files=(("dev", "dev_matched.tsv"), ("dev_mismatched", "dev_mismatched.tsv")),
+        test_files=(("test", "test_matched.tsv", "MNLI-m.tsv"),
+                    ("test_mismatched", "test_mismatched.tsv", "MNLI-mm.tsv"))),
+        submission="MNLI-m.tsv"),
+    "qnli": Task("qnli", "classification", "accuracy", glue=GlueFormat(
+        "QNLI", _NLI, 1, 2, 3, 1, 2), submission="QNLI.tsv"),
+    "rte": Task("rte", "classification", "accuracy", epochs=10, glue=GlueFormat(
+        "RTE", _NLI, 1, 2, 3, 1, 2), submission="RTE.tsv"),
+    "wnli": Task("wnli", "classification", "accuracy", glue=GlueFormat(
+        "WNLI", ("0", "1"), 1, 2, 3, 1, 2), submission="WNLI.tsv"),
+}
+TASKS = {
+    "classification": Task("classification", "classification", "accuracy"),
+    "regression": Task("regression", "regression", "spearman"),
+    "tagging": Task("tagging", "tagging", "f1"),
+    "qa": Task("qa", "qa", "f1", epochs=2),
+    **GLUE,
+    "squad_v1": Task("squad_v1", "qa", "f1", epochs=2, files={
+        "train": ("train-v1.1.json",), "dev": ("dev-v1.1.json",)}),
+    "squad_v2": Task("squad_v2", "qa", "f1", epochs=2, files={
+        "train": ("train-v2.0.json",), "dev": ("dev-v2.0.json",)}),
+    "conll": Task("conll", "tagging", "f1", files={
+        "train": ("train.txt",), "dev": ("valid.txt", "dev.txt", "testa.txt"),
+        "test": ("test.txt", "testb.txt")}),
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise UserInputError(f"--task={name} is unknown; choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+@dataclasses.dataclass
+class Split:
+    """One evaluation (or test) set: its name, where it came from, its examples, and for a
+    GLUE test set the submission file its predictions go to."""
+    name: str
+    path: str
+    examples: list
+    submission: str | None = None
+
+
+@dataclasses.dataclass
+class TaskData:
+    task: Task
+    train: Split
+    dev: list[Split]
+    test: list[Split]
+    labels: list[str] | None  # classification and tagging: the label of each class id
+
+
+def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
+    for name in names:
+        path = os.path.join(data_dir, name)
+        if tf.io.gfile.exists(path):
+            return path
+    if required:
+        raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}); pass the "
+                             "folder of the task's release as --data_dir")
+    return None
+
+
+def _glue_dir(data_dir: str, fmt: GlueFormat) -> str:
+    """The folder holding the task's TSVs: data_dir itself or data_dir/<GLUE name>."""
+    inner = os.path.join(data_dir, fmt.directory)
+    if not tf.io.gfile.exists(os.path.join(data_dir, "train.tsv")) and tf.io.gfile.exists(
+            os.path.join(inner, "train.tsv")):
+        return inner
+    return data_dir
+
+
+def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
+         dev_file: str | None = None, test_file: str | None = None,
+         text_column: str | None = None, text_b_column: str | None = None,
+         label_column: str | None = None, log=print) -> TaskData:
+    """Reads a task's train, dev and (optional) test sets, checks them against each other
+    (labels, columns) and returns them; nothing is trained or written before this passes."""
+    if data_dir and (train_file or dev_file):
+        raise UserInputError("pass either --data_dir or --train_file/--dev_file, not both")
+    if not data_dir and not (train_file and dev_file):
+        raise UserInputError(f"--task={task.name} needs --train_file and --dev_file (or "
+                             "--data_dir holding train and dev files)")
+    if task.glue is not None:
+        return _load_glue(task, data_dir, train_file, dev_file, test_file, log)
+    if data_dir:
+        files = task.files or {}
+        train_file = _find(data_dir, files.get("train", _generic_names("train")), "train")
+        dev_file = _find(data_dir, files.get("dev", _generic_names("dev")), "dev")
+        test_file = _find(data_dir, files.get("test", _generic_names("test")), "test",
+                          required=False)
+    if task.kind == "tagging":
+        column = _tag_column(label_column)
+        train = readers.read_conll(train_file, column)
+        dev = readers.read_conll(dev_file, column)
+        test = readers.read_conll(test_file, column, labelled=False) if test_file else None
+        labels = readers.sorted_labels(t for s in train for t in s.tags)
+        for split, path in ((dev, dev_file), (test, test_file)):
+            for sentence in split or ():
+                for tag in sentence.tags or ():
+                    if tag not in labels:
+                        raise UserInputError(
+                            f"{path} (sentence at line {sentence.guid}): tag {tag!r} does not "
+                            f"occur in the training file (tags: {', '.join(labels)}); fix the "
+                            "tag or add training sentences that use it")
+        return TaskData(task, Split("train", train_file, train), [Split("dev", dev_file, dev)],
+                        [Split("test", test_file, test)] if test_file else [], labels)
+    if task.kind == "qa":
+        from electra_tf.finetune import squad
+        train = squad.read_squad(train_file, training=True)
+        dev = squad.read_squad(dev_file, training=False)
+        test = squad.read_squad(test_file, training=False) if test_file else None
+        return TaskData(task, Split("train", train_file, train), [Split("dev", dev_file, dev)],
+                        [Split("test", test_file, test)] if test_file else [], None)
+    columns = dict(text_column=text_column or "text", text_b_column=text_b_column,
+                   label_column=label_column or "label", kind=task.kind)
+    train = readers.read_table(train_file, **columns)
+    dev = readers.read_table(dev_file, **columns)
+    test = readers.read_table(test_file, labelled=False, **columns) if test_file else None
+    labels = None
+    if task.kind == "classification":
+        labels = readers.sorted_labels(e.label for e in train)
+        if len(labels) < 2:
+            raise UserInputError(f"{train_file} has a single label ({labels[0]!r}) in column "
+                                 f"'{columns['label_column']}'; classification needs at least "
+                                 "two (or pick the right --label_column)")
+        for split, path in ((dev, dev_file), (test, test_file)):
+            for example in split or ():
+                if example.label is not None and example.label not in labels:
+                    raise UserInputError(
+                        f"{path} line {example.guid}: label {example.label!r} does not occur "
+                        f"in the training file (labels: {', '.join(labels)}); fix the label or "
+                        "add training examples with it")
+    return TaskData(task, Split("train", train_file, train), [Split("dev", dev_file, dev)],
+                    [Split("test", test_file, test)] if test_file else [], labels)
+
+
+def _generic_names(split):
+    return tuple(f"{split}.{ext}" for ext in ("csv", "tsv", "jsonl", "json", "txt"))
+
+
+def _tag_column(label_column):
+    if label_column is None:
+        return -1
+    try:
+        return int(label_column)
+    except ValueError:
+        raise UserInputError(f"--label_column={label_column} must be a column index for "
+                             "tagging (CoNLL files have no header; -1 is the last)") from None
+
+
+def _load_glue(task, data_dir, train_file, dev_file, test_file, log) -> TaskData:
+    fmt = task.glue
+    if data_dir:
+        folder = _glue_dir(data_dir, fmt)
+        train_file = _find(folder, ("train.tsv",), "train")
+        devs = [(name, _find(folder, (f,), name)) for name, f in fmt.dev_files]
+        tests = [(name, os.path.join(folder, f), sub) for name, f, sub in fmt.test_files
+                 if tf.io.gfile.exists(os.path.join(folder, f))]
+        if tests and fmt.test_files[0][2] == "":
+            tests = [(name, path, task.submission) for name, path, _ in tests]
+    else:
+        devs = [("dev", dev_file)]
+        tests = [("test", test_file, task.submission)] if test_file else []
+    train, skipped = readers.read_glue(train_file, fmt)
+    dev_splits = []
+    for name, path in devs:
+        examples, s = readers.read_glue(path, fmt)
+        skipped += s
+        dev_splits.append(Split(name, path, examples))
+    test_splits = [Split(name, path, readers.read_glue(path, fmt, test=True)[0], sub)
+                   for name, path, sub in tests]
+    if skipped:
+        log(f"skipped {skipped} malformed lines in the {fmt.directory} files (known in QQP)")
+    return TaskData(task, Split("train", train_file, train), dev_splits, test_splits,
+                    list(fmt.labels) if fmt.labels else None)

@@ -1,0 +1,86 @@
+"""Fine-tunes a pre-trained discriminator on a task, over several seeds.
+
+    python scripts/run_finetuning.py --task=sst2 --init_checkpoint=out/small \
+        --data_dir=glue/SST-2 --model_dir=out/sst2 --num_trials=5
+    python scripts/run_finetuning.py --task=classification --init_checkpoint=out/small \
+        --train_file=train.csv --dev_file=dev.csv --text_column=review --label_column=stars \
+        --model_dir=out/reviews
+
+Writes MODEL_DIR/results.json (every trial's dev scores, their median, mean and std) and
+each trial's predictions and weights in MODEL_DIR/trial_K/. Hyperparameters are gin
+(gin/finetune/<size>.gin, paper Table 7, picked by the model's size unless --gin_file is
+given); override with --gin_bindings='LEARNING_RATE=1e-4'.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
+
+from electra_tf import gin_files  # noqa: E402
+from electra_tf.finetune import runner, tasks  # noqa: E402
+from electra_tf.training import optimization  # noqa: E402,F401  (registers `optimizer`)
+
+flags.DEFINE_string("task", None, "classification, regression, tagging, qa, or a named task: "
+                    "cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 conll.")
+flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's or "
+                    "convert_checkpoint.py's) or a ckpt-N prefix in one; 'none' for a "
+                    "randomly initialised encoder of --model_size.")
+flags.DEFINE_string("model_dir", None, "Where results.json, predictions and weights go.")
+flags.DEFINE_string("data_dir", None, "A named task's folder (e.g. GLUE's SST-2), or a folder "
+                    "with train/dev[/test] .csv/.tsv/.jsonl (.txt for tagging).")
+flags.DEFINE_string("train_file", None, "Training file (instead of --data_dir).")
+flags.DEFINE_string("dev_file", None, "Evaluation file (instead of --data_dir).")
+flags.DEFINE_string("test_file", None, "Optional unlabelled file to predict.")
+flags.DEFINE_string("text_column", None, "Column (or JSON key) of the text (default: text).")
+flags.DEFINE_string("text_b_column", None, "Column of the second text, for sentence pairs.")
+flags.DEFINE_string("label_column", None, "Column of the label (default: label); for tagging, "
+                    "the index of the tag column in the CoNLL file (default: -1, the last).")
+flags.DEFINE_integer("num_trials", 1, "Fine-tuning runs, with seeds seed, seed+1, ...")
+flags.DEFINE_integer("seed", 0, "The first trial's seed (head initialisation, data order, "
+                     "dropout).")
+flags.DEFINE_multi_string("gin_file", None, "Gin files, in order (a bare name is looked up in "
+                          "gin/; default: finetune/<the model's size>.gin).")
+flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings applied after the files, e.g. "
+                          "'LEARNING_RATE=1e-4' or 'NUM_EPOCHS=3'.")
+flags.DEFINE_string("vocab_file", None, "The model's vocab (default: the one its "
+                    "model_info.json names); required with --init_checkpoint=none.")
+flags.DEFINE_bool("random_init", False, "Build the encoder --init_checkpoint describes but keep "
+                  "its random initial weights (the no-pre-training baseline).")
+flags.DEFINE_enum("model_size", "small", ["tiny", "small", "base", "large"],
+                  "The encoder's size with --init_checkpoint=none.")
+flags.DEFINE_bool("lower_case", True, "Lower-case text, with --init_checkpoint=none.")
+flags.mark_flags_as_required(["task", "init_checkpoint", "model_dir"])
+
+
+def main(argv):
+    del argv
+    task = tasks.get_task(FLAGS.task)
+    # Files first: a bad file fails before a model is loaded or anything is written.
+    data = tasks.load(task, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
+                      dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
+                      text_column=FLAGS.text_column, text_b_column=FLAGS.text_b_column,
+                      label_column=FLAGS.label_column)
+    init = runner.load_initialization(FLAGS.init_checkpoint, FLAGS.vocab_file,
+                                      random_init=FLAGS.random_init,
+                                      model_size=FLAGS.model_size, lower_case=FLAGS.lower_case)
+    files = FLAGS.gin_file or [runner.default_gin_file(init.config)]
+    gin_files.parse(files, FLAGS.gin_bindings)
+    print(f"hyperparameters: {', '.join(files)}"
+          + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
+    results = runner.run_finetuning(data, init, FLAGS.model_dir, num_trials=FLAGS.num_trials,
+                                    seed=FLAGS.seed)
+    metric = results["metric"]
+    print(f"done: {task.name} dev {metric} median {results['median'][metric]:.4f} over "
+          f"{FLAGS.num_trials} trial(s); results in "
+          f"{os.path.join(FLAGS.model_dir, runner.RESULTS)}")
+    return 0
+
+
+FLAGS = flags.FLAGS
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,668 @@
+"""Fine-tuning: metrics against references, readers, every task kind trained a few steps on
+real text, results.json, layer-wise learning rates, GLUE files, Chinese, and bad input."""
+
+import csv
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import CHINESE_VOCAB, DATA, FIXTURES, ROOT, UNCASED_VOCAB, pretrain
+
+MOVIES = os.path.join(FIXTURES, "finetune", "movie_snippets.csv")
+SCRIPT = os.path.join(ROOT, "scripts", "run_finetuning.py")
+PYTHON = sys.executable
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def movie_rows():
+    with open(MOVIES, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def write_csv(path, header, rows, delimiter=","):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+def read_tsv(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t") for line in f]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, austen_data):
+    """A very small pre-trained ELECTRA (conftest.SMALL: 1 layer, hidden 32; seq 128)."""
+    directory = tmp_path_factory.mktemp("pretrained")
+    pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def init(model_dir):
+    from electra_tf.finetune import runner
+    return runner.load_initialization(model_dir)
+
+
+def finetune(task, out, init, bindings=(), num_trials=1, seed=0, **files):
+    """tasks.load + run_finetuning in this process under finetune/tiny.gin + bindings."""
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.finetune import runner, tasks
+    data = tasks.load(tasks.get_task(task), log=lambda *_: None, **files)
+    gin_files.parse(["finetune/tiny.gin"], ["MAX_SEQ_LENGTH = 48", "TRAIN_BATCH_SIZE = 8",
+                                            "finetuning.eval_batch_size = 32"] + list(bindings))
+    try:
+        return runner.run_finetuning(data, init, str(out), num_trials=num_trials, seed=seed,
+                                     log=lambda *_: None)
+    finally:
+        gin.clear_config()
+
+
+# ------------------------------------------------------------------------------ metrics
+
+
+def test_sentence_metrics_match_sklearn_and_scipy():
+    from sklearn import metrics as sklearn
+    from scipy import stats
+    from electra_tf.finetune import metrics
+    rng = np.random.default_rng(0)
+    for classes in (2, 3):
+        y, p = rng.integers(0, classes, 200), rng.integers(0, classes, 200)
+        assert metrics.accuracy(y, p) == pytest.approx(sklearn.accuracy_score(y, p))
+        assert metrics.matthews_corrcoef(y, p) == pytest.approx(sklearn.matthews_corrcoef(y, p))
+        assert metrics.macro_f1(y, p, classes) == pytest.approx(
+            sklearn.f1_score(y, p, average="macro"))
+    assert metrics.f1(y, p, positive=1) == pytest.approx(
+        sklearn.f1_score(y, p, labels=[1], average="macro"))
+    x = rng.normal(size=100)
+    z = np.round(x + rng.normal(size=100), 1)  # ties, for Spearman's average ranks
+    assert metrics.pearson(x, z) == pytest.approx(stats.pearsonr(x, z)[0])
+    assert metrics.spearman(np.round(x, 1), z) == pytest.approx(
+        stats.spearmanr(np.round(x, 1), z)[0])
+
+
+def test_sentence_metrics_by_hand():
+    from electra_tf.finetune import metrics
+    y, p = [1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 0, 1, 0, 0, 0, 0]
+    # TP 2, FN 1, FP 1, TN 4: F1 = 4 / 6, MCC = (2*4 - 1*1) / sqrt(3*3*5*5) = 7 / 15.
+    assert metrics.f1(y, p) == pytest.approx(2 / 3)
+    assert metrics.matthews_corrcoef(y, p) == pytest.approx(7 / 15)
+    assert metrics.matthews_corrcoef(y, [0] * 8) == 0.0  # undefined -> 0, as sklearn
+    assert metrics.spearman([1, 2, 3, 4], [10, 20, 30, 25]) == pytest.approx(0.8)
+    assert metrics.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    np.testing.assert_array_equal(metrics.rank([10, 20, 20, 5]), [2, 3.5, 3.5, 1])
+
+
+def test_span_f1_by_hand_and_against_seqeval():
+    from electra_tf.finetune import metrics
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG", "I-ORG", "I-ORG"]]
+    pred = [["B-PER", "I-PER", "O", "B-PER"], ["O", "B-ORG", "I-ORG", "O"]]
+    # Gold chunks: PER(0-1), LOC(3), ORG(1-3); predicted: PER(0-1), PER(3), ORG(1-2).
+    # One correct of 3 predicted and 3 gold: P = R = F1 = 1/3. Tokens right: 6 of 8.
+    scores = metrics.span_scores(gold, pred)
+    assert scores["f1"] == pytest.approx(1 / 3)
+    assert scores["precision"] == pytest.approx(1 / 3)
+    assert scores["accuracy"] == pytest.approx(6 / 8)
+    # IOB1 (a chunk may start with I-) and IOBES read as conlleval reads them.
+    assert metrics.chunks(["I-PER", "I-PER", "O", "I-LOC", "B-LOC"]) == {
+        ("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4)}
+    assert metrics.chunks(["S-PER", "B-LOC", "E-LOC", "S-LOC"]) == {
+        ("PER", 0, 0), ("LOC", 1, 2), ("LOC", 3, 3)}
+    assert metrics.chunks(["NN", "VB", "NN"]) == {("NN", 0, 0), ("VB", 1, 1), ("NN", 2, 2)}
+    from seqeval import metrics as seqeval
+    rng = np.random.default_rng(1)
+    tags = ["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    gold = [[tags[i] for i in rng.integers(0, 6, 12)] for _ in range(50)]
+    pred = [[tags[i] for i in rng.integers(0, 6, 12)] for _ in range(50)]
+    scores = metrics.span_scores(gold, pred)
+    assert scores["f1"] == pytest.approx(seqeval.f1_score(gold, pred))
+    assert scores["precision"] == pytest.approx(seqeval.precision_score(gold, pred))
+    assert scores["recall"] == pytest.approx(seqeval.recall_score(gold, pred))
+
+
+def test_squad_metrics_official_definitions():
+    from electra_tf.finetune import metrics
+    assert metrics.normalize_answer("The  Eiffel-Tower, in PARIS!") == "eiffeltower in paris"
+    assert metrics.token_f1("the big red dog", "a red dog") == pytest.approx(0.8)
+    golds = {"q1": ["Denver Broncos", "The Denver Broncos"], "q2": ["Santa Clara"],
+             "q3": [""]}
+    predictions = {"q1": "denver broncos", "q2": "Clara, California", "q3": ""}
+    scores = metrics.squad_scores(golds, predictions)
+    # q1 exact; q2 F1: common {clara}, P 1/2, R 1/2 -> 1/2; q3 no answer predicted.
+    assert scores["exact"] == pytest.approx(200 / 3)
+    assert scores["f1"] == pytest.approx(100 * 2.5 / 3)
+    assert scores["has_answer_f1"] == pytest.approx(75.0)
+    assert scores["no_answer_f1"] == pytest.approx(100.0)
+    # Best threshold: answering q3 "" is right; if q2's answer is dropped (prob 0.7 > t)
+    # q2 scores 0 instead of 0.5, so the best threshold keeps it.
+    scores = metrics.squad_scores(golds, predictions, {"q1": 0.1, "q2": 0.7, "q3": 0.9})
+    assert scores["best_f1"] == pytest.approx(100 * 2.5 / 3)
+
+
+# ------------------------------------------------------------------------------ readers
+
+
+def test_readers_csv_tsv_jsonl_agree_and_keep_string_labels(tmp_path):
+    from electra_tf.finetune import readers
+    rows = movie_rows()[:20]
+    csv_path = write_csv(tmp_path / "a.csv", ["sentiment", "text"],
+                         [(r["sentiment"], r["text"]) for r in rows])
+    tsv_path = write_csv(tmp_path / "a.tsv", ["sentiment", "text"],
+                         [(r["sentiment"], r["text"]) for r in rows], delimiter="\t")
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": r["text"], "sentiment": r["sentiment"]}) + "\n"
+                             for r in rows), encoding="utf-8")
+    read = [readers.read_table(p, label_column="sentiment") for p in (csv_path, tsv_path,
+                                                                      str(jsonl))]
+    for examples in read:
+        assert [e.text_a for e in examples] == [r["text"] for r in rows]
+        assert [e.label for e in examples] == [r["sentiment"] for r in rows]
+    assert readers.sorted_labels(["10", "9", "1"]) == ["1", "9", "10"]
+    assert readers.sorted_labels(["pos", "neg"]) == ["neg", "pos"]
+    ratings = readers.read_table(MOVIES, label_column="rating", kind="regression")
+    assert ratings[0].label == pytest.approx(float(rows[0]["rating"]))
+
+
+def test_conll_reader(tmp_path):
+    from electra_tf.finetune import readers
+    path = tmp_path / "x.txt"
+    path.write_text("-DOCSTART- -X- O\n\nEmma NNP B-PER\nsmiled VBD O\n\nMr NNP B-PER\n"
+                    "Knightley NNP I-PER\n", encoding="utf-8")
+    sentences = readers.read_conll(str(path))
+    assert [s.words for s in sentences] == [["Emma", "smiled"], ["Mr", "Knightley"]]
+    assert [s.tags for s in sentences] == [["B-PER", "O"], ["B-PER", "I-PER"]]
+    assert readers.read_conll(str(path), tag_column=1)[0].tags == ["NNP", "VBD"]
+
+
+# ------------------------------------------------------------------------------ initialisation
+
+
+def test_task_encoder_equals_the_pretrained_discriminator(model_dir):
+    """The task model's encoder computes exactly what the pre-trained discriminator does,
+    from the model dir and from a ckpt-N prefix; --random_init keeps the shape only."""
+    from electra_tf.finetune import runner
+    from electra_tf.finetune.models import TaskModel
+    from electra_tf.training.checkpoints import load_pretrainer
+    discriminator = load_pretrainer(model_dir).model.discriminator
+    ids = np.array([[101, 7592, 1010, 2088, 999, 102, 0, 0]], np.int32)
+    args = (ids, (ids > 0).astype(np.int32), np.zeros_like(ids))
+    expected = discriminator(*args, training=False).numpy()
+    for source in (model_dir, os.path.join(model_dir, "ckpt-6")):
+        init = runner.load_initialization(source)
+        model = TaskModel(init.config, "sentence", 2)
+        model.encoder.set_weights(init.weights)
+        np.testing.assert_array_equal(model.encoder(*args, training=False).numpy(), expected)
+    older = runner.load_initialization(os.path.join(model_dir, "ckpt-4"))
+    assert not all(np.array_equal(a, b) for a, b in zip(older.weights, init.weights))
+    random = runner.load_initialization(model_dir, random_init=True)
+    assert random.weights is None and random.config == init.config
+
+
+# ------------------------------------------------------------------------------ sentence tasks
+
+
+def test_classification_learns_and_results_json(tmp_path, init):
+    """32 real reviews with string labels: training drives the training set's accuracy to
+    1 (dev = train); results.json has every trial and the right median/mean/std; the
+    predictions file holds the original label strings."""
+    rows = movie_rows()[:32]
+    train = write_csv(tmp_path / "train.csv", ["sentiment", "review"],
+                      [(r["sentiment"], r["text"]) for r in rows])
+    results = finetune("classification", tmp_path / "out", init,
+                       ["LEARNING_RATE = 2e-3", "NUM_EPOCHS = 12", "LAYERWISE_LR_DECAY = 1.0"],
+                       num_trials=2, seed=7, train_file=train, dev_file=train,
+                       text_column="review", label_column="sentiment")
+    on_disk = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert on_disk == json.loads(json.dumps(results))
+    assert set(on_disk) >= {"task", "metric", "trials", "median", "mean", "std"}
+    assert on_disk["task"] == "classification" and on_disk["metric"] == "accuracy"
+    assert [t["seed"] for t in on_disk["trials"]] == [7, 8]
+    assert on_disk["labels"] == ["negative", "positive"]
+    for key in ("accuracy", "mcc", "f1"):
+        values = [t["dev"][key] for t in on_disk["trials"]]
+        assert on_disk["median"][key] == pytest.approx(np.median(values))
+        assert on_disk["mean"][key] == pytest.approx(np.mean(values))
+        assert on_disk["std"][key] == pytest.approx(np.std(values, ddof=1))
+    assert on_disk["median"]["accuracy"] == 1.0
+    for trial in (0, 1):
+        table = read_tsv(tmp_path / "out" / f"trial_{trial}" / "dev_predictions.tsv")
+        assert table[0] == ["id", "prediction", "label"]
+        assert [row[2] for row in table[1:]] == [r["sentiment"] for r in rows]
+        predicted = [row[1] for row in table[1:]]
+        assert set(predicted) <= {"negative", "positive"}
+        accuracy = np.mean([p == r["sentiment"] for p, r in zip(predicted, rows)])
+        assert on_disk["trials"][trial]["dev"]["accuracy"] == pytest.approx(accuracy)
+        info = json.loads((tmp_path / "out" / f"trial_{trial}" / "task_info.json").read_text())
+        assert info["labels"] == ["negative", "positive"]
+        assert os.path.exists(tmp_path / "out" / f"trial_{trial}" / "model" / "ckpt.index")
+    assert not [p for p in os.listdir(tmp_path / "out") if p.endswith((".tmp", ".partial"))]
+
+
+def test_regression_jsonl_scores_match_predictions(tmp_path, init):
+    from scipy import stats
+    rows = movie_rows()
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text("".join(json.dumps({"sentence": r["text"], "score": float(r["rating"])})
+                             + "\n" for r in rows[:64]), encoding="utf-8")
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps({"sentence": r["text"], "score": float(r["rating"])})
+                           + "\n" for r in rows[64:104]), encoding="utf-8")
+    results = finetune("regression", tmp_path / "out", init, ["NUM_EPOCHS = 1"],
+                       train_file=str(jsonl), dev_file=str(dev), text_column="sentence",
+                       label_column="score")
+    table = read_tsv(tmp_path / "out" / "trial_0" / "dev_predictions.tsv")[1:]
+    predicted = [float(row[1]) for row in table]
+    gold = [float(r["rating"]) for r in rows[64:104]]
+    np.testing.assert_allclose([float(row[2]) for row in table], gold, rtol=1e-5)
+    dev_scores = results["trials"][0]["dev"]
+    assert results["metric"] == "spearman"
+    assert dev_scores["pearson"] == pytest.approx(stats.pearsonr(gold, predicted)[0], abs=1e-4)
+    assert dev_scores["spearman"] == pytest.approx(stats.spearmanr(gold, predicted)[0], abs=1e-4)
+
+
+def _glue(folder, name, header, rows):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        if header:
+            f.write("\t".join(header) + "\n")
+        f.writelines("\t".join(r) + "\n" for r in rows)
+
+
+def test_glue_formats_and_submission_files(tmp_path, init):
+    """SST-2, CoLA (no header), MNLI (matched + mismatched dev and test) and STS-B
+    (regression) in the GLUE release's layout: scores per dev set, test predictions in the
+    submission format."""
+    rows = movie_rows()
+    label = lambda r: "1" if r["sentiment"] == "positive" else "0"  # noqa: E731
+    sst = tmp_path / "glue" / "SST-2"
+    _glue(sst, "train.tsv", ["sentence", "label"], [(r["text"], label(r)) for r in rows[:40]])
+    _glue(sst, "dev.tsv", ["sentence", "label"], [(r["text"], label(r)) for r in rows[40:60]])
+    _glue(sst, "test.tsv", ["index", "sentence"], [(str(i), r["text"])
+                                                   for i, r in enumerate(rows[60:70])])
+    results = finetune("sst2", tmp_path / "sst", init, ["NUM_EPOCHS = 1"],
+                       data_dir=str(tmp_path / "glue"))  # finds glue/SST-2
+    assert results["metric"] == "accuracy" and set(results["median"]) == {"accuracy", "mcc", "f1"}
+    submission = read_tsv(tmp_path / "sst" / "trial_0" / "glue" / "SST-2.tsv")
+    assert submission[0] == ["index", "prediction"]
+    assert [r[0] for r in submission[1:]] == [str(i) for i in range(10)]
+    assert {r[1] for r in submission[1:]} <= {"0", "1"}
+
+    cola = tmp_path / "CoLA"
+    _glue(cola, "train.tsv", None, [("src", label(r), "", r["text"]) for r in rows[:24]])
+    _glue(cola, "dev.tsv", None, [("src", label(r), "", r["text"]) for r in rows[24:40]])
+    results = finetune("cola", tmp_path / "cola", init, ["finetuning.max_train_steps = 2"],
+                       data_dir=str(cola))
+    assert results["metric"] == "mcc"
+    predicted = [r[1] for r in read_tsv(tmp_path / "cola" / "trial_0" / "dev_predictions.tsv")[1:]]
+    gold = [int(label(r)) for r in rows[24:40]]
+    cola_mcc = results["median"]["mcc"]
+
+    mnli = tmp_path / "MNLI"
+    nli = ("contradiction", "entailment", "neutral")
+    head = ["index", "promptID", "pairID", "genre", "s1b", "s2b", "s1p", "s2p", "sentence1",
+            "sentence2", "gold_label"]
+    pair = lambda i, r: [str(i)] + ["x"] * 7 + [r["text"], rows[i + 1]["text"]]  # noqa: E731
+    _glue(mnli, "train.tsv", head, [pair(i, r) + [nli[i % 3]] for i, r in enumerate(rows[:24])])
+    for name, part in (("dev_matched.tsv", rows[24:36]), ("dev_mismatched.tsv", rows[36:48])):
+        _glue(mnli, name, head, [pair(i, r) + [nli[i % 3]] for i, r in enumerate(part)])
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        _glue(mnli, name, head[:-1], [pair(i, r) for i, r in enumerate(rows[50:56])])
+    results = finetune("mnli", tmp_path / "mnli", init, ["finetuning.max_train_steps = 2"],
+                       data_dir=str(mnli))
+    assert {"accuracy", "accuracy_mismatched", "macro_f1_mismatched"} <= set(results["median"])
+    for name in ("MNLI-m.tsv", "MNLI-mm.tsv"):
+        submission = read_tsv(tmp_path / "mnli" / "trial_0" / "glue" / name)
+        assert len(submission) == 7 and {r[1] for r in submission[1:]} <= set(nli)
+    sts = tmp_path / "STS-B"
+    head = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+            "sentence1", "sentence2", "score"]
+    score = lambda r: f"{(float(r['rating']) + 4) * 5 / 8:.3f}"  # noqa: E731  [-4, 4] -> [0, 5]
+    sts_row = lambda i, r: [str(i)] + ["x"] * 6 + [r["text"], rows[i + 2]["text"]]  # noqa: E731
+    _glue(sts, "train.tsv", head, [sts_row(i, r) + [score(r)] for i, r in enumerate(rows[:24])])
+    _glue(sts, "dev.tsv", head, [sts_row(i, r) + [score(r)] for i, r in enumerate(rows[24:40])])
+    _glue(sts, "test.tsv", head[:-1], [sts_row(i, r) for i, r in enumerate(rows[40:45])])
+    results = finetune("stsb", tmp_path / "stsb", init, ["finetuning.max_train_steps = 2"],
+                       data_dir=str(sts))
+    assert results["metric"] == "spearman" and results["labels"] is None
+    assert set(results["median"]) == {"pearson", "spearman", "mse"}
+    submission = read_tsv(tmp_path / "stsb" / "trial_0" / "glue" / "STS-B.tsv")
+    assert submission[0] == ["index", "prediction"] and len(submission) == 6
+    assert all(0.0 <= float(v) <= 5.0 and re.fullmatch(r"\d\.\d{3}", v) for _, v in submission[1:])
+    from sklearn import metrics as sklearn
+    assert cola_mcc == pytest.approx(sklearn.matthews_corrcoef(gold, [int(p) for p in predicted]))
+
+
+# ------------------------------------------------------------------------------ optimization
+
+
+def test_layerwise_multipliers_reach_every_variable():
+    """One step with the same gradient everywhere (no weight decay) moves each variable
+    lr x decay^depth: the head depth 0, block i of n depth n - i, the embeddings n + 1;
+    one more for every encoder variable with the official exponents."""
+    import gin
+    import tensorflow as tf
+
+    from electra_tf.finetune import runner
+    from electra_tf.modeling.config import encoder_config
+    config = encoder_config("tiny", vocab_size=30522, num_layers=3,
+                            embedding_size=64)  # with the embeddings' projection
+    random = runner.Initialization(config, None, UNCASED_VOCAB, True, True, "random")
+    gin.parse_config("optimizer.weight_decay_rate = 0.0")
+    try:
+        for official in (False, True):
+            model, optimizer = runner.build_trial(
+                random, "sentence", 2, seed=0, steps=10, learning_rate=1e-3,
+                layerwise_lr_decay=0.5, official_layerwise_decay=official,
+                warmup_proportion=0.0)
+            variables = model.trainable_variables
+            before = [v.numpy().copy() for v in variables]
+            optimizer.apply([tf.ones_like(v) for v in variables], variables)
+            moved = {v.path: float(np.abs(v.numpy() - b).mean())
+                     for v, b in zip(variables, before)}
+            head = moved["task_head/output/bias"]
+            assert head == pytest.approx(moved["task_head/output/kernel"], rel=1e-5)
+            depths = []
+            for path, distance in moved.items():
+                if path.startswith("task_head/"):
+                    continue
+                block = re.match(r"electra/layer_(\d+)/", path)
+                depth = 3 - int(block.group(1)) if block else 4  # embeddings(+projection)
+                depths.append(depth)
+                assert distance / head == pytest.approx(0.5 ** (depth + official), rel=1e-4), path
+            assert sorted(set(depths)) == [1, 2, 3, 4]
+            assert any(p.startswith("electra/embeddings_project/") for p in moved)
+    finally:
+        gin.clear_config()
+
+
+# ------------------------------------------------------------------------------ tagging and QA
+
+
+NAMES = {"Elizabeth", "Darcy", "Bingley", "Jane", "Lydia", "Wickham", "Collins", "Bennet",
+         "Charlotte", "Kitty", "Lucas", "Catherine", "Gardiner", "Fitzwilliam", "Meryton"}
+
+
+def austen_sentences(limit):
+    """Sentences of Pride and Prejudice that name a character."""
+    out = []
+    with gzip.open(os.path.join(DATA, "corpus", "prideprejudice.txt.gz"), "rt",
+                   encoding="utf-8") as f:
+        for line in f:
+            words = re.findall(r"\w+|[^\w\s]", line)
+            if 6 <= len(words) <= 30 and NAMES & set(words):
+                out.append(line.strip())
+                if len(out) == limit:
+                    break
+    return out
+
+
+TITLES = {"Mr.", "Mrs.", "Miss", "Lady", "Sir", "Colonel"}
+
+
+def conll(path, sentences):
+    """Names tagged B-PER, a title before a name B-PER with the name I-PER."""
+    lines = []
+    for sentence in sentences:
+        words = re.findall(r"(?:Mrs?)\.|\w+|[^\w\s]", sentence)
+        tags = ["O"] * len(words)
+        for i, word in enumerate(words):
+            if word in NAMES:
+                if i and words[i - 1] in TITLES:
+                    tags[i - 1], tags[i] = "B-PER", "I-PER"
+                else:
+                    tags[i] = "I-PER" if i and tags[i - 1] != "O" else "B-PER"
+        lines += [f"{w} {t}" for w, t in zip(words, tags)] + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def test_tagging_span_f1_on_written_predictions(tmp_path, init):
+    from seqeval import metrics as seqeval
+    sentences = austen_sentences(90)
+    train, dev = conll(tmp_path / "train.txt", sentences[:60]), conll(tmp_path / "dev.txt",
+                                                                      sentences[60:])
+    results = finetune("tagging", tmp_path / "out", init,
+                       ["NUM_EPOCHS = 4", "LEARNING_RATE = 2e-3"], train_file=train,
+                       dev_file=dev)
+    assert results["metric"] == "f1" and results["labels"] == ["B-PER", "I-PER", "O"]
+    gold, pred, sentence = [], [], ([], [])
+    for line in (tmp_path / "out" / "trial_0" / "dev_predictions.txt").read_text().split("\n"):
+        if not line:
+            if sentence[0]:
+                gold.append(sentence[0])
+                pred.append(sentence[1])
+            sentence = ([], [])
+            continue
+        _, g, p = line.split(" ")
+        sentence[0].append(g)
+        sentence[1].append(p)
+    assert len(gold) == 30
+    dev_scores = results["trials"][0]["dev"]
+    assert dev_scores["f1"] == pytest.approx(seqeval.f1_score(gold, pred))
+    assert dev_scores["accuracy"] == pytest.approx(
+        np.mean([a == b for g, p in zip(gold, pred) for a, b in zip(g, p)]))
+    # Most tokens are O: a model that learned anything gets them right.
+    assert dev_scores["accuracy"] > 0.8
+
+
+def squad_json(path, contexts, impossible=False):
+    """SQuAD questions from Austen passages: a sentence of the passage with one name
+    replaced by 'who' (answer: that name); with `impossible`, a question about the next
+    passage is added to each passage, unanswerable."""
+    data, n = [], 0
+    for c, sentences in enumerate(contexts):
+        context = " ".join(sentences)
+        qas = []
+        for sentence in sentences:
+            name = next((w for w in re.findall(r"\w+", sentence) if w in NAMES), None)
+            if name is None:
+                continue
+            start = context.index(sentence) + re.search(rf"\b{name}\b", sentence).start()
+            question = re.sub(rf"\b{name}\b", "who", sentence, count=1).rstrip(".;,!") + "?"
+            qas.append({"id": f"q{n}", "question": question,
+                        "answers": [{"text": name, "answer_start": start}]})
+            n += 1
+        if impossible:
+            other = contexts[(c + 1) % len(contexts)][0]
+            qas.append({"id": f"q{n}", "question": other + "?", "answers": [],
+                        "is_impossible": True})
+            n += 1
+        data.append({"title": f"p{c}", "paragraphs": [{"context": context, "qas": qas}]})
+    path.write_text(json.dumps({"version": "x", "data": data}), encoding="utf-8")
+    return str(path)
+
+
+def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
+    """Long contexts over several windows (doc stride): every window holding the answer
+    labels exactly the answer's pieces, and logits peaked there decode to the answer text,
+    character for character."""
+    from electra_tf.finetune import squad
+    sentences = austen_sentences(40)
+    contexts = [sentences[i:i + 5] for i in range(0, 40, 5)]
+    examples = []
+    for c, part in enumerate(contexts):
+        context = " ".join(part)
+        for sentence in part:
+            name = next((w for w in re.findall(r"\w+", sentence) if w in NAMES), None)
+            if name:
+                start = context.index(sentence) + re.search(rf"\b{name}\b", sentence).start()
+                examples.append(squad.QAExample(f"q{len(examples)}", "who is it?", context,
+                                                [name], start, name, False))
+    features, windows, dropped = squad.encode(uncased_tokenizer, examples, 48, 16, 16, True)
+    assert dropped == 0
+    assert len(windows) > 2 * len(examples)  # contexts span several windows
+    n_answerable = 0
+    for f, window in enumerate(windows):
+        s, e = features["start_positions"][f], features["end_positions"][f]
+        if features["answerable"][f]:
+            n_answerable += 1
+            answer = examples[window["example"]].answer_text
+            assert features["input_ids"][f, s:e + 1].tolist() == uncased_tokenizer.encode(
+                [answer])[0]
+        else:
+            assert s == e == 0
+    assert n_answerable >= len(examples)
+    # Decoding: put the peak on the answer in every window that labels it.
+    features, windows, _ = squad.encode(uncased_tokenizer, examples, 48, 16, 16, True)
+    start = np.full(features["input_ids"].shape, -5.0, np.float32)
+    end = start.copy()
+    for f in range(len(windows)):
+        if features["answerable"][f]:
+            start[f, features["start_positions"][f]] = 5.0
+            end[f, features["end_positions"][f]] = 5.0
+    answers, _ = squad.decode(examples, windows, start, end, tokenizer=uncased_tokenizer)
+    assert answers == {e.qid: e.answer_text for e in examples}
+
+
+def test_qa_v1_and_v2_end_to_end(tmp_path, init):
+    from electra_tf.finetune import metrics
+    sentences = austen_sentences(60)
+    contexts = [sentences[i:i + 3] for i in range(0, 60, 3)]
+    train = squad_json(tmp_path / "train.json", contexts[:14])
+    dev = squad_json(tmp_path / "dev.json", contexts[14:])
+    results = finetune("qa", tmp_path / "v1", init, ["NUM_EPOCHS = 1"], train_file=train,
+                       dev_file=dev)
+    predictions = json.loads((tmp_path / "v1" / "trial_0" / "dev_predictions.json").read_text())
+    golds = {q["id"]: [a["text"] for a in q["answers"]]
+             for d in json.loads(open(dev).read())["data"] for p in d["paragraphs"]
+             for q in p["qas"]}
+    assert set(predictions) == set(golds)
+    contexts_by_id = {q["id"]: p["context"] for d in json.loads(open(dev).read())["data"]
+                      for p in d["paragraphs"] for q in p["qas"]}
+    assert all(predictions[q] in contexts_by_id[q] for q in predictions)  # spans of the text
+    assert results["metric"] == "f1"
+    assert results["median"] == pytest.approx(metrics.squad_scores(golds, predictions))
+
+    train = squad_json(tmp_path / "train2.json", contexts[:14], impossible=True)
+    dev = squad_json(tmp_path / "dev2.json", contexts[14:], impossible=True)
+    results = finetune("squad_v2", tmp_path / "v2", init, ["NUM_EPOCHS = 1"],
+                       train_file=train, dev_file=dev)
+    odds = json.loads((tmp_path / "v2" / "trial_0" / "dev_null_odds.json").read_text())
+    predictions = json.loads((tmp_path / "v2" / "trial_0" / "dev_predictions.json").read_text())
+    assert set(odds) == set(predictions) and all(0 <= p <= 1 for p in odds.values())
+    assert all(predictions[q] == "" for q in odds if odds[q] > 0.5)
+    assert {"exact", "f1", "has_answer_f1", "no_answer_f1", "best_f1"} <= set(results["median"])
+
+
+# ------------------------------------------------------------------------------ Chinese
+
+
+def test_chinese_label_text_csv_end_to_end(tmp_path):
+    """A `label,text` CSV of Chinese reviews with Chinese labels, the Chinese vocab and a
+    random tiny encoder, through the script: characters become single known tokens, the
+    model learns the training set, predictions keep the labels."""
+    from electra_tf.tokenization import Tokenizer
+    names = {"1": "正面", "0": "负面"}
+    with open(os.path.join(FIXTURES, "zh_reviews.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t", 1) for line in f]
+    picked = [r for r in rows if r[0] == "1"][:12] + [r for r in rows if r[0] == "0"][:12]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"],
+                      [(names[label], text[:40]) for label, text in picked])
+    ids = Tokenizer(CHINESE_VOCAB).encode([picked[0][1][:10]])[0]
+    assert len(ids) == 10 and 100 not in ids  # one known token per character
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [PYTHON, SCRIPT, "--task=classification", "--init_checkpoint=none", "--model_size=tiny",
+         f"--vocab_file={CHINESE_VOCAB}", f"--train_file={train}", f"--dev_file={train}",
+         f"--model_dir={out}", "--gin_bindings=MAX_SEQ_LENGTH=48",
+         "--gin_bindings=TRAIN_BATCH_SIZE=8", "--gin_bindings=NUM_EPOCHS=15",
+         "--gin_bindings=LEARNING_RATE=1e-3", "--gin_bindings=LAYERWISE_LR_DECAY=1.0"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "finetune/tiny.gin" in result.stdout  # picked by the model's size
+    results = json.loads((out / "results.json").read_text())
+    assert results["labels"] == sorted(names.values())
+    assert results["median"]["accuracy"] == 1.0
+    table = read_tsv(out / "trial_0" / "dev_predictions.tsv")
+    assert [r[2] for r in table[1:]] == [names[label] for label, _ in picked]
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def _script_error(tmp_path, *args):
+    result = subprocess.run([PYTHON, SCRIPT, f"--model_dir={tmp_path / 'out'}", *args],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "out")  # nothing half-written
+    return last
+
+
+def test_bad_file_fails_with_one_clear_line_through_the_script(tmp_path):
+    rows = movie_rows()[:10]
+    good = write_csv(tmp_path / "train.csv", ["sentiment", "text"],
+                     [(r["sentiment"], r["text"]) for r in rows])
+    bad_json = tmp_path / "dev.jsonl"
+    bad_json.write_text('{"text": "Fine.", "sentiment": "positive"}\n{"text": "Oops", '
+                        '"sentiment": \n', encoding="utf-8")
+    result = subprocess.run(
+        [PYTHON, SCRIPT, f"--model_dir={tmp_path / 'out'}", "--task=classification",
+         "--init_checkpoint=none", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={good}",
+         f"--dev_file={bad_json}", "--label_column=sentiment"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {bad_json} line 2 is not valid JSON (Expecting value); the file must hold "
+        "one JSON object per line")
+    assert not os.path.exists(tmp_path / "out")  # nothing half-written
+
+
+def test_missing_column_and_unknown_label_name_the_file_and_the_fix(tmp_path):
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import tasks
+    rows = movie_rows()[:10]
+    good = write_csv(tmp_path / "train.csv", ["sentiment", "text"],
+                     [(r["sentiment"], r["text"]) for r in rows])
+    dev = write_csv(tmp_path / "dev.csv", ["sentiment", "text"],
+                    [(r["sentiment"], r["text"]) for r in rows[:3]] + [("neutral", "Meh.")])
+    task = tasks.get_task("classification")
+    with pytest.raises(UserInputError) as error:
+        tasks.load(task, train_file=good, dev_file=dev)
+    assert str(error.value) == (f"{good} has no column 'label' (columns: sentiment, text); "
+                                "pass --label_column=NAME")
+    with pytest.raises(UserInputError) as error:
+        tasks.load(task, train_file=good, dev_file=dev, label_column="sentiment")
+    assert str(error.value) == (f"{dev} line 5: label 'neutral' does not occur in the "
+                                "training file (labels: negative, positive); fix the label or "
+                                "add training examples with it")
+    with pytest.raises(UserInputError, match="has no column 'review'.*--text_b_column=NAME"):
+        tasks.load(task, train_file=good, dev_file=dev, label_column="sentiment",
+                   text_b_column="review")
+
+
+def test_bad_inputs_in_process(tmp_path):
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import readers, squad, tasks
+    ratings = write_csv(tmp_path / "r.csv", ["label", "text"], [("great", "Lovely film.")])
+    with pytest.raises(UserInputError, match=r"line 2: label 'great' is not a number; "
+                                             "regression needs numeric labels"):
+        readers.read_table(ratings, kind="regression")
+    broken = tmp_path / "squad.json"
+    broken.write_text('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "1", '
+                      '"answers": [{"text": "x", "answer_start": 0}]}]}]}]}')
+    with pytest.raises(UserInputError, match="is not in the SQuAD format .*'question'"):
+        squad.read_squad(str(broken), training=True)
+    broken.write_text('{"data": [')
+    with pytest.raises(UserInputError, match=r"squad.json is not valid JSON \(line 1"):
+        squad.read_squad(str(broken), training=False)
+    tags = tmp_path / "t.txt"
+    tags.write_text("Emma B-PER\nsmiled\n")
+    with pytest.raises(UserInputError, match="line 2 has no tag column"):
+        readers.read_conll(str(tags))
+    with pytest.raises(UserInputError, match="--task=sst3 is unknown"):
+        tasks.get_task("sst3")
+    with pytest.raises(UserInputError, match="has no train file"):
+        tasks.load(tasks.get_task("rte"), data_dir=str(tmp_path))
