@@ -48,8 +48,10 @@ def main(argv):
     rows = [[name, *[f"{run['eval'][tag][-1][1]:.3f}" for tag, _ in COMPARED]]
             for name, run in runs.items()]
     body = (common.markdown_table(["loss weights", *[f"eval {t}" for _, t in COMPARED]], rows)
-            + "\n\nThe learned weights during training (uncertainty weighting settles at "
-            "1 / loss, so the ratio follows the losses' ratio):\n\n"
+            + "\n\nThe learned weights during training. Uncertainty weighting's optimum is "
+            "weight = 1 / loss, i.e. a discriminator : generator ratio equal to L_gen / L_disc; "
+            "the log-weights start at the paper's 1 : 50 and learn at the model's learning "
+            "rate, so how far they get towards it in a run is the finding:\n\n"
             + common.markdown_table(["step", "generator weight", "discriminator weight",
                                      "discriminator : generator", "L_gen / L_disc"],
                                     trajectory)
