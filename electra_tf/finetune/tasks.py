@@ -154,15 +154,13 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                             f"{path} (sentence at line {sentence.guid}): tag {tag!r} does not "
                             f"occur in the training file (tags: {', '.join(labels)}); fix the "
                             "tag or add training sentences that use it")
-        return TaskData(task, Split("train", train_file, train), [Split("dev", dev_file, dev)],
-                        [Split("test", test_file, test)] if test_file else [], labels)
+        return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
     if task.kind == "qa":
         from electra_tf.finetune import squad
         train = squad.read_squad(train_file, training=True)
         dev = squad.read_squad(dev_file, training=False)
         test = squad.read_squad(test_file, training=False) if test_file else None
-        return TaskData(task, Split("train", train_file, train), [Split("dev", dev_file, dev)],
-                        [Split("test", test_file, test)] if test_file else [], None)
+        return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), None)
     columns = dict(text_column=text_column or "text", text_b_column=text_b_column,
                    label_column=label_column or "label", kind=task.kind)
     train = readers.read_table(train_file, **columns)
@@ -182,8 +180,13 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                         f"{path} line {example.guid}: label {example.label!r} does not occur "
                         f"in the training file (labels: {', '.join(labels)}); fix the label or "
                         "add training examples with it")
-    return TaskData(task, Split("train", train_file, train), [Split("dev", dev_file, dev)],
-                    [Split("test", test_file, test)] if test_file else [], labels)
+    return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
+
+
+def _task_data(task, train, dev, test, labels) -> TaskData:
+    """TaskData from (file, examples) pairs; the test pair's file is None when there is none."""
+    return TaskData(task, Split("train", *train), [Split("dev", *dev)],
+                    [Split("test", *test)] if test[0] else [], labels)
 
 
 def _generic_names(split):
