@@ -2,9 +2,15 @@
 
     python scripts/export_saved_model.py --model_dir=out/small --export_dir=out/serving \
         --model_name=electra --kind=discriminator [--version=1]
+    python scripts/export_saved_model.py --model_dir=out/sst2 --export_dir=out/serving \
+        --model_name=sst2 --kind=task [--trial=best]
 
-Writes EXPORT_DIR/MODEL_NAME/VERSION/ (with warmup requests) and EXPORT_DIR/models.config;
-see BUILD.md for serving it with the official TF Serving image.
+--kind=discriminator, generator or encoder takes a pre-training model dir
+(run_pretraining.py's or convert_checkpoint.py's); --kind=task a fine-tuned model:
+run_finetuning.py's --model_dir (its trial with the best dev score unless --trial=K) or one
+of its trial_K dirs. Writes EXPORT_DIR/MODEL_NAME/VERSION/ (with warmup requests) and
+EXPORT_DIR/models.config; see BUILD.md for the signatures and for serving it with the
+official TF Serving image.
 """
 
 import os
@@ -17,11 +23,16 @@ from absl import flags  # noqa: E402
 
 from electra_tf.export import saved_model  # noqa: E402
 
-flags.DEFINE_string("model_dir", None, "A model dir (run_pretraining.py or "
-                    "convert_checkpoint.py wrote it).")
+flags.DEFINE_string("model_dir", None, "A pre-training model dir (run_pretraining.py or "
+                    "convert_checkpoint.py wrote it) or, with --kind=task, a fine-tuning "
+                    "output dir (run_finetuning.py's) or one of its trial_K dirs.")
 flags.DEFINE_string("export_dir", None, "Where EXPORT_DIR/MODEL_NAME/VERSION goes.")
 flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving.")
-flags.DEFINE_enum("kind", "discriminator", list(saved_model.KINDS), "Which network to serve.")
+flags.DEFINE_enum("kind", "discriminator", list(saved_model.KINDS), "Which network to serve "
+                  "(task: a fine-tuned model).")
+flags.DEFINE_string("trial", None, "--kind=task with a fine-tuning output dir: the trial to "
+                    "export, a number K (trial_K) or 'best' (default: the best dev score on "
+                    "the task's primary metric).")
 flags.DEFINE_integer("version", 1, "The version directory (TF Serving serves the highest).")
 flags.DEFINE_bool("overwrite", False, "Replace an existing version.")
 flags.DEFINE_string("vocab_file", None, "Override the vocab recorded in the model dir.")
@@ -32,8 +43,10 @@ flags.mark_flags_as_required(["model_dir", "export_dir"])
 def main(argv):
     del argv
     path = saved_model.export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.kind,
-                              FLAGS.version, FLAGS.vocab_file, FLAGS.top_k, FLAGS.overwrite)
-    print(f"exported the {FLAGS.kind} to {path}; TF Serving config: "
+                              FLAGS.version, FLAGS.vocab_file, FLAGS.top_k, FLAGS.overwrite,
+                              FLAGS.trial, log=print)
+    what = "fine-tuned model" if FLAGS.kind == "task" else FLAGS.kind
+    print(f"exported the {what} to {path}; TF Serving config: "
           f"{os.path.join(FLAGS.export_dir, saved_model.MODELS_CONFIG)}")
     return 0
 

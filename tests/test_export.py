@@ -1,9 +1,13 @@
-"""SavedModel export: each kind loaded in a fresh Python process, both signatures called and
-compared with each other and with the in-memory model; saved_model_cli's listing; the
-warmup records; models.config; the detector CLI; bad input."""
+"""SavedModel export: each kind (pre-trained networks and fine-tuned task models) loaded in
+a fresh Python process, both signatures called and compared with each other and with the
+in-memory model; saved_model_cli's listing; the warmup records; models.config; the
+detector CLI; bad input."""
 
+import csv
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -11,8 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, pretrain
+from conftest import FIXTURES, ROOT, UNCASED_VOCAB, pretrain
+from electra_tf import tokenization
 from electra_tf.errors import UserInputError
+from electra_tf.finetune import readers
 from electra_tf.export import saved_model
 from electra_tf.training.checkpoints import load_pretrainer
 
@@ -170,3 +176,332 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     assert not os.path.exists(tmp_path / "x")
     info = json.loads(open(os.path.join(model_dir, "model_info.json")).read())
     assert info["lower_case"] is True and os.path.isabs(info["vocab_file"])
+
+
+# ------------------------------------------------------------------------------ task models
+
+MOVIES = os.path.join(FIXTURES, "finetune", "movie_snippets.csv")
+L = 48  # the fine-tuning MAX_SEQ_LENGTH here
+# Every task export in one fresh interpreter (TensorFlow's start-up is the slow part): each
+# signature called with the inputs saved beside the export, every output saved.
+TASK_LOADER = """
+import json, sys, numpy as np, tensorflow as tf, tensorflow_text
+plain = lambda v: (np.char.decode(v.numpy().astype(bytes), "utf-8")
+                   if v.dtype == tf.string else v.numpy())
+for path, inputs, out in json.loads(sys.argv[1]):
+    model, given, outputs = tf.saved_model.load(path), np.load(inputs), {}
+    for name in ("serving_default", "predict_ids"):
+        args = {k.split("__")[1]: tf.constant(given[k]) for k in given.files
+                if k.startswith(name + "__")}
+        outputs.update({name + "__" + k: plain(v)
+                        for k, v in model.signatures[name](**args).items()})
+    np.savez(out, **outputs)
+"""
+LONG = " ".join(["remarkably"] * 30) + " and " + " ".join(["tedious"] * 30)
+
+
+def _movies():
+    with open(MOVIES, encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _finetune(task, out, models, bindings=(), num_trials=1, seed=0, **files):
+    """run_finetuning from a random encoder of conftest.SMALL's shape (initialised wide,
+    stddev 0.2, so that its outputs vary clearly with the input), a few steps; the
+    fine-tuned models, as trained and still in memory, go into `models` by trial dir."""
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.finetune import runner, tasks
+    from electra_tf.modeling.config import EncoderConfig
+    config = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=1, num_heads=1,
+                           intermediate_size=64, embedding_size=32, max_position_embeddings=128,
+                           initializer_range=0.2)
+    init = runner.Initialization(config, None, UNCASED_VOCAB, True, True, "random")
+    data = tasks.load(tasks.get_task(task), log=lambda *_: None, **files)
+    write = runner._write_trial
+
+    def keep(trial_dir, model, *args):
+        models[trial_dir] = model
+        write(trial_dir, model, *args)
+
+    gin_files.parse(["finetune/tiny.gin"], [f"MAX_SEQ_LENGTH = {L}", "TRAIN_BATCH_SIZE = 8",
+                                            "LEARNING_RATE = 1e-3",
+                                            "finetuning.max_train_steps = 3"] + list(bindings))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(runner, "_write_trial", keep)
+            return runner.run_finetuning(data, init, str(out), num_trials=num_trials,
+                                         seed=seed, log=lambda *_: None)
+    finally:
+        gin.clear_config()
+
+
+def _squad(path, rows, start):
+    """SQuAD 2.0 JSON from reviews: 'what is the first word?' (answer: the review's first
+    word) and an unanswerable question about the next review."""
+    data = []
+    for i, r in enumerate(rows):
+        first = re.match(r"\w+", r["text"]).group()
+        qas = [{"id": f"q{start + i}", "question": "What is the first word?",
+                "answers": [{"text": first, "answer_start": r["text"].index(first)}]},
+               {"id": f"n{start + i}", "question": rows[(i + 1) % len(rows)]["text"] + "?",
+                "answers": [], "is_impossible": True}]
+        data.append({"title": str(i), "paragraphs": [{"context": r["text"], "qas": qas}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+    return str(path)
+
+
+def _words(text):
+    return re.findall(r"\w+|[^\w\s]", text)
+
+
+@pytest.fixture(scope="module")
+def task_exports(tmp_path_factory):
+    """Four fine-tuned models (classification over 2 trials, sentence-pair regression,
+    tagging, SQuAD 2.0 QA) exported with --kind=task, and both signatures' outputs from a
+    fresh process on each one's inputs."""
+    from electra_tf.finetune import features, squad
+    root = tmp_path_factory.mktemp("tasks")
+    rows = _movies()
+    models, runs, jobs = {}, {}, []
+    train = root / "reviews.csv"
+    with open(train, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sentiment", "rating", "text", "other"])
+        writer.writerows((r["sentiment"], r["rating"], r["text"], rows[i + 1]["text"])
+                         for i, r in enumerate(rows[:32]))
+    files = dict(train_file=str(train), dev_file=str(train))
+    runs["classification"] = _finetune("classification", root / "classification", models,
+                                       num_trials=2, seed=3, label_column="sentiment", **files)
+    runs["pair"] = _finetune("regression", root / "pair", models, label_column="rating",
+                             text_b_column="other", **files)
+    conll = root / "tags.txt"
+    conll.write_text("\n\n".join("\n".join(f"{w} {'CAP' if w[0].isupper() else 'O'}"
+                                           for w in _words(r["text"])) for r in rows[:32]),
+                     encoding="utf-8")
+    runs["tagging"] = _finetune("tagging", root / "tagging", models, train_file=str(conll),
+                                dev_file=str(conll))
+    qa = _squad(root / "squad.json", rows[:16], 0)
+    runs["qa"] = _finetune("squad_v2", root / "qa", models, ["finetuning.max_query_length = 12"],
+                           train_file=qa, dev_file=qa)
+    tok = tokenization.Tokenizer(UNCASED_VOCAB)
+    texts = [rows[40]["text"], rows[41]["text"], LONG, "Ünïcödé, CJK 中文 and ligatures ﬁ.", ""]
+    pairs = [(rows[42]["text"], rows[43]["text"]), (LONG, "Short."), ("Short.", LONG),
+             (LONG, LONG + " again"), ("", "")]
+    sentences = [_words(rows[44]["text"]), ["Mr", "\u0301", "Darcy", "smiled", "."],
+                 ["Word"] * 60, ["ﬁne", "Ünïcödé", "中文"]]
+    questions = [("What is the first word?", rows[45]["text"]),
+                 (rows[46]["text"] + "? " + LONG, rows[47]["text"]),
+                 ("Who?", LONG), ("What is the first word?", "")]
+    example = lambda a, b=None: readers.Example(a, b, None, "0")  # noqa: E731
+    inputs = {
+        "classification": ({"text": texts}, features.encode_sentences(
+            tok, [example(t) for t in texts], L, runs["classification"]["labels"])),
+        "pair": ({"text": [a for a, _ in pairs], "text_b": [b for _, b in pairs]},
+                 features.encode_sentences(tok, [example(a, b) for a, b in pairs], L, None,
+                                           regression=True)),
+        "tagging": ({"text": [" ".join(s) for s in sentences]}, features.encode_tagging(
+            tok, [readers.TaggedSentence(s, None, "0") for s in sentences], L,
+            runs["tagging"]["labels"])),
+        "qa": ({"text": [q for q, _ in questions], "text_b": [c for _, c in questions]},
+               squad.encode(tok, [squad.QAExample(str(i), q, c, [], None, None, False)
+                                  for i, (q, c) in enumerate(questions)], L, 128, 12, False)),
+    }
+    lines = []
+    for name, (text, ids) in inputs.items():
+        if name == "tagging":
+            ids = ids[0]  # (features, word positions, words cut)
+        if name == "qa":  # (features, windows, _): serving answers from the first window
+            firsts = [[w["example"] for w in ids[1]].index(n) for n in range(len(questions))]
+            ids = {k: v[firsts] for k, v in ids[0].items()}
+        length = int(ids["input_mask"].sum(axis=1).max())  # as serving pads: to the longest
+        ids = {k: ids[k][:, :length] for k in ("input_ids", "input_mask", "segment_ids")}
+        np.savez(root / f"{name}.npz", **{f"serving_default__{k}": np.array(v)
+                                          for k, v in text.items()},
+                 **{f"predict_ids__{k}": v for k, v in ids.items()})
+        path = saved_model.export(str(root / name), str(root / "serving"), name, "task",
+                                  log=lines.append)
+        jobs.append((path, str(root / f"{name}.npz"), str(root / f"{name}.out.npz")))
+        inputs[name] = (text, ids, inputs[name][1])
+    subprocess.run([sys.executable, "-c", TASK_LOADER, json.dumps(jobs)], check=True,
+                   capture_output=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    outputs = {name: dict(np.load(out)) for name, (_, _, out) in zip(inputs, jobs)}
+    return dict(root=root, runs=runs, models=models, inputs=inputs, outputs=outputs,
+                lines=lines, paths={name: job[0] for name, job in zip(inputs, jobs)})
+
+
+def _expected(task_exports, name, trial=0):
+    """The in-memory fine-tuned model of `name`'s trial on the ids the test featurized."""
+    model = task_exports["models"][str(task_exports["root"] / name / f"trial_{trial}")]
+    ids = task_exports["inputs"][name][1]
+    return {k: v.numpy() for k, v in model({k: tf.constant(v) for k, v in ids.items()},
+                                           training=False).items()}
+
+
+def test_task_classification_best_trial_labels_and_signatures_agree(task_exports):
+    run, out = task_exports["runs"]["classification"], task_exports["outputs"]["classification"]
+    accuracies = [t["dev"]["accuracy"] for t in run["trials"]]
+    best = int(np.argmax(accuracies))  # the first of equals
+    assert task_exports["lines"][0] == (
+        f"classification: trial_{best} of {task_exports['root']}/"
+        f"classification, the best dev accuracy ({accuracies[best]:.4f}) of 2 trial(s)")
+    expected = _expected(task_exports, "classification", best)["logits"]
+    other = _expected(task_exports, "classification", 1 - best)["logits"]
+    assert not np.allclose(expected, other, atol=1e-3)  # the trials differ: the best one went
+    np.testing.assert_allclose(out["predict_ids__logits"], expected, atol=1e-5)
+    probabilities = tf.nn.softmax(expected).numpy()
+    np.testing.assert_allclose(out["serving_default__probabilities"], probabilities, atol=1e-5)
+    np.testing.assert_allclose(out["serving_default__probabilities"],
+                               tf.nn.softmax(out["predict_ids__logits"]).numpy(), atol=1e-6)
+    # The label strings of the training file, by the fine-tuning's label order.
+    assert run["labels"] == ["negative", "positive"]
+    np.testing.assert_array_equal(out["serving_default__label_id"],
+                                  np.argmax(probabilities, axis=-1))
+    assert out["serving_default__label"].tolist() == [
+        run["labels"][i] for i in out["serving_default__label_id"]]
+    assert out["serving_default__label_id"].dtype == np.int32
+
+
+def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):
+    out = task_exports["outputs"]["pair"]
+    ids = task_exports["inputs"]["pair"][1]
+    # The pairs longer than L were cut a piece at a time from the longer text.
+    assert ids["input_mask"].sum(axis=1).tolist()[1:4] == [L, L, L]
+    assert ids["segment_ids"].sum(axis=1).tolist()[1:4] == [3, (L - 3) - 2 + 1, (L - 3) // 2 + 1]
+    expected = _expected(task_exports, "pair")["logits"]
+    np.testing.assert_allclose(out["predict_ids__logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(out["serving_default__score"], expected[:, 0], atol=1e-5)
+    assert set(out) == {"serving_default__score", "predict_ids__logits"}
+
+
+def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
+    run, out = task_exports["runs"]["tagging"], task_exports["outputs"]["tagging"]
+    text, ids, (_, positions, cut) = task_exports["inputs"]["tagging"]
+    assert run["labels"] == ["CAP", "O"] and cut == 60 - (L - 2)  # whole words that fit
+    expected = _expected(task_exports, "tagging")["logits"]
+    mask = ids["input_mask"].astype(bool)
+    np.testing.assert_array_equal(out["serving_default__input_mask"], ids["input_mask"])
+    np.testing.assert_allclose(out["predict_ids__logits"][mask], expected[mask], atol=1e-5)
+    np.testing.assert_allclose(out["serving_default__tag_probabilities"][mask],
+                               tf.nn.softmax(expected).numpy()[mask], atol=1e-5)
+    tag_ids = np.argmax(expected, axis=-1)
+    np.testing.assert_array_equal(out["serving_default__tag_ids"][mask], tag_ids[mask])
+    labels = np.array(run["labels"])
+    np.testing.assert_array_equal(out["serving_default__tags"],
+                                  np.where(mask, labels[tag_ids], ""))
+    vocab = np.array(tokenization.load_vocab(UNCASED_VOCAB))
+    np.testing.assert_array_equal(out["serving_default__tokens"],
+                                  np.where(mask, vocab[ids["input_ids"]], ""))
+    for n, words in enumerate(w.split(" ") for w in text["text"]):
+        starts = np.nonzero(out["serving_default__word_start"][n])[0]
+        np.testing.assert_array_equal(starts, positions[n][positions[n] >= 0])
+        assert out["serving_default__words"][n][:len(words)].tolist() == words
+        assert out["serving_default__word_tags"][n][:len(words)].tolist() == [
+            labels[tag_ids[n, p]] if p >= 0 else "" for p in positions[n, :len(words)]]
+    assert vocab[ids["input_ids"][1, 2]] == "[UNK]"  # a word that normalises away
+
+
+def test_task_qa_question_context_answer_and_answerability(task_exports):
+    out = task_exports["outputs"]["qa"]
+    tok = tokenization.Tokenizer(UNCASED_VOCAB)
+    ids = task_exports["inputs"]["qa"][1]
+    expected = _expected(task_exports, "qa")
+    mask = ids["input_mask"].astype(bool)
+    assert ids["segment_ids"][1].tolist().index(1) == 12 + 2  # the question cut to 12 pieces
+    for key in ("start_logits", "end_logits"):
+        np.testing.assert_allclose(out[f"predict_ids__{key}"][mask], expected[key][mask],
+                                   atol=1e-5)
+        np.testing.assert_allclose(out[f"serving_default__{key}"][mask], expected[key][mask],
+                                   atol=1e-5)
+    np.testing.assert_allclose(out["predict_ids__answerable_logits"],
+                               expected["answerable_logits"], atol=1e-5)
+    probability = 1 / (1 + np.exp(-expected["answerable_logits"]))
+    np.testing.assert_allclose(out["serving_default__answerable_probability"], probability,
+                               atol=1e-5)
+    for n in range(len(ids["input_ids"])):
+        context = np.nonzero(ids["segment_ids"][n] * ids["input_mask"][n])[0][:-1]  # no [SEP]
+        best, span = -np.inf, (-1, -1)
+        for s in context:
+            for e in context[(context >= s) & (context < s + 30)]:
+                score = expected["start_logits"][n, s] + expected["end_logits"][n, e]
+                if score > best:
+                    best, span = score, (s, e)
+        if 1 - probability[n] > 0.5:
+            span = (-1, -1)
+        assert (out["serving_default__answer_start"][n],
+                out["serving_default__answer_end"][n]) == span
+        answer = tok.decode(ids["input_ids"][n, span[0]:span[1] + 1]) if span[0] >= 0 else ""
+        assert out["serving_default__answer"][n] == answer
+    assert out["serving_default__answer"][3] == ""  # no context: no answer
+
+
+def test_task_export_listing_warmup_config_and_trial_choice(task_exports):
+    path = task_exports["paths"]["qa"]
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    listing = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True,
+                             text=True, check=True).stdout
+    for expected in ("inputs['text'] tensor_info:\n        dtype: DT_STRING",
+                     "inputs['text_b'] tensor_info:\n        dtype: DT_STRING",
+                     "inputs['segment_ids'] tensor_info:\n        dtype: DT_INT32",
+                     "outputs['answer'] tensor_info:\n        dtype: DT_STRING",
+                     "outputs['answer_start'] tensor_info:\n        dtype: DT_INT32",
+                     "outputs['answerable_probability'] tensor_info:\n        dtype: DT_FLOAT",
+                     "outputs['answerable_logits'] tensor_info:\n        dtype: DT_FLOAT",
+                     "outputs['start_logits'] tensor_info:\n        dtype: DT_FLOAT"):
+        assert expected in listing, expected
+    from tensorflow_serving.apis import prediction_log_pb2
+    for name, inputs in (("qa", {"text", "text_b"}), ("tagging", {"text"})):
+        records = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in
+                   tf.data.TFRecordDataset(os.path.join(task_exports["paths"][name],
+                                                        "assets.extra", saved_model.WARMUP_FILE))]
+        assert [set(r.predict_log.request.inputs) for r in records] == [inputs, inputs]
+        assert [len(r.predict_log.request.inputs["text"].string_val) for r in records] == [1, 2]
+        assert {r.predict_log.request.model_spec.name for r in records} == {name}
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+    config = text_format.Parse((task_exports["root"] / "serving" / "models.config").read_text(),
+                               model_server_config_pb2.ModelServerConfig())
+    assert [c.name for c in config.model_config_list.config] == [
+        "classification", "pair", "tagging", "qa"]
+    # --trial=K, and a trial dir itself, export that trial.
+    source = str(task_exports["root"] / "classification")
+    for model_dir, trial in ((source, "1"), (os.path.join(source, "trial_1"), None)):
+        loaded = saved_model.load_finetuned(model_dir, trial)
+        assert loaded.trial_dir == os.path.join(source, "trial_1")
+        assert loaded.info["labels"] == ["negative", "positive"]
+
+
+def test_bad_task_exports_fail_with_one_clear_line(task_exports, model_dir, tmp_path):
+    source = str(task_exports["root"] / "classification")
+    with pytest.raises(UserInputError, match="is a pre-training model dir; --kind=task exports"):
+        saved_model.export(model_dir, str(tmp_path), "x", "task")
+    with pytest.raises(UserInputError, match=r"has no results.json or task_info.json; "
+                                             "--kind=task takes a run_finetuning.py"):
+        saved_model.export(str(tmp_path), str(tmp_path), "x", "task")
+    with pytest.raises(UserInputError, match=r"--trial=2 is not a trial of .* \(it has "
+                                             "trial_0 to trial_1\\)"):
+        saved_model.export(source, str(tmp_path), "x", "task", trial="2")
+    with pytest.raises(UserInputError, match="--trial=last is neither 'best' nor a trial"):
+        saved_model.export(source, str(tmp_path), "x", "task", trial="last")
+    with pytest.raises(UserInputError, match="is a single trial's dir; --trial picks"):
+        saved_model.export(os.path.join(source, "trial_0"), str(tmp_path), "x", "task",
+                           trial="1")
+    with pytest.raises(UserInputError, match="--trial picks a fine-tuned model; it does not "
+                                             "apply to --kind=encoder"):
+        saved_model.export(model_dir, str(tmp_path), "x", "encoder", trial="1")
+    unsaved = tmp_path / "unsaved"
+    shutil.copytree(os.path.join(source, "trial_0"), unsaved, ignore=shutil.ignore_patterns(
+        "model"))
+    with pytest.raises(UserInputError, match="holds no fine-tuned weights .*save_model = True"):
+        saved_model.export(str(unsaved), str(tmp_path), "x", "task")
+    assert sorted(os.listdir(tmp_path)) == ["unsaved"]  # nothing half-written
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "export_saved_model.py"),
+         f"--model_dir={source}", f"--export_dir={tmp_path}/x", "--kind=discriminator"],
+        capture_output=True, text=True)
+    assert process.returncode == 1
+    assert process.stderr.strip().splitlines() == [
+        f"error: {source} is a fine-tuning output dir; export its model with --kind=task "
+        "(--kind=discriminator takes a pre-training model dir)"]
+    assert not os.path.exists(tmp_path / "x")

@@ -5,26 +5,58 @@
                               assets.extra/tf_serving_warmup_requests}
        export_dir/models.config (a TF Serving model config listing the exported models)
 
-Signatures (`kind` picks the network):
+`kind` picks the network: "discriminator", "generator" or "encoder" of a pre-training
+model dir, or "task": the fine-tuned model of a run_finetuning.py output dir (by default
+its trial with the best dev score on the task's primary metric; `trial` picks another) or
+of one of its trial_K dirs.
 
-  serving_default  text: string [batch] -> tokenized with the model's own vocab and casing,
-                   "[MASK]" written in the text becomes the mask token, truncated to the
-                   trained length, [CLS] ... [SEP], padded to the batch's longest
+Signatures:
+
+  serving_default  text: string [batch] (and text_b: string [batch] for a pair task) ->
+                   tokenized with the model's own vocab and casing, truncated to the
+                   trained length as training truncated it, [CLS] A [SEP] (B [SEP]),
+                   padded to the batch's longest (L)
     discriminator  tokens string [b, L], replaced_probability float32 [b, L],
-                   input_mask int32 [b, L]
+                   input_mask int32 [b, L] ("[MASK]" written in the text becomes the mask
+                   token, for these three kinds)
     generator      tokens [b, L], input_mask [b, L], mask_positions int32 [b, M] (-1:
                    none), top_k_tokens string [b, M, k], top_k_probabilities float32 [b, M, k]
                    (M: the most [MASK]s in a text of the batch)
     encoder        tokens [b, L], input_mask [b, L], sequence_output float32 [b, L, H],
                    cls_output float32 [b, H]
+    task           classification: probabilities float32 [b, C], label_id int32 [b],
+                   label string [b] (the training file's label names)
+                   regression: score float32 [b]
+                   tagging (text: words separated by spaces; each word is tokenized on its
+                   own, and only whole words that fit are kept, as fine-tuning did):
+                   tokens string [b, L], input_mask, word_start int32 [b, L] (1 at each
+                   word's first piece, where its tag was trained), tag_probabilities
+                   float32 [b, L, C], tag_ids int32 [b, L], tags string [b, L] ("" at
+                   padding), words string [b, W], word_tags string [b, W] ("" for a
+                   word that did not fit)
+                   qa (text: the question, cut to max_query_length pieces; text_b: the
+                   context, cut to what fits, i.e. the first window): tokens, input_mask,
+                   start_logits, end_logits float32 [b, L], answer_start, answer_end int32
+                   [b] (the best span's first and last piece; -1: no answer), answer
+                   string [b] (its word pieces joined); with an answerability head (SQuAD
+                   2.0) also answerable_probability float32 [b], and no answer when
+                   1 - it exceeds the fine-tuning's no_answer_threshold
   predict_ids      input_ids, input_mask, segment_ids: int32 [b, L] ->
                    replaced_logits [b, L] | mlm_logits [b, L, V] | sequence_output [b, L, H]
+                   | task: logits [b, C] (regression [b, 1], tagging [b, L, C]) or
+                   start_logits, end_logits [b, L] (+ answerable_logits [b])
 
-`ServingModule` is the same computation in memory (the detector CLI uses it on a model dir).
+`ServingModule` and `TaskServingModule` are the same computations in memory (the detector
+CLI uses the first on a model dir).
 """
 
+import dataclasses
+import json
+import math
 import os
 
+import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -36,10 +68,56 @@ KINDS = ("discriminator", "generator", "encoder", "task")
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_TEXTS = ("The quick brown fox jumps over the lazy dog.",
                 "ELECTRA pre-trains text encoders as [MASK] rather than generators.")
+WARMUP_PAIRS = (("Who jumps over the lazy dog?", "The quick brown fox jumps over the lazy dog."),
+                ("What does ELECTRA train?", "ELECTRA pre-trains text encoders as "
+                 "discriminators rather than generators."))
 MODELS_CONFIG = "models.config"
+IDS_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name=name)
+                 for name in ("input_ids", "input_mask", "segment_ids")]
 
 
-class ServingModule(tf.Module):
+class _TextModule(tf.Module):
+    """What every export shares: the vocab (an asset of the SavedModel), in-graph
+    tokenization and packing, and the `predict_ids` signature over `_serve_ids`."""
+
+    def __init__(self, name: str, vocab_file: str, max_seq_length: int, lower_case: bool,
+                 strip_accents: bool, input_names=("text",)):
+        super().__init__(name=name)
+        self.max_seq_length, self.input_names = max_seq_length, tuple(input_names)
+        self._tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
+        self.vocab = tf.saved_model.Asset(vocab_file)
+        self.id_to_token = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(
+                self.vocab, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER, tf.string,
+                tf.lookup.TextFileIndex.WHOLE_LINE), default_value="")
+        self.predict_ids = tf.function(self._serve_ids, input_signature=IDS_SIGNATURE)
+
+    def pack(self, *segments):
+        """Word pieces of one or two segments, int32 ragged [b, (t)] each and already cut to
+        fit -> input_ids, input_mask, segment_ids int32 [b, L]: [CLS] A [SEP] (B [SEP]),
+        L the longest."""
+        tok = self._tokenizer
+        ids, segment_ids = tf_text.combine_segments(
+            list(segments), start_of_sequence_id=tok.cls_id, end_of_segment_id=tok.sep_id)
+        return (tf.cast(ids.to_tensor(), tf.int32),
+                tf.cast(tf.ones_like(ids).to_tensor(), tf.int32),
+                tf.cast(segment_ids.to_tensor(), tf.int32))
+
+    @staticmethod
+    def aligned(*values):
+        """Per-piece int32 values of the segments (ragged [b, (t)] each) laid out as `pack`
+        lays out their pieces -> int32 [b, L], 0 at [CLS], [SEP] and padding."""
+        out, _ = tf_text.combine_segments(list(values), start_of_sequence_id=0,
+                                          end_of_segment_id=0)
+        return tf.cast(out.to_tensor(), tf.int32)
+
+    def tokens(self, input_ids, input_mask):
+        """The word pieces of ids [b, L], "" at padding."""
+        tokens = self.id_to_token.lookup(tf.cast(input_ids, tf.int64))
+        return tf.where(input_mask > 0, tokens, "")
+
+
+class ServingModule(_TextModule):
     """The exported computation: a pretrainer's network behind raw-text and ids signatures.
 
     Args:
@@ -54,7 +132,6 @@ class ServingModule(tf.Module):
     def __init__(self, model: ElectraPretrainer, kind: str, vocab_file: str,
                  max_seq_length: int, lower_case: bool = True, strip_accents: bool = True,
                  top_k: int = 5):
-        super().__init__(name=f"electra_{kind}")
         if kind not in KINDS[:3]:
             raise UserInputError(f"--kind={kind} is not one of {', '.join(KINDS[:3])} for a "
                                  "pre-training model dir")
@@ -64,20 +141,11 @@ class ServingModule(tf.Module):
         if kind == "discriminator" and model.discriminator_predictions is None:
             raise UserInputError(f"objective {model.objective} trains no replaced-token head; "
                                  "use --kind=encoder")
+        super().__init__(f"electra_{kind}", vocab_file, max_seq_length, lower_case,
+                         strip_accents)
         self.model, self.kind, self.top_k = model, kind, top_k
-        self.max_seq_length = max_seq_length
-        self._tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
-        self.vocab = tf.saved_model.Asset(vocab_file)
-        self.id_to_token = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(
-                self.vocab, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER, tf.string,
-                tf.lookup.TextFileIndex.WHOLE_LINE), default_value="")
         self.serving_default = tf.function(
             self._serve_text, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-        self.predict_ids = tf.function(self._serve_ids, input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-            tf.TensorSpec([None, None], tf.int32, name="input_mask"),
-            tf.TensorSpec([None, None], tf.int32, name="segment_ids")])
 
     # -- text -> ids
 
@@ -93,17 +161,7 @@ class ServingModule(tf.Module):
             tf.cast(last, tf.int64))
         tokens = tf.RaggedTensor.from_row_splits(tf.concat([tokens, masks], axis=1),
                                                  pieces.row_splits).merge_dims(1, 2)
-        tokens = tokens[:, :self.max_seq_length - 2]
-        ids, segments = tf_text.combine_segments([tokens], start_of_sequence_id=tok.cls_id,
-                                                 end_of_segment_id=tok.sep_id)
-        input_ids = tf.cast(ids.to_tensor(), tf.int32)
-        input_mask = tf.cast(tf.ones_like(ids).to_tensor(), tf.int32)
-        return input_ids, input_mask, tf.cast(segments.to_tensor(), tf.int32)
-
-    def tokens(self, input_ids, input_mask):
-        """The word pieces of ids [b, L], "" at padding."""
-        tokens = self.id_to_token.lookup(tf.cast(input_ids, tf.int64))
-        return tf.where(input_mask > 0, tokens, "")
+        return self.pack(tokens[:, :self.max_seq_length - 2])
 
     # -- the networks
 
@@ -148,21 +206,251 @@ class ServingModule(tf.Module):
         return out
 
 
+# ------------------------------------------------------------------------------ task models
+
+
+class TaskServingModule(_TextModule):
+    """A fine-tuned task model behind raw-text and ids signatures (outputs: the module
+    docstring). Text is featurized as fine-tuning featurized it (finetune.features, squad).
+
+    Args:
+      model: the TaskModel.
+      info: its trial's task_info.json (kind, labels, max_seq_length, text_pair, casing,
+        and for QA max_query_length, max_answer_length, no_answer_threshold).
+      vocab_file: the vocab it was fine-tuned with (becomes an asset of the SavedModel).
+    """
+
+    def __init__(self, model, info: dict, vocab_file: str):
+        kind = info["kind"]
+        pair = kind == "qa" or info["text_pair"]
+        super().__init__(f"electra_{kind}", vocab_file, info["max_seq_length"],
+                         info["lower_case"], info["strip_accents"],
+                         ("text", "text_b") if pair else ("text",))
+        self.model, self.kind = model, kind
+        self.label_names = tuple(info.get("labels") or ())
+        self.max_query_length = info.get("max_query_length", 64)
+        self.max_answer_length = info.get("max_answer_length", 30)
+        self.no_answer_threshold = info.get("no_answer_threshold", 0.5)
+        strings = tf.TensorSpec([None], tf.string, name="text")
+        if pair:
+            self.serving_default = tf.function(self._serve_pair, input_signature=[
+                strings, tf.TensorSpec([None], tf.string, name="text_b")])
+        else:
+            self.serving_default = tf.function(self._serve_text, input_signature=[strings])
+
+    def _serve_ids(self, input_ids, input_mask, segment_ids):
+        return self.model({"input_ids": input_ids, "input_mask": input_mask,
+                           "segment_ids": segment_ids}, training=False)
+
+    def _serve_text(self, text):
+        if self.kind == "tagging":
+            return self._tagging(text)
+        return self._sentence([self._tokenizer.tokenize(text)[:, :self.max_seq_length - 2]])
+
+    def _serve_pair(self, text, text_b):
+        if self.kind == "qa":
+            return self._qa(text, text_b)
+        tokenize = self._tokenizer.tokenize
+        # BERT's pair truncation (a piece at a time from the longer; features._pack).
+        return self._sentence(tf_text.RoundRobinTrimmer(self.max_seq_length - 3).trim(
+            [tokenize(text), tokenize(text_b)]))
+
+    def _sentence(self, segments):
+        logits = self._serve_ids(*self.pack(*segments))["logits"]  # [b, C]
+        if self.kind == "regression":
+            return {"score": logits[:, 0]}
+        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {"probabilities": tf.nn.softmax(logits), "label_id": label_id,
+                "label": tf.gather(tf.constant(self.label_names), label_id)}
+
+    def _tagging(self, text):
+        tok = self._tokenizer
+        words = tf.strings.split(text)                                   # [b, (w)]
+        pieces = tok.tokenize(words.flat_values)                        # [W, (p)]
+        # A word that normalises away is one [UNK] (features.encode_tagging).
+        empty = tf.cast(tf.equal(pieces.row_lengths(), 0), tf.int64)
+        pieces = tf.concat([pieces, tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(empty)], tf.constant(tok.unk_id, tf.int32)), empty)], axis=1)
+        first = tf.cast(tf.equal(tf.ragged.range(pieces.row_lengths()), 0), tf.int32)
+        # The words that fit whole between [CLS] and [SEP]: a prefix of each text's words.
+        ends = tf.cumsum(pieces.row_lengths())                           # [W]
+        before = tf.gather(tf.concat([tf.zeros([1], tf.int64), ends], 0), words.row_splits)
+        fits = ends - tf.gather(before, words.value_rowids()) <= self.max_seq_length - 2
+        fits = tf.RaggedTensor.from_row_splits(fits, words.row_splits)  # [b, (w)]
+        input_ids, input_mask, segment_ids = self.pack(_kept(pieces, fits))
+        word_start = self.aligned(_kept(first, fits))                   # [b, L]
+        logits = self._serve_ids(input_ids, input_mask, segment_ids)["logits"]  # [b, L, C]
+        tag_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        tags = tf.where(input_mask > 0, tf.gather(tf.constant(self.label_names), tag_ids), "")
+        words = words.to_tensor(default_value="")                       # [b, W]
+        word_tags = tf.ragged.boolean_mask(tags, word_start > 0).to_tensor(
+            default_value="", shape=tf.shape(words, out_type=tf.int64))
+        return {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
+                "word_start": word_start, "tag_probabilities": tf.nn.softmax(logits),
+                "tag_ids": tag_ids, "tags": tags, "words": words, "word_tags": word_tags}
+
+    def _qa(self, question, context):
+        tok = self._tokenizer
+        # [CLS] question [SEP] context [SEP]: the question cut to max_query_length pieces,
+        # the context to what is left (squad.encode's first window).
+        query, pieces = tf_text.WaterfallTrimmer(self.max_seq_length - 3).trim(
+            [tok.tokenize(question)[:, :self.max_query_length], tok.tokenize(context)])
+        input_ids, input_mask, segment_ids = self.pack(query, pieces)
+        in_context = self.aligned(tf.zeros_like(query), tf.ones_like(pieces)) > 0  # [b, L]
+        out = self._serve_ids(input_ids, input_mask, segment_ids)
+        start, end = out["start_logits"], out["end_logits"]              # [b, L]
+        # The best span over every (start, end) pair: inside the context, end >= start, at
+        # most max_answer_length pieces; score start + end logit (squad.decode's rule).
+        length = tf.shape(input_ids)[1]
+        i = tf.range(length)
+        span = (i[None, :] >= i[:, None]) & (i[None, :] - i[:, None] < self.max_answer_length)
+        allowed = in_context[:, :, None] & in_context[:, None, :] & span[None]
+        scores = tf.where(allowed, start[:, :, None] + end[:, None, :], -np.inf)
+        best = tf.argmax(tf.reshape(scores, [tf.shape(input_ids)[0], -1]), axis=-1,
+                         output_type=tf.int32)
+        answered = tf.reduce_any(in_context, axis=1)
+        result = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
+                  "start_logits": start, "end_logits": end}
+        if "answerable_logits" in out:
+            probability = tf.sigmoid(out["answerable_logits"])
+            result["answerable_probability"] = probability
+            answered &= 1.0 - probability <= self.no_answer_threshold
+        first = tf.where(answered, best // length, -1)
+        last = tf.where(answered, best % length, -1)
+        inside = (i[None] >= first[:, None]) & (i[None] <= last[:, None])
+        text = tf.strings.reduce_join(tf.where(inside, result["tokens"], ""), axis=1,
+                                      separator=" ")
+        text = tf.strings.regex_replace(tf.strings.strip(tf.strings.regex_replace(
+            text, " +", " ")), " ##", "")
+        result.update(answer_start=first, answer_end=last, answer=text)
+        return result
+
+
+def _kept(per_word, keep):
+    """Values per word piece [W, (p)] of the words `keep` [b, (w)] marks -> [b, (t)]."""
+    return tf.ragged.boolean_mask(keep.with_values(per_word), keep).merge_dims(1, 2)
+
+
+@dataclasses.dataclass
+class FinetunedModel:
+    """A fine-tuned task model restored from a trial dir, and what it was trained on."""
+    model: keras.Model
+    info: dict
+    trial_dir: str
+    vocab_file: str
+    note: str  # which trial, and why
+
+
+def load_finetuned(model_dir: str, trial: str | int | None = None,
+                   vocab_file: str | None = None) -> FinetunedModel:
+    """The task model of a run_finetuning.py output dir or of one of its trial_K dirs, with
+    its fine-tuned weights (float32).
+
+    Of an output dir, `trial` picks trial_K (a number), or None / "best": the trial with the
+    best dev score on the task's primary metric (results.json's `metric`; the first of
+    equals). The best dev trial is the one to serve; results.json's median stays the number
+    to report. Raises UserInputError naming what is missing or does not fit.
+    """
+    from electra_tf.finetune.models import TaskModel
+    from electra_tf.finetune.runner import TASK_INFO
+    from electra_tf.modeling.config import EncoderConfig
+    trial_dir, note = _pick_trial(model_dir, trial)
+    with tf.io.gfile.GFile(os.path.join(trial_dir, TASK_INFO)) as f:
+        info = json.load(f)
+    checkpoint = os.path.join(trial_dir, "model", "ckpt")
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise UserInputError(f"{trial_dir} holds no fine-tuned weights (model/ckpt); "
+                             "fine-tune with finetuning.save_model = True to export it")
+    vocab_file = vocab_file or info["vocab_file"]
+    if not vocab_file or not tf.io.gfile.exists(vocab_file):
+        raise UserInputError(f"the vocab of {trial_dir} ({vocab_file}) is not there; pass "
+                             "--vocab_file with the vocab the model was fine-tuned with")
+    if "text_pair" not in info:  # written before it was recorded: only GLUE's is known
+        from electra_tf.finetune.tasks import TASKS
+        glue = getattr(TASKS.get(info["task"]), "glue", None)
+        info["text_pair"] = info["kind"] == "qa" or bool(glue and glue.text_b is not None)
+    config = EncoderConfig(**info["encoder"])
+    size = len(tokenization.load_vocab(vocab_file))
+    if size != config.vocab_size:
+        raise UserInputError(f"{vocab_file} has {size} tokens but {trial_dir} was fine-tuned "
+                             f"with {config.vocab_size}; pass the model's vocab")
+    policy = keras.mixed_precision.dtype_policy()
+    try:
+        keras.mixed_precision.set_dtype_policy("float32")
+        model = TaskModel(config, info["head"], info["num_outputs"],
+                          answerability=info["answerability"])
+    finally:
+        keras.mixed_precision.set_dtype_policy(policy)
+    try:
+        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
+        ).assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise UserInputError(f"{checkpoint} does not fit the model its {TASK_INFO} describes "
+                             f"({str(e).splitlines()[0][:160]})") from None
+    return FinetunedModel(model, info, trial_dir, vocab_file, note)
+
+
+def _pick_trial(model_dir: str, trial) -> tuple[str, str]:
+    """(the trial dir, a note saying which) of a fine-tuning output dir or a trial dir."""
+    from electra_tf.finetune.runner import RESULTS, TASK_INFO
+    from electra_tf.training.pretraining import OPERATIVE_CONFIG
+    if tf.io.gfile.exists(os.path.join(model_dir, TASK_INFO)):
+        if trial not in (None, "best"):
+            raise UserInputError(f"{model_dir} is a single trial's dir; --trial picks among "
+                                 "the trials of a fine-tuning output dir (pass its parent)")
+        return model_dir, model_dir
+    if not tf.io.gfile.exists(os.path.join(model_dir, RESULTS)):
+        if tf.io.gfile.exists(os.path.join(model_dir, OPERATIVE_CONFIG)):
+            raise UserInputError(f"{model_dir} is a pre-training model dir; --kind=task exports "
+                                 "a fine-tuned model (scripts/run_finetuning.py writes those)")
+        raise UserInputError(f"{model_dir} has no {RESULTS} or {TASK_INFO}; --kind=task takes "
+                             "a run_finetuning.py --model_dir or one of its trial_K dirs")
+    with tf.io.gfile.GFile(os.path.join(model_dir, RESULTS)) as f:
+        results = json.load(f)
+    trials, metric = results["trials"], results["metric"]
+    if trial in (None, "best"):
+        scores = [t["dev"].get(metric, math.nan) for t in trials]
+        k = max(range(len(trials)),
+                key=lambda i: (scores[i] if math.isfinite(scores[i]) else -math.inf, -i))
+        note = (f"trial_{k} of {model_dir}, the best dev {metric} ({scores[k]:.4f}) of "
+                f"{len(trials)} trial(s)")
+    else:
+        try:
+            k = int(trial)
+        except ValueError:
+            raise UserInputError(f"--trial={trial} is neither 'best' nor a trial number") from None
+        if not 0 <= k < len(trials):
+            raise UserInputError(f"--trial={k} is not a trial of {model_dir} (it has trial_0 "
+                                 f"to trial_{len(trials) - 1})")
+        note = f"trial_{k} of {model_dir}"
+    return os.path.join(model_dir, f"trial_{k}"), note
+
+
+# ------------------------------------------------------------------------------ export
+
+
 def export(model_dir: str, export_dir: str, model_name: str = "electra",
            kind: str = "discriminator", version: int = 1, vocab_file: str | None = None,
-           top_k: int = 5, overwrite: bool = False) -> str:
-    """Exports a model dir's network as a TF Serving SavedModel; returns its directory.
+           top_k: int = 5, overwrite: bool = False, trial: str | int | None = None,
+           log=lambda *_: None) -> str:
+    """Exports a model dir's network (or, kind "task", a fine-tuned model: see
+    `load_finetuned` for `trial`) as a TF Serving SavedModel; returns its directory.
 
     The SavedModel is written under a temporary name and renamed into place, so a failed
     export leaves nothing at export_dir/model_name/version. Also adds (or updates) the
     model in export_dir/models.config.
     """
+    from electra_tf.finetune.runner import RESULTS, TASK_INFO
     from electra_tf.training.checkpoints import load_pretrainer
     if kind not in KINDS:
         raise UserInputError(f"--kind={kind} is not one of {', '.join(KINDS)}")
-    if kind == "task":
-        raise UserInputError(f"{model_dir} is a pre-training model dir; --kind=task exports a "
-                             "fine-tuned model (scripts/run_finetuning.py writes those)")
+    if kind != "task" and any(tf.io.gfile.exists(os.path.join(model_dir, name))
+                              for name in (RESULTS, TASK_INFO)):
+        raise UserInputError(f"{model_dir} is a fine-tuning output dir; export its model with "
+                             f"--kind=task (--kind={kind} takes a pre-training model dir)")
+    if kind != "task" and trial is not None:
+        raise UserInputError(f"--trial picks a fine-tuned model; it does not apply to "
+                             f"--kind={kind}")
     if version < 1:
         raise UserInputError(f"--version={version} must be a positive integer (TF Serving "
                              "serves the highest)")
@@ -170,16 +458,22 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     if tf.io.gfile.exists(target) and not overwrite:
         raise UserInputError(f"{target} exists; pass --version={version + 1} (TF Serving "
                              "serves the highest version) or --overwrite")
-    loaded = load_pretrainer(model_dir, vocab_file)
-    module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
-                           loaded.lower_case, loaded.strip_accents, top_k)
+    if kind == "task":
+        loaded = load_finetuned(model_dir, trial, vocab_file)
+        task, task_kind = loaded.info["task"], loaded.info["kind"]
+        log(f"{task if task == task_kind else f'{task} ({task_kind})'}: {loaded.note}")
+        module = TaskServingModule(loaded.model, loaded.info, loaded.vocab_file)
+    else:
+        loaded = load_pretrainer(model_dir, vocab_file)
+        module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
+                               loaded.lower_case, loaded.strip_accents, top_k)
     temporary = os.path.join(export_dir, model_name, f".tmp-{version}-{os.getpid()}")
     if tf.io.gfile.exists(temporary):
         tf.io.gfile.rmtree(temporary)
     try:
         tf.saved_model.save(module, temporary, signatures={
             "serving_default": module.serving_default, "predict_ids": module.predict_ids})
-        _write_warmup(os.path.join(temporary, "assets.extra"), model_name)
+        _write_warmup(os.path.join(temporary, "assets.extra"), model_name, module.input_names)
         if tf.io.gfile.exists(target):
             tf.io.gfile.rmtree(target)
         tf.io.gfile.rename(temporary, target)
@@ -190,17 +484,20 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     return target
 
 
-def _write_warmup(directory: str, model_name: str):
+def _write_warmup(directory: str, model_name: str, input_names=("text",)):
     """assets.extra/tf_serving_warmup_requests: PredictionLog records TF Serving replays at
     load time (batch sizes 1 and 2), so the first real request is not the slow one."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+    examples = WARMUP_PAIRS if len(input_names) == 2 else [(t,) for t in WARMUP_TEXTS]
     tf.io.gfile.makedirs(directory)
     with tf.io.TFRecordWriter(os.path.join(directory, WARMUP_FILE)) as writer:
-        for texts in (WARMUP_TEXTS[:1], WARMUP_TEXTS):
+        for batch in (examples[:1], examples):
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(name=model_name,
                                                signature_name="serving_default"))
-            request.inputs["text"].CopyFrom(tf.make_tensor_proto(list(texts), dtype=tf.string))
+            for n, name in enumerate(input_names):
+                request.inputs[name].CopyFrom(
+                    tf.make_tensor_proto([example[n] for example in batch], dtype=tf.string))
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())

@@ -189,10 +189,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                         for s in adapter.test_splits}
         trial_dir = os.path.join(model_dir, f"trial_{trial}")
         _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
-                     max_seq_length, trial_seed, dict(n_best_size=n_best_size,
-                                                      max_answer_length=max_answer_length,
-                                                      no_answer_threshold=no_answer_threshold),
-                     save_model)
+                     max_seq_length, max_query_length, trial_seed,
+                     dict(n_best_size=n_best_size, max_answer_length=max_answer_length,
+                          no_answer_threshold=no_answer_threshold), save_model)
         trials.append({"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                        "seconds": round(time.time() - started, 1)})
         log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
@@ -540,7 +539,7 @@ def _write_text(path: str, text: str):
 
 
 def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
-                 max_seq_length, seed, decode_options, save_model):
+                 max_seq_length, max_query_length, seed, decode_options, save_model):
     partial = trial_dir + ".partial"
     if tf.io.gfile.exists(partial):
         tf.io.gfile.rmtree(partial)
@@ -552,6 +551,10 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_da
             "labels": task_data.labels, "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
+            # What export (--kind=task) needs to feed raw text as training did.
+            "text_pair": task_data.task.kind == "qa" or any(
+                getattr(e, "text_b", None) is not None for e in task_data.train.examples),
+            "max_query_length": max_query_length, **decode_options,
             "lower_case": init.lower_case, "strip_accents": init.strip_accents,
             "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source}
     _write_text(os.path.join(partial, TASK_INFO), json.dumps(info, indent=2))
