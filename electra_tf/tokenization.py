@@ -28,7 +28,6 @@ import os
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from electra_tf.errors import UserInputError
 
@@ -76,6 +75,14 @@ def vocab_sha256(vocab_file: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _tf_text():
+    """tensorflow_text, imported on first use: reading and training on pre-built TFRecords
+    never tokenizes, so the pre-training and fine-tuning loops run without it."""
+    import tensorflow_text  # pylint: disable=import-outside-toplevel
+
+    return tensorflow_text
+
+
 def normalize(texts: tf.Tensor, lower_case: bool, strip_accents: bool) -> tf.Tensor:
     """BERT's text normalisation as string ops. texts: string [...] -> string [...]."""
     texts = tf.strings.regex_replace(texts, _WHITESPACE_CONTROLS, " ")
@@ -86,7 +93,7 @@ def normalize(texts: tf.Tensor, lower_case: bool, strip_accents: bool) -> tf.Ten
         texts = tf.strings.regex_replace(texts, "Σ", "σ")
         texts = tf.strings.lower(texts, encoding="utf-8")
     if strip_accents:
-        texts = tf_text.normalize_utf8(texts, "NFD")
+        texts = _tf_text().normalize_utf8(texts, "NFD")
         texts = tf.strings.regex_replace(texts, _NONSPACING_MARKS, "")
     return texts
 
@@ -114,7 +121,7 @@ class Tokenizer:
         self._ids = {token: i for i, token in enumerate(self.vocab)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self._ids[t] for t in SPECIAL_TOKENS)
-        self._wordpiece = tf_text.FastBertTokenizer(
+        self._wordpiece = _tf_text().FastBertTokenizer(
             vocab=self.vocab,
             suffix_indicator=SUFFIX_INDICATOR,
             max_bytes_per_word=MAX_BYTES_PER_WORD,
