@@ -1,6 +1,7 @@
-"""Pre-training step throughput on CPU: examples/s of one ELECTRA train step (generator MLM,
-sampling, discriminator, both losses, backward, AdamW update) at seq 128, ours against
-transformers' PyTorch ELECTRA and TF Model Garden's ELECTRA, measured in the same run.
+"""Pre-training step throughput on CPU or a GPU: examples/s (and MFU on a GPU) of one
+ELECTRA train step (generator MLM, sampling, discriminator, both losses, backward, AdamW
+update) at seq 128, ours against transformers' PyTorch ELECTRA and TF Model Garden's
+ELECTRA, measured in the same run.
 
     .venv/bin/python benchmarks/model_step.py --sizes=small     # about 10 minutes
     .venv/bin/python benchmarks/model_step.py                   # small and base (base: far longer)
@@ -77,6 +78,14 @@ flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timed run, wait up to t
 flags.DEFINE_bool("torch_full_mlm_logits", False, "PyTorch: compute the generator's MLM logits "
                   "at all L positions (ElectraForMaskedLM.forward) instead of the N masked "
                   "ones.")
+flags.DEFINE_enum("precision", "float32", ["float32", "mixed_bfloat16", "mixed_float16"],
+                  "Ours: the Keras dtype policy (mixed_float16 with loss scaling); PyTorch: "
+                  "autocast to the same 16-bit type (float16 with a GradScaler). Model Garden "
+                  "runs in float32 only.")
+flags.DEFINE_bool("run_jit_compile", False, "ours_run: compile the step with XLA "
+                  "(pretraining.jit_compile).")
+flags.DEFINE_integer("run_loop_steps", 0, "ours_run: steps per loop (one timed run); 0: "
+                     "about 20 s each on a 2-core CPU (RUN_LOOP_STEPS).")
 flags.DEFINE_integer("seed", 0, "Seed of the random batch and of the models' initialisation.")
 flags.DEFINE_string("results_name", "model_step", "benchmarks/results/<name>.{json,md}.")
 # Internal: the parent runs each implementation as `--worker=NAME` in a subprocess.
@@ -137,12 +146,16 @@ def build_ours(batch: dict, size: str, jit_compile: bool):
     from electra_tf.modeling.pretrainer import ElectraPretrainer
 
     keras.utils.set_random_seed(FLAGS.seed)
+    keras.mixed_precision.set_global_policy(FLAGS.precision)
     discriminator, generator = shapes(size)
     model = ElectraPretrainer(discriminator, generator, objective="electra",
                               sharing="embeddings", seed=FLAGS.seed)
     variables = model.trainable_variables
     optimizer = keras.optimizers.AdamW(LEARNING_RATE, weight_decay=WEIGHT_DECAY,
                                        epsilon=ADAM_EPSILON)
+    scaled = FLAGS.precision == "mixed_float16"
+    if scaled:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(variables)
     batch = {k: tf.constant(v) for k, v in batch.items()}
 
@@ -151,7 +164,8 @@ def build_ours(batch: dict, size: str, jit_compile: bool):
         with tf.GradientTape() as tape:
             out = model(batch, step=step, training=True)
             loss = out["loss"]
-        grads = tape.gradient(loss, variables)
+            scaled_loss = optimizer.scale_loss(loss) if scaled else loss
+        grads = tape.gradient(scaled_loss, variables)
         optimizer.apply_gradients(zip(grads, variables))
         return loss
 
@@ -159,7 +173,17 @@ def build_ours(batch: dict, size: str, jit_compile: bool):
         return train_step(batch, tf.constant(i, tf.int32))
 
     return step, {"parameters": sum(int(v.shape.num_elements()) for v in variables),
+                  "device": _tf_device(),
                   "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
+
+
+def _tf_device() -> str:
+    """The accelerator TensorFlow runs on (a GPU's name), or "cpu"."""
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "cpu"
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
 
 def build_model_garden(batch: dict, size: str):
@@ -242,6 +266,14 @@ def build_pytorch(batch: dict, size: str):
 
     torch.set_num_threads(os.cpu_count())
     torch.manual_seed(FLAGS.seed)
+    # The GPU when there is one (as TensorFlow picks it), with TF32 matmuls in float32 as
+    # TensorFlow's default has them.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    half = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(
+        FLAGS.precision)
+    scaler = torch.amp.GradScaler(device, enabled=half is torch.float16)
     discriminator, generator = shapes(size)
 
     def hf_config(c):
@@ -261,13 +293,13 @@ def build_pytorch(batch: dict, size: str):
     # discriminator's embedding block, and its LM head projects onto the same table.
     gen.electra.embeddings = disc.electra.embeddings
     gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
-    gen.train()
-    disc.train()
+    gen.to(device).train()
+    disc.to(device).train()
     params = list({id(p): p for m in (gen, disc) for p in m.parameters()}.values())
     optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY,
                                   eps=ADAM_EPSILON)
 
-    t = {k: torch.from_numpy(v) for k, v in batch.items()}
+    t = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
     input_ids, input_mask = t["input_ids"].long(), t["input_mask"].long()
     segment_ids, positions = t["segment_ids"].long(), t["masked_lm_positions"].long()
     ids, weights = t["masked_lm_ids"].long(), t["masked_lm_weights"]
@@ -280,6 +312,14 @@ def build_pytorch(batch: dict, size: str):
 
     def train_step(i):
         optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=half or torch.float32, enabled=half is not None):
+            loss = forward()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()
+
+    def forward():
         if full_logits:
             logits = gen(input_ids, attention_mask=input_mask,
                          token_type_ids=segment_ids).logits                     # [B, L, V]
@@ -293,7 +333,7 @@ def build_pytorch(batch: dict, size: str):
                                  reduction="none").view_as(weights)
         mlm = (losses * weights).sum() / (weights.sum() + 1e-6)
         with torch.no_grad():
-            uniform = torch.rand_like(logits).clamp_(min=1e-9)
+            uniform = torch.rand_like(logits, dtype=torch.float32).clamp_(min=1e-9)
             sampled = torch.argmax(logits - torch.log(-torch.log(uniform)), -1)  # [B, N]
             fake = original.scatter(1, positions,
                                     torch.where(real, sampled, original.gather(1, positions)))
@@ -302,13 +342,11 @@ def build_pytorch(batch: dict, size: str):
                            token_type_ids=segment_ids).logits                   # [B, L]
         disc_losses = F.binary_cross_entropy_with_logits(disc_logits, labels, reduction="none")
         disc_loss = (disc_losses * mask_f).sum() / (mask_f.sum() + 1e-6)
-        loss = mlm + DISCRIMINATOR_WEIGHT * disc_loss
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return mlm + DISCRIMINATOR_WEIGHT * disc_loss
 
     return train_step, {"parameters": sum(p.numel() for p in params),
                         "torch_threads": torch.get_num_threads(),
+                        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
                         "versions": {"torch": torch.__version__,
                                      "transformers": transformers.__version__}}
 
@@ -336,7 +374,7 @@ def run_ours_full(size: str, batch_size: int) -> dict:
         build_pretraining_data(os.path.join(common.REPO, "data", "corpus", "*.txt.gz"), vocab,
                                data_dir, max_seq_length=FLAGS.seq_length, show_progress=False,
                                log=lambda *_: None)
-    loop_steps = RUN_LOOP_STEPS.get(size, FLAGS.steps)
+    loop_steps = FLAGS.run_loop_steps or RUN_LOOP_STEPS.get(size, FLAGS.steps)
     loops = 1 + 2 * FLAGS.repeats  # the first traces; spares replace noisy loops
     marks = [(time.perf_counter(), common.busy_cpu_seconds(), common.own_cpu_seconds(), None)]
 
@@ -350,14 +388,17 @@ def run_ours_full(size: str, batch_size: int) -> dict:
         f"TRAIN_BATCH_SIZE = {batch_size}", f"MAX_SEQ_LENGTH = {FLAGS.seq_length}",
         f"NUM_TRAIN_STEPS = {loops * loop_steps}", f"STEPS_PER_LOOP = {loop_steps}",
         "CHECKPOINT_EVERY = 1000000000", "WARMUP_STEPS = 1",
-        f"pretraining.max_predictions_per_seq = {FLAGS.max_predictions}"])
+        f"pretraining.max_predictions_per_seq = {FLAGS.max_predictions}",
+        f"pretraining.precision = '{FLAGS.precision}'",
+        f"pretraining.jit_compile = {FLAGS.run_jit_compile}"])
     with tempfile.TemporaryDirectory(prefix="ours_run_") as model_dir:
         start = time.perf_counter()
         result = pretraining.run_pretraining(model_dir, os.path.join(data_dir, "*.tfrecord"),
                                              seed=FLAGS.seed, log=log)
         total_s = time.perf_counter() - start
         with open(os.path.join(model_dir, "model_info.json")) as f:
-            parameters = json.load(f)["trainable_params"]
+            model_info = json.load(f)
+        parameters = model_info["trainable_params"]
     gin.clear_config()
     runs, discarded = [], []
     for (t0, busy0, own0, _), (t1, busy1, own1, rate) in zip(marks[1:], marks[2:]):
@@ -369,7 +410,8 @@ def run_ours_full(size: str, batch_size: int) -> dict:
     return {"runs": runs, "discarded_attempts": len(discarded),
             "first_loop_s": marks[1][0] - marks[0][0], "total_s": total_s,
             "last_loss": result["train"]["loss/total"], "loop_steps": loop_steps,
-            "parameters": parameters}
+            "parameters": parameters, "device": model_info.get("device") or "cpu",
+            "run_mfu": result["train"].get("throughput/mfu")}
 
 
 def _package_version(name: str):
@@ -455,7 +497,8 @@ def run_worker() -> int:
 def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | None:
     result_file = os.path.join(workdir, f"{name}_{size}.json")
     passed = ("warmup_steps", "steps", "min_seconds", "repeats", "max_wait_quiet_s",
-              "torch_full_mlm_logits", "seed", "max_predictions", "seq_length")
+              "torch_full_mlm_logits", "seed", "max_predictions", "seq_length", "precision",
+              "run_jit_compile", "run_loop_steps")
     command = [sys.executable, os.path.abspath(__file__), f"--worker={name}",
                f"--worker_size={size}", f"--batch_file={batch_file}",
                f"--result_file={result_file}"]
@@ -474,6 +517,22 @@ def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | Non
         return None
     with open(result_file) as f:
         return json.load(f)
+
+
+def _mfu(result: dict) -> float | None:
+    """Model FLOPs utilisation of a result: achieved hardware FLOP/s over the device's peak
+    at the precision it ran in; None on CPUs (no peak known)."""
+    from electra_tf.modeling import flops
+    device = result.get("device") or "cpu"
+    precision = "float32" if result["name"] == "model_garden" else FLAGS.precision
+    peak = None if device == "cpu" else flops.peak_flops_per_second(device, precision)
+    if not peak:
+        return None
+    discriminator, generator = shapes(result["size"])
+    per_example = flops.train_flops_per_example(
+        discriminator, generator, FLAGS.seq_length, "electra",
+        max_predictions=FLAGS.max_predictions, backward_multiplier=2.0)
+    return result["examples_per_s"] * per_example / peak
 
 
 def _run_info() -> dict:
@@ -500,6 +559,10 @@ def main(argv):
         print(f"error: unknown --sizes/--frameworks entries {unknown}; sizes are "
               f"{', '.join(SIZES)} and frameworks {', '.join(FRAMEWORKS)}", file=sys.stderr)
         return 1
+    if FLAGS.precision != "float32" and "model_garden" in FLAGS.frameworks:
+        print(f"error: --precision={FLAGS.precision} is not implemented for model_garden; "
+              "leave it out of --frameworks or use --precision=float32", file=sys.stderr)
+        return 1
     results, failed = [], []
     with tempfile.TemporaryDirectory(prefix="model_step_") as workdir:
         batch = make_batch(FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions,
@@ -521,6 +584,8 @@ def main(argv):
                       f"{r['parameters']:,} parameters; other processes "
                       f"{r['other_cores_during']:.2f} cores)", flush=True)
 
+    for r in results:
+        r["mfu"] = _mfu(r)
     ratios = []
     for size in FLAGS.sizes:
         by_name = {r["name"]: r for r in results if r["size"] == size}
@@ -532,13 +597,14 @@ def main(argv):
                                    "ratio": ratio, "goal": GOALS[base],
                                    "met": ratio >= GOALS[base]})
 
-    rows = [[r["size"], r["label"], f"{r['examples_per_s']:.2f}", f"{r['ms_per_step']:,.0f}",
+    rows = [[r["size"], r["label"], f"{r['examples_per_s']:.2f}", f"{r['ms_per_step']:,.1f}",
              ", ".join(f"{x:.2f}" for x in r["all_examples_per_s"]),
+             "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
              f"{r['parameters'] / 1e6:.2f}M", f"{r['first_loss']:.2f}",
              f"{r['first_step_s']:.0f}", f"{r['other_cores_during']:.2f}"] for r in results]
     table = common.markdown_table(
-        ["size", "implementation", "examples/s", "ms/step", "runs (examples/s)", "parameters",
-         "first loss", "first step (s)", "other processes (cores)"], rows)
+        ["size", "implementation", "examples/s", "ms/step", "runs (examples/s)", "MFU",
+         "parameters", "first loss", "first step (s)", "other processes (cores)"], rows)
     ratio_rows = [[x["size"], LABELS[x["ours"]], LABELS[x["baseline"]], f"{x['ratio']:.2f}x",
                    f">= {x['goal']}x", "met" if x["met"] else "not met"] for x in ratios]
     ratio_table = common.markdown_table(["size", "ours", "against", "ratio", "goal", ""],
@@ -573,7 +639,8 @@ def main(argv):
         notes.insert(2, "`ours (full run)` is the whole training run (run_pretraining with the "
                      "size's gin file): the tf.data pipeline reading and masking the Austen "
                      "corpus's TFRecords, the step with clipping and metrics, orbit's loop; "
-                     f"each timed run is one loop of {RUN_LOOP_STEPS} steps (the first loop, "
+                     "each timed run is one loop of "
+                     f"{FLAGS.run_loop_steps or RUN_LOOP_STEPS} steps (the first loop, "
                      "which traces, is left out). The peers are timed on their bare step over "
                      "one batch in memory, without any input pipeline.")
     if failed:
@@ -583,16 +650,23 @@ def main(argv):
         notes.append("electra_tf had uncommitted changes (" + ", ".join(
             f"`{x}`" for x in info["electra_tf_uncommitted"]) + "): the figures are of the "
             f"working tree, not of commit {info['git_commit']} alone.")
-    title = ("End-to-end pre-training throughput on CPU (ours vs PyTorch vs Model Garden)"
+    devices = sorted({r.get("device") or "cpu" for r in results}) or ["cpu"]
+    where = " and ".join("CPU" if d == "cpu" else d for d in devices)
+    notes.insert(0, f"Precision {FLAGS.precision} (ours: Keras policy; PyTorch: autocast"
+                 "; Model Garden: float32). MFU = examples/s x the step's hardware FLOPs per "
+                 "example (electra_tf.modeling.flops, backward = 2 x forward) / the device's "
+                 "peak dense FLOP/s for that precision (flops.PEAK_FLOPS; float32 counts TF32 "
+                 "tensor cores, TensorFlow's default); '-' where the peak is unknown (CPUs).")
+    title = (f"End-to-end pre-training throughput on {where} (ours vs PyTorch vs Model Garden)"
              if "ours_run" in FLAGS.frameworks else
-             "Pre-training train-step throughput on CPU (ours vs PyTorch vs Model Garden)")
+             f"Pre-training train-step throughput on {where} (ours vs PyTorch vs Model Garden)")
     record = {
         "title": title,
         "run": info,
         "settings": {f: FLAGS[f].value for f in (
             "sizes", "frameworks", "batch_size", "seq_length", "max_predictions",
             "warmup_steps", "steps", "min_seconds", "repeats", "torch_full_mlm_logits",
-            "seed")},
+            "seed", "precision", "run_jit_compile", "run_loop_steps")},
         "results": results, "ratios": ratios, "failed": failed,
     }
     body = (table + "\n\n" + ratio_table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
