@@ -6,7 +6,8 @@
 Corpus: the GCIDE dictionary (Debian package `dict-gcide`), fetched with `apt-get download`
 into benchmarks/.cache/ on first use and cleaned to plain text in benchmarks/.cache/gcide.txt:
 one dictionary entry per document (blank line between entries), one definition paragraph
-per line, dictd wrapping, pronunciations, source tags ([1913 Webster]) and {} markup removed.
+per line, dictd wrapping, pronunciations, source tags ([1913 Webster]) and {} markup removed
+(benchmarks/corpora.py, shared with the study's corpus).
 
 Reference (measured in the same run): the official builder's algorithm in one process -
 transformers' slow (pure-Python) `BertTokenizer` tokenizing every line, our `ExampleBuilder`
@@ -29,12 +30,9 @@ redone if other processes used CPU during it (their load is recorded).
 Results: benchmarks/results/build_data.{json,md}.
 """
 
-import gzip
 import os
-import re
 import resource
 import shutil
-import subprocess
 import sys
 import time
 
@@ -46,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
+from corpora import prepare_gcide  # noqa: E402
 
 flags.DEFINE_string("vocab_file", os.path.join(common.REPO, "data/vocab/bert_uncased.txt"),
                     "WordPiece vocab.")
@@ -62,83 +61,11 @@ flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timing, wait up to this
                    "other processes to leave the CPUs idle (the machine is shared).")
 FLAGS = flags.FLAGS
 
-GCIDE_TXT = os.path.join(common.CACHE_DIR, "gcide.txt")
 PREFIX_TXT = os.path.join(common.CACHE_DIR, "gcide_prefix.txt")
 WORK_DIR = os.path.join(common.CACHE_DIR, "build_data")
 SEED = 12345
 
 # ------------------------------------------------------------------ corpus preparation
-
-_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_PRONUNCIATION = re.compile(r"\\[^\\\n]*\\")
-# A parenthesised pronunciation after the headword: holds accent codes or syllable marks.
-_PRONUNCIATION_PAREN = re.compile(r" ?\((?=[^()]*(?:\[[^\]\s]{1,4}\]|[*\"`]))[^()]*\)")
-_ACCENT = re.compile(r"\[[=.\-^~\"'`,]?([A-Za-z]{1,2})[=.\-^~\"'`,]?\]")
-_ENTITIES = {"[imac]": "\u012b", "[eth]": "\u00f0", "[thorn]": "\u00fe", "[deg]": "\u00b0",
-             "[sect]": "\u00a7", "[root]": "\u221a", "[yogh]": "\u021d", "[beta]": "\u03b2",
-             "[aum]": "\u00e4"}
-_SOURCE_LINE = re.compile(r"^\s*\[[^\]]*\]\s*$")
-_SPACES = re.compile(r"\s+")
-_SPACE_BEFORE_PUNCT = re.compile(r" +([,.;:])")
-
-
-def _b64(text: str) -> int:
-    value = 0
-    for c in text:
-        value = value * 64 + _B64.index(c)
-    return value
-
-
-def _clean_entry(text: str) -> list[str]:
-    paragraphs = []
-    for paragraph in re.split(r"\n\s*\n", text):
-        lines = [l for l in paragraph.split("\n") if l.strip() and not _SOURCE_LINE.match(l)]
-        if not lines:
-            continue
-        p = _PRONUNCIATION.sub("", " ".join(lines))
-        if not paragraphs:
-            p = _PRONUNCIATION_PAREN.sub("", p, count=1)
-        for code, char in _ENTITIES.items():
-            p = p.replace(code, char)
-        p = _ACCENT.sub(r"\1", p).replace("{", "").replace("}", "")
-        p = _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", p).strip())
-        if p:
-            paragraphs.append(p)
-    return paragraphs
-
-
-def prepare_gcide() -> str:
-    """Downloads dict-gcide (once) and writes the cleaned corpus; returns its path."""
-    if os.path.exists(GCIDE_TXT):
-        return GCIDE_TXT
-    deb_dir = os.path.join(common.CACHE_DIR, "deb")
-    os.makedirs(deb_dir, exist_ok=True)
-    dict_dz = os.path.join(deb_dir, "x/usr/share/dictd/gcide.dict.dz")
-    if not os.path.exists(dict_dz):
-        debs = [n for n in os.listdir(deb_dir) if n.startswith("dict-gcide_")]
-        if not debs:
-            subprocess.run(["apt-get", "download", "dict-gcide"], cwd=deb_dir, check=True)
-            debs = [n for n in os.listdir(deb_dir) if n.startswith("dict-gcide_")]
-        subprocess.run(["dpkg-deb", "-x", os.path.join(deb_dir, debs[0]),
-                        os.path.join(deb_dir, "x")], check=True)
-    with gzip.open(dict_dz) as f:  # dictzip is gzip with an extra header field
-        data = f.read()
-    spans = {}
-    with open(dict_dz.replace(".dict.dz", ".index"), encoding="utf-8") as f:
-        for line in f:
-            word, offset, length = line.rstrip("\n").split("\t")
-            if not word.startswith("00-"):  # database info and licence header
-                spans[_b64(offset)] = _b64(length)  # several headwords share an entry
-    documents = []
-    for offset in sorted(spans):
-        paragraphs = _clean_entry(data[offset:offset + spans[offset]].decode("utf-8", "replace"))
-        if paragraphs:
-            documents.append("\n".join(paragraphs))
-    tmp = GCIDE_TXT + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n\n".join(documents) + "\n")
-    os.replace(tmp, GCIDE_TXT)
-    return GCIDE_TXT
 
 
 def write_prefix(path: str, nbytes: int) -> str:

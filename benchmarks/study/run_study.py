@@ -1,0 +1,854 @@
+"""The paper's central claims at small scale: ELECTRA vs masked-LM pre-training at equal
+compute, the efficiency ablations, weight sharing, generator size and training algorithms,
+each configuration pre-trained with the same FLOPs budget and fine-tuned over several seeds.
+
+    .venv/bin/python benchmarks/study/make_corpus.py     # the 61 MB corpus (else done first)
+    .venv/bin/python benchmarks/study/run_study.py --scale=cpu        # about 3.2 hours here
+    .venv/bin/python benchmarks/study/run_study.py --scale=cpu --plan  # steps and FLOPs only
+    .venv/bin/python benchmarks/study/run_study.py --scale=cpu --estimate=60  # time 60 steps
+    .venv/bin/python benchmarks/study/run_study.py --scale=cpu --configs=electra,mlm,random_init
+
+Scales (`--scale`; the flags below override parts of them):
+- `toy`: CI's test of this runner (tests/test_study.py, about a minute): a 1-layer, hidden-64
+  model at seq 32 on one Austen novel, 2 seeds on 32 / 16 sentences of the committed
+  movie-review fixture, two jobs at a time in worker processes, tf.functions run eagerly
+  (a handful of steps cost less than tracing them). Its numbers mean nothing; its results
+  go to --work_dir, not benchmarks/results/.
+- `cpu`: the grid on this project's 2-core machine. tiny.gin (2 layers, hidden 128, FFN 512,
+  embeddings 128, generator 1/4, BERT uncased vocab) at seq 64, batch 32, LR 1e-4, warmup
+  300 (benchmarks/finetune_study.py's settings, which keep the discriminator from
+  collapsing), on the 61 MB Debian corpus (216,468 packed examples); a budget of 2.2e14
+  FLOPs per configuration: ELECTRA 3,021 steps (97k examples, under half an epoch), BERT
+  5,461, All-Tokens MLM 2,081, two-stage 4,573 (`--plan` prints them all); checkpoints at
+  about every quarter of the ELECTRA and BERT runs; 5 seeds on 4,000 training / 2,000 dev
+  movie-review sentences (finetune/tiny.gin: LR 3e-4, layer-wise decay 0.8, 3 epochs; seq
+  64). Measured here with --estimate=60 (the 2 cores shared with other work at times):
+  pre-training 9-12 minutes per configuration (All-Tokens MLM 23: its softmax over the
+  vocabulary at every position), 2.3 h in all; fine-tuning 29 s per trial, 95 trials (19
+  models x 5 seeds) 46 min; about 3.2 h with each job's start-up.
+- `small`: ELECTRA-Small (small.gin: 12 layers, hidden 256, seq 128, batch 128, LR 5e-4,
+  10k warmup) with a budget of 1/8 of the paper's ELECTRA-Small run (1.6e17 FLOPs: 124k
+  ELECTRA steps of its 1M) per configuration, checkpoints at quarters, finetune/small.gin,
+  5 seeds on 8,000 / 2,000 sentences. On one GPU, one command:
+
+      .venv/bin/python benchmarks/study/run_study.py --scale=small \
+          --pretrain_bindings="pretraining.precision='mixed_bfloat16'" \
+          --pretrain_bindings=pretraining.jit_compile=True
+
+  (on a TPU VM add --strategy=tpu --tpu=local; on several GPUs --strategy=mirrored;
+  --corpus='gs://bucket/text/*.txt.gz' for a larger corpus: the 61 MB one is read ~150
+  times at this budget; --flops_budget to scale it). Not run here. At the 4,045 examples/s
+  of ELECTRA-Small measured on an H100 with these bindings (benchmarks/results/gpu_h100.md)
+  ELECTRA's run takes about 65 minutes (plus minutes of XLA compilation), so the 12 runs
+  about 12-15 hours and the fine-tuning an hour or two more.
+
+The grid (CONFIGS; each is gin files from gin/ablations/ and bindings over the scale's
+size file), and the studies it answers (GROUPS; a configuration serves several):
+- ELECTRA vs BERT at equal compute (paper Figure 1): `electra` and `mlm`, each checkpoint
+  along the run fine-tuned (`--curve_points`), plotted against its pre-training FLOPs;
+- the efficiency ablations (Table 5): electra, all_tokens_mlm, replace_mlm, electra_15, mlm;
+- weight sharing (Sec. 3.1, generator as large as the discriminator, as in the paper):
+  sharing_none, generator_1 (embeddings shared), sharing_all;
+- generator size (Figure 3 left): generator_1_8, electra (1/4), generator_1_2, generator_1;
+- training algorithms (Figure 3 right): electra (joint), two_stage, adversarial, and
+  generator_1 (joint with two-stage's generator size);
+- and `random_init`: the same discriminator, not pre-trained (0 FLOPs).
+
+Equal compute: the budget is in the official counting of the FLOPs estimator
+(electra_tf.modeling.flops, what model_info.json reports as train_flops_per_example:
+backward = forward, dense embedding lookups). Each configuration trains
+round(budget / (FLOPs per example x batch)) steps, so its FLOPs equal the budget within
+half a step's. Two-stage training is charged its two stages (the generator alone, then the
+discriminator with the frozen generator's forward pass), with the estimator's pieces;
+adversarial training what the estimator charges the joint algorithm (its policy-gradient
+update of the generator costs about what the masked-LM update does).
+
+Everything is done by the project's scripts (build_pretraining_data.py,
+run_pretraining.py, run_finetuning.py), as subprocesses, with the commands recorded; with
+`--in_process` (the toy scale's default) the same jobs run in this process through the
+library calls those scripts make (TensorFlow starts once), the commands recorded the same.
+Reruns skip what is done: a pre-training run whose final checkpoint exists is not started
+again (an interrupted one resumes from its last checkpoint), a fine-tuning dir with
+results.json is reused; a job dir holding another command is an error (use another
+--work_dir). Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
+study_small.* (`small`); the labelled data: the VADER movie-review snippets
+(benchmarks/corpora.py; fetched with `pip download`).
+"""
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+
+STUDY_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(STUDY_DIR)))
+sys.path.insert(0, os.path.dirname(STUDY_DIR))
+sys.path.insert(0, STUDY_DIR)
+
+from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
+from absl import flags  # noqa: E402
+
+import common  # noqa: E402
+import corpora  # noqa: E402
+from electra_tf.errors import UserInputError  # noqa: E402
+
+# ------------------------------------------------------------------ the grid
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One pre-training configuration: gin files (after the scale's size file) and bindings."""
+    name: str
+    title: str
+    gin_files: tuple[str, ...] = ()
+    bindings: tuple[str, ...] = ()
+
+
+_SAME_SIZE = ("pretrainer.generator_hidden_fraction=1.0",)
+CONFIGS = {c.name: c for c in (
+    Config("electra", "ELECTRA (generator 1/4, embeddings shared, joint)"),
+    Config("mlm", "BERT: masked LM, no generator", ("ablations/mlm.gin",)),
+    Config("electra_15", "ELECTRA 15%: discriminator loss on masked positions only",
+           ("ablations/electra_15.gin",)),
+    Config("replace_mlm", "Replace MLM: predict originals at generator-replaced positions",
+           ("ablations/replace_mlm.gin",)),
+    Config("all_tokens_mlm", "All-Tokens MLM: predict every token, copy mechanism",
+           ("ablations/all_tokens_mlm.gin",)),
+    Config("generator_1_8", "ELECTRA, generator 1/8",
+           bindings=("pretrainer.generator_hidden_fraction=0.125",)),
+    Config("generator_1_2", "ELECTRA, generator 1/2", ("ablations/generator_half.gin",)),
+    Config("generator_1", "ELECTRA, generator 1/1 (embeddings shared)", bindings=_SAME_SIZE),
+    Config("sharing_none", "ELECTRA, generator 1/1, nothing shared",
+           ("ablations/sharing_none.gin",), _SAME_SIZE),
+    Config("sharing_all", "ELECTRA, generator 1/1, all weights shared",
+           ("ablations/sharing_all.gin",)),
+    Config("two_stage", "ELECTRA, generator 1/1, two-stage training",
+           ("ablations/two_stage.gin",)),
+    Config("adversarial", "ELECTRA, generator 1/4 trained adversarially (REINFORCE)",
+           ("ablations/adversarial.gin",)),
+)}
+RANDOM_INIT = "random_init"
+
+# study -> (title, [(config, label)]): the table's and the bar charts' grouping.
+GROUPS = {
+    "objective": ("Efficiency ablations (paper Table 5)", [
+        ("electra", "ELECTRA"), ("all_tokens_mlm", "All-Tokens MLM"),
+        ("replace_mlm", "Replace MLM"), ("electra_15", "ELECTRA 15%"), ("mlm", "BERT")]),
+    "sharing": ("Weight sharing, generator 1/1 (paper Sec. 3.1)", [
+        ("sharing_none", "none"), ("generator_1", "embeddings"), ("sharing_all", "all")]),
+    "generator_size": ("Generator size (paper Figure 3 left)", [
+        ("generator_1_8", "1/8"), ("electra", "1/4"), ("generator_1_2", "1/2"),
+        ("generator_1", "1/1")]),
+    "algorithm": ("Training algorithm (paper Figure 3 right)", [
+        ("electra", "joint"), ("adversarial", "adversarial"), ("generator_1", "joint, gen. 1/1"),
+        ("two_stage", "two-stage, gen. 1/1")]),
+}
+CURVE_CONFIGS = ("electra", "mlm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """Everything that differs between the toy, CPU and ELECTRA-Small runs of the grid."""
+    size_gin: str
+    bindings: tuple[str, ...]     # over the size file, for every configuration
+    seq_length: int
+    batch_size: int
+    flops_budget: float           # pre-training FLOPs of each configuration
+    curve_points: int             # checkpoints fine-tuned along the CURVE_CONFIGS runs
+    steps_per_loop: int
+    corpus: str                   # comma-separated globs; "debian": make_corpus.py's output
+    build_workers: int | None     # None: the builder's default
+    labelled_data: str            # "vader" or a CSV with a `text` column
+    label_column: str
+    num_train: int
+    num_dev: int
+    num_trials: int
+    finetune_gin: str
+    finetune_bindings: tuple[str, ...]
+    in_process: bool
+    jobs: int                     # jobs at a time
+    # In-process jobs run their tf.functions eagerly: for a handful of steps that costs
+    # half of tracing them (toy only: the real grids run as the scripts do).
+    eager: bool = False
+
+
+SCALES = {
+    "toy": Scale(
+        size_gin="tiny.gin",
+        bindings=("pretrainer.num_layers=1", "pretrainer.hidden_size=64",
+                  "pretrainer.num_heads=1", "pretrainer.intermediate_size=256",
+                  "pretrainer.embedding_size=64", "WARMUP_STEPS=2"),
+        seq_length=32, batch_size=4, flops_budget=1.3e10, curve_points=2, steps_per_loop=2,
+        corpus="data/corpus/persuasion.txt.gz", build_workers=1,
+        labelled_data="tests/fixtures/finetune/movie_snippets.csv", label_column="sentiment",
+        num_train=32, num_dev=16, num_trials=2, finetune_gin="finetune/tiny.gin",
+        finetune_bindings=("MAX_SEQ_LENGTH=32", "TRAIN_BATCH_SIZE=16", "NUM_EPOCHS=1",
+                           "finetuning.eval_batch_size=16"),
+        in_process=True, jobs=2, eager=True),
+    "cpu": Scale(
+        size_gin="tiny.gin", bindings=("LEARNING_RATE=1e-4", "WARMUP_STEPS=300"),
+        seq_length=64, batch_size=32, flops_budget=2.2e14, curve_points=4,
+        steps_per_loop=100, corpus="debian", build_workers=2, labelled_data="vader",
+        label_column="label", num_train=4000, num_dev=2000, num_trials=5,
+        finetune_gin="finetune/tiny.gin", finetune_bindings=("MAX_SEQ_LENGTH=64",),
+        in_process=False, jobs=1),
+    "small": Scale(
+        size_gin="small.gin", bindings=(), seq_length=128, batch_size=128,
+        flops_budget=1.6e17, curve_points=4, steps_per_loop=500, corpus="debian",
+        build_workers=None, labelled_data="vader", label_column="label", num_train=8000,
+        num_dev=2000, num_trials=5, finetune_gin="finetune/small.gin",
+        finetune_bindings=("MAX_SEQ_LENGTH=128",), in_process=False, jobs=1),
+}
+
+flags.DEFINE_enum("scale", "cpu", list(SCALES), "Preset: toy (CI), cpu (this 2-core "
+                  "machine, a few hours), small (ELECTRA-Small, a GPU or TPU).")
+flags.DEFINE_list("configs", None, f"Configurations to run (default: all): "
+                  f"{', '.join(CONFIGS)}, {RANDOM_INIT}.")
+flags.DEFINE_float("flops_budget", None, "Pre-training FLOPs per configuration (official "
+                   "counting); default: the scale's.")
+flags.DEFINE_integer("curve_points", None, "Checkpoints fine-tuned along the ELECTRA and "
+                     "MLM runs; default: the scale's.")
+flags.DEFINE_integer("num_trials", None, "Fine-tuning seeds; default: the scale's.")
+flags.DEFINE_string("corpus", None, "Pre-training text (comma-separated globs); default: "
+                    "the scale's ('debian': make_corpus.py's output, built if missing).")
+flags.DEFINE_string("labelled_data", None, "'vader' (the movie-review snippets) or a CSV "
+                    "with a `text` and a --label_column column; default: the scale's.")
+flags.DEFINE_string("label_column", None, "The CSV's label column; default: the scale's.")
+flags.DEFINE_multi_string("pretrain_bindings", [], "More gin bindings for every "
+                          "pre-training run, e.g. \"pretraining.precision='mixed_bfloat16'\".")
+flags.DEFINE_string("strategy", "default", "run_pretraining.py's --strategy.")
+flags.DEFINE_string("tpu", None, "run_pretraining.py's --tpu.")
+flags.DEFINE_string("work_dir", None, "Data, model dirs and fine-tuning runs (reruns reuse "
+                    "them); default: benchmarks/.cache/study/<scale>.")
+flags.DEFINE_string("results_dir", None, "Where study.{json,md} and the plots go; default: "
+                    "benchmarks/results/ (toy: --work_dir).")
+flags.DEFINE_bool("in_process", None, "Run the jobs in this process instead of as "
+                  "subprocesses (default: the scale's; toy: yes).")
+flags.DEFINE_integer("jobs", None, "Jobs run at a time (default: the scale's; toy: 2, in "
+                     "two worker processes).")
+flags.DEFINE_bool("plan", False, "Print each configuration's steps and FLOPs, and exit.")
+flags.DEFINE_integer("estimate", 0, "Time this many pre-training steps of every "
+                     "configuration and one fine-tuning trial, print the projected "
+                     "duration of the study, and exit (0: off).")
+FLAGS = flags.FLAGS
+
+VOCAB = "data/vocab/bert_uncased.txt"
+JOB_RECORD = "study_job.json"
+
+
+# ------------------------------------------------------------------ jobs
+
+
+@dataclasses.dataclass
+class Job:
+    """One run of a project script: its flags, in order (a name may repeat). The command line
+    and the in-process call are both made from these."""
+    script: str
+    flags: list[tuple[str, str]]
+
+    def command(self) -> list[str]:
+        return [sys.executable, self.script] + [f"--{k}={v}" if v != "" else f"--{k}"
+                                                for k, v in self.flags]
+
+    def values(self, name: str) -> list[str]:
+        return [v for k, v in self.flags if k == name]
+
+    def value(self, name: str, default=None):
+        values = self.values(name)
+        return values[-1] if values else default
+
+
+def _pretrain(job: Job):
+    from electra_tf import gin_files
+    from electra_tf.training import pretraining
+    gin_files.parse(job.values("gin_file"), job.values("gin_bindings"))
+    pretraining.run_pretraining(job.value("model_dir"), job.value("train_data"),
+                                strategy=job.value("strategy", "default"),
+                                tpu=job.value("tpu"), seed=int(job.value("seed", 0)))
+
+
+def _finetune(job: Job):
+    from electra_tf import gin_files
+    from electra_tf.finetune import runner, tasks
+    from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
+    data = tasks.load(tasks.get_task(job.value("task")), train_file=job.value("train_file"),
+                      dev_file=job.value("dev_file"), label_column=job.value("label_column"))
+    init = runner.load_initialization(job.value("init_checkpoint"),
+                                      random_init=job.value("random_init") == "")
+    gin_files.parse(job.values("gin_file"), job.values("gin_bindings"))
+    runner.run_finetuning(data, init, job.value("model_dir"),
+                          num_trials=int(job.value("num_trials")), seed=int(job.value("seed")))
+
+
+def _build_data(job: Job):
+    from electra_tf.data import writer
+    writer.build_pretraining_data(
+        job.value("input").split(","), job.value("vocab_file"), job.value("output_dir"),
+        max_seq_length=int(job.value("max_seq_length")),
+        num_workers=int(job.value("num_workers")) if job.value("num_workers") else None,
+        show_progress=False)
+
+
+# script -> (the library calls the script makes, the flags they read).
+IN_PROCESS = {
+    "scripts/run_pretraining.py": (_pretrain, {"gin_file", "gin_bindings", "model_dir",
+                                               "train_data", "strategy", "tpu", "seed"}),
+    "scripts/run_finetuning.py": (_finetune, {"task", "init_checkpoint", "model_dir",
+                                              "train_file", "dev_file", "label_column",
+                                              "num_trials", "seed", "gin_file",
+                                              "gin_bindings", "random_init"}),
+    "scripts/build_pretraining_data.py": (_build_data, {"input", "vocab_file", "output_dir",
+                                                        "max_seq_length", "num_workers",
+                                                        "progress"}),
+}
+
+
+def _start_worker(threads: int, eager: bool):
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    tf.config.run_functions_eagerly(eager)
+    from electra_tf.finetune import runner  # noqa: F401
+    from electra_tf.training import optimization, pretraining  # noqa: F401
+
+
+def execute(job: Job, in_process: bool) -> float:
+    """Runs a job here (in_process) or as a subprocess; returns its seconds."""
+    started = time.time()
+    if in_process:
+        function, known = IN_PROCESS[job.script]
+        unknown = {k for k, _ in job.flags} - known
+        assert not unknown, f"{job.script}: no in-process handling of {unknown}"
+        function(job)
+    else:
+        import subprocess
+        if subprocess.run(job.command(), cwd=common.REPO).returncode:
+            raise UserInputError(f"this command failed (its output is above): "
+                             f"{common.shown(job.command())}")
+    return time.time() - started
+
+
+class Runner:
+    """Runs jobs (as subprocesses or in this process; `jobs` at a time), skips finished
+    ones, records every command in order."""
+
+    def __init__(self, in_process: bool, jobs: int = 1, eager: bool = False):
+        self.in_process, self.jobs, self.eager = in_process, jobs, eager
+        self.commands: list[str] = []
+        self._pool = None
+
+    def run(self, job: Job, job_dir: str, done) -> float:
+        return self.run_all([(job, job_dir, done, None)])[0]
+
+    def run_all(self, items) -> list[float]:
+        """items: (job, job_dir, done, after): done() is true when an earlier run finished
+        the job; `after` is the index of an earlier item the job needs, or None. Returns
+        each job's seconds (kept in job_dir/study_job.json and reused when the job is
+        skipped; an interrupted run's seconds are added to its resumption's)."""
+        todo, seconds = {}, []
+        for i, (job, job_dir, done, after) in enumerate(items):
+            shown = common.shown(job.command())
+            self.commands.append(shown)
+            record_path = os.path.join(job_dir, JOB_RECORD)
+            record = _read_json(record_path) if os.path.exists(record_path) else {}
+            if record and record["command"] != shown:
+                raise UserInputError(f"{job_dir} holds a run of another command "
+                                 f"({record['command']}); delete it or pass another --work_dir")
+            seconds.append(record.get("seconds", 0.0))
+            if not done():
+                _write_json(record_path, {"command": shown, **record})
+                todo[i] = (job, record_path, after)
+
+        def finished(i, path, took):
+            seconds[i] = round(seconds[i] + took, 1)
+            _write_json(path, {**_read_json(path), "seconds": seconds[i]})
+
+        if self.jobs == 1 or len(todo) < 2:
+            if todo and self.in_process and self.eager:
+                import tensorflow as tf
+                tf.config.run_functions_eagerly(True)
+            for i, (job, path, _) in todo.items():  # items come after what they need
+                print("$ " + self.commands[i], flush=True)
+                finished(i, path, execute(job, self.in_process))
+            return seconds
+        import concurrent.futures
+        unfinished, running = set(todo), {}
+        while todo or running:
+            for i in [i for i, (_, _, after) in todo.items() if after not in unfinished]:
+                job, path, _ = todo.pop(i)
+                print("$ " + self.commands[i], flush=True)
+                running[self._executor().submit(execute, job, self.in_process)] = (i, path)
+            completed, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in completed:
+                i, path = running.pop(future)
+                finished(i, path, future.result())
+                unfinished.discard(i)
+        return seconds
+
+    def _executor(self):
+        if self._pool is None:
+            import concurrent.futures
+            import multiprocessing
+            if self.in_process:
+                # Worker processes (spawned: TensorFlow does not survive a fork), each with
+                # its share of the cores, starting TensorFlow once; started right away so
+                # that their start-up overlaps the planning.
+                threads = max(1, (os.cpu_count() or 1) // self.jobs)
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_start_worker, initargs=(threads, self.eager))
+                for _ in range(self.jobs):
+                    self._pool.submit(time.sleep, 0.1)
+            else:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.jobs)
+        return self._pool
+
+    def start(self):
+        """Starts the worker processes (when jobs run in parallel, in process)."""
+        if self.jobs > 1 and self.in_process:
+            self._executor()
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+def _write_json(path: str, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+# ------------------------------------------------------------------ FLOPs and steps
+
+
+def pretraining_gin(scale: Scale, config: Config) -> tuple[list[str], list[str]]:
+    """(gin files, bindings) of a configuration's pre-training run, without the run's
+    length and checkpointing."""
+    bindings = [*scale.bindings, f"MAX_SEQ_LENGTH={scale.seq_length}",
+                f"TRAIN_BATCH_SIZE={scale.batch_size}", *config.bindings,
+                *FLAGS.pretrain_bindings]
+    return [scale.size_gin, *config.gin_files], bindings
+
+
+def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
+    """The configuration's shapes and training FLOPs per example: what model_info.json
+    will report (`reported_flops_per_example`; the pretrainer is built from the same gin,
+    not trained), and what the budget is charged (`train_flops_per_example`: the same,
+    except for two-stage training, see two_stage_flops_per_example)."""
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.data import masking
+    from electra_tf.modeling import factory
+    from electra_tf.training import optimization, pretraining  # noqa: F401  (registers gin)
+    files, bindings = pretraining_gin(scale, config)
+    gin_files.parse(files, bindings)
+    seq_length, mask_prob = gin.query_parameter("%MAX_SEQ_LENGTH"), gin.query_parameter(
+        "%MASK_PROB")
+    batch = gin.query_parameter("%TRAIN_BATCH_SIZE")
+    model = factory.build_pretrainer(vocab_size=vocab_size)
+    num_predictions = masking.default_max_predictions(seq_length, mask_prob)
+    info = pretraining.describe(
+        model, seq_length=seq_length, num_predictions=num_predictions, mask_prob=mask_prob,
+        train_batch_size=batch, num_train_steps=1)
+    charged = info["train_flops_per_example"]
+    if info["algorithm"] == "two_stage":
+        charged = two_stage_flops_per_example(model.discriminator_config,
+                                              model.generator_config, seq_length, mask_prob,
+                                              num_predictions)
+    generator = info["generator"]
+    gin.clear_config()
+    return {"objective": info["objective"], "sharing": info["sharing"],
+            "algorithm": info["algorithm"],
+            "generator_hidden": generator["hidden_size"] if generator else None,
+            "discriminator_hidden": info["discriminator"]["hidden_size"],
+            "discriminator_params": info["discriminator_params"],
+            "reported_flops_per_example": info["train_flops_per_example"],
+            "train_flops_per_example": charged, "train_batch_size": batch}
+
+
+def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,
+                                num_predictions: int) -> float:
+    """Training FLOPs per example of two-stage training, over its two halves: the generator
+    alone (its masked LM), then the discriminator on the frozen generator's samples (the
+    generator's forward pass, no backward). The estimator (and model_info.json) charges
+    the joint algorithm's figure, about 1.6 times this with a generator of the
+    discriminator's size."""
+    from electra_tf.modeling import flops
+    options = dict(seq_length=seq_length, mask_prob=mask_prob)
+    generator_stage = flops.train_flops_per_example(
+        generator, None, objective="mlm", max_predictions=num_predictions, **options)
+    discriminator_stage = (
+        flops.forward_flops_per_example(generator, None, objective="mlm",
+                                        max_predictions=num_predictions, **options)
+        + flops.train_flops_per_example(discriminator, None, objective="electra",
+                                        max_predictions=num_predictions, **options))
+    return (generator_stage + discriminator_stage) / 2
+
+
+def plan_steps(budget: float, flops_per_step: float, curve_points: int,
+               steps_per_loop: int) -> dict:
+    """Steps for the budget (its FLOPs within half a step's of it), the checkpoint interval
+    (a multiple of the loop, about steps / curve_points) and the checkpoints it leaves."""
+    steps = max(2, round(budget / flops_per_step))  # two-stage needs two
+    loop = max(1, min(steps_per_loop, steps // curve_points))
+    every = loop * math.ceil(steps / curve_points / loop)
+    checkpoints = sorted({*range(every, steps, every), steps})
+    return {"steps": steps, "steps_per_loop": loop, "checkpoint_every": every,
+            "checkpoints": checkpoints}
+
+
+# ------------------------------------------------------------------ data
+
+
+def corpus_inputs(scale: Scale) -> str:
+    corpus = FLAGS.corpus or scale.corpus
+    if corpus != "debian":
+        return ",".join(p if "://" in p or os.path.isabs(p) else os.path.join(common.REPO, p)
+                        for p in corpus.split(","))
+    import make_corpus
+    output_dir = os.path.join(common.CACHE_DIR, "study", "corpus")
+    manifest = make_corpus.make_corpus(output_dir)
+    return ",".join(os.path.join(output_dir, f) for s in manifest["sources"].values()
+                    for f in s["files"])
+
+
+def labelled_rows(scale: Scale, commands: list[str]) -> tuple[list, str]:
+    """(label, text) rows and where they come from."""
+    source = FLAGS.labelled_data or scale.labelled_data
+    if source == "vader":
+        rows = corpora.movie_review_sentences(os.path.join(common.CACHE_DIR, "downloads"),
+                                              commands)
+        return rows, (f"PyPI {corpora.VADER} sdist, {corpora.MOVIE_SNIPPETS} (positive: "
+                      "mean rating above 0, negative: below; 0 dropped)")
+    path = source if os.path.isabs(source) else os.path.join(common.REPO, source)
+    column = FLAGS.label_column or scale.label_column
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [(r[column], r["text"]) for r in csv.DictReader(f)]
+    return rows, f"{source} (label column `{column}`)"
+
+
+def write_splits(rows, num_train: int, num_dev: int, work: str) -> tuple[str, str, dict]:
+    """A seeded shuffle of the rows split into train.csv and dev.csv (label,text)."""
+    rows = list(rows)
+    random.Random(0).shuffle(rows)
+    if len(rows) < num_train + num_dev:
+        raise UserInputError(f"the labelled data has {len(rows)} rows, fewer than {num_train} "
+                         f"training + {num_dev} dev")
+    train, dev = rows[:num_train], rows[num_train:num_train + num_dev]
+    paths = os.path.join(work, "train.csv"), os.path.join(work, "dev.csv")
+    corpora.write_labelled_csv(paths[0], train)
+    corpora.write_labelled_csv(paths[1], dev)
+    labels = sorted({label for label, _ in dev})
+    return (*paths, {"num_train": len(train), "num_dev": len(dev),
+                     "dev_label_fractions": {l: sum(r[0] == l for r in dev) / len(dev)
+                                             for l in labels}})
+
+
+def pretraining_health(model_dir: str) -> dict:
+    """The last TensorBoard values of the run's health scalars."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator
+    events = event_accumulator.EventAccumulator(os.path.join(model_dir, "train"),
+                                                size_guidance={"tensors": 0})
+    events.Reload()
+    health = {}
+    for tag in ("discriminator/auc", "generator/mlm_accuracy", "loss/total"):
+        if tag in events.Tags()["tensors"]:
+            last = events.Tensors(tag)[-1]
+            health[tag] = round(float(tf.make_ndarray(last.tensor_proto)), 4)
+    return health
+
+
+# ------------------------------------------------------------------ the study
+
+
+def selected_configs() -> tuple[list[str], bool]:
+    names = FLAGS.configs or [*CONFIGS, RANDOM_INIT]
+    unknown = [n for n in names if n not in CONFIGS and n != RANDOM_INIT]
+    if unknown:
+        raise UserInputError(f"--configs: unknown {', '.join(unknown)}; choose from "
+                         f"{', '.join([*CONFIGS, RANDOM_INIT])}")
+    return [n for n in names if n in CONFIGS], RANDOM_INIT in names
+
+
+def build_plan(scale: Scale, names: list[str], budget: float, curve_points: int) -> dict:
+    from electra_tf import tokenization
+    vocab_size = len(tokenization.load_vocab(os.path.join(common.REPO, VOCAB)))
+    plan = {}
+    for name in names:
+        described = describe_config(scale, CONFIGS[name], vocab_size)
+        per_step = described["train_flops_per_example"] * described["train_batch_size"]
+        steps = plan_steps(budget, per_step, curve_points, scale.steps_per_loop)
+        plan[name] = {**described, "flops_per_step": per_step, **steps,
+                      "total_flops": steps["steps"] * per_step}
+    return plan
+
+
+def print_plan(plan: dict, budget: float):
+    rows = [[name, p["objective"], p["sharing"], p["algorithm"], p["generator_hidden"],
+             f"{p['train_flops_per_example']:.3g}", f"{p['steps']:,}",
+             f"{p['total_flops']:.4g}", f"{p['total_flops'] / budget - 1:+.2%}"]
+            for name, p in plan.items()]
+    print(common.markdown_table(["config", "objective", "sharing", "algorithm",
+                                 "generator hidden", "FLOPs/example", "steps",
+                                 "total FLOPs", "vs budget"], rows))
+
+
+def pretraining_job(scale: Scale, config: Config, p: dict, data_dir: str,
+                    model_dir: str) -> Job:
+    files, bindings = pretraining_gin(scale, config)
+    bindings += [f"NUM_TRAIN_STEPS={p['steps']}", f"STEPS_PER_LOOP={p['steps_per_loop']}",
+                 f"CHECKPOINT_EVERY={p['checkpoint_every']}",
+                 f"pretraining.keep_checkpoints={len(p['checkpoints']) + 2}"]
+    job_flags = [("gin_file", f) for f in files] + [("gin_bindings", b) for b in bindings]
+    job_flags += [("model_dir", model_dir), ("train_data", f"{data_dir}/*.tfrecord"),
+                  ("seed", "0")]
+    if FLAGS.strategy != "default":
+        job_flags.append(("strategy", FLAGS.strategy))
+    if FLAGS.tpu:
+        job_flags.append(("tpu", FLAGS.tpu))
+    return Job("scripts/run_pretraining.py", job_flags)
+
+
+def finetuning_job(scale: Scale, init: str, model_dir: str, train_csv: str, dev_csv: str,
+                   num_trials: int, random_init: bool = False) -> Job:
+    job_flags = [("task", "classification"), ("init_checkpoint", init),
+                 ("model_dir", model_dir), ("train_file", train_csv), ("dev_file", dev_csv),
+                 ("label_column", "label"), ("num_trials", str(num_trials)), ("seed", "0"),
+                 ("gin_file", scale.finetune_gin)]
+    job_flags += [("gin_bindings", b) for b in (*scale.finetune_bindings,
+                                                "finetuning.save_model=False")]
+    if random_init:
+        job_flags.append(("random_init", ""))
+    return Job("scripts/run_finetuning.py", job_flags)
+
+
+def finetune_summary(model_dir: str) -> dict:
+    results = _read_json(os.path.join(model_dir, "results.json"))
+    metric = results["metric"]
+    return {"metric": metric, "median": results["median"][metric],
+            "mean": results["mean"][metric], "std": results["std"][metric],
+            "per_seed": [t["dev"][metric] for t in results["trials"]],
+            "median_all": results["median"]}
+
+
+def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: str,
+             runner: Runner, num_trials: int) -> dict:
+    """Times FLAGS.estimate pre-training steps of every configuration (the last loop's
+    examples/s, after tracing) and one fine-tuning trial; projects the study's duration."""
+    from electra_tf import gin_files
+    from electra_tf.training import pretraining
+    steps = FLAGS.estimate
+    loop = max(1, steps // 3)
+    rows, total_pretrain = [], 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, p in plan.items():
+            files, bindings = pretraining_gin(scale, CONFIGS[name])
+            gin_files.parse(files, bindings + [f"NUM_TRAIN_STEPS={3 * loop}",
+                                               f"STEPS_PER_LOOP={loop}",
+                                               f"CHECKPOINT_EVERY={10 * steps}"])
+            result = pretraining.run_pretraining(os.path.join(tmp, name),
+                                                 f"{data_dir}/*.tfrecord", log=lambda _: None)
+            rate = result["train"]["throughput/examples_per_second"]
+            seconds = p["steps"] * p["train_batch_size"] / rate
+            total_pretrain += seconds
+            rows.append({"config": name, "examples_per_second": round(rate, 1),
+                         "steps": p["steps"], "projected_seconds": round(seconds)})
+            print(f"{name}: {rate:.1f} examples/s -> {p['steps']:,} steps in "
+                  f"{seconds / 60:.1f} min", flush=True)
+        model_dir = os.path.join(tmp, "finetune")
+        electra_dir = os.path.join(tmp, next(iter(plan)))
+        job = finetuning_job(scale, electra_dir, model_dir, train_csv, dev_csv, 1)
+        started = time.time()
+        Runner(in_process=True).run(job, model_dir, lambda: False)
+        trial = time.time() - started
+    curve = sum(len(plan[n]["checkpoints"]) - 1 for n in CURVE_CONFIGS if n in plan)
+    finetunes = len(plan) + curve + 1
+    startup = 0 if runner.in_process else 15.0
+    total = (total_pretrain + len(plan) * startup + finetunes * (num_trials * trial + startup))
+    print(f"pre-training {total_pretrain / 3600:.2f} h; one fine-tuning trial {trial:.0f} s x "
+          f"{num_trials} seeds x {finetunes} models; with ~{startup:.0f} s start-up per job, "
+          f"the study takes about {total / 3600:.1f} h")
+    return {"pretraining": rows, "pretraining_seconds": round(total_pretrain),
+            "finetuning_trial_seconds": round(trial, 1), "finetuning_models": finetunes,
+            "total_hours": round(total / 3600, 2)}
+
+
+def main(argv):
+    del argv
+    scale = SCALES[FLAGS.scale]
+    names, with_random = selected_configs()
+    budget = FLAGS.flops_budget or scale.flops_budget
+    curve_points = FLAGS.curve_points or scale.curve_points
+    num_trials = FLAGS.num_trials or scale.num_trials
+    in_process = scale.in_process if FLAGS.in_process is None else FLAGS.in_process
+    work = FLAGS.work_dir or os.path.join(common.CACHE_DIR, "study", FLAGS.scale)
+    results_dir = FLAGS.results_dir or (work if FLAGS.scale == "toy" else common.RESULTS_DIR)
+    stem = "study" if FLAGS.scale == "cpu" else f"study_{FLAGS.scale}"
+    os.makedirs(work, exist_ok=True)
+
+    runner = Runner(in_process, FLAGS.jobs or scale.jobs, scale.eager)
+    if not (FLAGS.plan or FLAGS.estimate or os.path.exists(
+            os.path.join(results_dir, f"{stem}.json"))):
+        runner.start()  # a first run: the workers start while the grid is planned
+    plan = build_plan(scale, names, budget, curve_points)
+    print_plan(plan, budget)
+    if FLAGS.plan:
+        return 0
+
+    # -- data: pre-training TFRecords, the labelled splits
+    data_dir = os.path.join(work, f"data{scale.seq_length}")
+    build = Job("scripts/build_pretraining_data.py", [
+        ("input", corpus_inputs(scale)), ("vocab_file", os.path.join(common.REPO, VOCAB)),
+        ("output_dir", data_dir), ("max_seq_length", str(scale.seq_length))]
+        + ([("num_workers", str(scale.build_workers))] if scale.build_workers else [])
+        + [("progress", "false")])
+    runner.run(build, os.path.join(work, "data_job"),
+               lambda: os.path.exists(os.path.join(data_dir, "metadata.json")))
+    data_info = _read_json(os.path.join(data_dir, "metadata.json"))
+    rows, labelled_source = labelled_rows(scale, runner.commands)
+    train_csv, dev_csv, split_info = write_splits(rows, scale.num_train, scale.num_dev, work)
+
+    if FLAGS.estimate:
+        result = estimate(scale, plan, data_dir, train_csv, dev_csv, runner, num_trials)
+        _write_json(os.path.join(work, "estimate.json"), {"run": common.run_info(), **result})
+        return 0
+
+    # -- pre-training, every configuration at the same budget; fine-tuning: the final
+    # checkpoint of each (every checkpoint of the curve runs), and the electra
+    # discriminator's shape with random weights. A fine-tuning job starts when its
+    # pre-training is done.
+    if with_random and "electra" not in names:
+        raise UserInputError(f"{RANDOM_INIT} fine-tunes the electra run's discriminator with "
+                         "random weights: include electra in --configs")
+    model_dirs = {name: os.path.join(work, "pretrain", name) for name in names}
+    items = [(pretraining_job(scale, CONFIGS[name], plan[name], data_dir, model_dirs[name]),
+              model_dirs[name], lambda final=os.path.join(
+                  model_dirs[name], f"ckpt-{plan[name]['steps']}.index"): os.path.exists(final),
+              None) for name in names]
+    targets = [(name, step, os.path.join(model_dirs[name], f"ckpt-{step}"),
+                os.path.join(work, "finetune", name, f"step{step}"))
+               for name in names
+               for step in (plan[name]["checkpoints"] if name in CURVE_CONFIGS
+                            else [plan[name]["steps"]])]
+    if with_random:
+        targets.append((RANDOM_INIT, 0, model_dirs["electra"],
+                        os.path.join(work, "finetune", RANDOM_INIT)))
+    items += [(finetuning_job(scale, init, out, train_csv, dev_csv, num_trials,
+                              random_init=name == RANDOM_INIT), out,
+               lambda out=out: os.path.exists(os.path.join(out, "results.json")),
+               names.index("electra" if name == RANDOM_INIT else name))
+              for name, _, init, out in targets]
+    seconds = runner.run_all(items)
+    runner.close()
+    configs = {}
+    for name, took in zip(names, seconds):
+        p, model_dir = plan[name], model_dirs[name]
+        model_info = _read_json(os.path.join(model_dir, "model_info.json"))
+        if not math.isclose(model_info["train_flops_per_example"],
+                            p["reported_flops_per_example"], rel_tol=1e-9):
+            raise UserInputError(f"{model_dir}/model_info.json reports "
+                                 f"{model_info['train_flops_per_example']:.6g} FLOPs per "
+                                 f"example, the plan {p['reported_flops_per_example']:.6g}")
+        configs[name] = {"title": CONFIGS[name].title,
+                         "gin_files": list(CONFIGS[name].gin_files),
+                         "bindings": list(CONFIGS[name].bindings), **p,
+                         "pretrain_seconds": took, "health": pretraining_health(model_dir),
+                         "finetune": {}}
+    baseline = None
+    for (name, step, _, out), took in zip(targets, seconds[len(names):]):
+        if name == RANDOM_INIT:
+            baseline = {"seconds": took, **finetune_summary(out)}
+        else:
+            configs[name]["finetune"][str(step)] = {
+                "flops": step * configs[name]["flops_per_step"], "seconds": took,
+                **finetune_summary(out)}
+
+    import plots
+    pngs = plots.write_plots(configs, baseline, results_dir, stem, GROUPS, CURVE_CONFIGS,
+                             budget)
+    record = {
+        "title": f"The paper's claims at small scale ({FLAGS.scale})",
+        "run": common.run_info(), "scale": FLAGS.scale,
+        "settings": {**dataclasses.asdict(scale), "flops_budget": budget,
+                     "curve_points": curve_points, "num_trials": num_trials,
+                     "pretrain_bindings": FLAGS.pretrain_bindings,
+                     "flops_counting": "official (electra_tf.modeling.flops: backward = "
+                                       "forward, dense embedding lookups)"},
+        "pretraining_data": {"inputs": build.value("input").replace(common.REPO + os.sep, ""),
+                             "num_examples": data_info["num_examples"],
+                             "num_tokens": data_info["num_tokens"]},
+        "labelled_data": {"source": labelled_source, **split_info},
+        "configs": configs, "random_init": baseline, "groups": GROUPS,
+        "plots": [os.path.basename(p) for p in pngs], "commands": runner.commands}
+    body = markdown(record, budget)
+    json_path, md_path = common.write_results(stem, record, body, results_dir)
+    print(body)
+    print(f"wrote {json_path}, {md_path} and {', '.join(pngs)}")
+    return 0
+
+
+def markdown(record: dict, budget: float) -> str:
+    configs, baseline = record["configs"], record["random_init"]
+    s = record["settings"]
+
+    def score(f):
+        return (f"{f['median']:.4f} ({f['mean']:.4f} ± {f['std']:.4f})",
+                ", ".join(f"{v:.3f}" for v in f["per_seed"]))
+
+    metric = next((f["metric"] for c in configs.values() for f in c["finetune"].values()),
+                  baseline["metric"] if baseline else "accuracy")
+    rows = []
+    for name, c in configs.items():
+        final = c["finetune"][str(c["steps"])]
+        studies = [g for g, (_, members) in GROUPS.items() if name in dict(members)]
+        rows.append([f"`{name}`", c["title"], ", ".join(studies) or "-", f"{c['steps']:,}",
+                     f"{c['flops_per_step']:.3g}", f"{c['total_flops']:.4g}",
+                     f"{c['pretrain_seconds'] / 60:.1f}",
+                     c["health"].get("discriminator/auc", "-"),
+                     c["health"].get("generator/mlm_accuracy", "-"), *score(final)])
+    if baseline:
+        rows.append([f"`{RANDOM_INIT}`", "no pre-training (the electra discriminator's shape)",
+                     "baseline", "0", "-", "0", "-", "-", "-", *score(baseline)])
+    table = common.markdown_table(
+        ["config", "what", "studies", "steps", "FLOPs/step", "pre-training FLOPs",
+         "pre-training min", "disc. AUC (end)", "gen. MLM acc. (end)",
+         f"dev {metric}: median (mean ± std)", "per seed"], rows)
+    curve_rows = [[f"`{name}`", f"{int(step):,}", f"{f['flops']:.3g}", *score(f)]
+                  for name in CURVE_CONFIGS if name in configs
+                  for step, f in configs[name]["finetune"].items()]
+    curve = common.markdown_table(["config", "checkpoint step", "pre-training FLOPs",
+                                   f"dev {metric}: median (mean ± std)", "per seed"],
+                                  curve_rows)
+    data = record["labelled_data"]
+    return (
+        f"Every configuration pre-trained with the same budget of {budget:.3g} FLOPs "
+        f"({s['flops_counting']}), `{s['size_gin']}` + {', '.join(s['bindings']) or 'no bindings'}"
+        f" at seq {s['seq_length']}, batch {s['batch_size']}, on "
+        f"{record['pretraining_data']['num_examples']:,} packed examples; then fine-tuned "
+        f"({s['finetune_gin']}, {', '.join(s['finetune_bindings'])}) on "
+        f"{data['num_train']:,} training / {data['num_dev']:,} dev examples of "
+        f"{data['source']}, {s['num_trials']} seeds; scores are on dev.\n\n"
+        + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
+        + curve + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
+        + f".\n\nCommit `{record['run']['git_commit']}`. Commands (from the repository "
+        "root):\n\n```\n" + "\n".join(record["commands"]) + "\n```\n")
+
+
+if __name__ == "__main__":
+    cli.run(main)

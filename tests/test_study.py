@@ -1,0 +1,131 @@
+"""The study runner (benchmarks/study/run_study.py) end to end at toy scale: every
+configuration of the grid pre-trained with the same FLOPs budget on the embedded corpus,
+fine-tuned with 2 seeds on the committed movie-review fixture, one table and the plots
+written; a rerun reuses everything. (About 80 s on 2 cores; the real grids are not run here.)
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+RUNNER = os.path.join(ROOT, "benchmarks", "study", "run_study.py")
+GRID = ("electra", "mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "generator_1_8",
+        "generator_1_2", "generator_1", "sharing_none", "sharing_all", "two_stage",
+        "adversarial")
+PLOTS = ("curve", "objective", "sharing", "generator_size", "algorithm")
+
+
+def _run(work, results):
+    result = subprocess.run(
+        [sys.executable, RUNNER, "--scale=toy", f"--work_dir={work}",
+         f"--results_dir={results}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def _png_size(path):
+    """(width, height) from a PNG's header; fails unless it is a PNG."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    work, results = root / "work", root / "results"
+    first = _run(work, results)
+    with open(results / "study_toy.json") as f:
+        record = json.load(f)
+    stamps = {p: os.path.getmtime(p) for p in work.rglob("results.json")}
+    second = _run(work, results)
+    with open(results / "study_toy.json") as f:
+        rerun = json.load(f)
+    return dict(work=work, results=results, first=first, second=second, record=record,
+                rerun=rerun, stamps=stamps)
+
+
+def test_every_configuration_has_scores(study):
+    record = study["record"]
+    assert set(record["configs"]) == set(GRID)
+    for name, config in record["configs"].items():
+        final = config["finetune"][str(config["steps"])]
+        assert final["metric"] == "accuracy"
+        assert len(final["per_seed"]) == 2 and all(0 <= v <= 1 for v in final["per_seed"])
+        assert min(final["per_seed"]) <= final["median"] <= max(final["per_seed"])
+    baseline = record["random_init"]
+    assert len(baseline["per_seed"]) == 2 and 0 <= baseline["median"] <= 1
+    table = (study["results"] / "study_toy.md").read_text()
+    for name in (*GRID, "random_init"):
+        assert f"| `{name}` |" in table
+
+
+def test_equal_flops_within_one_step(study):
+    record = study["record"]
+    budget = record["settings"]["flops_budget"]
+    steps = {}
+    for name, config in record["configs"].items():
+        per_step = config["flops_per_step"]
+        assert config["total_flops"] == pytest.approx(config["steps"] * per_step)
+        assert abs(config["total_flops"] - budget) <= per_step, name
+        # What the run itself reports, and that it trained that many steps. Two-stage
+        # training is charged its two stages; the estimator reports the joint figure.
+        model_dir = study["work"] / "pretrain" / name
+        with open(model_dir / "model_info.json") as f:
+            info = json.load(f)
+        assert info["train_flops_per_example"] == pytest.approx(
+            config["reported_flops_per_example"])
+        if name != "two_stage":
+            assert info["train_flops_per_example"] * info["train_batch_size"] == (
+                pytest.approx(per_step))
+        assert info["num_train_steps"] == config["steps"]
+        assert (model_dir / f"ckpt-{config['steps']}.index").exists()
+        steps[name] = config["steps"]
+    # Cheaper steps, more of them: BERT has no generator, All-Tokens MLM the costliest head.
+    assert steps["mlm"] > steps["electra"] > steps["all_tokens_mlm"]
+    assert steps["two_stage"] > steps["generator_1"]
+
+
+def test_curve_fine_tunes_checkpoints_along_the_runs(study):
+    configs = study["record"]["configs"]
+    for name in ("electra", "mlm"):
+        points = configs[name]["finetune"]
+        assert len(points) >= 2
+        flops = [points[s]["flops"] for s in sorted(points, key=int)]
+        assert flops == sorted(flops) and flops[-1] == pytest.approx(
+            configs[name]["total_flops"])
+    for name in set(GRID) - {"electra", "mlm"}:
+        assert list(configs[name]["finetune"]) == [str(configs[name]["steps"])]
+
+
+def test_plots_are_pngs(study):
+    assert study["record"]["plots"] == [f"study_toy_{p}.png" for p in PLOTS]
+    for name in study["record"]["plots"]:
+        width, height = _png_size(study["results"] / name)
+        assert width > 300 and height > 200
+
+
+def test_commands_recorded(study):
+    commands = study["record"]["commands"]
+    assert commands[0].startswith(".venv/bin/python scripts/build_pretraining_data.py ")
+    assert sum("scripts/run_pretraining.py" in c for c in commands) == len(GRID)
+    assert sum("scripts/run_finetuning.py" in c for c in commands) == len(GRID) + 2 + 1
+    assert any("--gin_file=ablations/two_stage.gin" in c for c in commands)
+    assert any("--random_init" in c for c in commands)
+    assert study["record"]["run"]["git_commit"]
+
+
+def test_rerun_reuses_everything(study):
+    assert "$ " not in study["second"]  # no job ran again
+    assert {p: os.path.getmtime(p) for p in study["stamps"]} == study["stamps"]
+    first, rerun = study["record"], study["rerun"]
+    assert rerun["configs"] == first["configs"]
+    assert rerun["random_init"] == first["random_init"]
+    assert rerun["commands"] == first["commands"]
