@@ -23,6 +23,7 @@ from absl import flags  # noqa: E402
 from electra_tf import gin_files  # noqa: E402
 from electra_tf.finetune import runner, tasks  # noqa: E402
 from electra_tf.training import optimization  # noqa: E402,F401  (registers `optimizer`)
+from electra_tf.training import strategies  # noqa: E402
 
 flags.DEFINE_string("task", None, "classification, regression, tagging, qa, or a named task: "
                     "cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 conll.")
@@ -52,6 +53,9 @@ flags.DEFINE_bool("random_init", False, "Build the encoder --init_checkpoint des
                   "its random initial weights (the no-pre-training baseline).")
 flags.DEFINE_enum("model_size", "small", ["tiny", "small", "base", "large"],
                   "The encoder's size with --init_checkpoint=none.")
+flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker_mirrored"],
+                  "default: CPU or one GPU; mirrored: all local GPUs; multi_worker_mirrored: "
+                  "the workers in TF_CONFIG. The batch is split over the replicas.")
 flags.DEFINE_bool("lower_case", True, "Lower-case text, with --init_checkpoint=none.")
 flags.mark_flags_as_required(["task", "init_checkpoint", "model_dir"])
 
@@ -71,8 +75,9 @@ def main(argv):
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
+    strategy = strategies.create_strategy(FLAGS.strategy)
     results = runner.run_finetuning(data, init, FLAGS.model_dir, num_trials=FLAGS.num_trials,
-                                    seed=FLAGS.seed)
+                                    seed=FLAGS.seed, strategy=strategy)
     metric = results["metric"]
     print(f"done: {task.name} dev {metric} median {results['median'][metric]:.4f} over "
           f"{FLAGS.num_trials} trial(s); results in "

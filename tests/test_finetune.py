@@ -54,7 +54,7 @@ def init(model_dir):
     return runner.load_initialization(model_dir)
 
 
-def finetune(task, out, init, bindings=(), num_trials=1, seed=0, **files):
+def finetune(task, out, init, bindings=(), num_trials=1, seed=0, strategy=None, **files):
     """tasks.load + run_finetuning in this process under finetune/tiny.gin + bindings."""
     import gin
 
@@ -65,7 +65,7 @@ def finetune(task, out, init, bindings=(), num_trials=1, seed=0, **files):
                                             "finetuning.eval_batch_size = 32"] + list(bindings))
     try:
         return runner.run_finetuning(data, init, str(out), num_trials=num_trials, seed=seed,
-                                     log=lambda *_: None)
+                                     log=lambda *_: None, strategy=strategy)
     finally:
         gin.clear_config()
 
@@ -455,6 +455,52 @@ def test_tagging_span_f1_on_written_predictions(tmp_path, init):
         np.mean([a == b for g, p in zip(gold, pred) for a, b in zip(g, p)]))
     # Most tokens are O: a model that learned anything gets them right.
     assert dev_scores["accuracy"] > 0.8
+
+
+def test_mirrored_replicas_train_the_weights_of_one_device(tmp_path, init, mirrored_strategy):
+    """2 replicas (2 logical CPUs), each on half of every batch, end with the weights one
+    device trains on the whole batch: a sentence task (examples-mean loss) and a tagging
+    task (tagged-token mean, unevenly split between the replicas). Dropout is off, so the
+    two runs see the same computation."""
+    import dataclasses
+
+    import tensorflow as tf
+    quiet = dataclasses.replace(init, config=dataclasses.replace(
+        init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
+    rows = movie_rows()[:24]
+    sentences = write_csv(tmp_path / "train.csv", ["label", "text"],
+                          [(r["sentiment"], r["text"]) for r in rows])
+    tagged = austen_sentences(24)
+    tagging = conll(tmp_path / "train.txt", tagged)
+    bindings = ["NUM_EPOCHS = 2", "LEARNING_RATE = 1e-3", "finetuning.head_dropout = 0.0"]
+    for task, train in (("classification", sentences), ("tagging", tagging)):
+        weights = []
+        for name, strategy in (("one", None), ("mirrored", mirrored_strategy)):
+            results = finetune(task, tmp_path / f"{task}_{name}", quiet, bindings,
+                               strategy=strategy, train_file=train, dev_file=train)
+            reader = tf.train.load_checkpoint(str(tmp_path / f"{task}_{name}" / "trial_0"
+                                                  / "model" / "ckpt"))
+            names = sorted(n for n in reader.get_variable_to_shape_map()
+                           if "OPTIMIZER_SLOT" not in n and n.startswith("model/"))
+            weights.append({n: reader.get_tensor(n) for n in names})
+            weights[-1]["loss"] = results["trials"][0]["final_train_loss"]
+        one, mirrored = weights
+        assert one.keys() == mirrored.keys() and len(one) > 20
+        for key in one:
+            np.testing.assert_allclose(mirrored[key], one[key], rtol=1e-4, atol=2e-5,
+                                       err_msg=f"{task}: {key}")
+    assert init.weights is not None  # the runs started from pre-trained weights
+
+
+def test_finetuning_batch_must_split_over_replicas(tmp_path, init, mirrored_strategy):
+    from electra_tf.errors import UserInputError
+    rows = movie_rows()[:8]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"],
+                      [(r["sentiment"], r["text"]) for r in rows])
+    with pytest.raises(UserInputError, match="TRAIN_BATCH_SIZE=7 does not split over 2 "
+                                             "replicas; use a multiple of 2"):
+        finetune("classification", tmp_path / "out", init, ["TRAIN_BATCH_SIZE = 7"],
+                 strategy=mirrored_strategy, train_file=train, dev_file=train)
 
 
 def squad_json(path, contexts, impossible=False):

@@ -33,7 +33,7 @@ from electra_tf.finetune import features as feats
 from electra_tf.finetune import metrics, squad, tasks
 from electra_tf.finetune.models import TaskModel
 from electra_tf.modeling.config import SIZES, EncoderConfig, encoder_config
-from electra_tf.training import optimization
+from electra_tf.training import optimization, strategies
 
 RESULTS = "results.json"
 TASK_INFO = "task_info.json"
@@ -115,7 +115,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    max_train_steps: int | None = None, doc_stride: int = 128,
                    max_query_length: int = 64, max_answer_length: int = 30,
                    n_best_size: int = 20, no_answer_threshold: float = 0.5,
-                   log_every: int | None = None, save_model: bool = True) -> dict:
+                   log_every: int | None = None, save_model: bool = True,
+                   strategy: tf.distribute.Strategy | None = None) -> dict:
     """Fine-tune `num_trials` times (seeds seed, seed+1, ...) and write results.json.
 
     Args:
@@ -137,6 +138,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         extractive QA (see `squad`).
       log_every: steps between loss lines (default: 10 lines per trial).
       save_model: write each trial's fine-tuned weights.
+      strategy: a MirroredStrategy or MultiWorkerMirroredStrategy
+        (`strategies.create_strategy`) to split each batch over its replicas; the update
+        equals one device's on the whole batch. None: the default device.
 
     Returns the results dict written to results.json.
     """
@@ -148,6 +152,14 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if max_seq_length < 8 or train_batch_size < 1:
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} and TRAIN_BATCH_SIZE="
                              f"{train_batch_size} are too small; use at least 8 and 1")
+    strategy = strategy or tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        raise UserInputError("fine-tuning on TPUs is not supported yet; use --strategy=default, "
+                             "mirrored or multi_worker_mirrored")
+    replicas = strategy.num_replicas_in_sync
+    if train_batch_size % replicas:
+        raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} does not split over "
+                             f"{replicas} replicas; use a multiple of {replicas}")
     task = task_data.task
     epochs = task.epochs if num_epochs is None else float(num_epochs)
     tokenizer = init.tokenizer()
@@ -170,12 +182,13 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     for trial in range(num_trials):
         trial_seed = seed + trial
         started = time.time()
-        model, optimizer = build_trial(
-            init, adapter.head, adapter.num_outputs, trial_seed, steps, learning_rate,
-            layerwise_lr_decay, official_layerwise_decay, warmup_proportion, head_dropout,
-            adapter.answerability)
+        with strategy.scope():
+            model, optimizer = build_trial(
+                init, adapter.head, adapter.num_outputs, trial_seed, steps, learning_rate,
+                layerwise_lr_decay, official_layerwise_decay, warmup_proportion, head_dropout,
+                adapter.answerability, aggregate_gradients=False)
         loss = _train(model, optimizer, adapter, train, steps, train_batch_size, trial_seed,
-                      clip_norm, log_every or max(1, steps // 10), log)
+                      clip_norm, log_every or max(1, steps // 10), log, strategy)
         dev, outputs = {}, {}
         for i, split in enumerate(adapter.dev_splits):
             predicted = _predict(model, split.features, eval_batch_size)
@@ -213,10 +226,12 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
 def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, steps: int,
                 learning_rate: float, layerwise_lr_decay: float,
                 official_layerwise_decay: bool = False, warmup_proportion: float = 0.1,
-                head_dropout: float = 0.1, answerability: bool = False):
+                head_dropout: float = 0.1, answerability: bool = False,
+                aggregate_gradients: bool = True):
     """One trial's task model (the initial encoder weights, a head drawn from `seed`) and
     its optimizer: AdamW (`optimizer.*` gin bindings) over `steps` steps, linear warmup
-    and decay, layer-wise learning-rate multipliers on the encoder (the head gets 1)."""
+    and decay, layer-wise learning-rate multipliers on the encoder (the head gets 1).
+    `aggregate_gradients=False`: the caller sums the gradients over replicas itself."""
     keras.utils.set_random_seed(seed)
     model = TaskModel(init.config, head, num_outputs, head_dropout=head_dropout,
                       answerability=answerability)
@@ -227,7 +242,7 @@ def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, st
     optimizer = optimization.create_optimizer(
         learning_rate=learning_rate, num_train_steps=steps,
         warmup_steps=int(round(warmup_proportion * steps)),
-        learning_rate_multipliers=multipliers)
+        learning_rate_multipliers=multipliers, aggregate_gradients=aggregate_gradients)
     optimizer.build(model.trainable_variables)
     return model, optimizer
 
@@ -272,18 +287,49 @@ def _signature(features: dict) -> dict:
 
 
 def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_norm,
-           log_every, log) -> float:
+           log_every, log, strategy) -> float:
+    """`steps` AdamW steps over shuffled batches; returns the mean loss of the last
+    `log_every` steps. Each replica takes an equal slice of every batch; its loss is
+    weighted by its share of the batch's loss denominator (examples, or tagged tokens), the
+    gradients are summed over replicas, then clipped by their global norm and applied: the
+    update of one device running the whole batch."""
     variables = model.trainable_variables
+    replicas = strategy.num_replicas_in_sync
 
-    @tf.function(input_signature=[_signature(features)])
-    def step(batch):
+    def replica_step(batch):
+        context = tf.distribute.get_replica_context()
+        count = adapter.loss_count(batch)
+        total = _sum_over_replicas(context, count)
         with tf.GradientTape() as tape:
-            loss = adapter.loss(model(batch, training=True), batch)
-        grads = tape.gradient(loss, variables)
+            loss = adapter.loss(model(batch, training=True), batch) * (count / total)
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(tape.gradient(loss, variables), variables)]
+        grads = _sum_over_replicas(context, grads)
+        loss = _sum_over_replicas(context, loss)
         if clip_norm:
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-        optimizer.apply(grads, variables)
+        if replicas == 1 or tf.__internal__.distribute.strategy_supports_no_merge_call():
+            optimizer.apply(grads, variables)
+        else:
+            context.merge_call(lambda distribution, g: distribution.extended.call_for_each_replica(
+                lambda g: optimizer.apply(g, variables), args=(g,)), args=(grads,))
         return loss
+
+    if replicas == 1:
+        step = tf.function(replica_step, input_signature=[_signature(features)])
+    else:
+        @tf.function(reduce_retracing=True)
+        def step(batch):
+            losses = strategy.run(replica_step, args=(batch,))
+            return strategy.experimental_local_results(losses)[0]
+
+    def distribute(batch):
+        if replicas == 1:
+            return batch
+        rows = batch_size // replicas
+        return strategy.experimental_distribute_values_from_function(
+            lambda context: {k: v[context.replica_id_in_sync_group * rows:][:rows]
+                             for k, v in batch.items()})
 
     rng = np.random.default_rng(seed)
     n = len(features["input_ids"])
@@ -293,7 +339,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         while len(order) < batch_size:
             order = np.concatenate([order, rng.permutation(n)])
         index, order = order[:batch_size], order[batch_size:]
-        recent.append(float(step(_batch(features, index))))
+        recent.append(float(step(distribute(_batch(features, index)))))
         if not np.isfinite(recent[-1]):
             raise UserInputError(f"the loss is {recent[-1]} at step {s + 1}; lower "
                                  "LEARNING_RATE (or check the labels)")
@@ -301,6 +347,12 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             last, recent = float(np.mean(recent)), []
             log(f"  step {s + 1}/{steps} | loss {last:.4f}")
     return last
+
+
+def _sum_over_replicas(context, values):
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
 
 
 def _predict(model, features: dict, batch_size: int) -> dict:
@@ -369,6 +421,10 @@ class _SentenceTask:
             return tf.reduce_mean(tf.square(logits[:, 0] - batch["label_ids"]))
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
             tf.cast(batch["label_ids"], tf.int32), logits))
+
+    def loss_count(self, batch):
+        """What `loss` averages over: the examples."""
+        return tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
 
     def predictions(self, outputs):
         if self.regression:
@@ -445,6 +501,10 @@ class _TaggingTask:
         weights = batch["label_weights"]
         return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
 
+    def loss_count(self, batch):
+        """What `loss` averages over: the tagged tokens."""
+        return tf.maximum(tf.reduce_sum(tf.cast(batch["label_weights"], tf.float32)), 1e-9)
+
     def tags(self, split, outputs) -> list[list[str]]:
         ids = np.argmax(outputs["logits"], axis=-1)
         positions = split.extra["positions"]
@@ -502,6 +562,10 @@ class _QATask:
             loss += tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
                 batch["answerable"], outputs["answerable_logits"]))
         return loss
+
+    def loss_count(self, batch):
+        """What `loss` averages over: the windows."""
+        return tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
 
     def answers(self, split, outputs, n_best_size, max_answer_length, no_answer_threshold):
         return squad.decode(split.examples, split.extra["windows"], outputs["start_logits"],
