@@ -299,13 +299,13 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     def replica_step(batch):
         context = tf.distribute.get_replica_context()
         count = adapter.loss_count(batch)
-        total = _sum_over_replicas(context, count)
+        total = strategies.sum_over_replicas(context, count)
         with tf.GradientTape() as tape:
             loss = adapter.loss(model(batch, training=True), batch) * (count / total)
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for g, v in zip(tape.gradient(loss, variables), variables)]
-        grads = _sum_over_replicas(context, grads)
-        loss = _sum_over_replicas(context, loss)
+        grads = strategies.sum_over_replicas(context, grads)
+        loss = strategies.sum_over_replicas(context, loss)
         if clip_norm:
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         if replicas == 1 or tf.__internal__.distribute.strategy_supports_no_merge_call():
@@ -347,12 +347,6 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             last, recent = float(np.mean(recent)), []
             log(f"  step {s + 1}/{steps} | loss {last:.4f}")
     return last
-
-
-def _sum_over_replicas(context, values):
-    if context is None or context.num_replicas_in_sync == 1:
-        return values
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
 
 
 def _predict(model, features: dict, batch_size: int) -> dict:

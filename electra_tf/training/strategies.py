@@ -100,3 +100,11 @@ def tf_config_task() -> dict | None:
     """The parsed TF_CONFIG task, if any (for messages)."""
     config = os.environ.get("TF_CONFIG")
     return json.loads(config).get("task") if config else None
+
+
+def sum_over_replicas(context: tf.distribute.ReplicaContext | None, values):
+    """`values` (a tensor or a nest) summed over the replicas in sync (all-reduce); as they
+    are with one replica or outside a replica context."""
+    if context is None or context.num_replicas_in_sync == 1:
+        return values
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from electra_tf.modeling.metrics import PretrainingMetrics
 from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.training.strategies import sum_over_replicas
 
 _FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
@@ -196,14 +197,14 @@ class PretrainingTrainer(orbit.StandardTrainer):
         variables = self.model.phase_variables(self.phase)
         normalizers = self.model.loss_normalizers(batch)
         normalizers["parts"] = tf.constant(float(self.accumulation_steps))
-        normalizers = _sum_over_replicas(context, normalizers)
+        normalizers = sum_over_replicas(context, normalizers)
 
         # A step on the skip list (a batch that gave a non-finite loss before) is run but
         # neither applied nor recorded in the metrics.
         record = ~tf.reduce_any(tf.equal(self.state.skip_steps, self.state.step))
         grads, losses = self._gradients(batch, normalizers, variables, record)
-        grads = _sum_over_replicas(context, grads)
-        losses = _sum_over_replicas(context, losses)
+        grads = sum_over_replicas(context, grads)
+        losses = sum_over_replicas(context, losses)
         _when(record, lambda: self.metrics.update_losses(*losses))
 
         scale = None if self.loss_scale is None else self.loss_scale.scale
@@ -322,10 +323,10 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
     def _replica_step(self, batch):
         context = tf.distribute.get_replica_context()
         batch = _replica_slice(batch, context, self.local_replicas)
-        normalizers = _sum_over_replicas(context, self.model.loss_normalizers(batch))
+        normalizers = sum_over_replicas(context, self.model.loss_normalizers(batch))
         outputs = self.model(batch, step=self.state.step, training=False,
                              normalizers=normalizers)
-        losses = _sum_over_replicas(context, [outputs["loss"], outputs["generator_loss"],
+        losses = sum_over_replicas(context, [outputs["loss"], outputs["generator_loss"],
                                               outputs["discriminator_loss"]])
         self.metrics.update_losses(*losses)
         self.metrics.update_predictions(outputs)
@@ -354,9 +355,3 @@ def _replica_slice(batch, context, local_replicas: int):
     return {name: tf.reshape(value, [local_replicas, value.shape[0] // local_replicas]
                              + value.shape[1:].as_list())[index]
             for name, value in batch.items()}
-
-
-def _sum_over_replicas(context, values):
-    if context is None or context.num_replicas_in_sync == 1:
-        return values
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
