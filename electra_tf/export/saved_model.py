@@ -381,12 +381,8 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
                           answerability=info["answerability"])
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
-    try:
-        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
-        ).assert_existing_objects_matched()
-    except (AssertionError, ValueError) as e:
-        raise UserInputError(f"{checkpoint} does not fit the model its {TASK_INFO} describes "
-                             f"({str(e).splitlines()[0][:160]})") from None
+    from electra_tf.training.checkpoints import read_weights
+    read_weights(model, checkpoint, TASK_INFO)
     return FinetunedModel(model, info, trial_dir, vocab_file, note)
 
 

@@ -86,13 +86,20 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         finally:
             keras.mixed_precision.set_dtype_policy(policy)
             gin.clear_config()
-    try:
-        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
-        ).assert_existing_objects_matched()
-    except (AssertionError, ValueError) as e:
-        raise UserInputError(f"{checkpoint} does not fit the model its operative_config.gin "
-                             f"describes ({str(e).splitlines()[0][:160]})") from None
+    read_weights(model, checkpoint, "operative_config.gin")
     return LoadedModel(model=model, checkpoint=checkpoint, vocab_file=vocab_file,
                        lower_case=info.get("lower_case", True),
                        strip_accents=info.get("strip_accents", info.get("lower_case", True)),
                        max_seq_length=info["max_seq_length"], info=info)
+
+
+def read_weights(model, checkpoint: str, described_by: str):
+    """Reads `checkpoint` into `model` (optimizer slots and other extras ignored); a
+    variable of the model the checkpoint lacks, or a shape that differs, is one clear error
+    naming the checkpoint and the file (`described_by`) the model was built from."""
+    try:
+        tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
+        ).assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise UserInputError(f"{checkpoint} does not fit the model its {described_by} "
+                             f"describes ({str(e).splitlines()[0][:160]})") from None
