@@ -193,3 +193,18 @@ def build_austen_data(directory: str):
                     f"--input={os.path.join(REPO, 'data', 'corpus', '*.txt.gz')}",
                     f"--vocab_file={AUSTEN_VOCAB}", f"--output_dir={directory}",
                     "--max_seq_length=128", "--num_workers=1", "--progress=false"], check=True)
+
+
+def pretraining_curve(model_dir: str) -> dict:
+    """{tag: [(step, value)]} of the pre-training run's health scalars (TensorBoard); the
+    tags the run did not write (an MLM run has no discriminator) are left out."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator
+    events = event_accumulator.EventAccumulator(os.path.join(model_dir, "train"),
+                                                size_guidance={"tensors": 0})
+    events.Reload()
+    written = set(events.Tags()["tensors"])
+    return {tag: [(e.step, round(float(tf.make_ndarray(e.tensor_proto)), 4))
+                  for e in events.Tensors(tag)]
+            for tag in ("discriminator/auc", "loss/discriminator", "generator/mlm_accuracy")
+            if tag in written}

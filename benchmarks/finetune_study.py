@@ -133,18 +133,6 @@ def unseen_share(data_dir: str, texts: list[str]) -> float:
     return float(1 - seen[ids].mean())
 
 
-def pretraining_curve(model_dir: str) -> dict:
-    """{tag: [(step, value)]} of the pre-training run's health scalars (TensorBoard)."""
-    import tensorflow as tf
-    from tensorboard.backend.event_processing import event_accumulator
-    events = event_accumulator.EventAccumulator(os.path.join(model_dir, "train"),
-                                                size_guidance={"tensors": 0})
-    events.Reload()
-    return {tag: [(e.step, round(float(tf.make_ndarray(e.tensor_proto)), 4))
-                  for e in events.Tensors(tag)]
-            for tag in ("discriminator/auc", "loss/discriminator", "generator/mlm_accuracy")}
-
-
 def pretrain(model_dir, data_dir, length, extra_files, commands):
     """scripts/run_pretraining.py with tiny.gin (a rerun finds the run done, or resumes it)."""
     common.run_recorded(
@@ -181,7 +169,7 @@ def main(argv):
     started = time.time()
     pretrain(pretrained, data_dir, length, [], commands)
     pretrain_seconds = time.time() - started
-    curve = pretraining_curve(pretrained)
+    curve = common.pretraining_curve(pretrained)
     models = [("pretrained", pretrained, []), ("random_init", pretrained, ["--random_init"])]
     if FLAGS.with_mlm:
         models.append(("pretrained_mlm", os.path.join(work, "pretrained_mlm"), []))

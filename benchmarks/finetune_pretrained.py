@@ -1,0 +1,187 @@
+"""Does a pre-training run help downstream? Fine-tunes model dirs pre-trained elsewhere (on a
+GPU or TPU, copied here) and the same encoder randomly initialised on real movie-review
+sentiment, N seeds each, and records the medians with each run's pre-training facts.
+
+    .venv/bin/python benchmarks/finetune_pretrained.py --model=electra=DIR \\
+        --model=mlm=DIR2 --finetune_gin=finetune/small.gin --results_name=NAME
+
+Each DIR is a model dir as run_pretraining.py writes it (operative_config.gin,
+model_info.json, a checkpoint; optimizer slots are not needed, so a weights-only copy as
+benchmarks/gpu/export_weights.py writes it is enough to carry). `random_init` is the first
+model's encoder shape and vocab with its random initial weights (`--random_init`).
+
+Labelled data: the VADER study's movie-review sentences (benchmarks/corpora.py), the same
+seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study runner. Every
+fine-tuning is scripts/run_finetuning.py, command recorded; a rerun reuses a condition's
+results.json when it holds the same number of trials, examples, sequence length and
+initialisation (pass --refinetune to redo it). Pre-training facts (steps, FLOPs in the
+estimator's counting, device, precision, and the health curves from its TensorBoard run
+when the dir has one) are read from each dir. Results: benchmarks/results/<results_name>.
+"""
+
+import json
+import os
+import random
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+import common  # noqa: E402
+import corpora  # noqa: E402
+
+flags.DEFINE_multi_string("model", None, "NAME=MODEL_DIR of a pre-trained run (repeatable).")
+flags.DEFINE_integer("num_trials", 5, "Fine-tuning seeds per condition.")
+flags.DEFINE_integer("num_train", 4000, "Training sentences.")
+flags.DEFINE_integer("num_dev", 2000, "Dev sentences.")
+flags.DEFINE_string("finetune_gin", "finetune/small.gin", "Fine-tuning gin file (the models' "
+                    "size: Table 7's settings).")
+flags.DEFINE_multi_string("finetune_bindings", ["MAX_SEQ_LENGTH=64"],
+                          "Gin bindings of every fine-tuning run.")
+flags.DEFINE_string("vocab_file", os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt"),
+                    "The models' vocab (their model_info.json may name another machine's path).")
+flags.DEFINE_bool("refinetune", False, "Fine-tune again where an earlier run left results.")
+flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "finetune_pretrained"),
+                    "Where the labelled data and the fine-tuning dirs go.")
+flags.DEFINE_string("results_name", "finetune_pretrained", "benchmarks/results/<name>.{json,md}.")
+flags.mark_flag_as_required("model")
+FLAGS = flags.FLAGS
+
+
+def finished(out: str, num_train: int, random_init: bool) -> dict | None:
+    """An earlier results.json in `out` if it has this run's trials, data size, sequence
+    length and kind of initialisation, else None."""
+    try:
+        with open(os.path.join(out, "results.json")) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return None
+    lengths = [b.split("=", 1)[1] for b in FLAGS.finetune_bindings
+               if b.startswith("MAX_SEQ_LENGTH=")]
+    if (len(result["trials"]) != FLAGS.num_trials or result["num_train_examples"] != num_train
+            or result["init_checkpoint"].startswith("random") != random_init
+            or (lengths and str(result["hyperparameters"]["max_seq_length"]) != lengths[-1])):
+        return None
+    return result
+
+
+def pretraining_facts(model_dir: str) -> dict:
+    """What a model dir says about its pre-training: objective, sizes, the checkpoint's step,
+    FLOPs (estimator's counting) up to it, device and precision, and health curves."""
+    import tensorflow as tf
+    with open(os.path.join(model_dir, "model_info.json")) as f:
+        info = json.load(f)
+    checkpoint = tf.train.latest_checkpoint(model_dir)
+    step = int(checkpoint.rsplit("-", 1)[1])
+    facts = {key: info.get(key) for key in (
+        "objective", "sharing", "algorithm", "discriminator_params", "train_batch_size",
+        "num_train_steps", "max_seq_length", "device", "precision", "train_flops_per_example")}
+    facts.update(checkpoint=os.path.basename(checkpoint), step=step,
+                 flops=info["train_flops_per_example"] * info["train_batch_size"] * step,
+                 generator_hidden_size=(info.get("generator") or {}).get("hidden_size"))
+    if os.path.isdir(os.path.join(model_dir, "train")):
+        facts["curve"] = common.pretraining_curve(model_dir)
+    return facts
+
+
+def main(argv):
+    del argv
+    commands = []
+    work = FLAGS.work_dir
+    os.makedirs(work, exist_ok=True)
+    models = []
+    for spec in FLAGS.model:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not os.path.isdir(path):
+            raise SystemExit(f"--model={spec}: expected NAME=MODEL_DIR with an existing dir")
+        models.append((name, path))
+
+    rows = corpora.movie_review_sentences(os.path.join(work, "download"), commands)
+    random.Random(0).shuffle(rows)
+    train_rows = rows[:FLAGS.num_train]
+    dev_rows = rows[FLAGS.num_train:FLAGS.num_train + FLAGS.num_dev]
+    train_csv, dev_csv = os.path.join(work, "train.csv"), os.path.join(work, "dev.csv")
+    corpora.write_labelled_csv(train_csv, train_rows)
+    corpora.write_labelled_csv(dev_csv, dev_rows)
+    positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
+
+    facts = {name: pretraining_facts(path) for name, path in models}
+    conditions = {}
+    for name, init, extra in ([(n, p, []) for n, p in models]
+                              + [("random_init", models[0][1], ["--random_init"])]):
+        out = os.path.join(work, "ft", name)
+        command = [sys.executable, "scripts/run_finetuning.py", "--task=classification",
+                   f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
+                   f"--model_dir={out}", f"--train_file={train_csv}", f"--dev_file={dev_csv}",
+                   "--label_column=label", f"--num_trials={FLAGS.num_trials}", "--seed=0",
+                   f"--gin_file={FLAGS.finetune_gin}",
+                   *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
+                   "--gin_bindings=finetuning.save_model=False", *extra]
+        result = None if FLAGS.refinetune else finished(out, len(train_rows), bool(extra))
+        if result is None:
+            started = time.time()
+            common.run_recorded(command, commands)
+            with open(os.path.join(out, "results.json")) as f:
+                result = json.load(f)
+            result["wall_seconds"] = round(time.time() - started, 1)
+        else:
+            commands.append(common.shown(command))
+            print(f"reusing {out}/results.json (pass --refinetune to redo it)")
+        conditions[name] = result
+
+    r = conditions["random_init"]
+    record = {"title": "Fine-tuning pre-trained runs vs random initialisation (movie reviews)",
+              "run": common.run_info(), "commands": commands,
+              "data": {"source": f"PyPI {corpora.VADER} sdist, additional_resources/"
+                                f"{corpora.MOVIE_SNIPPETS}",
+                       "num_train": len(train_rows), "num_dev": len(dev_rows),
+                       "dev_positive_fraction": positives},
+              "finetune_gin": FLAGS.finetune_gin, "finetune_bindings": FLAGS.finetune_bindings,
+              "pretraining": facts, "conditions": conditions,
+              "median_accuracy_gain": {
+                  name: c["median"]["accuracy"] - r["median"]["accuracy"]
+                  for name, c in conditions.items() if name != "random_init"}}
+
+    pre_rows = []
+    for name, f in facts.items():
+        curve = f.get("curve", {})
+        last = {tag: values[-1][1] for tag, values in curve.items() if values}
+        pre_rows.append([name, f["objective"], f"{f['step']:,} of {f['num_train_steps']:,}",
+                         f["train_batch_size"], f"{f['flops']:.2e}",
+                         f"{f['device']}, {f['precision']}",
+                         last.get("generator/mlm_accuracy", "-"),
+                         last.get("discriminator/auc", "-") if f["objective"] != "mlm" else "-"])
+    metrics = ["accuracy", "f1", "mcc"]
+    ft_rows = [[name] + [f"{c['median'][m]:.4f} ({c['mean'][m]:.4f} ± {c['std'][m]:.4f})"
+                         for m in metrics]
+               + [", ".join(f"{t['dev']['accuracy']:.4f}" for t in c["trials"])]
+               for name, c in conditions.items()]
+    body = (
+        "Pre-training runs (read from each model dir; FLOPs in the estimator's counting, "
+        "batch x steps x train FLOPs per example; the last point of the TensorBoard "
+        "training curves):\n\n"
+        + common.markdown_table(["model", "objective", "steps", "batch", "FLOPs", "trained on",
+                                 "generator MLM acc (train)", "discriminator AUC (train)"],
+                                pre_rows)
+        + f"\n\nFine-tuning: binary movie-review sentiment ({len(train_rows)} training, "
+        f"{len(dev_rows)} dev sentences, {100 * positives:.1f}% of dev positive) with "
+        f"{FLAGS.finetune_gin} and {', '.join(FLAGS.finetune_bindings)}, {FLAGS.num_trials} "
+        "seeds per condition; `random_init` is the first model's encoder with its random "
+        "initial weights. Dev scores: median (mean ± sample std), and every seed's "
+        "accuracy.\n\n"
+        + common.markdown_table(["initialisation"] + metrics + ["accuracy per seed"], ft_rows)
+        + "\n\nMedian dev accuracy against random initialisation: " + "; ".join(
+            f"{name} {100 * gain:+.1f} points" for name, gain
+            in record["median_accuracy_gain"].items())
+        + ".\n\nCommands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
+    json_path, md_path = common.write_results(FLAGS.results_name, record, body)
+    print(body)
+    print(f"wrote {json_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    app.run(main)
