@@ -34,6 +34,7 @@ flags.DEFINE_string("train_file", os.path.join(STUDY, "train.csv"), "label,text 
 flags.DEFINE_string("dev_file", os.path.join(STUDY, "dev.csv"), "label,text CSV to score on.")
 flags.DEFINE_integer("max_seq_length", 64, "Tokens per sentence (as fine-tuned).")
 flags.DEFINE_integer("seed", 0, "Seed of the random initialisation.")
+flags.DEFINE_string("results_name", "feature_probe", "benchmarks/results/<name>.{json,md}.")
 FLAGS = flags.FLAGS
 
 
@@ -121,7 +122,7 @@ def main(argv):
               "settings": {f: FLAGS[f].value for f in ("init", "random", "train_file",
                                                        "dev_file", "max_seq_length", "seed")},
               "results": results}
-    paths = common.write_results("feature_probe", record,
+    paths = common.write_results(FLAGS.results_name, record,
                                  table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     print(table)
     print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))
