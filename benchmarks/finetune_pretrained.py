@@ -8,7 +8,8 @@ sentiment, N seeds each, and records the medians with each run's pre-training fa
 Each DIR is a model dir as run_pretraining.py writes it (operative_config.gin,
 model_info.json, a checkpoint; optimizer slots are not needed, so a weights-only copy as
 benchmarks/gpu/export_weights.py writes it is enough to carry). `random_init` is the first
-model's encoder shape and vocab with its random initial weights (`--random_init`).
+model's (or --random_init_from's) encoder shape and vocab with random initial weights
+(`--random_init`).
 
 Labelled data: the VADER study's movie-review sentences (benchmarks/corpora.py), the same
 seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study runner. Every
@@ -35,6 +36,8 @@ import common  # noqa: E402
 import corpora  # noqa: E402
 
 flags.DEFINE_multi_string("model", None, "NAME=MODEL_DIR of a pre-trained run (repeatable).")
+flags.DEFINE_string("random_init_from", None, "The --model NAME whose encoder shape and vocab "
+                    "`random_init` takes (default: the first).")
 flags.DEFINE_integer("num_trials", 5, "Fine-tuning seeds per condition.")
 flags.DEFINE_integer("num_train", 4000, "Training sentences.")
 flags.DEFINE_integer("num_dev", 2000, "Dev sentences.")
@@ -44,6 +47,7 @@ flags.DEFINE_multi_string("finetune_bindings", ["MAX_SEQ_LENGTH=64"],
                           "Gin bindings of every fine-tuning run.")
 flags.DEFINE_string("vocab_file", os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt"),
                     "The models' vocab (their model_info.json may name another machine's path).")
+flags.DEFINE_string("notes", "", "Markdown appended to the results (how the runs were made).")
 flags.DEFINE_bool("refinetune", False, "Fine-tune again where an earlier run left results.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "finetune_pretrained"),
                     "Where the labelled data and the fine-tuning dirs go.")
@@ -52,9 +56,14 @@ flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
 
 
-def finished(out: str, num_train: int, random_init: bool) -> dict | None:
+def _in_repo(path: str) -> str:
+    """`path` made absolute the way the fine-tuning runs (started in the repo root) read it."""
+    return os.path.normpath(os.path.join(common.REPO, path))
+
+
+def finished(out: str, init: str, num_train: int, random_init: bool) -> dict | None:
     """An earlier results.json in `out` if it has this run's trials, data size, sequence
-    length and kind of initialisation, else None."""
+    length and initialisation (random or not, from the model dir `init`), else None."""
     try:
         with open(os.path.join(out, "results.json")) as f:
             result = json.load(f)
@@ -64,6 +73,8 @@ def finished(out: str, num_train: int, random_init: bool) -> dict | None:
                if b.startswith("MAX_SEQ_LENGTH=")]
     if (len(result["trials"]) != FLAGS.num_trials or result["num_train_examples"] != num_train
             or result["init_checkpoint"].startswith("random") != random_init
+            or _in_repo(os.path.dirname(result["init_checkpoint"].removeprefix(
+                "random, shaped as "))) != _in_repo(init)
             or (lengths and str(result["hyperparameters"]["max_seq_length"]) != lengths[-1])):
         return None
     return result
@@ -109,10 +120,14 @@ def main(argv):
     corpora.write_labelled_csv(dev_csv, dev_rows)
     positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
 
+    shapes = dict(models)
+    if FLAGS.random_init_from and FLAGS.random_init_from not in shapes:
+        raise SystemExit(f"--random_init_from={FLAGS.random_init_from}: not a --model name")
+    random_shape = shapes[FLAGS.random_init_from or models[0][0]]
     facts = {name: pretraining_facts(path) for name, path in models}
     conditions = {}
     for name, init, extra in ([(n, p, []) for n, p in models]
-                              + [("random_init", models[0][1], ["--random_init"])]):
+                              + [("random_init", random_shape, ["--random_init"])]):
         out = os.path.join(work, "ft", name)
         command = [sys.executable, "scripts/run_finetuning.py", "--task=classification",
                    f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
@@ -121,7 +136,7 @@ def main(argv):
                    f"--gin_file={FLAGS.finetune_gin}",
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
                    "--gin_bindings=finetuning.save_model=False", *extra]
-        result = None if FLAGS.refinetune else finished(out, len(train_rows), bool(extra))
+        result = None if FLAGS.refinetune else finished(out, init, len(train_rows), bool(extra))
         if result is None:
             started = time.time()
             common.run_recorded(command, commands)
@@ -140,7 +155,7 @@ def main(argv):
                                 f"{corpora.MOVIE_SNIPPETS}",
                        "num_train": len(train_rows), "num_dev": len(dev_rows),
                        "dev_positive_fraction": positives},
-              "finetune_gin": FLAGS.finetune_gin, "finetune_bindings": FLAGS.finetune_bindings,
+              "notes": FLAGS.notes, "finetune_gin": FLAGS.finetune_gin, "finetune_bindings": FLAGS.finetune_bindings,
               "pretraining": facts, "conditions": conditions,
               "median_accuracy_gain": {
                   name: c["median"]["accuracy"] - r["median"]["accuracy"]
@@ -170,14 +185,15 @@ def main(argv):
         + f"\n\nFine-tuning: binary movie-review sentiment ({len(train_rows)} training, "
         f"{len(dev_rows)} dev sentences, {100 * positives:.1f}% of dev positive) with "
         f"{FLAGS.finetune_gin} and {', '.join(FLAGS.finetune_bindings)}, {FLAGS.num_trials} "
-        "seeds per condition; `random_init` is the first model's encoder with its random "
-        "initial weights. Dev scores: median (mean ± sample std), and every seed's "
+        f"seeds per condition; `random_init` is {FLAGS.random_init_from or models[0][0]}'s "
+        "encoder shape and vocab with random initial weights. Dev scores: median (mean ± sample std), and every seed's "
         "accuracy.\n\n"
         + common.markdown_table(["initialisation"] + metrics + ["accuracy per seed"], ft_rows)
         + "\n\nMedian dev accuracy against random initialisation: " + "; ".join(
             f"{name} {100 * gain:+.1f} points" for name, gain
             in record["median_accuracy_gain"].items())
-        + ".\n\nCommands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
+        + ".\n\n" + (FLAGS.notes.strip() + "\n\n" if FLAGS.notes.strip() else "")
+        + "Commands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
     json_path, md_path = common.write_results(FLAGS.results_name, record, body)
     print(body)
     print(f"wrote {json_path} and {md_path}")
