@@ -208,3 +208,35 @@ def pretraining_curve(model_dir: str) -> dict:
                   for e in events.Tensors(tag)]
             for tag in ("discriminator/auc", "loss/discriminator", "generator/mlm_accuracy")
             if tag in written}
+
+
+def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
+                       bindings: list[str], random_init: bool) -> dict | None:
+    """The results.json a run of scripts/run_finetuning.py left in `out` if it is the run
+    asked for now (same number of trials and training examples, the sequence length of the
+    last MAX_SEQ_LENGTH= in `bindings`, initialised from the model dir `init`, randomly or
+    not), else None."""
+    try:
+        with open(os.path.join(out, "results.json")) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return None
+    lengths = [b.split("=", 1)[1] for b in bindings if b.startswith("MAX_SEQ_LENGTH=")]
+    source = os.path.dirname(result["init_checkpoint"].removeprefix("random, shaped as "))
+    # Relative paths are read from the repo root, where the fine-tuning runs start.
+    same_init = (os.path.normpath(os.path.join(REPO, source))
+                 == os.path.normpath(os.path.join(REPO, init)))
+    if (len(result["trials"]) != num_trials or result["num_train_examples"] != num_train
+            or result["init_checkpoint"].startswith("random") != random_init or not same_init
+            or (lengths and str(result["hyperparameters"]["max_seq_length"]) != lengths[-1])):
+        return None
+    return result
+
+
+def finetuning_rows(conditions: dict, metrics: list[str]) -> list[list[str]]:
+    """Markdown table rows: each condition's median (mean ± std) per metric and every
+    trial's dev accuracy."""
+    return [[name] + [f"{c['median'][m]:.4f} ({c['mean'][m]:.4f} ± {c['std'][m]:.4f})"
+                      for m in metrics]
+            + [", ".join(f"{t['dev']['accuracy']:.4f}" for t in c["trials"])]
+            for name, c in conditions.items()]

@@ -18,6 +18,7 @@ import csv
 import glob
 import gzip
 import os
+import random
 import re
 import subprocess
 import sys
@@ -169,3 +170,16 @@ def write_labelled_csv(path: str, rows):
         writer = csv.writer(f)
         writer.writerow(["label", "text"])
         writer.writerows(rows)
+
+
+def movie_review_split(work_dir: str, num_train: int, num_dev: int, commands: list[str]):
+    """The movie-review sentences in a seeded shuffle (seed 0), the first `num_train` written
+    to <work_dir>/train.csv and the next `num_dev` to dev.csv; returns (train_csv, dev_csv,
+    train_rows, dev_rows)."""
+    rows = movie_review_sentences(os.path.join(work_dir, "download"), commands)
+    random.Random(0).shuffle(rows)
+    train_rows, dev_rows = rows[:num_train], rows[num_train:num_train + num_dev]
+    train_csv, dev_csv = os.path.join(work_dir, "train.csv"), os.path.join(work_dir, "dev.csv")
+    write_labelled_csv(train_csv, train_rows)
+    write_labelled_csv(dev_csv, dev_rows)
+    return train_csv, dev_csv, train_rows, dev_rows

@@ -22,7 +22,6 @@ when the dir has one) are read from each dir. Results: benchmarks/results/<resul
 
 import json
 import os
-import random
 import sys
 import time
 
@@ -56,30 +55,6 @@ flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
 
 
-def _in_repo(path: str) -> str:
-    """`path` made absolute the way the fine-tuning runs (started in the repo root) read it."""
-    return os.path.normpath(os.path.join(common.REPO, path))
-
-
-def finished(out: str, init: str, num_train: int, random_init: bool) -> dict | None:
-    """An earlier results.json in `out` if it has this run's trials, data size, sequence
-    length and initialisation (random or not, from the model dir `init`), else None."""
-    try:
-        with open(os.path.join(out, "results.json")) as f:
-            result = json.load(f)
-    except (OSError, ValueError):
-        return None
-    lengths = [b.split("=", 1)[1] for b in FLAGS.finetune_bindings
-               if b.startswith("MAX_SEQ_LENGTH=")]
-    if (len(result["trials"]) != FLAGS.num_trials or result["num_train_examples"] != num_train
-            or result["init_checkpoint"].startswith("random") != random_init
-            or _in_repo(os.path.dirname(result["init_checkpoint"].removeprefix(
-                "random, shaped as "))) != _in_repo(init)
-            or (lengths and str(result["hyperparameters"]["max_seq_length"]) != lengths[-1])):
-        return None
-    return result
-
-
 def pretraining_facts(model_dir: str) -> dict:
     """What a model dir says about its pre-training: objective, sizes, the checkpoint's step,
     FLOPs (estimator's counting) up to it, device and precision, and health curves."""
@@ -111,13 +86,8 @@ def main(argv):
             raise SystemExit(f"--model={spec}: expected NAME=MODEL_DIR with an existing dir")
         models.append((name, path))
 
-    rows = corpora.movie_review_sentences(os.path.join(work, "download"), commands)
-    random.Random(0).shuffle(rows)
-    train_rows = rows[:FLAGS.num_train]
-    dev_rows = rows[FLAGS.num_train:FLAGS.num_train + FLAGS.num_dev]
-    train_csv, dev_csv = os.path.join(work, "train.csv"), os.path.join(work, "dev.csv")
-    corpora.write_labelled_csv(train_csv, train_rows)
-    corpora.write_labelled_csv(dev_csv, dev_rows)
+    train_csv, dev_csv, train_rows, dev_rows = corpora.movie_review_split(
+        work, FLAGS.num_train, FLAGS.num_dev, commands)
     positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
 
     shapes = dict(models)
@@ -136,7 +106,8 @@ def main(argv):
                    f"--gin_file={FLAGS.finetune_gin}",
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
                    "--gin_bindings=finetuning.save_model=False", *extra]
-        result = None if FLAGS.refinetune else finished(out, init, len(train_rows), bool(extra))
+        result = None if FLAGS.refinetune else common.earlier_finetuning(
+            out, init, FLAGS.num_trials, len(train_rows), FLAGS.finetune_bindings, bool(extra))
         if result is None:
             started = time.time()
             common.run_recorded(command, commands)
@@ -171,10 +142,7 @@ def main(argv):
                          last.get("generator/mlm_accuracy", "-"),
                          last.get("discriminator/auc", "-") if f["objective"] != "mlm" else "-"])
     metrics = ["accuracy", "f1", "mcc"]
-    ft_rows = [[name] + [f"{c['median'][m]:.4f} ({c['mean'][m]:.4f} ± {c['std'][m]:.4f})"
-                         for m in metrics]
-               + [", ".join(f"{t['dev']['accuracy']:.4f}" for t in c["trials"])]
-               for name, c in conditions.items()]
+    ft_rows = common.finetuning_rows(conditions, metrics)
     body = (
         "Pre-training runs (read from each model dir; FLOPs in the estimator's counting, "
         "batch x steps x train FLOPs per example; the last point of the TensorBoard "

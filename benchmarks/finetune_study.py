@@ -37,7 +37,6 @@ Results: benchmarks/results/finetune_study.{json,md}.
 import glob
 import json
 import os
-import random
 import sys
 import time
 
@@ -81,23 +80,6 @@ def build_once(command: list[str], output_dir: str, commands: list[str]):
         commands.append(common.shown(command))
     else:
         common.run_recorded(command, commands)
-
-
-def _finished(out: str, num_train: int, random_init: bool) -> dict | None:
-    """An earlier run's results.json in `out` if it is this study's (same trials, data size,
-    sequence length and initialisation), else None."""
-    try:
-        with open(os.path.join(out, "results.json")) as f:
-            result = json.load(f)
-    except (OSError, ValueError):
-        return None
-    lengths = [b.split("=", 1)[1] for b in FLAGS.finetune_bindings
-               if b.startswith("MAX_SEQ_LENGTH=")]
-    if (len(result["trials"]) != FLAGS.num_trials or result["num_train_examples"] != num_train
-            or result["init_checkpoint"].startswith("random") != random_init
-            or (lengths and str(result["hyperparameters"]["max_seq_length"]) != lengths[-1])):
-        return None
-    return result
 
 
 def write_review_corpus(work_dir: str) -> str:
@@ -151,13 +133,8 @@ def main(argv):
     work = FLAGS.work_dir
     os.makedirs(work, exist_ok=True)
 
-    rows = corpora.movie_review_sentences(os.path.join(work, "download"), commands)
-    random.Random(0).shuffle(rows)
-    train_rows = rows[:FLAGS.num_train]
-    dev_rows = rows[FLAGS.num_train:FLAGS.num_train + FLAGS.num_dev]
-    train_csv, dev_csv = os.path.join(work, "train.csv"), os.path.join(work, "dev.csv")
-    corpora.write_labelled_csv(train_csv, train_rows)
-    corpora.write_labelled_csv(dev_csv, dev_rows)
+    train_csv, dev_csv, train_rows, dev_rows = corpora.movie_review_split(
+        work, FLAGS.num_train, FLAGS.num_dev, commands)
     positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
 
     length = FLAGS.pretrain_seq_length
@@ -196,7 +173,8 @@ def main(argv):
                    f"--num_trials={FLAGS.num_trials}", "--gin_file=finetune/tiny.gin",
                    "--gin_bindings=finetuning.save_model=False",
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings], *extra]
-        result = None if FLAGS.refinetune else _finished(out, len(train_rows), bool(extra))
+        result = None if FLAGS.refinetune else common.earlier_finetuning(
+            out, init, FLAGS.num_trials, len(train_rows), FLAGS.finetune_bindings, bool(extra))
         if result is None:
             common.run_recorded(command, commands)
             with open(os.path.join(out, "results.json")) as f:
@@ -227,11 +205,7 @@ def main(argv):
                   name: c["median"]["accuracy"] - r["median"]["accuracy"]
                   for name, c in conditions.items() if name != "random_init"}}
     metrics = ["accuracy", "f1", "mcc"]
-    rows_md = []
-    for name, result in conditions.items():
-        rows_md.append([name] + [f"{result['median'][m]:.4f} ({result['mean'][m]:.4f} ± "
-                                 f"{result['std'][m]:.4f})" for m in metrics]
-                       + [", ".join(f"{t['dev']['accuracy']:.4f}" for t in result["trials"])])
+    rows_md = common.finetuning_rows(conditions, metrics)
     body = (
         "A tiny ELECTRA (2 layers, hidden 128, BERT uncased vocab) pre-trained for "
         f"{FLAGS.pretrain_steps} steps on the embedded Austen corpus (tiny.gin: batch 32, "
