@@ -62,6 +62,8 @@ def pretraining_facts(model_dir: str) -> dict:
     with open(os.path.join(model_dir, "model_info.json")) as f:
         info = json.load(f)
     checkpoint = tf.train.latest_checkpoint(model_dir)
+    if checkpoint is None:
+        raise SystemExit(f"{model_dir} holds no checkpoint; pass a pre-training model dir")
     step = int(checkpoint.rsplit("-", 1)[1])
     facts = {key: info.get(key) for key in (
         "objective", "sharing", "algorithm", "discriminator_params", "train_batch_size",
@@ -82,8 +84,11 @@ def main(argv):
     models = []
     for spec in FLAGS.model:
         name, sep, path = spec.partition("=")
-        if not sep or not name or not os.path.isdir(path):
-            raise SystemExit(f"--model={spec}: expected NAME=MODEL_DIR with an existing dir")
+        if not sep or not name or not os.path.isdir(os.path.join(common.REPO, path)):
+            raise SystemExit(f"--model={spec}: expected NAME=MODEL_DIR, the dir existing "
+                             "(relative paths from the repository root)")
+        if name == "random_init" or name in dict(models):
+            raise SystemExit(f"--model={spec}: name {name!r} is taken; pick another")
         models.append((name, path))
 
     train_csv, dev_csv, train_rows, dev_rows = corpora.movie_review_split(
@@ -126,7 +131,8 @@ def main(argv):
                                 f"{corpora.MOVIE_SNIPPETS}",
                        "num_train": len(train_rows), "num_dev": len(dev_rows),
                        "dev_positive_fraction": positives},
-              "notes": FLAGS.notes, "finetune_gin": FLAGS.finetune_gin, "finetune_bindings": FLAGS.finetune_bindings,
+              "notes": FLAGS.notes, "finetune_gin": FLAGS.finetune_gin,
+              "finetune_bindings": FLAGS.finetune_bindings,
               "pretraining": facts, "conditions": conditions,
               "median_accuracy_gain": {
                   name: c["median"]["accuracy"] - r["median"]["accuracy"]
@@ -154,8 +160,8 @@ def main(argv):
         f"{len(dev_rows)} dev sentences, {100 * positives:.1f}% of dev positive) with "
         f"{FLAGS.finetune_gin} and {', '.join(FLAGS.finetune_bindings)}, {FLAGS.num_trials} "
         f"seeds per condition; `random_init` is {FLAGS.random_init_from or models[0][0]}'s "
-        "encoder shape and vocab with random initial weights. Dev scores: median (mean ± sample std), and every seed's "
-        "accuracy.\n\n"
+        "encoder shape and vocab with random initial weights. Dev scores: median (mean ± "
+        "sample std), and every seed's accuracy.\n\n"
         + common.markdown_table(["initialisation"] + metrics + ["accuracy per seed"], ft_rows)
         + "\n\nMedian dev accuracy against random initialisation: " + "; ".join(
             f"{name} {100 * gain:+.1f} points" for name, gain
