@@ -327,7 +327,7 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
         outputs = self.model(batch, step=self.state.step, training=False,
                              normalizers=normalizers)
         losses = sum_over_replicas(context, [outputs["loss"], outputs["generator_loss"],
-                                              outputs["discriminator_loss"]])
+                                             outputs["discriminator_loss"]])
         self.metrics.update_losses(*losses)
         self.metrics.update_predictions(outputs)
 
