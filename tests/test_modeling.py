@@ -160,6 +160,23 @@ def test_disallow_correct_never_samples_the_original():
     assert not np.any((out["sampled_ids"].numpy() == batch["masked_lm_ids"].numpy())[weights])
 
 
+def test_extreme_hash_bits_give_finite_gumbel_noise(monkeypatch):
+    # All-ones bits are the largest uniform; as 1.0 its Gumbel noise would be +inf and win
+    # the argmax whatever the logits, a disallowed token included.
+    from electra_tf import stateless
+    for value in (0xFFFFFFFF, 0):
+        def constant_bits(seed, stream, index, slot, v=value):
+            shape = tf.broadcast_dynamic_shape(tf.shape(index[:, None]), tf.shape(slot))
+            return tf.fill(shape, tf.constant(v, tf.uint32))
+        monkeypatch.setattr(stateless, "hash_bits", constant_bits)
+        uniform = stateless.hash_open_uniform(1, 4, tf.constant([0], tf.int64), tf.range(3)[None])
+        assert 0.0 < float(tf.reduce_min(uniform)) and float(tf.reduce_max(uniform)) < 1.0
+        logits = tf.constant([[[5.0, 1.0, 3.0, 2.0]]])
+        sampled = sample_from_logits(logits, 1, tf.constant([0], tf.int64),
+                                     disallow=tf.constant([[0]]))
+        assert sampled.numpy().tolist() == [[2]]  # equal noise: the best allowed logit
+
+
 def test_samples_are_keyed_by_seed_and_example_not_by_batch():
     logits = tf.random.stateless_normal([6, 5, 50], [1, 2])
     index = tf.constant([10, 11, 12, 13, 14, 15], tf.int64)

@@ -3,7 +3,7 @@ positions, and sampling from the generator."""
 
 import tensorflow as tf
 
-from electra_tf.stateless import STREAM_GENERATOR_SAMPLES, hash_uniform
+from electra_tf.stateless import STREAM_GENERATOR_SAMPLES, hash_open_uniform
 
 
 def gather_positions(sequence, positions):
@@ -51,7 +51,6 @@ def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.
         logits += -1e9 * tf.one_hot(disallow, tf.shape(logits)[-1], dtype=tf.float32)
     flat = tf.reshape(logits, [tf.shape(logits)[0], -1])  # [B, K]
     slots = tf.range(tf.shape(flat)[1])[None, :]
-    # Half a step up: uniform in (0, 1), so the double log is finite.
-    uniform = hash_uniform(seed, STREAM_GENERATOR_SAMPLES, example_index, slots) + 2.0 ** -25
+    uniform = hash_open_uniform(seed, STREAM_GENERATOR_SAMPLES, example_index, slots)
     gumbel = tf.reshape(-tf.math.log(-tf.math.log(uniform)), tf.shape(logits))
     return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
