@@ -467,11 +467,14 @@ def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
         model.generator_ltr is not None) else None
     if model.generator is model.discriminator and model.objective != "mlm":
         generator_config = model.discriminator_config  # sharing "all": the network runs twice
+    # official: the paper's counting (backward = forward, one-hot embedding lookups);
+    # hardware: what the step executes (backward = 2 x forward, lookups are gathers).
     per_example = {
         name: flops.train_flops_per_example(
             model.discriminator_config, generator_config, seq_length, model.objective,
-            mask_prob, max_predictions=num_predictions, backward_multiplier=multiplier)
-        for name, multiplier in (("official", 1.0), ("hardware", 2.0))}
+            mask_prob, max_predictions=num_predictions, backward_multiplier=multiplier,
+            dense_embedding_lookup=dense)
+        for name, multiplier, dense in (("official", 1.0, True), ("hardware", 2.0, False))}
     return {
         "objective": model.objective, "sharing": model.sharing, "algorithm": model.algorithm,
         "discriminator_params": _count(discriminator),
