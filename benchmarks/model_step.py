@@ -699,9 +699,9 @@ def main(argv):
         f"After {FLAGS.warmup_steps} warm-up steps, each run times at least {FLAGS.steps} "
         f"steps and {FLAGS.min_seconds:g} s; median of {FLAGS.repeats} runs; examples/s = "
         "steps x batch / seconds. Each implementation runs in its own process.",
-        "The headline is `ours (tf.function)`: the same kind of step as Model Garden's "
-        "(tf.function, no XLA); `ours (tf.function, XLA)` is the same step with "
-        "jit_compile=True.",
+        *(["The headline is `ours (tf.function)`: the same kind of step as Model Garden's "
+           "(tf.function, no XLA); `ours (tf.function, XLA)` is the same step with "
+           "jit_compile=True."] if {"ours", "ours_xla"} & set(FLAGS.frameworks) else []),
         "PyTorch: transformers ElectraForMaskedLM + ElectraForPreTraining, embeddings "
         "shared, eager, torch threads = cores; MLM logits "
         + ("at all positions (ElectraForMaskedLM.forward)." if FLAGS.torch_full_mlm_logits
@@ -721,7 +721,10 @@ def main(argv):
                      "size's gin file): the tf.data pipeline reading and masking the Austen "
                      "corpus's TFRecords, the step with clipping and metrics, orbit's loop; "
                      "each timed run is one loop of "
-                     f"{FLAGS.run_loop_steps or RUN_LOOP_STEPS} steps (the first loop, "
+                     + (f"{FLAGS.run_loop_steps}" if FLAGS.run_loop_steps else ", ".join(
+                         f"{RUN_LOOP_STEPS.get(size, FLAGS.steps)} ({size})"
+                         for size in FLAGS.sizes))
+                     + " steps (the first loop, "
                      "which traces, is left out). The peers are timed on their bare step over "
                      "one batch in memory, without any input pipeline.")
     if failed:
