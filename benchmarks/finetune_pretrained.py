@@ -12,7 +12,9 @@ model's (or --random_init_from's) encoder shape and vocab with random initial we
 (`--random_init`).
 
 Labelled data: the VADER study's movie-review sentences (benchmarks/corpora.py), the same
-seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study runner. Every
+seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study runner. Repeat
+--num_train (e.g. --num_train=250 --num_train=1000 --num_train=4000) for a learning curve:
+the smaller sizes take the first N training sentences and keep the same dev sentences. Every
 fine-tuning is scripts/run_finetuning.py, command recorded; a rerun reuses a condition's
 results.json when it holds the same number of trials, examples, sequence length and
 initialisation (pass --refinetune to redo it). Pre-training facts (steps, FLOPs in the
@@ -38,7 +40,9 @@ flags.DEFINE_multi_string("model", None, "NAME=MODEL_DIR of a pre-trained run (r
 flags.DEFINE_string("random_init_from", None, "The --model NAME whose encoder shape and vocab "
                     "`random_init` takes (default: the first).")
 flags.DEFINE_integer("num_trials", 5, "Fine-tuning seeds per condition.")
-flags.DEFINE_integer("num_train", 4000, "Training sentences.")
+flags.DEFINE_multi_integer("num_train", [4000], "Training sentences; repeat it for a learning "
+                           "curve: each size takes the first N of the largest size's "
+                           "sentences, and every size is scored on the same dev sentences.")
 flags.DEFINE_integer("num_dev", 2000, "Dev sentences.")
 flags.DEFINE_string("finetune_gin", "finetune/small.gin", "Fine-tuning gin file (the models' "
                     "size: Table 7's settings).")
@@ -76,6 +80,25 @@ def pretraining_facts(model_dir: str) -> dict:
     return facts
 
 
+def learning_curve_table(curve: dict) -> str:
+    """Markdown: dev accuracy per training size and condition, and the gain over random
+    initialisation at each size."""
+    names = list(next(iter(curve.values())))
+    rows = []
+    for n, by in curve.items():
+        random_median = by["random_init"]["median"]["accuracy"]
+        rows.append([f"{n:,}"] + [
+            f"{c['median']['accuracy']:.4f} ({c['mean']['accuracy']:.4f} ± "
+            f"{c['std']['accuracy']:.4f})"
+            + ("" if k == "random_init" else
+               f", {100 * (c['median']['accuracy'] - random_median):+.1f}")
+            for k, c in by.items()])
+    return ("Learning curve: the first N training sentences of the largest size, the same dev "
+            "sentences for every N. Dev accuracy, median (mean ± std) over the seeds, and the "
+            "median's difference from `random_init` in points:\n\n"
+            + common.markdown_table(["training sentences"] + names, rows) + "\n\n")
+
+
 def main(argv):
     del argv
     commands = []
@@ -91,38 +114,51 @@ def main(argv):
             raise SystemExit(f"--model={spec}: name {name!r} is taken; pick another")
         models.append((name, path))
 
+    sizes = sorted(set(FLAGS.num_train))
+    if sizes[0] < 1:
+        raise SystemExit(f"--num_train={sizes[0]}: the training sizes must be positive")
     train_csv, dev_csv, train_rows, dev_rows = corpora.movie_review_split(
-        work, FLAGS.num_train, FLAGS.num_dev, commands)
+        work, sizes[-1], FLAGS.num_dev, commands)
     positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
+    # The largest size keeps the layout of a single-size run (train.csv, ft/NAME), so its
+    # fine-tuning results are reused either way; smaller sizes get their own files and dirs.
+    train_files = {sizes[-1]: (train_csv, os.path.join(work, "ft"))}
+    for n in sizes[:-1]:
+        train_files[n] = (os.path.join(work, f"train_{n}.csv"), os.path.join(work, f"ft_{n}"))
+        corpora.write_labelled_csv(train_files[n][0], train_rows[:n])
 
     shapes = dict(models)
     if FLAGS.random_init_from and FLAGS.random_init_from not in shapes:
         raise SystemExit(f"--random_init_from={FLAGS.random_init_from}: not a --model name")
     random_shape = shapes[FLAGS.random_init_from or models[0][0]]
     facts = {name: pretraining_facts(path) for name, path in models}
-    conditions = {}
-    for name, init, extra in ([(n, p, []) for n, p in models]
-                              + [("random_init", random_shape, ["--random_init"])]):
-        out = os.path.join(work, "ft", name)
-        command = [sys.executable, "scripts/run_finetuning.py", "--task=classification",
-                   f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
-                   f"--model_dir={out}", f"--train_file={train_csv}", f"--dev_file={dev_csv}",
-                   "--label_column=label", f"--num_trials={FLAGS.num_trials}", "--seed=0",
-                   f"--gin_file={FLAGS.finetune_gin}",
-                   *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
-                   "--gin_bindings=finetuning.save_model=False", *extra]
-        result = None if FLAGS.refinetune else common.earlier_finetuning(
-            out, init, FLAGS.num_trials, len(train_rows), FLAGS.finetune_bindings, bool(extra))
-        if result is None:
-            started = time.time()
-            common.run_recorded(command, commands)
-            with open(os.path.join(out, "results.json")) as f:
-                result = json.load(f)
-            result["wall_seconds"] = round(time.time() - started, 1)
-        else:
-            commands.append(common.shown(command))
-            print(f"reusing {out}/results.json (pass --refinetune to redo it)")
-        conditions[name] = result
+    by_size = {}  # training size -> condition -> results.json
+    for n in sizes:
+        n_csv, ft_dir = train_files[n]
+        by_size[n] = {}
+        for name, init, extra in ([(m, p, []) for m, p in models]
+                                  + [("random_init", random_shape, ["--random_init"])]):
+            out = os.path.join(ft_dir, name)
+            command = [sys.executable, "scripts/run_finetuning.py", "--task=classification",
+                       f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
+                       f"--model_dir={out}", f"--train_file={n_csv}", f"--dev_file={dev_csv}",
+                       "--label_column=label", f"--num_trials={FLAGS.num_trials}", "--seed=0",
+                       f"--gin_file={FLAGS.finetune_gin}",
+                       *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
+                       "--gin_bindings=finetuning.save_model=False", *extra]
+            result = None if FLAGS.refinetune else common.earlier_finetuning(
+                out, init, FLAGS.num_trials, n, FLAGS.finetune_bindings, bool(extra))
+            if result is None:
+                started = time.time()
+                common.run_recorded(command, commands)
+                with open(os.path.join(out, "results.json")) as f:
+                    result = json.load(f)
+                result["wall_seconds"] = round(time.time() - started, 1)
+            else:
+                commands.append(common.shown(command))
+                print(f"reusing {out}/results.json (pass --refinetune to redo it)")
+            by_size[n][name] = result
+    conditions = by_size[sizes[-1]]
 
     r = conditions["random_init"]
     record = {"title": "Fine-tuning pre-trained runs vs random initialisation (movie reviews)",
@@ -137,6 +173,14 @@ def main(argv):
               "median_accuracy_gain": {
                   name: c["median"]["accuracy"] - r["median"]["accuracy"]
                   for name, c in conditions.items() if name != "random_init"}}
+    if len(sizes) > 1:
+        record["learning_curve"] = {
+            str(n): {"median_accuracy": {k: c["median"]["accuracy"] for k, c in by.items()},
+                     "median_accuracy_gain": {
+                         k: c["median"]["accuracy"] - by["random_init"]["median"]["accuracy"]
+                         for k, c in by.items() if k != "random_init"},
+                     "conditions": by if n != sizes[-1] else "see conditions"}
+            for n, by in by_size.items()}
 
     pre_rows = []
     for name, f in facts.items():
@@ -144,7 +188,7 @@ def main(argv):
         last = {tag: values[-1][1] for tag, values in curve.items() if values}
         pre_rows.append([name, f["objective"], f"{f['step']:,} of {f['num_train_steps']:,}",
                          f["train_batch_size"], f"{f['flops']:.2e}",
-                         f"{f['device']}, {f['precision']}",
+                         f"{f['device'] or 'CPU'}, {f['precision']}",
                          last.get("generator/mlm_accuracy", "-"),
                          last.get("discriminator/auc", "-") if f["objective"] != "mlm" else "-"])
     metrics = ["accuracy", "f1", "mcc"]
@@ -166,7 +210,8 @@ def main(argv):
         + "\n\nMedian dev accuracy against random initialisation: " + "; ".join(
             f"{name} {100 * gain:+.1f} points" for name, gain
             in record["median_accuracy_gain"].items())
-        + ".\n\n" + (FLAGS.notes.strip() + "\n\n" if FLAGS.notes.strip() else "")
+        + ".\n\n" + (learning_curve_table(by_size) if len(sizes) > 1 else "")
+        + (FLAGS.notes.strip() + "\n\n" if FLAGS.notes.strip() else "")
         + "Commands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
     json_path, md_path = common.write_results(FLAGS.results_name, record, body)
     print(body)
