@@ -1,0 +1,177 @@
+"""Where one pre-training train step's time goes (ours, tf.function, no XLA): the step of
+benchmarks/model_step.py timed whole and with parts left out, in the same run, so the
+differences say what each part costs.
+
+    .venv/bin/python benchmarks/step_profile.py                  # small, about 6 minutes
+    .venv/bin/python benchmarks/step_profile.py --size=base      # far longer
+
+Variants, each a fresh model on model_step's random batch (batch 32 x seq 128, 20 slots):
+- full: generator forward, Gumbel sampling, discriminator forward, losses, backward, AdamW;
+- no optimizer update: the same without apply_gradients (the gradients are still computed);
+- forward only: generator, sampling, discriminator and losses in training mode;
+- full, dropout off: the full step with every dropout rate 0 (the cost of the dropout masks);
+and, timed alone, the Gumbel-max sampling of one batch's generator logits [B, N, V], and a
+float32 n x n matmul (the machine's practical peak, as in model_step.py). The matmul FLOPs
+of the step (electra_tf.modeling.flops, backward = 2 x forward, lookups as gathers) at that
+peak give the time the step could take if nothing but its matmuls ran, at full speed.
+Results: benchmarks/results/step_profile.{json,md} (or --results_name).
+"""
+
+import dataclasses
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+import common  # noqa: E402
+import model_step  # noqa: E402  (its batch, shapes, FLOPs and matmul timing)
+
+flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
+flags.DEFINE_float("seconds", 15.0, "Each timed run lasts at least this long.")
+flags.DEFINE_integer("profile_repeats", 3, "Timed runs per variant (median reported).")
+flags.DEFINE_string("profile_results_name", "step_profile",
+                    "benchmarks/results/<name>.{json,md}.")
+FLAGS = flags.FLAGS
+
+VARIANTS = {"full": "full step", "no_update": "no optimizer update",
+            "forward": "forward only", "no_dropout": "full step, dropout off"}
+
+
+def timed(fn, label: str) -> float:
+    """Median seconds per call of fn() over FLAGS.profile_repeats quiet runs."""
+    for _ in range(2):
+        fn()  # trace and warm up
+    per_call = []
+    for r in range(FLAGS.profile_repeats):
+        def measure():
+            start, calls = time.perf_counter(), 0
+            while calls < 3 or time.perf_counter() - start < FLAGS.seconds:
+                fn()
+                calls += 1
+            return {"seconds": time.perf_counter() - start, "calls": calls}
+        run = common.measure_quietly(measure, FLAGS.max_wait_quiet_s)
+        per_call.append(run["seconds"] / run["calls"])
+        print(f"  {label}, run {r + 1}/{FLAGS.profile_repeats}: "
+              f"{per_call[-1] * 1e3:,.1f} ms", flush=True)
+    return statistics.median(per_call)
+
+
+def step_function(variant: str, batch: dict):
+    import keras
+    import tensorflow as tf
+
+    from electra_tf.modeling.pretrainer import ElectraPretrainer
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    discriminator, generator = model_step.shapes(FLAGS.size)
+    if variant == "no_dropout":
+        off = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+        discriminator = dataclasses.replace(discriminator, **off)
+        generator = dataclasses.replace(generator, **off)
+    model = ElectraPretrainer(discriminator, generator, objective="electra",
+                              sharing="embeddings", seed=FLAGS.seed)
+    variables = model.trainable_variables
+    optimizer = keras.optimizers.AdamW(model_step.LEARNING_RATE,
+                                       weight_decay=model_step.WEIGHT_DECAY,
+                                       epsilon=model_step.ADAM_EPSILON)
+    optimizer.build(variables)
+
+    @tf.function
+    def step(batch, i):
+        if variant == "forward":
+            return model(batch, step=i, training=True)["loss"]
+        with tf.GradientTape() as tape:
+            loss = model(batch, step=i, training=True)["loss"]
+        grads = tape.gradient(loss, variables)
+        if variant == "no_update":  # keep every gradient alive without applying it
+            return loss + 0.0 * tf.add_n([
+                tf.reduce_sum(g.values if isinstance(g, tf.IndexedSlices) else g)
+                for g in grads])
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+
+    counter = [0]
+
+    def call():
+        counter[0] += 1
+        return float(step(batch, tf.constant(counter[0])))
+
+    return call
+
+
+def sampling_function(batch: dict):
+    import tensorflow as tf
+
+    from electra_tf.modeling.tensors import sample_from_logits
+    discriminator, _ = model_step.shapes(FLAGS.size)
+    shape = list(batch["masked_lm_ids"].shape) + [discriminator.vocab_size]
+    logits = tf.random.stateless_normal(shape, [FLAGS.seed, 1])
+    index = tf.range(shape[0], dtype=tf.int64)
+    sample = tf.function(lambda: sample_from_logits(logits, FLAGS.seed, index))
+    return lambda: sample().numpy()
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+    batch = {k: tf.constant(v) for k, v in model_step.make_batch(
+        FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions, FLAGS.seed).items()}
+    seconds = {}
+    for variant, label in VARIANTS.items():
+        print(f"{label}: building, warming up, timing", flush=True)
+        seconds[variant] = timed(step_function(variant, batch), label)
+    print("Gumbel sampling alone: timing", flush=True)
+    seconds["sampling"] = timed(sampling_function(batch), "Gumbel sampling alone")
+    gemm = model_step.measure_gemm()
+    matmul_flops = FLAGS.batch_size * model_step.hardware_flops_per_example(FLAGS.size)
+    seconds["matmuls_at_peak"] = matmul_flops / gemm["flop_per_s"]
+
+    full = seconds["full"]
+    parts = [
+        ("forward (generator, sampling, discriminator, losses)", seconds["forward"]),
+        ("backward", seconds["no_update"] - seconds["forward"]),
+        ("AdamW update", full - seconds["no_update"]),
+        ("dropout masks (full minus dropout off)", full - seconds["no_dropout"]),
+        ("Gumbel sampling (timed alone)", seconds["sampling"]),
+        ("the step's FLOPs at the matmul peak (a floor)", seconds["matmuls_at_peak"]),
+    ]
+    rows = [[VARIANTS[v], f"{seconds[v] * 1e3:,.0f}",
+             f"{FLAGS.batch_size / seconds[v]:.2f}"] for v in VARIANTS]
+    part_rows = [[name, f"{s * 1e3:,.0f}", f"{s / full:.0%}"] for name, s in parts]
+    body = (
+        f"ELECTRA-{FLAGS.size.capitalize()} shapes, batch {FLAGS.batch_size} x seq "
+        f"{FLAGS.seq_length}, {FLAGS.max_predictions} masked slots, float32, tf.function "
+        "without XLA; medians of "
+        f"{FLAGS.profile_repeats} runs of at least {FLAGS.seconds:g} s each.\n\n"
+        + common.markdown_table(["variant", "ms/step", "examples/s"], rows)
+        + "\n\nWhat the parts cost (differences of the medians above; the overlaps mean "
+        "they need not add up):\n\n"
+        + common.markdown_table(["part", "ms/step", "share of the full step"], part_rows)
+        + f"\n\nThe float32 matmul rate of this machine: {gemm['flop_per_s'] / 1e9:.0f} "
+        "GFLOP/s (TensorFlow n x n matmul, best of n = "
+        + ", ".join(str(n) for n in model_step.GEMM_SIZES) + f"); the step's "
+        f"{matmul_flops / 1e9:,.0f} GFLOP (electra_tf.modeling.flops, backward = 2 x "
+        f"forward, lookups as gathers) run at {matmul_flops / full / 1e9:.0f} GFLOP/s "
+        f"({matmul_flops / full / gemm['flop_per_s']:.0%} of it).\n")
+    record = {"title": f"Where the train step's time goes ({FLAGS.size}, CPU)",
+              "run": common.run_info(),
+              "settings": {"size": FLAGS.size, "batch_size": FLAGS.batch_size,
+                           "seq_length": FLAGS.seq_length,
+                           "max_predictions": FLAGS.max_predictions,
+                           "seconds": FLAGS.seconds, "repeats": FLAGS.profile_repeats},
+              "seconds_per_step": seconds, "gemm": gemm,
+              "parts": {name: s for name, s in parts}}
+    paths = common.write_results(FLAGS.profile_results_name, record, body)
+    print(body)
+    print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
