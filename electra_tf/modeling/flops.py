@@ -21,7 +21,9 @@ The counting method is the official ELECTRA one (google-research/electra
   (and so the paper's figures) takes it equal to the forward pass: training = 2 x forward.
   The FLOPs an accelerator executes are closer to 2 x forward for the backward pass (a
   matmul's gradient needs one matmul for the input and one for the weights): pass
-  `backward_multiplier=2.0` (training = 3 x forward) when computing hardware utilisation.
+  `backward_multiplier=2.0` (training = 3 x forward) and `dense_embedding_lookup=False`
+  (our lookups are gathers) when computing hardware utilisation, as
+  `training.pretraining.describe` does for `train_flops_per_example_hardware`.
 - Not counted, as in the official method: the Gumbel sampling and the scatter of sampled
   tokens, the loss reductions, the attention-mask add, the optimizer update.
 
