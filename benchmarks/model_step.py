@@ -140,7 +140,12 @@ def shapes(size: str) -> tuple:
 # value, facts about the model); the first call's loss is recorded as a sanity check.
 
 
-def build_ours(batch: dict, size: str, jit_compile: bool):
+def build_ours(batch: dict, size: str, jit_compile: bool, variant: str = "full"):
+    """Our step; `variant` leaves a part out: no_update skips apply_gradients (the gradients
+    are still computed), forward runs only the forward pass in training mode, no_dropout sets
+    every dropout rate to 0."""
+    import dataclasses
+
     import keras
     import tensorflow as tf
 
@@ -149,6 +154,10 @@ def build_ours(batch: dict, size: str, jit_compile: bool):
     keras.utils.set_random_seed(FLAGS.seed)
     keras.mixed_precision.set_global_policy(FLAGS.precision)
     discriminator, generator = shapes(size)
+    if variant == "no_dropout":
+        off = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+        discriminator = dataclasses.replace(discriminator, **off)
+        generator = dataclasses.replace(generator, **off)
     model = ElectraPretrainer(discriminator, generator, objective="electra",
                               sharing="embeddings", seed=FLAGS.seed)
     variables = model.trainable_variables
@@ -162,11 +171,17 @@ def build_ours(batch: dict, size: str, jit_compile: bool):
 
     @tf.function(jit_compile=jit_compile)
     def train_step(batch, step):
+        if variant == "forward":
+            return model(batch, step=step, training=True)["loss"]
         with tf.GradientTape() as tape:
             out = model(batch, step=step, training=True)
             loss = out["loss"]
             scaled_loss = optimizer.scale_loss(loss) if scaled else loss
         grads = tape.gradient(scaled_loss, variables)
+        if variant == "no_update":  # keep every gradient alive without applying it
+            return loss + 0.0 * tf.add_n([
+                tf.reduce_sum(g.values if isinstance(g, tf.IndexedSlices) else g)
+                for g in grads])
         optimizer.apply_gradients(zip(grads, variables))
         return loss
 
@@ -557,14 +572,11 @@ def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | Non
 
 
 def hardware_flops_per_example(size: str) -> float:
-    """The FLOPs one example's train step executes: backward = 2 x forward, embedding
-    lookups as gathers (no FLOPs), as pretraining.describe counts them."""
+    """The FLOPs one example's train step executes (flops.hardware_train_flops_per_example)."""
     from electra_tf.modeling import flops
     discriminator, generator = shapes(size)
-    return flops.train_flops_per_example(
-        discriminator, generator, FLAGS.seq_length, "electra",
-        max_predictions=FLAGS.max_predictions, backward_multiplier=2.0,
-        dense_embedding_lookup=False)
+    return flops.hardware_train_flops_per_example(
+        discriminator, generator, FLAGS.seq_length, max_predictions=FLAGS.max_predictions)
 
 
 def _peak(result: dict, cpu_peak: float | None) -> float | None:
@@ -651,9 +663,8 @@ def main(argv):
                       f"(runs {r['all_examples_per_s']}; first loss {r['first_loss']:.2f}; "
                       f"{r['parameters']:,} parameters; other processes "
                       f"{r['other_cores_during']:.2f} cores)", flush=True)
-        on_cpu = [r for r in results if (r.get("device") or "cpu") == "cpu"]
-        gemm = measure_cpu_peak(workdir) if on_cpu and (
-            FLAGS.precision == "float32" or "model_garden" in FLAGS.frameworks) else None
+        on_cpu = any((r.get("device") or "cpu") == "cpu" for r in results)
+        gemm = measure_cpu_peak(workdir) if on_cpu and FLAGS.precision == "float32" else None
     cpu_peak = gemm and gemm["flop_per_s"]
     if gemm:
         print(f"float32 matmul on this CPU: {cpu_peak / 1e9:.0f} GFLOP/s (n x n matmuls, "

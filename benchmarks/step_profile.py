@@ -17,7 +17,6 @@ peak give the time the step could take if nothing but its matmuls ran, at full s
 Results: benchmarks/results/step_profile.{json,md} (or --results_name).
 """
 
-import dataclasses
 import os
 import statistics
 import sys
@@ -63,44 +62,13 @@ def timed(fn, label: str) -> float:
 
 
 def step_function(variant: str, batch: dict):
-    import keras
-    import tensorflow as tf
-
-    from electra_tf.modeling.pretrainer import ElectraPretrainer
-
-    keras.utils.set_random_seed(FLAGS.seed)
-    discriminator, generator = model_step.shapes(FLAGS.size)
-    if variant == "no_dropout":
-        off = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
-        discriminator = dataclasses.replace(discriminator, **off)
-        generator = dataclasses.replace(generator, **off)
-    model = ElectraPretrainer(discriminator, generator, objective="electra",
-                              sharing="embeddings", seed=FLAGS.seed)
-    variables = model.trainable_variables
-    optimizer = keras.optimizers.AdamW(model_step.LEARNING_RATE,
-                                       weight_decay=model_step.WEIGHT_DECAY,
-                                       epsilon=model_step.ADAM_EPSILON)
-    optimizer.build(variables)
-
-    @tf.function
-    def step(batch, i):
-        if variant == "forward":
-            return model(batch, step=i, training=True)["loss"]
-        with tf.GradientTape() as tape:
-            loss = model(batch, step=i, training=True)["loss"]
-        grads = tape.gradient(loss, variables)
-        if variant == "no_update":  # keep every gradient alive without applying it
-            return loss + 0.0 * tf.add_n([
-                tf.reduce_sum(g.values if isinstance(g, tf.IndexedSlices) else g)
-                for g in grads])
-        optimizer.apply_gradients(zip(grads, variables))
-        return loss
-
+    """model_step.build_ours' step (the variant's part left out) as a blocking call."""
+    step, _ = model_step.build_ours(batch, FLAGS.size, jit_compile=False, variant=variant)
     counter = [0]
 
     def call():
         counter[0] += 1
-        return float(step(batch, tf.constant(counter[0])))
+        return float(step(counter[0]))
 
     return call
 
@@ -119,9 +87,8 @@ def sampling_function(batch: dict):
 
 def main(argv):
     del argv
-    import tensorflow as tf
-    batch = {k: tf.constant(v) for k, v in model_step.make_batch(
-        FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions, FLAGS.seed).items()}
+    batch = model_step.make_batch(FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions,
+                                  FLAGS.seed)
     seconds = {}
     for variant, label in VARIANTS.items():
         print(f"{label}: building, warming up, timing", flush=True)

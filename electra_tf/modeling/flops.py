@@ -22,8 +22,8 @@ The counting method is the official ELECTRA one (google-research/electra
   The FLOPs an accelerator executes are closer to 2 x forward for the backward pass (a
   matmul's gradient needs one matmul for the input and one for the weights): pass
   `backward_multiplier=2.0` (training = 3 x forward) and `dense_embedding_lookup=False`
-  (our lookups are gathers) when computing hardware utilisation, as
-  `training.pretraining.describe` does for `train_flops_per_example_hardware`.
+  (our lookups are gathers) when computing hardware utilisation:
+  `hardware_train_flops_per_example`.
 - Not counted, as in the official method: the Gumbel sampling and the scatter of sampled
   tokens, the loss reductions, the attention-mask add, the optimizer update.
 
@@ -239,6 +239,18 @@ def train_flops_per_example(discriminator: EncoderConfig, generator: EncoderConf
     return (1.0 + backward_multiplier) * forward_flops_per_example(
         discriminator, generator, seq_length, objective, mask_prob, max_predictions,
         dense_embedding_lookup)
+
+
+def hardware_train_flops_per_example(discriminator: EncoderConfig,
+                                     generator: EncoderConfig | None, seq_length: int,
+                                     objective: str = "electra", mask_prob: float = 0.15, *,
+                                     max_predictions: int | None = None) -> float:
+    """The training FLOPs per example a device executes, for model FLOPs utilisation: the
+    backward pass 2 x the forward pass, and embedding lookups as the gathers they are (no
+    FLOPs). Arguments as train_flops_per_example."""
+    return train_flops_per_example(discriminator, generator, seq_length, objective, mask_prob,
+                                   max_predictions=max_predictions, backward_multiplier=2.0,
+                                   dense_embedding_lookup=False)
 
 
 def inference_flops_per_example(config: EncoderConfig, seq_length: int,

@@ -467,14 +467,12 @@ def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
         model.generator_ltr is not None) else None
     if model.generator is model.discriminator and model.objective != "mlm":
         generator_config = model.discriminator_config  # sharing "all": the network runs twice
-    # official: the paper's counting (backward = forward, one-hot embedding lookups);
-    # hardware: what the step executes (backward = 2 x forward, lookups are gathers).
-    per_example = {
-        name: flops.train_flops_per_example(
-            model.discriminator_config, generator_config, seq_length, model.objective,
-            mask_prob, max_predictions=num_predictions, backward_multiplier=multiplier,
-            dense_embedding_lookup=dense)
-        for name, multiplier, dense in (("official", 1.0, True), ("hardware", 2.0, False))}
+    shapes = (model.discriminator_config, generator_config, seq_length, model.objective,
+              mask_prob)
+    per_example = {  # the paper's counting, and what the device executes (for MFU)
+        "official": flops.train_flops_per_example(*shapes, max_predictions=num_predictions),
+        "hardware": flops.hardware_train_flops_per_example(
+            *shapes, max_predictions=num_predictions)}
     return {
         "objective": model.objective, "sharing": model.sharing, "algorithm": model.algorithm,
         "discriminator_params": _count(discriminator),
