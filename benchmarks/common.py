@@ -213,24 +213,39 @@ def pretraining_curve(model_dir: str) -> dict:
 def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
                        bindings: list[str], random_init: bool) -> dict | None:
     """The results.json a run of scripts/run_finetuning.py left in `out` if it is the run
-    asked for now (same number of trials and training examples, the sequence length of the
-    last MAX_SEQ_LENGTH= in `bindings`, initialised from the model dir `init`, randomly or
-    not), else None."""
+    asked for now (same number of trials and training examples, initialised from the model
+    dir `init`, randomly or not, and every macro binding in `bindings` that results.json
+    records among its hyperparameters, e.g. MAX_SEQ_LENGTH=64, LEARNING_RATE=1e-3 or
+    NUM_EPOCHS=10, with that value), else None. Bindings results.json does not record, and
+    gin files' own values, are not compared."""
     try:
         with open(os.path.join(out, "results.json")) as f:
             result = json.load(f)
     except (OSError, ValueError):
         return None
-    lengths = [b.split("=", 1)[1] for b in bindings if b.startswith("MAX_SEQ_LENGTH=")]
+    recorded = result.get("hyperparameters", {})
+    for binding in bindings:
+        name, _, value = binding.partition("=")
+        key = name.strip().lower()
+        if key in recorded and not _same_value(recorded[key], value.strip()):
+            return None
     source = os.path.dirname(result["init_checkpoint"].removeprefix("random, shaped as "))
     # Relative paths are read from the repo root, where the fine-tuning runs start.
     same_init = (os.path.normpath(os.path.join(REPO, source))
                  == os.path.normpath(os.path.join(REPO, init)))
     if (len(result["trials"]) != num_trials or result["num_train_examples"] != num_train
-            or result["init_checkpoint"].startswith("random") != random_init or not same_init
-            or (lengths and str(result["hyperparameters"]["max_seq_length"]) != lengths[-1])):
+            or result["init_checkpoint"].startswith("random") != random_init or not same_init):
         return None
     return result
+
+
+def _same_value(recorded, binding_value: str) -> bool:
+    """Whether a gin binding's value text (`1e-3`, `10`, `None`, `'x'`) is the value
+    results.json recorded."""
+    try:
+        return float(recorded) == float(binding_value)
+    except (TypeError, ValueError):
+        return str(recorded) == binding_value.strip("'\"")
 
 
 def finetuning_rows(conditions: dict, metrics: list[str]) -> list[list[str]]:

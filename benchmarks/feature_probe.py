@@ -3,7 +3,10 @@ regression on the [CLS] output, on the mean-pooled output and on the mean of the
 embeddings, trained on a labelled set's training sentences and scored on its dev sentences,
 for pre-trained model dirs against the same shapes randomly initialised. Also how alike the
 dev sentences' mean-pooled vectors are (mean cosine; near 1 means the encoder maps every
-sentence to about the same vector).
+sentence to about the same vector), and how evenly [CLS] attends over the sentence in each
+layer (the entropy of its attention over the real tokens, averaged over heads, divided by
+the log of the sentence's length: 1 is uniform, where [CLS] reads the mean of the sentence's
+values like a bag of words; near 0 is a few tokens).
 
     .venv/bin/python benchmarks/feature_probe.py     # a minute; after finetune_study.py
 
@@ -73,6 +76,31 @@ def probe(init_dir: str, random_init: bool) -> dict:
         return {"cls": np.concatenate(cls), "mean": np.concatenate(mean),
                 "embeddings": np.concatenate(bag)}
 
+    def cls_attention_evenness(f) -> list[float]:
+        """Per layer: the mean over sentences and heads of [CLS]'s attention entropy over
+        the real tokens divided by log(real length)."""
+        from electra_tf.modeling.encoder import attention_bias
+        ids, mask = f["input_ids"][:1000], f["input_mask"][:1000]
+        encoder = model.encoder
+        x = encoder.embeddings(ids, f["segment_ids"][:1000], training=False)
+        if encoder.embeddings_project is not None:
+            x = encoder.embeddings_project(x)
+        bias = attention_bias(mask, encoder.attention)
+        length = mask.sum(1).astype(np.float64)
+        evenness = []
+        for block in encoder.blocks:
+            attention = block.attention
+            q = np.asarray(attention._heads(attention.query(x)))[:, :, 0]  # [B, heads, D]
+            k = np.asarray(attention._heads(attention.key(x)))  # [B, heads, L, D]
+            scores = (np.einsum("bhd,bhld->bhl", q, k) * encoder.config.head_size ** -0.5
+                      + np.asarray(bias)[:, :, 0])
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            entropy = -(probs * np.log(np.maximum(probs, 1e-30))).sum(-1).mean(1)  # [B]
+            evenness.append(float((entropy / np.log(length)).mean()))
+            x = block(x, bias, training=False)
+        return evenness
+
     train_views, dev_views = views(data["train"]), views(data["dev"])
     accuracy = {}
     for view in ("cls", "mean", "embeddings"):
@@ -85,6 +113,7 @@ def probe(init_dir: str, random_init: bool) -> dict:
     return {"init": os.path.relpath(init_dir, common.REPO), "random_init": random_init,
             "source": init.source, "accuracy": accuracy,
             "mean_cosine": float((vectors @ vectors.T).mean()),
+            "cls_attention_evenness": cls_attention_evenness(data["dev"]),
             "embedding_norm": float(np.linalg.norm(table, axis=1).mean())}
 
 
@@ -105,10 +134,12 @@ def main(argv):
     rows = [[r["init"] + (" — random init" if r["random_init"] else ""),
              f"{r['accuracy']['cls']:.1%}", f"{r['accuracy']['mean']:.1%}",
              f"{r['accuracy']['embeddings']:.1%}", f"{r['mean_cosine']:.3f}",
-             f"{r['embedding_norm']:.3f}"] for r in results]
+             f"{r['embedding_norm']:.3f}",
+             " / ".join(f"{e:.2f}" for e in r["cls_attention_evenness"])] for r in results]
     table = common.markdown_table(
         ["encoder", "[CLS] output", "mean-pooled output", "mean input embedding",
-         "mean cosine of dev vectors", "mean embedding norm"], rows)
+         "mean cosine of dev vectors", "mean embedding norm",
+         "[CLS] attention evenness per layer"], rows)
     notes = [f"Logistic regression (scikit-learn, L2, C=1) on frozen features of "
              f"{os.path.relpath(FLAGS.train_file, common.REPO)}, dev accuracy on "
              f"{os.path.relpath(FLAGS.dev_file, common.REPO)}; seq {FLAGS.max_seq_length}.",
@@ -117,7 +148,10 @@ def main(argv):
              "Reading it: a pre-trained encoder whose probes score no better than its random "
              "twin's has not learned features the task can use, and fine-tuning starts no "
              "better off; a mean cosine near 1 says it maps every sentence to about the "
-             "same vector."]
+             "same vector.",
+             "[CLS] attention evenness: per layer, bottom first, the entropy of [CLS]'s "
+             "attention over the real tokens / log(length), mean over heads and the first "
+             "1,000 dev sentences (1: uniform, a bag of the sentence's values; 0: one token)."]
     record = {"title": "Linear probes of frozen encoder features", "run": common.run_info(),
               "settings": {f: FLAGS[f].value for f in ("init", "random", "train_file",
                                                        "dev_file", "max_seq_length", "seed")},

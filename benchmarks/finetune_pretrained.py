@@ -1,6 +1,7 @@
 """Does a pre-training run help downstream? Fine-tunes model dirs pre-trained elsewhere (on a
-GPU or TPU, copied here) and the same encoder randomly initialised on real movie-review
-sentiment, N seeds each, and records the medians with each run's pre-training facts.
+GPU or TPU, copied here, or on this machine) and the same encoder randomly initialised on
+real labelled data (movie-review sentiment, or BBC News topics with --dataset=bbc_news), N
+seeds each, and records the medians with each run's pre-training facts.
 
     .venv/bin/python benchmarks/finetune_pretrained.py --model=electra=DIR \\
         --model=mlm=DIR2 --finetune_gin=finetune/small.gin --results_name=NAME
@@ -11,13 +12,17 @@ benchmarks/gpu/export_weights.py writes it is enough to carry). `random_init` is
 model's (or --random_init_from's) encoder shape and vocab with random initial weights
 (`--random_init`).
 
-Labelled data: the VADER study's movie-review sentences (benchmarks/corpora.py), the same
-seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study runner. Repeat
---num_train (e.g. --num_train=250 --num_train=1000 --num_train=4000) for a learning curve:
-the smaller sizes take the first N training sentences and keep the same dev sentences. Every
+Labelled data (benchmarks/corpora.py): `movie_reviews`, the VADER study's movie-review
+sentences, the same seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study
+runner; `bbc_news`, the 2,225 BBC News articles in five topics (e.g. --num_train=1500
+--num_dev=725; the articles are cut to the fine-tuning sequence length). Repeat --num_train
+(e.g. --num_train=250 --num_train=1000 --num_train=4000) for a learning curve: the smaller
+sizes take the first N training examples and keep the same dev examples. Every
 fine-tuning is scripts/run_finetuning.py, command recorded; a rerun reuses a condition's
-results.json when it holds the same number of trials, examples, sequence length and
-initialisation (pass --refinetune to redo it). Pre-training facts (steps, FLOPs in the
+results.json when it holds the same number of trials, examples and initialisation and the
+values of the --finetune_bindings its hyperparameters record (sequence length, learning
+rate, epochs, batch size, layer-wise decay; pass --refinetune to redo it). A work dir holds
+one dataset's split (another --dataset needs another --work_dir). Pre-training facts (steps, FLOPs in the
 estimator's counting, device, precision, and the health curves from its TensorBoard run
 when the dir has one) are read from each dir. Results: benchmarks/results/<results_name>.
 """
@@ -36,6 +41,8 @@ from absl import app, flags  # noqa: E402
 import common  # noqa: E402
 import corpora  # noqa: E402
 
+flags.DEFINE_enum("dataset", "movie_reviews", sorted(corpora.DATASETS),
+                  "The labelled data (benchmarks/corpora.py).")
 flags.DEFINE_multi_string("model", None, "NAME=MODEL_DIR of a pre-trained run (repeatable).")
 flags.DEFINE_string("random_init_from", None, "The --model NAME whose encoder shape and vocab "
                     "`random_init` takes (default: the first).")
@@ -93,10 +100,10 @@ def learning_curve_table(curve: dict) -> str:
             + ("" if k == "random_init" else
                f", {100 * (c['median']['accuracy'] - random_median):+.1f}")
             for k, c in by.items()])
-    return ("Learning curve: the first N training sentences of the largest size, the same dev "
-            "sentences for every N. Dev accuracy, median (mean ± std) over the seeds, and the "
+    return ("Learning curve: the first N training examples of the largest size, the same dev "
+            "examples for every N. Dev accuracy, median (mean ± std) over the seeds, and the "
             "median's difference from `random_init` in points:\n\n"
-            + common.markdown_table(["training sentences"] + names, rows) + "\n\n")
+            + common.markdown_table(["training examples"] + names, rows) + "\n\n")
 
 
 def main(argv):
@@ -117,9 +124,21 @@ def main(argv):
     sizes = sorted(set(FLAGS.num_train))
     if sizes[0] < 1:
         raise SystemExit(f"--num_train={sizes[0]}: the training sizes must be positive")
-    train_csv, dev_csv, train_rows, dev_rows = corpora.movie_review_split(
-        work, sizes[-1], FLAGS.num_dev, commands)
-    positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
+    marker = os.path.join(work, "dataset.txt")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            held = f.read().strip()
+        if held != FLAGS.dataset:
+            raise SystemExit(f"--work_dir={work} holds the {held} split; pass another "
+                             f"--work_dir for --dataset={FLAGS.dataset}")
+    else:
+        with open(marker, "w") as f:
+            f.write(FLAGS.dataset + "\n")
+    train_csv, dev_csv, train_rows, dev_rows = corpora.labelled_split(
+        work, sizes[-1], FLAGS.num_dev, commands, FLAGS.dataset)
+    _, source, description = corpora.DATASETS[FLAGS.dataset]
+    labels = sorted({label for label, _ in train_rows + dev_rows})
+    majority = max(sum(row[0] == k for row in dev_rows) for k in labels) / len(dev_rows)
     # The largest size keeps the layout of a single-size run (train.csv, ft/NAME), so its
     # fine-tuning results are reused either way; smaller sizes get their own files and dirs.
     train_files = {sizes[-1]: (train_csv, os.path.join(work, "ft"))}
@@ -161,12 +180,11 @@ def main(argv):
     conditions = by_size[sizes[-1]]
 
     r = conditions["random_init"]
-    record = {"title": "Fine-tuning pre-trained runs vs random initialisation (movie reviews)",
+    record = {"title": f"Fine-tuning pre-trained runs vs random initialisation ({description})",
               "run": common.run_info(), "commands": commands,
-              "data": {"source": f"PyPI {corpora.VADER} sdist, additional_resources/"
-                                f"{corpora.MOVIE_SNIPPETS}",
+              "data": {"dataset": FLAGS.dataset, "source": source, "labels": labels,
                        "num_train": len(train_rows), "num_dev": len(dev_rows),
-                       "dev_positive_fraction": positives},
+                       "dev_majority_fraction": majority},
               "notes": FLAGS.notes, "finetune_gin": FLAGS.finetune_gin,
               "finetune_bindings": FLAGS.finetune_bindings,
               "pretraining": facts, "conditions": conditions,
@@ -191,7 +209,7 @@ def main(argv):
                          f"{f['device'] or 'CPU'}, {f['precision']}",
                          last.get("generator/mlm_accuracy", "-"),
                          last.get("discriminator/auc", "-") if f["objective"] != "mlm" else "-"])
-    metrics = ["accuracy", "f1", "mcc"]
+    metrics = [m for m in ("accuracy", "f1", "macro_f1", "mcc") if m in r["median"]]
     ft_rows = common.finetuning_rows(conditions, metrics)
     body = (
         "Pre-training runs (read from each model dir; FLOPs in the estimator's counting, "
@@ -200,8 +218,9 @@ def main(argv):
         + common.markdown_table(["model", "objective", "steps", "batch", "FLOPs", "trained on",
                                  "generator MLM acc (train)", "discriminator AUC (train)"],
                                 pre_rows)
-        + f"\n\nFine-tuning: binary movie-review sentiment ({len(train_rows)} training, "
-        f"{len(dev_rows)} dev sentences, {100 * positives:.1f}% of dev positive) with "
+        + f"\n\nFine-tuning: {description} from {source} ({len(train_rows)} training, "
+        f"{len(dev_rows)} dev examples; labels {', '.join(labels)}; the commonest label is "
+        f"{100 * majority:.1f}% of dev) with "
         f"{FLAGS.finetune_gin} and {', '.join(FLAGS.finetune_bindings)}, {FLAGS.num_trials} "
         f"seeds per condition; `random_init` is {FLAGS.random_init_from or models[0][0]}'s "
         "encoder shape and vocab with random initial weights. Dev scores: median (mean ± "

@@ -133,7 +133,7 @@ def main(argv):
     work = FLAGS.work_dir
     os.makedirs(work, exist_ok=True)
 
-    train_csv, dev_csv, train_rows, dev_rows = corpora.movie_review_split(
+    train_csv, dev_csv, train_rows, dev_rows = corpora.labelled_split(
         work, FLAGS.num_train, FLAGS.num_dev, commands)
     positives = sum(label == "positive" for label, _ in dev_rows) / len(dev_rows)
 
