@@ -22,9 +22,10 @@ fine-tuning is scripts/run_finetuning.py, command recorded; a rerun reuses a con
 results.json when it holds the same number of trials, examples and initialisation and the
 values of the --finetune_bindings its hyperparameters record (sequence length, learning
 rate, epochs, batch size, layer-wise decay; pass --refinetune to redo it). A work dir holds
-one dataset's split (another --dataset needs another --work_dir). Pre-training facts (steps, FLOPs in the
-estimator's counting, device, precision, and the health curves from its TensorBoard run
-when the dir has one) are read from each dir. Results: benchmarks/results/<results_name>.
+one dataset's split (another --dataset needs another --work_dir). Pre-training facts
+(steps, FLOPs in the estimator's counting, device, precision, and the health curves from
+its TensorBoard run when the dir has one) are read from each dir. Results:
+benchmarks/results/<results_name>.
 """
 
 import json
