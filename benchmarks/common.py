@@ -248,10 +248,11 @@ def _same_value(recorded, binding_value: str) -> bool:
         return str(recorded) == binding_value.strip("'\"")
 
 
-def finetuning_rows(conditions: dict, metrics: list[str]) -> list[list[str]]:
+def finetuning_rows(conditions: dict, metrics: list[str],
+                    per_trial: str = "accuracy") -> list[list[str]]:
     """Markdown table rows: each condition's median (mean ± std) per metric and every
-    trial's dev accuracy."""
+    trial's dev `per_trial` metric."""
     return [[name] + [f"{c['median'][m]:.4f} ({c['mean'][m]:.4f} ± {c['std'][m]:.4f})"
                       for m in metrics]
-            + [", ".join(f"{t['dev']['accuracy']:.4f}" for t in c["trials"])]
+            + [", ".join(f"{t['dev'][per_trial]:.4f}" for t in c["trials"])]
             for name, c in conditions.items()]

@@ -15,7 +15,10 @@ model's (or --random_init_from's) encoder shape and vocab with random initial we
 Labelled data (benchmarks/corpora.py): `movie_reviews`, the VADER study's movie-review
 sentences, the same seeded 4,000 / 2,000 split as benchmarks/finetune_study.py and the study
 runner; `bbc_news`, the 2,225 BBC News articles in five topics (e.g. --num_train=1500
---num_dev=725; the articles are cut to the fine-tuning sequence length). Repeat --num_train
+--num_dev=725; the articles are cut to the fine-tuning sequence length); `zh_pos`, Chinese
+word segmentation and part-of-speech tagging of People's Daily sentences (a tag per
+character, scored by span F1; benchmarks/zh_pos_study.py pre-trains on the paragraphs that
+hold no dev sentence and runs this script). Repeat --num_train
 (e.g. --num_train=250 --num_train=1000 --num_train=4000) for a learning curve: the smaller
 sizes take the first N training examples and keep the same dev examples. Every
 fine-tuning is scripts/run_finetuning.py, command recorded; a rerun reuses a condition's
@@ -59,6 +62,8 @@ flags.DEFINE_multi_string("finetune_bindings", ["MAX_SEQ_LENGTH=64"],
 flags.DEFINE_string("vocab_file", os.path.join(common.REPO, "data", "vocab", "bert_uncased.txt"),
                     "The models' vocab (their model_info.json may name another machine's path).")
 flags.DEFINE_string("notes", "", "Markdown appended to the results (how the runs were made).")
+flags.DEFINE_string("notes_file", None, "A Markdown file appended to the results after "
+                    "--notes (long notes, e.g. the pre-training commands).")
 flags.DEFINE_bool("refinetune", False, "Fine-tune again where an earlier run left results.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "finetune_pretrained"),
                     "Where the labelled data and the fine-tuning dirs go.")
@@ -88,22 +93,21 @@ def pretraining_facts(model_dir: str) -> dict:
     return facts
 
 
-def learning_curve_table(curve: dict) -> str:
-    """Markdown: dev accuracy per training size and condition, and the gain over random
+def learning_curve_table(curve: dict, metric: str, metric_name: str) -> str:
+    """Markdown: the dev metric per training size and condition, and the gain over random
     initialisation at each size."""
     names = list(next(iter(curve.values())))
     rows = []
     for n, by in curve.items():
-        random_median = by["random_init"]["median"]["accuracy"]
+        random_median = by["random_init"]["median"][metric]
         rows.append([f"{n:,}"] + [
-            f"{c['median']['accuracy']:.4f} ({c['mean']['accuracy']:.4f} ± "
-            f"{c['std']['accuracy']:.4f})"
+            f"{c['median'][metric]:.4f} ({c['mean'][metric]:.4f} ± {c['std'][metric]:.4f})"
             + ("" if k == "random_init" else
-               f", {100 * (c['median']['accuracy'] - random_median):+.1f}")
+               f", {100 * (c['median'][metric] - random_median):+.1f}")
             for k, c in by.items()])
     return ("Learning curve: the first N training examples of the largest size, the same dev "
-            "examples for every N. Dev accuracy, median (mean ± std) over the seeds, and the "
-            "median's difference from `random_init` in points:\n\n"
+            f"examples for every N. Dev {metric_name}, median (mean ± std) over the seeds, and "
+            "the median's difference from `random_init` in points:\n\n"
             + common.markdown_table(["training examples"] + names, rows) + "\n\n")
 
 
@@ -138,14 +142,31 @@ def main(argv):
     train_csv, dev_csv, train_rows, dev_rows = corpora.labelled_split(
         work, sizes[-1], FLAGS.num_dev, commands, FLAGS.dataset)
     _, source, description = corpora.DATASETS[FLAGS.dataset]
-    labels = sorted({label for label, _ in train_rows + dev_rows})
-    majority = max(sum(row[0] == k for row in dev_rows) for k in labels) / len(dev_rows)
+    tagging = FLAGS.dataset in corpora.TAGGING
+    # The headline score: span F1 for tagging, accuracy for classification.
+    metric, metric_name = ("f1", "span F1") if tagging else ("accuracy", "accuracy")
+    if tagging:
+        task_flags = ["--task=tagging"]
+        labels = sorted({tag for sentence in train_rows + dev_rows for _, tag in sentence})
+        # Every dev character tagged with the commonest B- tag.
+        tags = [f"{'I' if i else 'B'}-{t}" for sentence in dev_rows for w, t in sentence
+                for i in range(len(w))]
+        majority = max(tags.count(k) for k in set(tags)) / len(tags)
+    else:
+        task_flags = ["--task=classification", "--label_column=label"]
+        labels = sorted({label for label, _ in train_rows + dev_rows})
+        majority = max(sum(row[0] == k for row in dev_rows) for k in labels) / len(dev_rows)
     # The largest size keeps the layout of a single-size run (train.csv, ft/NAME), so its
     # fine-tuning results are reused either way; smaller sizes get their own files and dirs.
     train_files = {sizes[-1]: (train_csv, os.path.join(work, "ft"))}
     for n in sizes[:-1]:
-        train_files[n] = (os.path.join(work, f"train_{n}.csv"), os.path.join(work, f"ft_{n}"))
-        corpora.write_labelled_csv(train_files[n][0], train_rows[:n])
+        extension = os.path.splitext(train_csv)[1]
+        train_files[n] = (os.path.join(work, f"train_{n}{extension}"),
+                          os.path.join(work, f"ft_{n}"))
+        if tagging:
+            corpora.write_conll_characters(train_files[n][0], train_rows[:n])
+        else:
+            corpora.write_labelled_csv(train_files[n][0], train_rows[:n])
 
     shapes = dict(models)
     if FLAGS.random_init_from and FLAGS.random_init_from not in shapes:
@@ -159,10 +180,10 @@ def main(argv):
         for name, init, extra in ([(m, p, []) for m, p in models]
                                   + [("random_init", random_shape, ["--random_init"])]):
             out = os.path.join(ft_dir, name)
-            command = [sys.executable, "scripts/run_finetuning.py", "--task=classification",
+            command = [sys.executable, "scripts/run_finetuning.py", task_flags[0],
                        f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
                        f"--model_dir={out}", f"--train_file={n_csv}", f"--dev_file={dev_csv}",
-                       "--label_column=label", f"--num_trials={FLAGS.num_trials}", "--seed=0",
+                       *task_flags[1:], f"--num_trials={FLAGS.num_trials}", "--seed=0",
                        f"--gin_file={FLAGS.finetune_gin}",
                        *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
                        "--gin_bindings=finetuning.save_model=False", *extra]
@@ -179,6 +200,10 @@ def main(argv):
                 print(f"reusing {out}/results.json (pass --refinetune to redo it)")
             by_size[n][name] = result
     conditions = by_size[sizes[-1]]
+    notes = FLAGS.notes.strip()
+    if FLAGS.notes_file:
+        with open(FLAGS.notes_file, encoding="utf-8") as f:
+            notes = (notes + "\n\n" + f.read().strip()).strip()
 
     r = conditions["random_init"]
     record = {"title": f"Fine-tuning pre-trained runs vs random initialisation ({description})",
@@ -186,17 +211,17 @@ def main(argv):
               "data": {"dataset": FLAGS.dataset, "source": source, "labels": labels,
                        "num_train": len(train_rows), "num_dev": len(dev_rows),
                        "dev_majority_fraction": majority},
-              "notes": FLAGS.notes, "finetune_gin": FLAGS.finetune_gin,
+              "notes": notes, "finetune_gin": FLAGS.finetune_gin,
               "finetune_bindings": FLAGS.finetune_bindings,
-              "pretraining": facts, "conditions": conditions,
-              "median_accuracy_gain": {
-                  name: c["median"]["accuracy"] - r["median"]["accuracy"]
+              "pretraining": facts, "conditions": conditions, "headline_metric": metric,
+              f"median_{metric}_gain": {
+                  name: c["median"][metric] - r["median"][metric]
                   for name, c in conditions.items() if name != "random_init"}}
     if len(sizes) > 1:
         record["learning_curve"] = {
-            str(n): {"median_accuracy": {k: c["median"]["accuracy"] for k, c in by.items()},
-                     "median_accuracy_gain": {
-                         k: c["median"]["accuracy"] - by["random_init"]["median"]["accuracy"]
+            str(n): {f"median_{metric}": {k: c["median"][metric] for k, c in by.items()},
+                     f"median_{metric}_gain": {
+                         k: c["median"][metric] - by["random_init"]["median"][metric]
                          for k, c in by.items() if k != "random_init"},
                      "conditions": by if n != sizes[-1] else "see conditions"}
             for n, by in by_size.items()}
@@ -210,8 +235,9 @@ def main(argv):
                          f"{f['device'] or 'CPU'}, {f['precision']}",
                          last.get("generator/mlm_accuracy", "-"),
                          last.get("discriminator/auc", "-") if f["objective"] != "mlm" else "-"])
-    metrics = [m for m in ("accuracy", "f1", "macro_f1", "mcc") if m in r["median"]]
-    ft_rows = common.finetuning_rows(conditions, metrics)
+    metrics = [m for m in (("f1", "precision", "recall", "accuracy") if tagging else
+                           ("accuracy", "f1", "macro_f1", "mcc")) if m in r["median"]]
+    ft_rows = common.finetuning_rows(conditions, metrics, metric)
     body = (
         "Pre-training runs (read from each model dir; FLOPs in the estimator's counting, "
         "batch x steps x train FLOPs per example; the last point of the TensorBoard "
@@ -220,18 +246,21 @@ def main(argv):
                                  "generator MLM acc (train)", "discriminator AUC (train)"],
                                 pre_rows)
         + f"\n\nFine-tuning: {description} from {source} ({len(train_rows)} training, "
-        f"{len(dev_rows)} dev examples; labels {', '.join(labels)}; the commonest label is "
-        f"{100 * majority:.1f}% of dev) with "
+        f"{len(dev_rows)} dev {'sentences' if tagging else 'examples'}; "
+        f"{'tags' if tagging else 'labels'} {', '.join(labels)}; the commonest "
+        f"{'character tag' if tagging else 'label'} is {100 * majority:.1f}% of dev) with "
         f"{FLAGS.finetune_gin} and {', '.join(FLAGS.finetune_bindings)}, {FLAGS.num_trials} "
         f"seeds per condition; `random_init` is {FLAGS.random_init_from or models[0][0]}'s "
         "encoder shape and vocab with random initial weights. Dev scores: median (mean ± "
-        "sample std), and every seed's accuracy.\n\n"
-        + common.markdown_table(["initialisation"] + metrics + ["accuracy per seed"], ft_rows)
-        + "\n\nMedian dev accuracy against random initialisation: " + "; ".join(
+        f"sample std), and every seed's {metric_name}.\n\n"
+        + common.markdown_table(["initialisation"] + metrics + [f"{metric_name} per seed"],
+                                ft_rows)
+        + f"\n\nMedian dev {metric_name} against random initialisation: " + "; ".join(
             f"{name} {100 * gain:+.1f} points" for name, gain
-            in record["median_accuracy_gain"].items())
-        + ".\n\n" + (learning_curve_table(by_size) if len(sizes) > 1 else "")
-        + (FLAGS.notes.strip() + "\n\n" if FLAGS.notes.strip() else "")
+            in record[f"median_{metric}_gain"].items())
+        + ".\n\n"
+        + (learning_curve_table(by_size, metric, metric_name) if len(sizes) > 1 else "")
+        + (notes + "\n\n" if notes else "")
         + "Commands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
     json_path, md_path = common.write_results(FLAGS.results_name, record, body)
     print(body)
