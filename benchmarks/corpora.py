@@ -291,14 +291,19 @@ def peoples_daily_pretraining_text(path: str, download_dir: str, commands: list[
     return len(text)
 
 
+def character_tags(sentences):
+    """The tag of every character: B-tag at a word's first character, I-tag after."""
+    return [f"{'I' if i else 'B'}-{tag}" for sentence in sentences for word, tag in sentence
+            for i in range(len(word))]
+
+
 def write_conll_characters(path: str, sentences):
     """A CoNLL file with a character per line: `char B-tag` at a word's first character,
     `char I-tag` after; a blank line after each sentence."""
     with open(path, "w", encoding="utf-8") as f:
         for sentence in sentences:
-            for word, tag in sentence:
-                for i, char in enumerate(word):
-                    f.write(f"{char} {'I' if i else 'B'}-{tag}\n")
+            chars = "".join(word for word, _ in sentence)
+            f.writelines(f"{c} {t}\n" for c, t in zip(chars, character_tags([sentence])))
             f.write("\n")
 
 
@@ -316,13 +321,16 @@ TAGGING = {"zh_pos"}
 
 
 def labelled_split(work_dir: str, num_train: int, num_dev: int, commands: list[str],
-                       dataset: str = "movie_reviews"):
+                   dataset: str = "movie_reviews", min_train: int | None = None):
     """A labelled set (DATASETS; default the movie-review sentences) in a seeded shuffle
     (seed 0), the first `num_train` rows written to <work_dir>/train.csv and the next
     `num_dev` to dev.csv; returns (train_csv, dev_csv, train_rows, dev_rows). A tagging set
-    (TAGGING) writes train.txt and dev.txt (CoNLL), its rows being sentences."""
+    (TAGGING) writes train.txt and dev.txt (CoNLL), its rows being sentences; its dev
+    sentences are the first `num_dev` held-out ones whose character tags all occur in the
+    first `min_train` (default `num_train`) training sentences, since fine-tuning cannot
+    score a tag it never trained on."""
     if dataset in TAGGING:
-        return _tagging_split(work_dir, num_train, num_dev, commands)
+        return _tagging_split(work_dir, num_train, num_dev, commands, min_train or num_train)
     rows = DATASETS[dataset][0](os.path.join(work_dir, "download"), commands)
     random.Random(0).shuffle(rows)
     if num_train + num_dev > len(rows):
@@ -335,13 +343,19 @@ def labelled_split(work_dir: str, num_train: int, num_dev: int, commands: list[s
     return train_csv, dev_csv, train_rows, dev_rows
 
 
-def _tagging_split(work_dir, num_train, num_dev, commands):
+def _tagging_split(work_dir, num_train, num_dev, commands, min_train):
     held_out, rest = peoples_daily_pos(os.path.join(work_dir, "download"), commands)
-    for n, have, part in ((num_dev, held_out, "dev"), (num_train, rest, "training")):
-        if n > len(have):
-            raise SystemExit(f"zh_pos has {len(have):,} {part} sentences; lower "
-                             f"--num_{'dev' if part == 'dev' else 'train'} to at most that")
-    train_rows, dev_rows = rest[:num_train], held_out[:num_dev]
+    if num_train > len(rest):
+        raise SystemExit(f"zh_pos has {len(rest):,} training sentences; lower --num_train "
+                         "to at most that")
+    train_rows = rest[:num_train]
+    seen = set(character_tags(rest[:min_train]))
+    usable = [s for s in held_out if seen.issuperset(character_tags([s]))]
+    if num_dev > len(usable):
+        raise SystemExit(f"zh_pos has {len(usable):,} dev sentences whose tags the first "
+                         f"{min_train:,} training sentences cover; lower --num_dev to at most "
+                         "that")
+    dev_rows = usable[:num_dev]
     train_txt, dev_txt = os.path.join(work_dir, "train.txt"), os.path.join(work_dir, "dev.txt")
     write_conll_characters(train_txt, train_rows)
     write_conll_characters(dev_txt, dev_rows)

@@ -140,7 +140,7 @@ def main(argv):
         with open(marker, "w") as f:
             f.write(FLAGS.dataset + "\n")
     train_csv, dev_csv, train_rows, dev_rows = corpora.labelled_split(
-        work, sizes[-1], FLAGS.num_dev, commands, FLAGS.dataset)
+        work, sizes[-1], FLAGS.num_dev, commands, FLAGS.dataset, min_train=sizes[0])
     _, source, description = corpora.DATASETS[FLAGS.dataset]
     tagging = FLAGS.dataset in corpora.TAGGING
     # The headline score: span F1 for tagging, accuracy for classification.
@@ -148,9 +148,8 @@ def main(argv):
     if tagging:
         task_flags = ["--task=tagging"]
         labels = sorted({tag for sentence in train_rows + dev_rows for _, tag in sentence})
-        # Every dev character tagged with the commonest B- tag.
-        tags = [f"{'I' if i else 'B'}-{t}" for sentence in dev_rows for w, t in sentence
-                for i in range(len(w))]
+        # Every dev character tagged with the commonest character tag.
+        tags = corpora.character_tags(dev_rows)
         majority = max(tags.count(k) for k in set(tags)) / len(tags)
     else:
         task_flags = ["--task=classification", "--label_column=label"]
@@ -246,7 +245,9 @@ def main(argv):
                                  "generator MLM acc (train)", "discriminator AUC (train)"],
                                 pre_rows)
         + f"\n\nFine-tuning: {description} from {source} ({len(train_rows)} training, "
-        f"{len(dev_rows)} dev {'sentences' if tagging else 'examples'}; "
+        f"{len(dev_rows)} dev {'sentences' if tagging else 'examples'}"
+        + (f", the first held-out ones whose character tags all occur in the first "
+           f"{sizes[0]:,} training sentences" if tagging else "") + "; "
         f"{'tags' if tagging else 'labels'} {', '.join(labels)}; the commonest "
         f"{'character tag' if tagging else 'label'} is {100 * majority:.1f}% of dev) with "
         f"{FLAGS.finetune_gin} and {', '.join(FLAGS.finetune_bindings)}, {FLAGS.num_trials} "

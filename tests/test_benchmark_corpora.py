@@ -57,3 +57,19 @@ def test_character_conll_reads_back(tmp_path):
     assert read[0].words == ["我", "们", "喜", "欢", "北", "京", "。"]
     assert read[0].tags == ["B-r", "I-r", "B-v", "I-v", "B-n", "I-n", "B-w"]
     assert read[3].tags[:4] == ["B-n", "I-n", "I-n", "B-n"]
+
+
+def test_dev_sentences_only_use_tags_the_smallest_training_set_has(tmp_path, monkeypatch):
+    sentences = [s for p in corpora.parse_peoples_daily(LINES) for s in p]
+    # Held out: the interjection sentence (tags x and a, which sentence 0 lacks) first.
+    held_out, rest = [sentences[1], sentences[0], sentences[3]], [sentences[0], sentences[1]]
+    monkeypatch.setattr(corpora, "peoples_daily_pos", lambda *args: (held_out, rest))
+    _, dev_txt, train_rows, dev_rows = corpora.labelled_split(
+        str(tmp_path), 2, 2, [], "zh_pos", min_train=1)
+    assert train_rows == rest and dev_rows == [sentences[0], sentences[3]]
+    assert len(readers.read_conll(dev_txt)) == 2
+    # Without min_train the whole training set counts, and it has the x and a tags.
+    assert corpora.labelled_split(str(tmp_path), 2, 3, [], "zh_pos")[3] == held_out
+    # Too few usable dev sentences is one clear line, not a short dev set.
+    with pytest.raises(SystemExit, match="zh_pos has 2 dev sentences whose tags the first 1 "):
+        corpora.labelled_split(str(tmp_path), 2, 3, [], "zh_pos", min_train=1)
