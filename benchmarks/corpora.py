@@ -25,6 +25,7 @@ benchmarks/.cache/ (not committed).
 Light on purpose (no TensorFlow): build_data.py's spawned workers import it.
 """
 
+import collections
 import csv
 import glob
 import gzip
@@ -295,6 +296,21 @@ def character_tags(sentences):
     """The tag of every character: B-tag at a word's first character, I-tag after."""
     return [f"{'I' if i else 'B'}-{tag}" for sentence in sentences for word, tag in sentence
             for i in range(len(word))]
+
+
+def lookup_tags(train_sentences, sentences) -> list[list[str]]:
+    """The no-context baseline: each character of `sentences` tagged with its commonest
+    character tag in `train_sentences` (the first seen on a tie), a character never seen
+    with the commonest tag overall."""
+    by_char, overall = collections.defaultdict(collections.Counter), collections.Counter()
+    for sentence in train_sentences:
+        chars = "".join(word for word, _ in sentence)
+        for char, tag in zip(chars, character_tags([sentence])):
+            by_char[char][tag] += 1
+            overall[tag] += 1
+    default = overall.most_common(1)[0][0]
+    return [[by_char[c].most_common(1)[0][0] if c in by_char else default
+             for c in "".join(word for word, _ in sentence)] for sentence in sentences]
 
 
 def write_conll_characters(path: str, sentences):

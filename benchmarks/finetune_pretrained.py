@@ -44,6 +44,7 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 import corpora  # noqa: E402
+from electra_tf.finetune import metrics as metrics_lib  # noqa: E402
 
 flags.DEFINE_enum("dataset", "movie_reviews", sorted(corpora.DATASETS),
                   "The labelled data (benchmarks/corpora.py).")
@@ -151,6 +152,10 @@ def main(argv):
         # Every dev character tagged with the commonest character tag.
         tags = corpora.character_tags(dev_rows)
         majority = max(tags.count(k) for k in set(tags)) / len(tags)
+        # The no-context baseline at each size: every character's commonest training tag.
+        lookup = {n: metrics_lib.span_scores([corpora.character_tags([s]) for s in dev_rows],
+                                             corpora.lookup_tags(train_rows[:n], dev_rows))
+                  for n in sizes}
     else:
         task_flags = ["--task=classification", "--label_column=label"]
         labels = sorted({label for label, _ in train_rows + dev_rows})
@@ -209,7 +214,9 @@ def main(argv):
               "run": common.run_info(), "commands": commands,
               "data": {"dataset": FLAGS.dataset, "source": source, "labels": labels,
                        "num_train": len(train_rows), "num_dev": len(dev_rows),
-                       "dev_majority_fraction": majority},
+                       "dev_majority_fraction": majority,
+                       **({"character_lookup": {str(n): v for n, v in lookup.items()}}
+                          if tagging else {})},
               "notes": notes, "finetune_gin": FLAGS.finetune_gin,
               "finetune_bindings": FLAGS.finetune_bindings,
               "pretraining": facts, "conditions": conditions, "headline_metric": metric,
@@ -260,6 +267,10 @@ def main(argv):
             f"{name} {100 * gain:+.1f} points" for name, gain
             in record[f"median_{metric}_gain"].items())
         + ".\n\n"
+        + ("A lookup table that tags each dev character with its commonest tag in the training "
+           "sentences (no context) scores span F1 " + "; ".join(
+               f"{lookup[n]['f1']:.4f} from {n:,}" for n in sizes) + " sentences.\n\n"
+           if tagging else "")
         + (learning_curve_table(by_size, metric, metric_name) if len(sizes) > 1 else "")
         + (notes + "\n\n" if notes else "")
         + "Commands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")

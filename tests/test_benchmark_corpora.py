@@ -73,3 +73,11 @@ def test_dev_sentences_only_use_tags_the_smallest_training_set_has(tmp_path, mon
     # Too few usable dev sentences is one clear line, not a short dev set.
     with pytest.raises(SystemExit, match="zh_pos has 2 dev sentences whose tags the first 1 "):
         corpora.labelled_split(str(tmp_path), 2, 3, [], "zh_pos", min_train=1)
+
+
+def test_lookup_tags_is_each_characters_commonest_training_tag():
+    train = [[("我们", "r"), ("们", "k")], [("我", "r")], [("北京", "n")]]
+    # 我: B-r twice; 们: I-r once, B-k once (the first seen wins); 北: B-n; 京: I-n;
+    # 好 is unseen: the commonest tag overall (B-r, 2 of 6).
+    assert corpora.lookup_tags(train, [[("们我", "r"), ("好京", "a")]]) == [
+        ["I-r", "B-r", "B-r", "I-n"]]
