@@ -251,8 +251,8 @@ def main(argv):
         + common.markdown_table(["model", "objective", "steps", "batch", "FLOPs", "trained on",
                                  "generator MLM acc (train)", "discriminator AUC (train)"],
                                 pre_rows)
-        + f"\n\nFine-tuning: {description} from {source} ({len(train_rows)} training, "
-        f"{len(dev_rows)} dev {'sentences' if tagging else 'examples'}"
+        + f"\n\nFine-tuning: {description} from {source} ({len(train_rows):,} training, "
+        f"{len(dev_rows):,} dev {'sentences' if tagging else 'examples'}"
         + (f", the first held-out ones whose character tags all occur in the first "
            f"{sizes[0]:,} training sentences" if tagging else "") + "; "
         f"{'tags' if tagging else 'labels'} {', '.join(labels)}; the commonest "
