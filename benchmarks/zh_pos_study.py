@@ -102,13 +102,14 @@ def main(argv):
     if unknown:
         raise SystemExit(f"--objectives: unknown {', '.join(unknown)}; choose from "
                          f"{', '.join(sorted(OBJECTIVE_GIN))}")
-    work = os.path.relpath(work_dir(), common.REPO)
-    os.makedirs(work_dir(), exist_ok=True)
+    root = work_dir()
+    work = os.path.relpath(root, common.REPO)
+    os.makedirs(root, exist_ok=True)
     commands = []
     text = os.path.join(work, "pretraining_text.txt")
     if not os.path.exists(os.path.join(common.REPO, text)):
         chars = corpora.peoples_daily_pretraining_text(
-            os.path.join(common.REPO, text), os.path.join(work_dir(), "download"), commands)
+            os.path.join(common.REPO, text), os.path.join(root, "download"), commands)
         print(f"wrote {text} ({chars:,} characters)")
     data_dir = os.path.join(work, f"data{FLAGS.max_seq_length}")
     build = [sys.executable, "scripts/build_pretraining_data.py", f"--input={text}",
@@ -145,7 +146,8 @@ def main(argv):
                *[f"--num_train={n}" for n in FLAGS.num_train], f"--num_dev={FLAGS.num_dev}",
                f"--num_trials={FLAGS.num_trials}", f"--vocab_file={VOCAB}",
                f"--work_dir={os.path.join(work, 'finetune')}",
-               f"--results_name={FLAGS.results_name or 'zh_pos_' + FLAGS.size}", f"--notes_file={notes_file}"]
+               f"--results_name={FLAGS.results_name or 'zh_pos_' + FLAGS.size}",
+               f"--notes_file={notes_file}"]
     common.run_recorded(command, [])
 
 
