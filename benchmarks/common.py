@@ -214,10 +214,10 @@ def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
                        bindings: list[str], random_init: bool) -> dict | None:
     """The results.json a run of scripts/run_finetuning.py left in `out` if it is the run
     asked for now (same number of trials and training examples, initialised from the model
-    dir `init`, randomly or not, and every macro binding in `bindings` that results.json
-    records among its hyperparameters, e.g. MAX_SEQ_LENGTH=64, LEARNING_RATE=1e-3 or
-    NUM_EPOCHS=10, with that value), else None. Bindings results.json does not record, and
-    gin files' own values, are not compared."""
+    dir or checkpoint `init`, randomly or not, and every macro binding in `bindings` that
+    results.json records among its hyperparameters, e.g. MAX_SEQ_LENGTH=64,
+    LEARNING_RATE=1e-3 or NUM_EPOCHS=10, with that value), else None. Bindings results.json
+    does not record, and gin files' own values, are not compared."""
     try:
         with open(os.path.join(out, "results.json")) as f:
             result = json.load(f)
@@ -229,10 +229,12 @@ def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
         key = name.strip().lower()
         if key in recorded and not _same_value(recorded[key], value.strip()):
             return None
-    source = os.path.dirname(result["init_checkpoint"].removeprefix("random, shaped as "))
-    # Relative paths are read from the repo root, where the fine-tuning runs start.
-    same_init = (os.path.normpath(os.path.join(REPO, source))
-                 == os.path.normpath(os.path.join(REPO, init)))
+    checkpoint = result["init_checkpoint"].removeprefix("random, shaped as ")
+    # Relative paths are read from the repo root, where the fine-tuning runs start. `init`
+    # is a model dir (its latest checkpoint was used) or one checkpoint in it.
+    same_init = os.path.normpath(os.path.join(REPO, init)) in {
+        os.path.normpath(os.path.join(REPO, path))
+        for path in (checkpoint, os.path.dirname(checkpoint))}
     if (len(result["trials"]) != num_trials or result["num_train_examples"] != num_train
             or result["init_checkpoint"].startswith("random") != random_init or not same_init):
         return None

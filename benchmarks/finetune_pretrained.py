@@ -39,6 +39,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "study"))
 
 from absl import app, flags  # noqa: E402
 
@@ -65,6 +66,10 @@ flags.DEFINE_string("vocab_file", os.path.join(common.REPO, "data", "vocab", "be
 flags.DEFINE_string("notes", "", "Markdown appended to the results (how the runs were made).")
 flags.DEFINE_string("notes_file", None, "A Markdown file appended to the results after "
                     "--notes (long notes, e.g. the pre-training commands).")
+flags.DEFINE_bool("along_runs", False, "Also fine-tune every other checkpoint a model dir keeps "
+                  "(step 0 aside) at the largest --num_train: the dev score along each run "
+                  "against its pre-training FLOPs, as a table and <results_name>_curve.png "
+                  "(the paper's Figure 1 in miniature).")
 flags.DEFINE_bool("refinetune", False, "Fine-tune again where an earlier run left results.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "finetune_pretrained"),
                     "Where the labelled data and the fine-tuning dirs go.")
@@ -92,6 +97,35 @@ def pretraining_facts(model_dir: str) -> dict:
     if os.path.isdir(os.path.join(model_dir, "train")):
         facts["curve"] = common.pretraining_curve(model_dir)
     return facts
+
+
+def kept_steps(model_dir: str) -> list[int]:
+    """The steps of the checkpoints a model dir keeps, step 0 (the initialisation) aside."""
+    import tensorflow as tf
+    state = tf.train.get_checkpoint_state(model_dir)
+    steps = {int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths} if state else set()
+    return sorted(steps - {0})
+
+
+def along_runs_table(along: dict, facts: dict, random_init: dict, metric: str,
+                     metric_name: str) -> str:
+    """Markdown: the dev score of each kept checkpoint of each run, against its FLOPs."""
+    rows = []
+    for name, run in along.items():
+        for point in run["finetune"].values():
+            rows.append([name, f"{point['step']:,} of {facts[name]['num_train_steps']:,}",
+                         f"{point['flops']:.2e}",
+                         f"{point['median']:.4f} ({point['mean']:.4f} ± {point['std']:.4f})",
+                         f"{100 * (point['median'] - random_init['median'][metric]):+.1f}",
+                         ", ".join(f"{v:.4f}" for v in point["per_seed"])])
+    return ("Along the runs: every checkpoint each run kept, fine-tuned the same way (the "
+            "learning-rate schedule spans the whole run, so an early checkpoint was taken at a "
+            "higher learning rate than a run of that length would end on). Dev "
+            f"{metric_name}, median (mean ± std), and the median's difference from "
+            "`random_init` in points:\n\n"
+            + common.markdown_table(["model", "checkpoint step", "pre-training FLOPs",
+                                     f"dev {metric_name}", "vs random_init", "per seed"], rows)
+            + "\n\n")
 
 
 def learning_curve_table(curve: dict, metric: str, metric_name: str) -> str:
@@ -177,32 +211,51 @@ def main(argv):
         raise SystemExit(f"--random_init_from={FLAGS.random_init_from}: not a --model name")
     random_shape = shapes[FLAGS.random_init_from or models[0][0]]
     facts = {name: pretraining_facts(path) for name, path in models}
+
+    def finetune(out: str, init: str, n: int, extra: list[str]) -> dict:
+        """scripts/run_finetuning.py from `init` into `out` on the first n training examples,
+        or the results.json an earlier run of the same left there."""
+        command = [sys.executable, "scripts/run_finetuning.py", task_flags[0],
+                   f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
+                   f"--model_dir={out}", f"--train_file={train_files[n][0]}",
+                   f"--dev_file={dev_csv}", *task_flags[1:], f"--num_trials={FLAGS.num_trials}",
+                   "--seed=0", f"--gin_file={FLAGS.finetune_gin}",
+                   *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
+                   "--gin_bindings=finetuning.save_model=False", *extra]
+        result = None if FLAGS.refinetune else common.earlier_finetuning(
+            out, init, FLAGS.num_trials, n, FLAGS.finetune_bindings, bool(extra))
+        if result is None:
+            started = time.time()
+            common.run_recorded(command, commands)
+            with open(os.path.join(out, "results.json")) as f:
+                result = json.load(f)
+            result["wall_seconds"] = round(time.time() - started, 1)
+        else:
+            commands.append(common.shown(command))
+            print(f"reusing {out}/results.json (pass --refinetune to redo it)")
+        return result
+
     by_size = {}  # training size -> condition -> results.json
     for n in sizes:
-        n_csv, ft_dir = train_files[n]
-        by_size[n] = {}
-        for name, init, extra in ([(m, p, []) for m, p in models]
-                                  + [("random_init", random_shape, ["--random_init"])]):
-            out = os.path.join(ft_dir, name)
-            command = [sys.executable, "scripts/run_finetuning.py", task_flags[0],
-                       f"--init_checkpoint={init}", f"--vocab_file={FLAGS.vocab_file}",
-                       f"--model_dir={out}", f"--train_file={n_csv}", f"--dev_file={dev_csv}",
-                       *task_flags[1:], f"--num_trials={FLAGS.num_trials}", "--seed=0",
-                       f"--gin_file={FLAGS.finetune_gin}",
-                       *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
-                       "--gin_bindings=finetuning.save_model=False", *extra]
-            result = None if FLAGS.refinetune else common.earlier_finetuning(
-                out, init, FLAGS.num_trials, n, FLAGS.finetune_bindings, bool(extra))
-            if result is None:
-                started = time.time()
-                common.run_recorded(command, commands)
-                with open(os.path.join(out, "results.json")) as f:
-                    result = json.load(f)
-                result["wall_seconds"] = round(time.time() - started, 1)
-            else:
-                commands.append(common.shown(command))
-                print(f"reusing {out}/results.json (pass --refinetune to redo it)")
-            by_size[n][name] = result
+        by_size[n] = {
+            name: finetune(os.path.join(train_files[n][1], name), init, n, extra)
+            for name, init, extra in ([(m, p, []) for m, p in models]
+                                      + [("random_init", random_shape, ["--random_init"])])}
+    # Along the runs: each kept checkpoint, the last being the model's own condition.
+    along = {}  # model name -> {"finetune": {step: point}} as study/plots.curve_plot reads
+    for name, path in (models if FLAGS.along_runs else []):
+        points = {}
+        for step in kept_steps(path):
+            result = (by_size[sizes[-1]][name] if step == facts[name]["step"] else finetune(
+                os.path.join(train_files[sizes[-1]][1], f"{name}@{step}"),
+                os.path.join(path, f"ckpt-{step}"), sizes[-1], []))
+            points[str(step)] = {
+                "step": step, "metric": metric_name, "median": result["median"][metric],
+                "mean": result["mean"][metric], "std": result["std"][metric],
+                "per_seed": [t["dev"][metric] for t in result["trials"]],
+                "flops": (facts[name]["train_flops_per_example"]
+                          * facts[name]["train_batch_size"] * step)}
+        along[name] = {"finetune": points}
     conditions = by_size[sizes[-1]]
     notes = FLAGS.notes.strip()
     if FLAGS.notes_file:
@@ -223,6 +276,12 @@ def main(argv):
               f"median_{metric}_gain": {
                   name: c["median"][metric] - r["median"][metric]
                   for name, c in conditions.items() if name != "random_init"}}
+    if along:
+        import plots  # benchmarks/study/plots.py
+        plot = os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}_curve.png")
+        plots.curve_plot(along, {"median": r["median"][metric]}, list(along), plot)
+        record["along_runs"] = {name: run["finetune"] for name, run in along.items()}
+        record["plots"] = [os.path.basename(plot)]
     if len(sizes) > 1:
         record["learning_curve"] = {
             str(n): {f"median_{metric}": {k: c["median"][metric] for k, c in by.items()},
@@ -272,6 +331,8 @@ def main(argv):
                f"{lookup[n]['f1']:.4f} from {n:,}" for n in sizes) + " sentences.\n\n"
            if tagging else "")
         + (learning_curve_table(by_size, metric, metric_name) if len(sizes) > 1 else "")
+        + (along_runs_table(along, facts, r, metric, metric_name)
+           + f"Plot: `{record['plots'][0]}`.\n\n" if along else "")
         + (notes + "\n\n" if notes else "")
         + "Commands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
     json_path, md_path = common.write_results(FLAGS.results_name, record, body)

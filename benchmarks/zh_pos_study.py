@@ -13,7 +13,9 @@ command:
    --flops_budget divided by the FLOPs per step that a --dry_run reports), with
    --pretrain_bindings.
 4. Runs benchmarks/finetune_pretrained.py --dataset=zh_pos on the runs and the same encoder
-   randomly initialised: the dev span F1 (segmentation and tag right), median over seeds.
+   randomly initialised: the dev span F1 (segmentation and tag right), median over seeds;
+   with --along_runs also on the checkpoints each run kept (a quarter of its steps apart),
+   plotted against their pre-training FLOPs.
 
 On a GPU, the same study at ELECTRA-Small's shape, e.g.:
 
@@ -49,6 +51,9 @@ flags.DEFINE_integer("max_seq_length", 64, "Pre-training and fine-tuning sequenc
 flags.DEFINE_integer("train_batch_size", 32, "Pre-training batch size.")
 flags.DEFINE_multi_integer("num_train", [1000], "Training sentences (repeat for a learning "
                            "curve).")
+flags.DEFINE_bool("along_runs", False, "Also fine-tune the checkpoints each run keeps along "
+                  "the way (finetune_pretrained.py --along_runs): dev span F1 against "
+                  "pre-training FLOPs for each objective, with a plot.")
 flags.DEFINE_integer("num_dev", 2000, "Dev sentences.")
 flags.DEFINE_integer("num_trials", 5, "Fine-tuning seeds per condition.")
 flags.DEFINE_multi_string("finetune_bindings", ["NUM_EPOCHS=10"], "Gin bindings of every "
@@ -147,7 +152,7 @@ def main(argv):
                f"--num_trials={FLAGS.num_trials}", f"--vocab_file={VOCAB}",
                f"--work_dir={os.path.join(work, 'finetune')}",
                f"--results_name={FLAGS.results_name or 'zh_pos_' + FLAGS.size}",
-               f"--notes_file={notes_file}"]
+               f"--notes_file={notes_file}", *(["--along_runs"] if FLAGS.along_runs else [])]
     common.run_recorded(command, [])
 
 
