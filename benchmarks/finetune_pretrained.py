@@ -241,6 +241,15 @@ def main(argv):
             name: finetune(os.path.join(train_files[n][1], name), init, n, extra)
             for name, init, extra in ([(m, p, []) for m, p in models]
                                       + [("random_init", random_shape, ["--random_init"])])}
+
+    def point(name: str, step: int, result: dict) -> dict:
+        """A fine-tuned checkpoint as study/plots.py reads it."""
+        return {"step": step, "metric": metric_name, "median": result["median"][metric],
+                "mean": result["mean"][metric], "std": result["std"][metric],
+                "per_seed": [t["dev"][metric] for t in result["trials"]],
+                "flops": (facts[name]["train_flops_per_example"]
+                          * facts[name]["train_batch_size"] * step)}
+
     # Along the runs: each kept checkpoint, the last being the model's own condition.
     along = {}  # model name -> {"finetune": {step: point}} as study/plots.curve_plot reads
     for name, path in (models if FLAGS.along_runs else []):
@@ -249,12 +258,7 @@ def main(argv):
             result = (by_size[sizes[-1]][name] if step == facts[name]["step"] else finetune(
                 os.path.join(train_files[sizes[-1]][1], f"{name}@{step}"),
                 os.path.join(path, f"ckpt-{step}"), sizes[-1], []))
-            points[str(step)] = {
-                "step": step, "metric": metric_name, "median": result["median"][metric],
-                "mean": result["mean"][metric], "std": result["std"][metric],
-                "per_seed": [t["dev"][metric] for t in result["trials"]],
-                "flops": (facts[name]["train_flops_per_example"]
-                          * facts[name]["train_batch_size"] * step)}
+            points[str(step)] = point(name, step, result)
         along[name] = {"finetune": points}
     conditions = by_size[sizes[-1]]
     notes = FLAGS.notes.strip()
@@ -276,12 +280,24 @@ def main(argv):
               f"median_{metric}_gain": {
                   name: c["median"][metric] - r["median"][metric]
                   for name, c in conditions.items() if name != "random_init"}}
+    import plots  # benchmarks/study/plots.py
+    record["plots"] = []
+    baseline = {"median": r["median"][metric]}
+    budgets = [facts[name]["flops"] for name, _ in models]
+    if len(models) > 1 and max(budgets) <= 1.01 * min(budgets):
+        # Runs of the same pre-training compute side by side, as the study's ablation charts.
+        bars = os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}_bars.png")
+        finals = {name: {"steps": facts[name]["step"], "finetune": {
+            str(facts[name]["step"]): point(name, facts[name]["step"], conditions[name])}}
+                  for name, _ in models}
+        plots.bar_plot(finals, baseline, description.split(" (")[0],
+                       [(name, name) for name, _ in models], max(budgets), bars)
+        record["plots"].append(os.path.basename(bars))
     if along:
-        import plots  # benchmarks/study/plots.py
         plot = os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}_curve.png")
-        plots.curve_plot(along, {"median": r["median"][metric]}, list(along), plot)
+        plots.curve_plot(along, baseline, list(along), plot)
         record["along_runs"] = {name: run["finetune"] for name, run in along.items()}
-        record["plots"] = [os.path.basename(plot)]
+        record["plots"].append(os.path.basename(plot))
     if len(sizes) > 1:
         record["learning_curve"] = {
             str(n): {f"median_{metric}": {k: c["median"][metric] for k, c in by.items()},
@@ -331,8 +347,9 @@ def main(argv):
                f"{lookup[n]['f1']:.4f} from {n:,}" for n in sizes) + " sentences.\n\n"
            if tagging else "")
         + (learning_curve_table(by_size, metric, metric_name) if len(sizes) > 1 else "")
-        + (along_runs_table(along, facts, r, metric, metric_name)
-           + f"Plot: `{record['plots'][0]}`.\n\n" if along else "")
+        + (along_runs_table(along, facts, r, metric, metric_name) if along else "")
+        + ("Plots: " + ", ".join(f"`{p}`" for p in record["plots"]) + ".\n\n"
+           if record["plots"] else "")
         + (notes + "\n\n" if notes else "")
         + "Commands (from the repository root):\n\n```\n" + "\n".join(commands) + "\n```\n")
     json_path, md_path = common.write_results(FLAGS.results_name, record, body)
