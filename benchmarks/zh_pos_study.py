@@ -144,7 +144,9 @@ def main(argv):
                           *FLAGS.pretrain_bindings])
              + ", on the People's Daily paragraphs that hold no dev sentence:\n\n```\n"
              + "\n".join(commands) + "\n```")
-    notes_file = os.path.join(work, "pretraining_notes.md")
+    results_name = FLAGS.results_name or f"zh_pos_{FLAGS.size}"
+    # One notes file per results name: studies that share a --work_dir can run at once.
+    notes_file = os.path.join(work, f"pretraining_notes_{results_name}.md")
     with open(os.path.join(common.REPO, notes_file), "w", encoding="utf-8") as f:
         f.write(notes + "\n")
     command = [sys.executable, "benchmarks/finetune_pretrained.py", "--dataset=zh_pos",
@@ -155,7 +157,7 @@ def main(argv):
                *[f"--num_train={n}" for n in FLAGS.num_train], f"--num_dev={FLAGS.num_dev}",
                f"--num_trials={FLAGS.num_trials}", f"--vocab_file={VOCAB}",
                f"--work_dir={os.path.join(work, 'finetune')}",
-               f"--results_name={FLAGS.results_name or 'zh_pos_' + FLAGS.size}",
+               f"--results_name={results_name}",
                f"--notes_file={notes_file}", *(["--along_runs"] if FLAGS.along_runs else [])]
     common.run_recorded(command, [])
 
