@@ -188,12 +188,22 @@ def movie_review_sentences(download_dir: str, commands: list[str]) -> list[tuple
     return rows
 
 
+def _replace_atomically(path: str, write):
+    """Calls write(file) on a temporary file of this process, then renames it to `path`: a
+    reader (another study sharing the work dir) never sees it half written."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", newline="", encoding="utf-8") as f:
+        write(f)
+    os.replace(temporary, path)
+
+
 def write_labelled_csv(path: str, rows):
     """A `label,text` CSV of (label, text) rows."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    def write(f):
         writer = csv.writer(f)
         writer.writerow(["label", "text"])
         writer.writerows(rows)
+    _replace_atomically(path, write)
 
 
 def bbc_news_documents(download_dir: str, commands: list[str]) -> list[tuple[str, str]]:
@@ -316,11 +326,12 @@ def lookup_tags(train_sentences, sentences) -> list[list[str]]:
 def write_conll_characters(path: str, sentences):
     """A CoNLL file with a character per line: `char B-tag` at a word's first character,
     `char I-tag` after; a blank line after each sentence."""
-    with open(path, "w", encoding="utf-8") as f:
+    def write(f):
         for sentence in sentences:
             chars = "".join(word for word, _ in sentence)
             f.writelines(f"{c} {t}\n" for c, t in zip(chars, character_tags([sentence])))
             f.write("\n")
+    _replace_atomically(path, write)
 
 
 DATASETS = {
