@@ -235,10 +235,28 @@ def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
     same_init = os.path.normpath(os.path.join(REPO, init)) in {
         os.path.normpath(os.path.join(REPO, path))
         for path in (checkpoint, os.path.dirname(checkpoint))}
+    if random_init and not same_init:
+        # Random weights depend on the encoder's shape only (and the trial seeds): any
+        # model dir with the same discriminator gives the same ones.
+        shape = _encoder_shape(init)
+        same_init = shape is not None and shape == _encoder_shape(checkpoint)
     if (len(result["trials"]) != num_trials or result["num_train_examples"] != num_train
             or result["init_checkpoint"].startswith("random") != random_init or not same_init):
         return None
     return result
+
+
+def _encoder_shape(init: str) -> dict | None:
+    """The discriminator's shape in the model_info.json of the model dir `init` (or of the
+    dir of the checkpoint `init`), or None without one."""
+    init = os.path.join(REPO, init)
+    for directory in (init, os.path.dirname(init)):
+        try:
+            with open(os.path.join(directory, "model_info.json")) as f:
+                return json.load(f).get("discriminator")
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _same_value(recorded, binding_value: str) -> bool:

@@ -1,0 +1,62 @@
+"""When the benchmarks reuse an earlier fine-tuning run (benchmarks/common.py
+earlier_finetuning): the same initialisation, trials, examples and recorded bindings; a random
+initialisation from any model dir of the same encoder shape. On made-up model dirs and
+results.json files."""
+
+import json
+import os
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import common  # noqa: E402
+
+TINY = {"vocab_size": 21128, "hidden_size": 128, "num_layers": 2, "num_heads": 2,
+        "intermediate_size": 512, "embedding_size": 128}
+
+
+def _model_dir(root, name, shape):
+    path = root / name
+    path.mkdir()
+    (path / "model_info.json").write_text(json.dumps({"discriminator": shape}))
+    return str(path)
+
+
+def _results(out, init_checkpoint, trials=5, examples=2000, epochs=10):
+    os.makedirs(out)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"init_checkpoint": init_checkpoint, "trials": [{}] * trials,
+                   "num_train_examples": examples,
+                   "hyperparameters": {"num_epochs": epochs}}, f)
+    return out
+
+
+def test_random_init_is_reused_from_any_dir_of_the_same_shape(tmp_path):
+    electra = _model_dir(tmp_path, "electra", TINY)
+    generator_1 = _model_dir(tmp_path, "generator_1", dict(TINY))
+    wider = _model_dir(tmp_path, "wider", {**TINY, "hidden_size": 256})
+    out = _results(str(tmp_path / "ft" / "random_init"),
+                   "random, shaped as " + os.path.join(electra, "ckpt-8512"))
+    bindings = ["NUM_EPOCHS=10"]
+    assert common.earlier_finetuning(out, electra, 5, 2000, bindings, True) is not None
+    assert common.earlier_finetuning(out, generator_1, 5, 2000, bindings, True) is not None
+    assert common.earlier_finetuning(out, wider, 5, 2000, bindings, True) is None
+    # A random run is never reused for a pre-trained one, whatever the shape.
+    assert common.earlier_finetuning(out, electra, 5, 2000, bindings, False) is None
+    # Other trials, examples or a recorded binding's value: run again.
+    assert common.earlier_finetuning(out, generator_1, 3, 2000, bindings, True) is None
+    assert common.earlier_finetuning(out, generator_1, 5, 1000, bindings, True) is None
+    assert common.earlier_finetuning(out, generator_1, 5, 2000, ["NUM_EPOCHS=3"], True) is None
+
+
+def test_pretrained_init_is_reused_only_from_its_own_dir(tmp_path):
+    electra = _model_dir(tmp_path, "electra", TINY)
+    generator_1 = _model_dir(tmp_path, "generator_1", dict(TINY))
+    out = _results(str(tmp_path / "ft" / "electra"), os.path.join(electra, "ckpt-8512"))
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False) is not None
+    assert common.earlier_finetuning(out, os.path.join(electra, "ckpt-8512"), 5, 2000, [],
+                                     False) is not None
+    assert common.earlier_finetuning(out, generator_1, 5, 2000, [], False) is None
+    assert common.earlier_finetuning(str(tmp_path / "ft" / "none"), electra, 5, 2000, [],
+                                     False) is None
