@@ -24,6 +24,11 @@ On a GPU, the same study at ELECTRA-Small's shape, e.g.:
         --train_batch_size=128 --pretrain_bindings='pretraining.precision="mixed_bfloat16"' \
         --pretrain_bindings=pretraining.jit_compile=True
 
+Studies with different --results_name can share a --work_dir and run at once, as long as
+no configuration is pre-trained by two of them at the same time. On a few CPU cores, two
+tiny runs side by side with a thread each (TF_NUM_INTRAOP_THREADS=1
+TF_NUM_INTEROP_THREADS=1) get more done than one with every core (benchmarks/cpu_threads.py).
+
 Every step is a recorded command and is skipped or resumed when its output is there (a
 pre-training rerun resumes from its last checkpoint). Results: benchmarks/results/
 <results_name>.{json,md}, written by finetune_pretrained.py with this run's commands.
