@@ -237,7 +237,7 @@ def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
         for path in (checkpoint, os.path.dirname(checkpoint))}
     if random_init and not same_init:
         # Random weights depend on the encoder's shape only (and the trial seeds): any
-        # model dir with the same discriminator gives the same ones.
+        # model dir with the same discriminator and vocab gives the same run.
         shape = _encoder_shape(init)
         same_init = shape is not None and shape == _encoder_shape(checkpoint)
     if (len(result["trials"]) != num_trials or result["num_train_examples"] != num_train
@@ -246,16 +246,18 @@ def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
     return result
 
 
-def _encoder_shape(init: str) -> dict | None:
-    """The discriminator's shape in the model_info.json of the model dir `init` (or of the
-    dir of the checkpoint `init`), or None without one."""
+def _encoder_shape(init: str) -> list | None:
+    """The discriminator's shape and the vocab (file, casing) in the model_info.json of the
+    model dir `init` (or of the dir of the checkpoint `init`), or None without one."""
     init = os.path.join(REPO, init)
     for directory in (init, os.path.dirname(init)):
         try:
             with open(os.path.join(directory, "model_info.json")) as f:
-                return json.load(f).get("discriminator")
+                info = json.load(f)
         except (OSError, ValueError):
             continue
+        return [info.get(key) for key in ("discriminator", "vocab_file", "lower_case",
+                                          "strip_accents")]
     return None
 
 

@@ -1,7 +1,7 @@
 """When the benchmarks reuse an earlier fine-tuning run (benchmarks/common.py
 earlier_finetuning): the same initialisation, trials, examples and recorded bindings; a random
-initialisation from any model dir of the same encoder shape. On made-up model dirs and
-results.json files."""
+initialisation from any model dir of the same encoder shape and vocab. On made-up model dirs
+and results.json files."""
 
 import json
 import os
@@ -16,10 +16,11 @@ TINY = {"vocab_size": 21128, "hidden_size": 128, "num_layers": 2, "num_heads": 2
         "intermediate_size": 512, "embedding_size": 128}
 
 
-def _model_dir(root, name, shape):
+def _model_dir(root, name, shape, vocab_file="data/vocab/bert_chinese.txt"):
     path = root / name
     path.mkdir()
-    (path / "model_info.json").write_text(json.dumps({"discriminator": shape}))
+    (path / "model_info.json").write_text(json.dumps(
+        {"discriminator": shape, "vocab_file": vocab_file, "lower_case": True}))
     return str(path)
 
 
@@ -36,12 +37,14 @@ def test_random_init_is_reused_from_any_dir_of_the_same_shape(tmp_path):
     electra = _model_dir(tmp_path, "electra", TINY)
     generator_1 = _model_dir(tmp_path, "generator_1", dict(TINY))
     wider = _model_dir(tmp_path, "wider", {**TINY, "hidden_size": 256})
+    other_vocab = _model_dir(tmp_path, "other_vocab", dict(TINY), "learned/vocab.txt")
     out = _results(str(tmp_path / "ft" / "random_init"),
                    "random, shaped as " + os.path.join(electra, "ckpt-8512"))
     bindings = ["NUM_EPOCHS=10"]
     assert common.earlier_finetuning(out, electra, 5, 2000, bindings, True) is not None
     assert common.earlier_finetuning(out, generator_1, 5, 2000, bindings, True) is not None
     assert common.earlier_finetuning(out, wider, 5, 2000, bindings, True) is None
+    assert common.earlier_finetuning(out, other_vocab, 5, 2000, bindings, True) is None
     # A random run is never reused for a pre-trained one, whatever the shape.
     assert common.earlier_finetuning(out, electra, 5, 2000, bindings, False) is None
     # Other trials, examples or a recorded binding's value: run again.
