@@ -131,16 +131,23 @@ def gcide_documents(root: str) -> list[list[str]]:
     return documents
 
 
+def _replace_atomically(path: str, write):
+    """Calls write(file) on a temporary file of this process, then renames it to `path`: a
+    reader (another study sharing the work dir) never sees it half written."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", newline="", encoding="utf-8") as f:
+        write(f)
+    os.replace(temporary, path)
+
+
 def prepare_gcide() -> str:
     """Downloads dict-gcide (once) and writes the cleaned corpus to GCIDE_TXT (a blank line
     between entries); returns its path."""
     if os.path.exists(GCIDE_TXT):
         return GCIDE_TXT
     root, _ = debian_package("dict-gcide")
-    tmp = GCIDE_TXT + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n\n".join("\n".join(d) for d in gcide_documents(root)) + "\n")
-    os.replace(tmp, GCIDE_TXT)
+    text = "\n\n".join("\n".join(d) for d in gcide_documents(root)) + "\n"
+    _replace_atomically(GCIDE_TXT, lambda f: f.write(text))
     return GCIDE_TXT
 
 
@@ -186,15 +193,6 @@ def movie_review_sentences(download_dir: str, commands: list[str]) -> list[tuple
             continue
         rows.append(("positive" if float(fields[1]) > 0 else "negative", fields[2].strip()))
     return rows
-
-
-def _replace_atomically(path: str, write):
-    """Calls write(file) on a temporary file of this process, then renames it to `path`: a
-    reader (another study sharing the work dir) never sees it half written."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", newline="", encoding="utf-8") as f:
-        write(f)
-    os.replace(temporary, path)
 
 
 def write_labelled_csv(path: str, rows):
@@ -296,9 +294,7 @@ def peoples_daily_pretraining_text(path: str, download_dir: str, commands: list[
     """Writes the People's Daily paragraphs outside the held-out tenth (no dev sentence is
     among them) to `path` as pretraining_text, atomically; returns its characters."""
     text = pretraining_text(split_held_out(peoples_daily_paragraphs(download_dir, commands))[1])
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+    _replace_atomically(path, lambda f: f.write(text))
     return len(text)
 
 

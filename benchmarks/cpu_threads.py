@@ -62,7 +62,7 @@ def finish(process: subprocess.Popen, name: str) -> dict:
     if process.returncode:
         raise SystemExit(f"{name} failed (exit {process.returncode}):\n{output[-3000:]}")
     shutil.rmtree(os.path.join(FLAGS.work_dir, name), ignore_errors=True)
-    loops = [LINE.match(line).groups() for line in output.splitlines() if LINE.match(line)]
+    loops = [m.groups() for line in output.splitlines() if (m := LINE.match(line))]
     rates = [float(rate) for _, _, rate in loops[1:]]
     return {"examples_per_second": statistics.median(rates), "loops": rates,
             "final_loss": float(loops[-1][1])}
