@@ -46,6 +46,7 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 import corpora  # noqa: E402
+import grid  # noqa: E402
 from grid import CONFIGS  # noqa: E402  (benchmarks/study/grid.py: the paper's variants)
 
 flags.DEFINE_list("objectives", ["electra", "mlm"], "Pre-training configurations of the "
@@ -101,13 +102,21 @@ def work_dir() -> str:
 
 
 def planned_steps(objective: str, data_dir: str, commands: list[str]) -> int:
-    """The steps that spend --flops_budget: a --dry_run writes the FLOPs per example."""
+    """The steps that spend --flops_budget: a --dry_run writes the FLOPs per example (of
+    two steps: two-stage training needs one per stage). Two-stage training is charged its
+    own figure, not the joint one model_info.json reports (grid.two_stage_flops_per_example)."""
     plan_dir = os.path.join(work_dir(), "plan", objective)
-    common.run_recorded(pretraining_command(objective, plan_dir, data_dir, 1, ["--dry_run"]),
+    common.run_recorded(pretraining_command(objective, plan_dir, data_dir, 2, ["--dry_run"]),
                         commands)
     with open(os.path.join(plan_dir, "model_info.json")) as f:
-        per_example = json.load(f)["train_flops_per_example"]
-    return max(1, round(FLAGS.flops_budget / (per_example * FLAGS.train_batch_size)))
+        info = json.load(f)
+    per_example = info["train_flops_per_example"]
+    if info["algorithm"] == "two_stage":
+        from electra_tf.modeling.config import EncoderConfig
+        per_example = grid.two_stage_flops_per_example(
+            EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
+            info["max_seq_length"], info["mask_prob"], info["masked_positions"])
+    return max(2, round(FLAGS.flops_budget / (per_example * FLAGS.train_batch_size)))
 
 
 def main(argv):

@@ -117,6 +117,7 @@ def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, dat
     assert "pretraining.num_train_steps = %NUM_TRAIN_STEPS" in config
     assert "pretrainer.hidden_size = 32" in config
     # model_info.json: counts of the network built, and the official FLOPs method.
+    assert (info["max_seq_length"], info["mask_prob"]) == (128, 0.15)
     assert info["discriminator_params"] == (
         30522 * 32 + 512 * 32 + 2 * 32 + 2 * 32            # embeddings + LayerNorm
         + 4 * (32 * 32 + 32) + 2 * 32                      # attention + LayerNorm

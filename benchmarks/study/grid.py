@@ -53,3 +53,22 @@ GROUPS = {
         ("electra", "joint"), ("adversarial", "adversarial"), ("generator_1", "joint, gen. 1/1"),
         ("two_stage", "two-stage, gen. 1/1")]),
 }
+
+
+def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,
+                                num_predictions: int) -> float:
+    """Training FLOPs per example of two-stage training, over its two halves: the generator
+    alone (its masked LM), then the discriminator on the frozen generator's samples (the
+    generator's forward pass, no backward). The estimator (and model_info.json) charges
+    the joint algorithm's figure, about 1.6 times this with a generator of the
+    discriminator's size."""
+    from electra_tf.modeling import flops
+    options = dict(seq_length=seq_length, mask_prob=mask_prob)
+    generator_stage = flops.train_flops_per_example(
+        generator, None, objective="mlm", max_predictions=num_predictions, **options)
+    discriminator_stage = (
+        flops.forward_flops_per_example(generator, None, objective="mlm",
+                                        max_predictions=num_predictions, **options)
+        + flops.train_flops_per_example(discriminator, None, objective="electra",
+                                        max_predictions=num_predictions, **options))
+    return (generator_stage + discriminator_stage) / 2

@@ -98,6 +98,7 @@ import corpora  # noqa: E402
 from electra_tf.errors import UserInputError  # noqa: E402
 
 # The grid (CONFIGS, GROUPS) is in grid.py, shared with benchmarks/zh_pos_study.py.
+import grid  # noqa: E402
 from grid import CONFIGS, GROUPS, RANDOM_INIT, Config  # noqa: E402
 
 CURVE_CONFIGS = ("electra", "mlm")
@@ -400,7 +401,7 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
     """The configuration's shapes and training FLOPs per example: what model_info.json
     will report (`reported_flops_per_example`; the pretrainer is built from the same gin,
     not trained), and what the budget is charged (`train_flops_per_example`: the same,
-    except for two-stage training, see two_stage_flops_per_example)."""
+    except for two-stage training, see grid.two_stage_flops_per_example)."""
     import gin
 
     from electra_tf import gin_files
@@ -419,9 +420,9 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
         train_batch_size=batch, num_train_steps=1)
     charged = info["train_flops_per_example"]
     if info["algorithm"] == "two_stage":
-        charged = two_stage_flops_per_example(model.discriminator_config,
-                                              model.generator_config, seq_length, mask_prob,
-                                              num_predictions)
+        charged = grid.two_stage_flops_per_example(
+            model.discriminator_config, model.generator_config, seq_length, mask_prob,
+            num_predictions)
     generator = info["generator"]
     gin.clear_config()
     return {"objective": info["objective"], "sharing": info["sharing"],
@@ -431,25 +432,6 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
             "discriminator_params": info["discriminator_params"],
             "reported_flops_per_example": info["train_flops_per_example"],
             "train_flops_per_example": charged, "train_batch_size": batch}
-
-
-def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,
-                                num_predictions: int) -> float:
-    """Training FLOPs per example of two-stage training, over its two halves: the generator
-    alone (its masked LM), then the discriminator on the frozen generator's samples (the
-    generator's forward pass, no backward). The estimator (and model_info.json) charges
-    the joint algorithm's figure, about 1.6 times this with a generator of the
-    discriminator's size."""
-    from electra_tf.modeling import flops
-    options = dict(seq_length=seq_length, mask_prob=mask_prob)
-    generator_stage = flops.train_flops_per_example(
-        generator, None, objective="mlm", max_predictions=num_predictions, **options)
-    discriminator_stage = (
-        flops.forward_flops_per_example(generator, None, objective="mlm",
-                                        max_predictions=num_predictions, **options)
-        + flops.train_flops_per_example(discriminator, None, objective="electra",
-                                        max_predictions=num_predictions, **options))
-    return (generator_stage + discriminator_stage) / 2
 
 
 def plan_steps(budget: float, flops_per_step: float, curve_points: int,
