@@ -159,6 +159,16 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def replace_atomically(path: str, write):
+    """Calls write(file) on a temporary file of this process, then renames it to `path`: a
+    reader (another study sharing the work dir) never sees it half written, and an
+    interrupted write leaves the old file."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", newline="", encoding="utf-8") as f:
+        write(f)
+    os.replace(temporary, path)
+
+
 def write_results(name: str, record: dict, markdown_body: str,
                   results_dir: str = RESULTS_DIR) -> tuple[str, str]:
     """Writes <results_dir>/<name>.json and <name>.md (default: benchmarks/results/);
@@ -166,9 +176,7 @@ def write_results(name: str, record: dict, markdown_body: str,
     os.makedirs(results_dir, exist_ok=True)
     json_path = os.path.join(results_dir, f"{name}.json")
     md_path = os.path.join(results_dir, f"{name}.md")
-    with open(json_path, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    replace_atomically(json_path, lambda f: f.write(json.dumps(record, indent=1) + "\n"))
     info = record["run"]
     dirty = " (tracked files modified)" if info["git_tracked_files_modified"] else ""
     header = (f"# {record['title']}\n\n"
@@ -176,8 +184,7 @@ def write_results(name: str, record: dict, markdown_body: str,
               f"{info['cpu_model']}, {info['memory_gb']} GB, TF {info['tensorflow']}, "
               f"Python {info['python']}.\n\n"
               f"Command: `{info['command']}`\n\n")
-    with open(md_path, "w") as f:
-        f.write(header + markdown_body.rstrip() + "\n")
+    replace_atomically(md_path, lambda f: f.write(header + markdown_body.rstrip() + "\n"))
     return json_path, md_path
 
 

@@ -131,15 +131,6 @@ def gcide_documents(root: str) -> list[list[str]]:
     return documents
 
 
-def _replace_atomically(path: str, write):
-    """Calls write(file) on a temporary file of this process, then renames it to `path`: a
-    reader (another study sharing the work dir) never sees it half written."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", newline="", encoding="utf-8") as f:
-        write(f)
-    os.replace(temporary, path)
-
-
 def prepare_gcide() -> str:
     """Downloads dict-gcide (once) and writes the cleaned corpus to GCIDE_TXT (a blank line
     between entries); returns its path."""
@@ -147,7 +138,7 @@ def prepare_gcide() -> str:
         return GCIDE_TXT
     root, _ = debian_package("dict-gcide")
     text = "\n\n".join("\n".join(d) for d in gcide_documents(root)) + "\n"
-    _replace_atomically(GCIDE_TXT, lambda f: f.write(text))
+    common.replace_atomically(GCIDE_TXT, lambda f: f.write(text))
     return GCIDE_TXT
 
 
@@ -201,7 +192,7 @@ def write_labelled_csv(path: str, rows):
         writer = csv.writer(f)
         writer.writerow(["label", "text"])
         writer.writerows(rows)
-    _replace_atomically(path, write)
+    common.replace_atomically(path, write)
 
 
 def bbc_news_documents(download_dir: str, commands: list[str]) -> list[tuple[str, str]]:
@@ -294,7 +285,7 @@ def peoples_daily_pretraining_text(path: str, download_dir: str, commands: list[
     """Writes the People's Daily paragraphs outside the held-out tenth (no dev sentence is
     among them) to `path` as pretraining_text, atomically; returns its characters."""
     text = pretraining_text(split_held_out(peoples_daily_paragraphs(download_dir, commands))[1])
-    _replace_atomically(path, lambda f: f.write(text))
+    common.replace_atomically(path, lambda f: f.write(text))
     return len(text)
 
 
@@ -327,7 +318,7 @@ def write_conll_characters(path: str, sentences):
             chars = "".join(word for word, _ in sentence)
             f.writelines(f"{c} {t}\n" for c, t in zip(chars, character_tags([sentence])))
             f.write("\n")
-    _replace_atomically(path, write)
+    common.replace_atomically(path, write)
 
 
 DATASETS = {
