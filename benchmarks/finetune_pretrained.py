@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stu
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
+import grid  # noqa: E402  (benchmarks/study/grid.py)
 import corpora  # noqa: E402
 from electra_tf.finetune import metrics as metrics_lib  # noqa: E402
 
@@ -91,8 +92,10 @@ def pretraining_facts(model_dir: str) -> dict:
     facts = {key: info.get(key) for key in (
         "objective", "sharing", "algorithm", "discriminator_params", "train_batch_size",
         "num_train_steps", "max_seq_length", "device", "precision", "train_flops_per_example")}
+    per_example = grid.charged_flops_per_example(info, model_dir)
     facts.update(checkpoint=os.path.basename(checkpoint), step=step,
-                 flops=info["train_flops_per_example"] * info["train_batch_size"] * step,
+                 flops_per_example=per_example,
+                 flops=per_example * info["train_batch_size"] * step,
                  generator_hidden_size=(info.get("generator") or {}).get("hidden_size"))
     if os.path.isdir(os.path.join(model_dir, "train")):
         facts["curve"] = common.pretraining_curve(model_dir)
@@ -247,7 +250,7 @@ def main(argv):
         return {"step": step, "metric": metric_name, "median": result["median"][metric],
                 "mean": result["mean"][metric], "std": result["std"][metric],
                 "per_seed": [t["dev"][metric] for t in result["trials"]],
-                "flops": (facts[name]["train_flops_per_example"]
+                "flops": (facts[name]["flops_per_example"]
                           * facts[name]["train_batch_size"] * step)}
 
     # Along the runs: each kept checkpoint, the last being the model's own condition.
@@ -311,7 +314,9 @@ def main(argv):
     for name, f in facts.items():
         curve = f.get("curve", {})
         last = {tag: values[-1][1] for tag, values in curve.items() if values}
-        pre_rows.append([name, f["objective"], f"{f['step']:,} of {f['num_train_steps']:,}",
+        objective = f["objective"] + (f" ({f['algorithm']})" if f.get("algorithm") not in (
+            None, "joint") else "")
+        pre_rows.append([name, objective, f"{f['step']:,} of {f['num_train_steps']:,}",
                          f["train_batch_size"], f"{f['flops']:.2e}",
                          f"{f['device'] or 'CPU'}, {f['precision']}",
                          last.get("generator/mlm_accuracy", "-"),
@@ -321,8 +326,8 @@ def main(argv):
     ft_rows = common.finetuning_rows(conditions, metrics, metric)
     body = (
         "Pre-training runs (read from each model dir; FLOPs in the estimator's counting, "
-        "batch x steps x train FLOPs per example; the last point of the TensorBoard "
-        "training curves):\n\n"
+        "batch x steps x train FLOPs per example, two-stage runs charged their two stages "
+        "(benchmarks/study/grid.py); the last point of the TensorBoard training curves):\n\n"
         + common.markdown_table(["model", "objective", "steps", "batch", "FLOPs", "trained on",
                                  "generator MLM acc (train)", "discriminator AUC (train)"],
                                 pre_rows)

@@ -104,18 +104,12 @@ def work_dir() -> str:
 def planned_steps(objective: str, data_dir: str, commands: list[str]) -> int:
     """The steps that spend --flops_budget: a --dry_run writes the FLOPs per example (of
     two steps: two-stage training needs one per stage). Two-stage training is charged its
-    own figure, not the joint one model_info.json reports (grid.two_stage_flops_per_example)."""
+    own figure, not the joint one model_info.json reports (grid.charged_flops_per_example)."""
     plan_dir = os.path.join(work_dir(), "plan", objective)
     common.run_recorded(pretraining_command(objective, plan_dir, data_dir, 2, ["--dry_run"]),
                         commands)
     with open(os.path.join(plan_dir, "model_info.json")) as f:
-        info = json.load(f)
-    per_example = info["train_flops_per_example"]
-    if info["algorithm"] == "two_stage":
-        from electra_tf.modeling.config import EncoderConfig
-        per_example = grid.two_stage_flops_per_example(
-            EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
-            info["max_seq_length"], info["mask_prob"], info["masked_positions"])
+        per_example = grid.charged_flops_per_example(json.load(f), plan_dir)
     return max(2, round(FLAGS.flops_budget / (per_example * FLAGS.train_batch_size)))
 
 

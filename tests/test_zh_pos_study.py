@@ -47,6 +47,11 @@ def test_two_stage_is_charged_its_stages_not_the_joint_figure(tmp_path, austen_d
     assert 1.4 < joint / charged < 1.8
     assert steps["two_stage"] == round(BUDGET / (charged * BATCH))
     assert steps["two_stage"] / steps["generator_1"] == pytest.approx(joint / charged, rel=1e-2)
+    assert grid.charged_flops_per_example(info["two_stage"]) == charged
+    assert grid.charged_flops_per_example(info["generator_1"]) == joint
+    older = {k: v for k, v in info["two_stage"].items() if k != "mask_prob"}
+    with pytest.raises(SystemExit, match=r"^m/model_info.json has no mask_prob .*rerun its "):
+        grid.charged_flops_per_example(older, "m")
     # The plan runs are dry runs of two steps (two-stage training needs one per stage).
     assert len(commands) == 2 and all(
         "--dry_run" in c and "NUM_TRAIN_STEPS=2" in c for c in commands)

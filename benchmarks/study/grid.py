@@ -72,3 +72,18 @@ def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_
         + flops.train_flops_per_example(discriminator, None, objective="electra",
                                         max_predictions=num_predictions, **options))
     return (generator_stage + discriminator_stage) / 2
+
+
+def charged_flops_per_example(info: dict, model_dir: str = "the model dir") -> float:
+    """The training FLOPs per example a run is charged, from its model_info.json: the
+    estimator's figure, except for two-stage training, charged its two stages
+    (two_stage_flops_per_example) where the run reports the joint algorithm's figure."""
+    if info.get("algorithm") != "two_stage":
+        return info["train_flops_per_example"]
+    if "mask_prob" not in info:
+        raise SystemExit(f"{model_dir}/model_info.json has no mask_prob (written by an older "
+                         f"run_pretraining.py); rerun its command to resume, which rewrites it")
+    from electra_tf.modeling.config import EncoderConfig
+    return two_stage_flops_per_example(
+        EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
+        info["max_seq_length"], info["mask_prob"], info["masked_positions"])
