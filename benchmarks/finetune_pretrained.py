@@ -44,8 +44,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stu
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
-import grid  # noqa: E402  (benchmarks/study/grid.py)
 import corpora  # noqa: E402
+import grid  # noqa: E402  (benchmarks/study/grid.py)
 from electra_tf.finetune import metrics as metrics_lib  # noqa: E402
 
 flags.DEFINE_enum("dataset", "movie_reviews", sorted(corpora.DATASETS),

@@ -57,9 +57,10 @@ GROUPS = {
 
 def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,
                                 num_predictions: int) -> float:
-    """Training FLOPs per example of two-stage training, over its two halves: the generator
-    alone (its masked LM), then the discriminator on the frozen generator's samples (the
-    generator's forward pass, no backward). The estimator (and model_info.json) charges
+    """Training FLOPs per example of two-stage training, over its two halves (the default
+    switch, pretraining.two_stage_steps at half the run): the generator alone (its masked
+    LM), then the discriminator on the frozen generator's samples (the generator's forward
+    pass, no backward). The estimator (and model_info.json) charges
     the joint algorithm's figure, about 1.6 times this with a generator of the
     discriminator's size."""
     from electra_tf.modeling import flops
