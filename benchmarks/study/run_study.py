@@ -401,7 +401,7 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
     """The configuration's shapes and training FLOPs per example: what model_info.json
     will report (`reported_flops_per_example`; the pretrainer is built from the same gin,
     not trained), and what the budget is charged (`train_flops_per_example`: the same,
-    except for two-stage training, see grid.two_stage_flops_per_example)."""
+    except for two-stage training, see grid.charged_flops_per_example)."""
     import gin
 
     from electra_tf import gin_files
@@ -418,11 +418,7 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
     info = pretraining.describe(
         model, seq_length=seq_length, num_predictions=num_predictions, mask_prob=mask_prob,
         train_batch_size=batch, num_train_steps=1)
-    charged = info["train_flops_per_example"]
-    if info["algorithm"] == "two_stage":
-        charged = grid.two_stage_flops_per_example(
-            model.discriminator_config, model.generator_config, seq_length, mask_prob,
-            num_predictions)
+    charged = grid.charged_flops_per_example(info)
     generator = info["generator"]
     gin.clear_config()
     return {"objective": info["objective"], "sharing": info["sharing"],
