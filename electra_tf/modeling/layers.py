@@ -36,12 +36,38 @@ def _layer_norm(config: EncoderConfig, name: str = "LayerNorm"):
     return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
 
 
+def dropout(inputs, rate: float, seed):
+    """Inverted dropout whose keep decisions take 16 random bits each.
+
+    An element is kept when a 16-bit draw is at least `round(rate * 65536)` and then scaled
+    by `65536 / (65536 - that threshold)`, so the output's expectation is `inputs` (up to
+    the scale's rounding in the inputs' dtype, as in TensorFlow's dropout); the realised rate
+    is `rate` to within 1/65536 (0.1000061 for 0.1). TensorFlow's own
+    `stateless_dropout` draws a 32-bit float per element; on CPU the random numbers are what
+    dropout costs (a Philox draw costs the same per bit), so half the bits halve it. Each
+    uint32 draw keeps two elements, one in each half of the flattened tensor; only uint32 and
+    bool arithmetic, so XLA compiles it for every device.
+    """
+    threshold = round(rate * 65536)
+    if threshold >= 65536:
+        return tf.zeros_like(inputs)
+    size = tf.size(inputs)
+    bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None, maxval=None,
+                                       dtype=tf.uint32)
+    cut = tf.constant(threshold, tf.uint32)
+    keep = tf.concat([tf.bitwise.right_shift(bits, tf.constant(16, tf.uint32)) >= cut,
+                      tf.bitwise.bitwise_and(bits, tf.constant(0xFFFF, tf.uint32)) >= cut], 0)
+    keep = tf.reshape(keep[:size], tf.shape(inputs))
+    return inputs * (tf.cast(keep, inputs.dtype) * (65536 / (65536 - threshold)))
+
+
 class Dropout(keras.layers.Dropout):
-    """Keras' dropout, with a different mask on every replica of a tf.distribute strategy.
+    """Keras' dropout layer with `dropout`'s 16-bit masks and a different mask on every
+    replica of a tf.distribute strategy.
 
     Keras 3 draws dropout seeds from a SeedGenerator whose state is mirrored, so every
     replica would drop the same units (and every TPU core would too). Here the replica id is
-    folded into the seed; on one replica the masks are exactly Keras' own.
+    folded into the seed.
     """
 
     def call(self, inputs, training=False):
@@ -52,8 +78,7 @@ class Dropout(keras.layers.Dropout):
         if context is not None and context.num_replicas_in_sync > 1:
             seed = tf.random.experimental.stateless_fold_in(
                 tf.cast(seed, tf.int64), tf.cast(context.replica_id_in_sync_group, tf.int64))
-        return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate,
-                                                    seed=tf.cast(seed, tf.int32))
+        return dropout(inputs, self.rate, tf.cast(seed, tf.int32))
 
 
 class Embeddings(keras.layers.Layer):
