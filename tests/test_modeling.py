@@ -255,6 +255,33 @@ def test_dropout_masks_differ_across_replicas(mirrored_strategy):
     assert abs(np.mean(ours_masks[0] > 0) - 0.5) < 0.1
 
 
+@pytest.mark.parametrize("shape", [(64, 4, 128, 128), (3, 5, 7)])
+def test_dropout_rate_scale_and_gradient(shape):
+    """16-bit masks: the rate to within 1/65536, kept values scaled so the expectation is
+    the input, the same mask for the same seed, and a gradient that is mask x scale."""
+    from electra_tf.modeling.layers import dropout
+    x = tf.random.stateless_normal(shape, seed=[0, 1])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = dropout(x, 0.1, seed=tf.constant([3, 4]))
+    grad = tape.gradient(y, x).numpy()
+    y, x = y.numpy(), x.numpy()
+    scale = 65536 / (65536 - 6554)
+    kept = grad != 0
+    np.testing.assert_allclose(grad[kept], scale, rtol=1e-6)
+    np.testing.assert_allclose(y, x * kept * scale, rtol=1e-6)
+    np.testing.assert_array_equal(y, dropout(x, 0.1, seed=tf.constant([3, 4])).numpy())
+    assert not np.array_equal(y, dropout(x, 0.1, seed=tf.constant([3, 5])).numpy())
+    if x.size > 1_000_000:  # 2.1M draws: the dropped fraction within 4 standard deviations
+        dropped = 1 - kept.mean()
+        assert abs(dropped - 6554 / 65536) < 4 * np.sqrt(0.09 / x.size)
+        # both 16-bit halves of each draw are used: the two halves drop independently
+        flat = kept.reshape(-1)
+        both = np.mean(~flat[: x.size // 2] & ~flat[x.size // 2:])
+        assert abs(both - 0.1 ** 2) < 0.002
+    np.testing.assert_array_equal(dropout(x, 1.0, seed=tf.constant([3, 4])).numpy(), 0 * x)
+
+
 # ------------------------------------------------------------------------------ gradients
 
 
@@ -385,20 +412,28 @@ def test_every_variant_learns_on_real_text(name, real_batches):
     assert all(np.isfinite(h["loss"]) for h in history)
 
 
-def test_two_stage_trains_generator_then_discriminator_from_it(real_batches):
+@pytest.mark.parametrize("sharing", ["embeddings", "none"])
+def test_two_stage_trains_generator_then_discriminator_from_it(real_batches, sharing):
     keras.utils.set_random_seed(2)
-    model = ElectraPretrainer(REAL, generator_config(REAL, 1.0), algorithm="two_stage")
+    model = ElectraPretrainer(REAL, generator_config(REAL, 1.0), algorithm="two_stage",
+                              sharing=sharing)
     stage1 = _train(model, real_batches, 16, phase="generator")
     assert _falls(stage1, "generator_loss")[0]
     assert all(h["discriminator_loss"] == 0 for h in stage1)
     model.init_discriminator_from_generator()
     for d, g in zip(model.discriminator.weights, model.generator.weights):
         np.testing.assert_array_equal(np.asarray(d), np.asarray(g))
-    frozen = [np.asarray(v).copy() for v in model.generator.blocks[0].weights]
+    generator = model.generator.weights + model.generator_predictions.weights
+    frozen = [np.asarray(v).copy() for v in generator]
     stage2 = _train(model, real_batches, 16, phase="discriminator")
     assert _falls(stage2, "discriminator_loss")[0]
-    for before, v in zip(frozen, model.generator.blocks[0].weights):
-        np.testing.assert_array_equal(before, np.asarray(v))
+    shared = {id(v) for v in model.discriminator.weights}
+    for before, v in zip(frozen, generator):
+        if id(v) in shared:  # sharing 'embeddings': the discriminator's stage trains them
+            assert not np.array_equal(before, np.asarray(v)), v.path
+        else:  # everything else of the generator is frozen; with sharing 'none', all of it
+            np.testing.assert_array_equal(before, np.asarray(v), err_msg=v.path)
+    assert any(id(v) in shared for v in generator) == (sharing == "embeddings")
 
 
 def test_metrics_report_every_tag(real_batches):
