@@ -440,7 +440,9 @@ class _SentenceTask:
         return scores
 
     def _value(self, p):
-        return f"{p:.6g}" if self.regression else self.labels[int(p)]
+        # 9 significant digits write a float32 score exactly, so the file reproduces the
+        # reported correlations (a briefly trained model's scores can differ in the 6th digit)
+        return f"{p:.9g}" if self.regression else self.labels[int(p)]
 
     def write(self, folder, split, outputs, test=False, **_):
         values = [self._value(p) for p in self.predictions(outputs)]
