@@ -25,7 +25,10 @@ Scales (`--scale`; the flags below override parts of them):
   64). Measured here with --estimate=60 (the 2 cores shared with other work at times):
   pre-training 9-12 minutes per configuration (All-Tokens MLM 23: its softmax over the
   vocabulary at every position), 2.3 h in all; fine-tuning 29 s per trial, 95 trials (19
-  models x 5 seeds) 46 min; about 3.2 h with each job's start-up.
+  models x 5 seeds) 46 min; about 3.2 h with each job's start-up. The full grid, run with
+  --jobs=2 and one thread per job (benchmarks/results/study.md), took longer: pre-training
+  16-39 minutes per configuration, 5.1 h of job time (about 2.6 h of wall time), and
+  fine-tuning 4-5 minutes per model (5 seeds).
 - `small`: ELECTRA-Small (small.gin: 12 layers, hidden 256, seq 128, batch 128, LR 5e-4,
   10k warmup) with a budget of 1/8 of the paper's ELECTRA-Small run (1.6e17 FLOPs: 124k
   ELECTRA steps of its 1M) per configuration, checkpoints at quarters, finetune/small.gin,
