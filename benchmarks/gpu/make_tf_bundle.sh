@@ -30,6 +30,14 @@ set -euo pipefail
 data=${1:-}
 root=$(pwd)
 out=$root/.gpu
+if [ -n "$data" ]; then
+  # Checked before anything is downloaded, and kept out of .gpu/, which is rebuilt from scratch.
+  [ -d "$data" ] || { echo "DATA_DIR $data: no such directory; pass a folder of pre-training TFRecords" >&2; exit 2; }
+  data=$(realpath "$data")
+  case "$data/" in "$out"/*)
+    echo "DATA_DIR $data: inside .gpu/, which this script deletes; move it elsewhere first" >&2; exit 2;;
+  esac
+fi
 venv_site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo "/.gpu/" >> .git/info/exclude; }
 rm -rf "$out" && mkdir -p "$out/whl" "$out/site"
@@ -64,7 +72,7 @@ split -b 58M -d -a 2 bundle.tar.zst part
 for p in part*; do mkdir -p "c${p#part}" && mv "$p" "c${p#part}/"; done
 mkdir -p clast
 cp whl/zstandard-*.whl whl/numpy-*.whl whl/ml_dtypes-*.whl clast/
-[ -z "$data" ] || cp -r "$root/$data" clast/data
+[ -z "$data" ] || cp -r "$data" clast/data
 cat > clast/setup.sh <<'EOF'
 # Assemble /tmp/site from the carried pieces (run from the repository root on the device).
 set -euo pipefail
