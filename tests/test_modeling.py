@@ -282,6 +282,38 @@ def test_dropout_rate_scale_and_gradient(shape):
     np.testing.assert_array_equal(dropout(x, 1.0, seed=tf.constant([3, 4])).numpy(), 0 * x)
 
 
+def test_gelu_is_exact_erf_gelu_with_its_derivative():
+    """The written-out gradient: values and derivative against float64 formulas (scipy's
+    erf; float32's 1 + erf(x) loses the far negative tail, as in Keras and transformers,
+    hence the absolute tolerance), the same as Keras' exact GELU and its gradient; half
+    precision dtypes are kept."""
+    from scipy.special import erf
+
+    from electra_tf.modeling.layers import gelu
+    x64 = np.concatenate([np.linspace(-12, 12, 2001), [0.0, -1e-4, 1e-4, 40.0, -40.0]])
+    x = tf.constant(x64, tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours = gelu(x)
+        reference = keras.activations.gelu(x, approximate=False)
+    cdf = 0.5 * (1 + erf(x64 / np.sqrt(2)))
+    pdf = np.exp(-0.5 * x64 ** 2) / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(ours.numpy(), x64 * cdf, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(ours, x).numpy(), cdf + x64 * pdf,
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(ours, x).numpy(),
+                               tape.gradient(reference, x).numpy(), rtol=1e-6, atol=1e-6)
+    for dtype in (tf.bfloat16, tf.float16):
+        low = tf.cast(x[900:1100], dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(low)
+            y = gelu(low)
+        assert y.dtype == dtype and tape.gradient(y, low).dtype == dtype
+        np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(), (x64 * cdf)[900:1100],
+                                   rtol=2e-2, atol=2e-3)
+
+
 # ------------------------------------------------------------------------------ gradients
 
 

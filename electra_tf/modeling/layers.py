@@ -11,6 +11,8 @@ variable has a unique path that names its network (`electra/layer_0/attention/qu
 `generator/layer_0/...`), which weight-decay exclusion and layer-wise learning rates key on.
 """
 
+import math
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -18,9 +20,26 @@ from keras import ops
 from electra_tf.modeling.config import EncoderConfig
 
 
+_SQRT_HALF = 0.5 ** 0.5
+_INV_SQRT_2PI = (2 * math.pi) ** -0.5
+
+
+@tf.custom_gradient
 def gelu(x):
-    """The exact (erf) GELU of BERT and ELECTRA, not the tanh approximation."""
-    return keras.activations.gelu(x, approximate=False)
+    """The exact (erf) GELU of BERT and ELECTRA, not the tanh approximation:
+    x * Phi(x), Phi the standard normal CDF, computed as they do (with erf).
+
+    The gradient is written out, Phi(x) + x * phi(x), reusing the forward pass's Phi,
+    instead of TensorFlow differentiating the composition of erf. On CPU, where every
+    elementwise op is a pass over the [B, L, intermediate] tensor, that takes a fifth off
+    the GELU's forward + backward (ELECTRA-Small's feed-forward, one thread: 38 -> 31 ms).
+    """
+    cdf = 0.5 * (1.0 + tf.math.erf(x * _SQRT_HALF))
+
+    def grad(dy):
+        return dy * (cdf + x * (tf.exp(-0.5 * tf.square(x)) * _INV_SQRT_2PI))
+
+    return x * cdf, grad
 
 
 def initializer(config: EncoderConfig):
