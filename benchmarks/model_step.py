@@ -488,7 +488,8 @@ def run_worker() -> int:
                   "examples_per_s": median, "ms_per_step": batch_size / median * 1e3,
                   "all_examples_per_s": [round(r["examples_per_s"], 3) for r in timed["runs"]],
                   "other_cores_during": max(r["other_cores_during"] for r in timed["runs"]),
-                  "first_loss": float("nan"), "first_step_s": timed["first_loop_s"],
+                  "first_loss": None,  # the run logs losses per loop, not per step
+                  "first_step_s": timed["first_loop_s"],
                   "versions": {"tensorflow": tf.__version__}, **timed}
         with open(FLAGS.result_file, "w") as f:
             json.dump(result, f, indent=1)
@@ -615,6 +616,11 @@ def measure_cpu_peak(workdir: str) -> dict | None:
         return json.load(f)
 
 
+def _loss(value) -> str:
+    """A recorded first loss for the tables; '-' where the implementation records none."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _run_info() -> dict:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # the parent imports TF only for its version
     info = common.run_info()
@@ -660,7 +666,7 @@ def main(argv):
                     continue
                 results.append(r)
                 print(f"{LABELS[name]}, {size}: {r['examples_per_s']:.2f} examples/s "
-                      f"(runs {r['all_examples_per_s']}; first loss {r['first_loss']:.2f}; "
+                      f"(runs {r['all_examples_per_s']}; first loss {_loss(r['first_loss'])}; "
                       f"{r['parameters']:,} parameters; other processes "
                       f"{r['other_cores_during']:.2f} cores)", flush=True)
         on_cpu = any((r.get("device") or "cpu") == "cpu" for r in results)
@@ -690,7 +696,7 @@ def main(argv):
     rows = [[r["size"], r["label"], f"{r['examples_per_s']:.2f}", f"{r['ms_per_step']:,.1f}",
              ", ".join(f"{x:.2f}" for x in r["all_examples_per_s"]),
              "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
-             f"{r['parameters'] / 1e6:.2f}M", f"{r['first_loss']:.2f}",
+             f"{r['parameters'] / 1e6:.2f}M", _loss(r["first_loss"]),
              f"{r['first_step_s']:.0f}", f"{r['other_cores_during']:.2f}"] for r in results]
     table = common.markdown_table(
         ["size", "implementation", "examples/s", "ms/step", "runs (examples/s)", "MFU",
@@ -722,7 +728,8 @@ def main(argv):
         "shared, tanh-approximate GELU, its unused NSP-style generator head and poolers "
         "built but outside the loss), loss as ElectraPretrainTask.build_losses.",
         "'parameters' are the trainable ones (shared tensors once); 'first loss' is the loss "
-        "of the first step (about ln V + 50 ln 2 = 45 at initialisation).",
+        "of the first step (about ln V + 50 ln 2 = 45 at initialisation; '-' for the whole run, "
+        "which logs losses per loop).",
         f"'other processes' is the CPU other programs on this shared {os.cpu_count()}-core "
         "machine used during the timed runs (max over the kept runs; a run during which they "
         "used more than 0.25 cores is discarded and redone, up to 4 times).",
