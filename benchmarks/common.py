@@ -29,12 +29,32 @@ def _git(*args) -> str:
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return describe_cpu(f.read())
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return platform.processor() or "unknown"
+
+
+def describe_cpu(cpuinfo: str) -> str:
+    """The CPU's name from /proc/cpuinfo's text, with its family/model numbers and widest
+    vector instructions: hosts named alike ("AMD EPYC") differ by CPU generation, and CPU
+    speed ratios between frameworks differ with them (AVX-512 with bfloat16 or not)."""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough
+            continue
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "cpu family", "model", "flags"):
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown"
+    flags = set(fields.get("flags", "").split())
+    vector = ("AVX-512" + (" + bf16" if "avx512_bf16" in flags else "")
+              if "avx512f" in flags else "AVX2" if "avx2" in flags else None)
+    details = [f"family {fields['cpu family']} model {fields['model']}"
+               if "cpu family" in fields and "model" in fields else None, vector]
+    details = [d for d in details if d]
+    return f"{name} ({', '.join(details)})" if details else name
 
 
 def _memory_gb() -> float | None:

@@ -441,39 +441,58 @@ def _package_version(name: str):
 GEMM_SIZES = (1024, 2048, 3072)
 
 
-def measure_gemm() -> dict:
+def measure_gemm(with_torch: bool = False) -> dict:
     """The float32 FLOP/s of TensorFlow's plain matmul (n x n by n x n) on this machine, best
     over GEMM_SIZES of the median of 3 timings each: the practical peak the CPU rows'
-    utilisation is measured against, as no vendor figure exists for a (virtual) CPU."""
+    utilisation is measured against, as no vendor figure exists for a (virtual) CPU.
+    `with_torch`: PyTorch's matmul too (its threads = cores, as its train step runs), under
+    "torch": how much of a ratio against PyTorch is the two libraries' matrix kernels on
+    this CPU rather than the models around them."""
     import tensorflow as tf
-    by_size = {}
-    for n in GEMM_SIZES:
-        a = tf.random.stateless_normal([n, n], [1, n])
-        b = tf.random.stateless_normal([n, n], [2, n])
-        matmul = tf.function(lambda: tf.matmul(a, b))
-        matmul().numpy()
+
+    def rate_of(matmul, n, done):
+        done(matmul())
 
         def measure():
             start, reps = time.perf_counter(), 0
             while reps < 3 or time.perf_counter() - start < 2.0:
                 out = matmul()
                 reps += 1
-            out.numpy()
+            done(out)
             return {"seconds": time.perf_counter() - start, "reps": reps}
 
         rates = []
         for _ in range(3):
             run = common.measure_quietly(measure, FLAGS.max_wait_quiet_s)
             rates.append(2 * n ** 3 * run["reps"] / run["seconds"])
-        by_size[n] = statistics.median(rates)
-    return {"flop_per_s": max(by_size.values()), "by_size": by_size,
-            "versions": {"tensorflow": tf.__version__}}
+        return statistics.median(rates)
+
+    by_size = {}
+    for n in GEMM_SIZES:
+        a = tf.random.stateless_normal([n, n], [1, n])
+        b = tf.random.stateless_normal([n, n], [2, n])
+        by_size[n] = rate_of(tf.function(lambda: tf.matmul(a, b)), n, lambda out: out.numpy())
+    result = {"flop_per_s": max(by_size.values()), "by_size": by_size,
+              "versions": {"tensorflow": tf.__version__}}
+    if with_torch:
+        import torch
+        torch.set_num_threads(os.cpu_count())
+        torch_by_size = {}
+        with torch.inference_mode():
+            for n in GEMM_SIZES:
+                generator = torch.Generator().manual_seed(n)
+                a = torch.randn(n, n, generator=generator)
+                b = torch.randn(n, n, generator=generator)
+                torch_by_size[n] = rate_of(lambda: torch.matmul(a, b), n, lambda out: None)
+        result["torch"] = {"flop_per_s": max(torch_by_size.values()), "by_size": torch_by_size,
+                           "version": torch.__version__}
+    return result
 
 
 def run_worker() -> int:
     if FLAGS.worker == "gemm":
         with open(FLAGS.result_file, "w") as f:
-            json.dump(measure_gemm(), f, indent=1)
+            json.dump(measure_gemm(with_torch="pytorch" in FLAGS.frameworks), f, indent=1)
         return 0
     import numpy as np
     with np.load(FLAGS.batch_file) as data:
@@ -605,7 +624,8 @@ def measure_cpu_peak(workdir: str) -> dict | None:
     print("float32 matmul rate of this CPU: timing", flush=True)
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker=gemm",
-         f"--result_file={result_file}", f"--max_wait_quiet_s={FLAGS.max_wait_quiet_s}"],
+         f"--result_file={result_file}", f"--max_wait_quiet_s={FLAGS.max_wait_quiet_s}",
+         f"--frameworks={','.join(FLAGS.frameworks)}"],
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=common.REPO,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode or not os.path.exists(result_file):
@@ -675,6 +695,10 @@ def main(argv):
     if gemm:
         print(f"float32 matmul on this CPU: {cpu_peak / 1e9:.0f} GFLOP/s (n x n matmuls, "
               + ", ".join(f"n={n}: {v / 1e9:.0f}" for n, v in gemm["by_size"].items()) + ")")
+        if "torch" in gemm:
+            print(f"PyTorch's float32 matmul on this CPU: {gemm['torch']['flop_per_s'] / 1e9:.0f}"
+                  " GFLOP/s (" + ", ".join(f"n={n}: {v / 1e9:.0f}"
+                                           for n, v in gemm["torch"]["by_size"].items()) + ")")
 
     for r in results:
         r["mfu"] = _mfu(r, cpu_peak)
@@ -769,6 +793,12 @@ def main(argv):
                     "the float32 matmul rate measured in the same run (not measured here)")
                  + "; '-' where no peak applies. 'ceiling' is the ratio ours would reach if "
                  "every FLOP of its step ran at that peak: how far a goal is reachable at all.")
+    if gemm and "torch" in gemm:
+        torch_peak = gemm["torch"]["flop_per_s"]
+        notes.insert(1, f"PyTorch's own float32 n x n matmul on this CPU, same sizes and "
+                     f"threads: {torch_peak / 1e9:.0f} GFLOP/s, {torch_peak / cpu_peak:.2f}x "
+                     "TensorFlow's: the part of the ratios against PyTorch that is the two "
+                     "libraries' matrix kernels on this CPU rather than the models.")
     title = (f"End-to-end pre-training throughput on {where} (ours vs PyTorch vs Model Garden)"
              if "ours_run" in FLAGS.frameworks else
              f"Pre-training train-step throughput on {where} (ours vs PyTorch vs Model Garden)")
