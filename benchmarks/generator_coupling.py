@@ -63,7 +63,8 @@ def main(argv):
     body = (common.markdown_table(["run", "step", *[f"eval {t}" for _, t in COMPARED]], rows)
             + f"\n\n![generator coupling](generator_coupling.png)\n\n- tiny.gin (2 layers, "
             "hidden 128; generator 1/4 wide), LR 2e-4, warmup 100, Adam with bias "
-            f"correction, batch 32 x seq 128, {FLAGS.steps} steps, seed 0; evaluation on the "
+            f"correction, batch {FLAGS.batch_size} x seq 128, {FLAGS.steps} steps, seed 0; "
+            "evaluation on the "
             "held-out sixth shard (20 batches). The discriminator columns of the generator-"
             "alone run are left out: its discriminator is not trained.\n")
     record = {"title": "Joint training and the generator (tiny, Austen corpus)",
@@ -86,7 +87,7 @@ def plot(runs, path):
             steps, values = zip(*run["eval"][tag])
             axis.plot(steps, values, "o-", markersize=3, color=colours[label], label=label)
         axis.set_title(f"eval {title}")
-        axis.set_xlabel("step (batch 32, seq 128)")
+        axis.set_xlabel(f"step (batch {FLAGS.batch_size}, seq 128)")
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     figure.tight_layout()
