@@ -38,6 +38,8 @@ COMPARED = [("loss/generator", "generator MLM loss"),
             ("loss/discriminator", "discriminator loss"),
             ("discriminator/auc", "discriminator AUC")]
 DISCRIMINATOR_TAGS = ("loss/discriminator", "discriminator/auc")
+# Runs whose discriminator is not trained: its columns and curves are left out.
+UNTRAINED_DISCRIMINATOR = {label for label, name, _ in RUNS if name == "generator_alone"}
 
 
 def main(argv):
@@ -57,7 +59,7 @@ def main(argv):
             cells = []
             for tag, _ in COMPARED:
                 value = dict(run["eval"].get(tag, [])).get(step)
-                untrained = "alone" in label and tag in DISCRIMINATOR_TAGS
+                untrained = label in UNTRAINED_DISCRIMINATOR and tag in DISCRIMINATOR_TAGS
                 cells.append("-" if value is None or untrained else f"{value:.3f}")
             rows.append([label, step, *cells])
     body = (common.markdown_table(["run", "step", *[f"eval {t}" for _, t in COMPARED]], rows)
@@ -82,7 +84,7 @@ def plot(runs, path):
     colours = dict(zip(runs, ("tab:blue", "tab:orange", "tab:green")))
     for axis, (tag, title) in zip(axes, COMPARED):
         for label, run in runs.items():
-            if tag in DISCRIMINATOR_TAGS and "alone" in label:
+            if tag in DISCRIMINATOR_TAGS and label in UNTRAINED_DISCRIMINATOR:
                 continue
             steps, values = zip(*run["eval"][tag])
             axis.plot(steps, values, "o-", markersize=3, color=colours[label], label=label)
