@@ -188,6 +188,9 @@ def build_ours(batch: dict, size: str, jit_compile: bool, variant: str = "full")
     def step(i):
         return train_step(batch, tf.constant(i, tf.int32))
 
+    step.compiler_ir = lambda stage: train_step.experimental_get_compiler_ir(
+        batch, tf.constant(0, tf.int32))(stage=stage)
+    step.tracing_count = train_step.experimental_get_tracing_count
     return step, {"parameters": sum(int(v.shape.num_elements()) for v in variables),
                   "device": _tf_device(),
                   "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
@@ -202,7 +205,8 @@ def _tf_device() -> str:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
 
-def build_model_garden(batch: dict, size: str):
+def build_model_garden(batch: dict, size: str, jit_compile: bool = False):
+    """Model Garden's step; `jit_compile` compiles it with XLA (xla_compile.py)."""
     import tensorflow as tf
     import tf_keras
     from official.modeling import tf_utils
@@ -257,7 +261,7 @@ def build_model_garden(batch: dict, size: str):
         disc = tf.math.divide_no_nan(tf.reduce_sum(mask * rtd), tf.reduce_sum(mask))
         return mlm + DISCRIMINATOR_WEIGHT * disc
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def train_step(inputs):
         with tf.GradientTape() as tape:
             loss = build_losses(inputs, model(inputs, training=True))
@@ -267,7 +271,14 @@ def build_model_garden(batch: dict, size: str):
         return loss
 
     import official
-    return (lambda i: train_step(inputs)), {
+
+    def step(i):
+        return train_step(inputs)
+
+    step.compiler_ir = lambda stage: train_step.experimental_get_compiler_ir(inputs)(
+        stage=stage)
+    step.tracing_count = train_step.experimental_get_tracing_count
+    return step, {
         "parameters": sum(int(v.shape.num_elements()) for v in variables),
         "versions": {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
                      "tf-models-official": getattr(official, "__version__", None)
@@ -652,22 +663,30 @@ def _run_info() -> dict:
     return info
 
 
+def flag_error(frameworks) -> str | None:
+    """The error line for --sizes, --frameworks (of `frameworks`) or --precision values that
+    cannot run, or None."""
+    from electra_tf.modeling.config import SIZES
+    unknown = ([s for s in FLAGS.sizes if s not in SIZES]
+               + [f for f in FLAGS.frameworks if f not in frameworks])
+    if unknown:
+        return (f"error: unknown --sizes/--frameworks entries {unknown}; sizes are "
+                f"{', '.join(SIZES)} and frameworks {', '.join(frameworks)}")
+    if FLAGS.precision != "float32" and "model_garden" in FLAGS.frameworks:
+        return (f"error: --precision={FLAGS.precision} is not implemented for model_garden; "
+                "leave it out of --frameworks or use --precision=float32")
+    return None
+
+
 def main(argv):
     del argv
     if FLAGS.worker:
         return run_worker()
     import numpy as np
 
-    from electra_tf.modeling.config import SIZES
-    unknown = ([s for s in FLAGS.sizes if s not in SIZES]
-               + [f for f in FLAGS.frameworks if f not in FRAMEWORKS])
-    if unknown:
-        print(f"error: unknown --sizes/--frameworks entries {unknown}; sizes are "
-              f"{', '.join(SIZES)} and frameworks {', '.join(FRAMEWORKS)}", file=sys.stderr)
-        return 1
-    if FLAGS.precision != "float32" and "model_garden" in FLAGS.frameworks:
-        print(f"error: --precision={FLAGS.precision} is not implemented for model_garden; "
-              "leave it out of --frameworks or use --precision=float32", file=sys.stderr)
+    error = flag_error(FRAMEWORKS)
+    if error:
+        print(error, file=sys.stderr)
         return 1
     results, failed = [], []
     with tempfile.TemporaryDirectory(prefix="model_step_") as workdir:

@@ -1,9 +1,12 @@
-"""Where one pre-training train step's time goes (ours, tf.function, no XLA): the step of
-benchmarks/model_step.py timed whole and with parts left out, in the same run, so the
-differences say what each part costs.
+"""Where one pre-training train step's time goes (ours, tf.function, without XLA unless
+--profile_jit_compile): the step of benchmarks/model_step.py timed whole and with parts left
+out, in the same run, so the differences say what each part costs.
 
     .venv/bin/python benchmarks/step_profile.py                  # small, about 6 minutes
     .venv/bin/python benchmarks/step_profile.py --size=base      # far longer
+    # on a GPU, as pre-training runs there (bf16, XLA):
+    python benchmarks/step_profile.py --size=base --batch_size=128 \
+        --precision=mixed_bfloat16 --profile_jit_compile --seconds=5
 
 Variants, each a fresh model on model_step's random batch (batch 32 x seq 128, 20 slots):
 - full: generator forward, Gumbel sampling, discriminator forward, losses, backward, AdamW;
@@ -11,9 +14,10 @@ Variants, each a fresh model on model_step's random batch (batch 32 x seq 128, 2
 - forward only: generator, sampling, discriminator and losses in training mode;
 - full, dropout off: the full step with every dropout rate 0 (the cost of the dropout masks);
 and, timed alone, the Gumbel-max sampling of one batch's generator logits [B, N, V], and a
-float32 n x n matmul (the machine's practical peak, as in model_step.py). The matmul FLOPs
-of the step (electra_tf.modeling.flops, backward = 2 x forward, lookups as gathers) at that
-peak give the time the step could take if nothing but its matmuls ran, at full speed.
+float32 n x n matmul (a CPU's practical peak, as in model_step.py; on an accelerator its
+published peak for --precision, flops.peak_flops_per_second, instead). The FLOPs of the
+step (electra_tf.modeling.flops, backward = 2 x forward, lookups as gathers) at that peak
+give the time the step could take if nothing but its matmuls ran, at full speed.
 Results: benchmarks/results/step_profile.{json,md} (or --results_name).
 """
 
@@ -36,6 +40,8 @@ flags.DEFINE_float("seconds", 15.0, "Each timed run lasts at least this long.")
 flags.DEFINE_integer("profile_repeats", 3, "Timed runs per variant (median reported).")
 flags.DEFINE_string("profile_results_name", "step_profile",
                     "benchmarks/results/<name>.{json,md}.")
+flags.DEFINE_bool("profile_jit_compile", False, "Compile every variant (and the sampling) "
+                  "with XLA, as pretraining.jit_compile does on GPUs and TPUs.")
 FLAGS = flags.FLAGS
 
 VARIANTS = {"full": "full step", "no_update": "no optimizer update",
@@ -63,7 +69,8 @@ def timed(fn, label: str) -> float:
 
 def step_function(variant: str, batch: dict):
     """model_step.build_ours' step (the variant's part left out) as a blocking call."""
-    step, _ = model_step.build_ours(batch, FLAGS.size, jit_compile=False, variant=variant)
+    step, _ = model_step.build_ours(batch, FLAGS.size, jit_compile=FLAGS.profile_jit_compile,
+                                    variant=variant)
     counter = [0]
 
     def call():
@@ -81,7 +88,8 @@ def sampling_function(batch: dict):
     shape = list(batch["masked_lm_ids"].shape) + [discriminator.vocab_size]
     logits = tf.random.stateless_normal(shape, [FLAGS.seed, 1])
     index = tf.range(shape[0], dtype=tf.int64)
-    sample = tf.function(lambda: sample_from_logits(logits, FLAGS.seed, index))
+    sample = tf.function(lambda: sample_from_logits(logits, FLAGS.seed, index),
+                         jit_compile=FLAGS.profile_jit_compile)
     return lambda: sample().numpy()
 
 
@@ -89,15 +97,31 @@ def main(argv):
     del argv
     batch = model_step.make_batch(FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions,
                                   FLAGS.seed)
+    from electra_tf.modeling import flops
+    device = model_step._tf_device()
+    if device == "cpu":
+        gemm = model_step.measure_gemm()
+        peak = gemm["flop_per_s"]
+        peak_text = (f"The float32 matmul rate of this machine: {peak / 1e9:.0f} GFLOP/s "
+                     "(TensorFlow n x n matmul, best of n = "
+                     + ", ".join(str(n) for n in model_step.GEMM_SIZES) + ")")
+    else:
+        gemm = None
+        peak = flops.peak_flops_per_second(device, FLAGS.precision)
+        if peak is None:
+            print(f"error: no published peak for {device} at {FLAGS.precision} "
+                  "(electra_tf.modeling.flops.PEAK_FLOPS); add it there", file=sys.stderr)
+            return 1
+        peak_text = f"The published dense peak of the {device} at {FLAGS.precision}: " \
+                    f"{peak / 1e12:.0f} TFLOP/s"
     seconds = {}
     for variant, label in VARIANTS.items():
         print(f"{label}: building, warming up, timing", flush=True)
         seconds[variant] = timed(step_function(variant, batch), label)
     print("Gumbel sampling alone: timing", flush=True)
     seconds["sampling"] = timed(sampling_function(batch), "Gumbel sampling alone")
-    gemm = model_step.measure_gemm()
     matmul_flops = FLAGS.batch_size * model_step.hardware_flops_per_example(FLAGS.size)
-    seconds["matmuls_at_peak"] = matmul_flops / gemm["flop_per_s"]
+    seconds["matmuls_at_peak"] = matmul_flops / peak
 
     full = seconds["full"]
     parts = [
@@ -113,26 +137,29 @@ def main(argv):
     part_rows = [[name, f"{s * 1e3:,.0f}", f"{s / full:.0%}"] for name, s in parts]
     body = (
         f"ELECTRA-{FLAGS.size.capitalize()} shapes, batch {FLAGS.batch_size} x seq "
-        f"{FLAGS.seq_length}, {FLAGS.max_predictions} masked slots, float32, tf.function "
-        "without XLA; medians of "
+        f"{FLAGS.seq_length}, {FLAGS.max_predictions} masked slots, {FLAGS.precision}, "
+        f"tf.function {'with' if FLAGS.profile_jit_compile else 'without'} XLA, on "
+        f"{'the CPU' if device == 'cpu' else device}; medians of "
         f"{FLAGS.profile_repeats} runs of at least {FLAGS.seconds:g} s each.\n\n"
         + common.markdown_table(["variant", "ms/step", "examples/s"], rows)
         + "\n\nWhat the parts cost (differences of the medians above; the overlaps mean "
         "they need not add up):\n\n"
         + common.markdown_table(["part", "ms/step", "share of the full step"], part_rows)
-        + f"\n\nThe float32 matmul rate of this machine: {gemm['flop_per_s'] / 1e9:.0f} "
-        "GFLOP/s (TensorFlow n x n matmul, best of n = "
-        + ", ".join(str(n) for n in model_step.GEMM_SIZES) + f"); the step's "
+        + f"\n\n{peak_text}; the step's "
         f"{matmul_flops / 1e9:,.0f} GFLOP (electra_tf.modeling.flops, backward = 2 x "
-        f"forward, lookups as gathers) run at {matmul_flops / full / 1e9:.0f} GFLOP/s "
-        f"({matmul_flops / full / gemm['flop_per_s']:.0%} of it).\n")
-    record = {"title": f"Where the train step's time goes ({FLAGS.size}, CPU)",
+        f"forward, lookups as gathers) run at {matmul_flops / full / 1e9:,.0f} GFLOP/s "
+        f"({matmul_flops / full / peak:.0%} of it).\n")
+    where = "CPU" if device == "cpu" else device
+    xla = ", XLA" if FLAGS.profile_jit_compile else ""
+    record = {"title": f"Where the train step's time goes ({FLAGS.size}, {where}{xla})",
               "run": common.run_info(),
               "settings": {"size": FLAGS.size, "batch_size": FLAGS.batch_size,
                            "seq_length": FLAGS.seq_length,
                            "max_predictions": FLAGS.max_predictions,
-                           "seconds": FLAGS.seconds, "repeats": FLAGS.profile_repeats},
-              "seconds_per_step": seconds, "gemm": gemm,
+                           "seconds": FLAGS.seconds, "repeats": FLAGS.profile_repeats,
+                           "precision": FLAGS.precision,
+                           "jit_compile": FLAGS.profile_jit_compile},
+              "seconds_per_step": seconds, "gemm": gemm, "peak_flop_per_s": peak,
               "parts": {name: s for name, s in parts}}
     paths = common.write_results(FLAGS.profile_results_name, record, body)
     print(body)
