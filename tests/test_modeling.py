@@ -521,6 +521,27 @@ def test_metrics_report_every_tag(real_batches):
                                       "generator/mlm_accuracy"}
 
 
+def test_metrics_keep_adds_the_step_or_nothing():
+    """keep=True gives exactly the unweighted update; keep=False adds nothing, even from a
+    step whose losses, predictions and weights are not finite (a skipped step's)."""
+    model = _model()
+    batch, _ = _batch()
+    out = model(batch, step=0)
+    losses = (out["loss"], out["generator_loss"], out["discriminator_loss"])
+    plain, kept = PretrainingMetrics(), PretrainingMetrics()
+    plain.update_losses(*losses)
+    plain.update_predictions(out)
+    kept.update_losses(*losses, keep=tf.constant(True))
+    kept.update_predictions(out, keep=tf.constant(True))
+    poisoned = {k: (tf.fill(tf.shape(v), np.nan) if v.dtype.is_floating else v)
+                for k, v in out.items()}
+    nan = tf.constant(np.nan)
+    kept.update_losses(nan, nan, nan, keep=tf.constant(False))
+    kept.update_predictions(poisoned, keep=tf.constant(False))
+    assert kept.result() == plain.result()
+    assert all(np.isfinite(v) for v in kept.result().values())
+
+
 # ------------------------------------------------------------------------------ gin, precision
 
 

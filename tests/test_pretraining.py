@@ -309,6 +309,43 @@ def test_mixed_precision_runs_learn(tmp_path, data, precision):
     assert losses[-1] < losses[0]
 
 
+def test_the_compiled_step_has_one_conditional():
+    """Under XLA on a GPU each conditional makes the host wait for the device (its predicate
+    is copied back before a branch runs), so the metric updates are weighted, not under a
+    tf.cond: the one conditional left is whether the optimizer applies the step."""
+    import re
+
+    import keras
+
+    from electra_tf.modeling.config import encoder_config, generator_config
+    from electra_tf.modeling.pretrainer import ElectraPretrainer
+    from electra_tf.training.optimization import create_optimizer
+    from electra_tf.training.trainer import PretrainingTrainer, TrainState
+
+    keras.utils.set_random_seed(0)
+    discriminator = encoder_config("tiny", vocab_size=200, num_layers=1)
+    model = ElectraPretrainer(discriminator, generator_config(discriminator, 0.25))
+    ids = tf.constant(np.random.default_rng(0).integers(5, 200, (2, 16)), tf.int32)
+    batch = {"input_ids": ids, "input_mask": tf.ones_like(ids),
+             "segment_ids": tf.zeros_like(ids),
+             "masked_lm_positions": tf.constant([[1, 4, 7], [2, 3, 9]], tf.int32),
+             "masked_lm_ids": tf.constant([[6, 7, 8], [9, 10, 11]], tf.int32),
+             "masked_lm_weights": tf.ones([2, 3])}
+    model(batch, step=0, training=True)
+    optimizer = create_optimizer(aggregate_gradients=False)
+    optimizer.build(model.trainable_variables)
+    trainer = PretrainingTrainer(
+        model, optimizer, tf.distribute.get_strategy(),
+        iter(tf.data.Dataset.from_tensors(batch).repeat()), TrainState(max_skips=1),
+        global_batch_size=2, seq_length=16, jit_compile=True)
+    step = trainer._replica_step_fn()
+    hlo = step.experimental_get_compiler_ir(batch)(stage="hlo")
+    assert len(re.findall(r" conditional\(", hlo)) == 1
+    step(batch)
+    assert int(trainer.state.step.numpy()) == 1
+    assert np.isfinite(trainer.metrics.result()["loss/total"])
+
+
 def test_xla_compiled_step_equals_the_plain_one(tmp_path, data):
     _, plain = _weights_after(tmp_path, "plain", data, [])
     _, compiled = _weights_after(tmp_path, "xla", data, ["pretraining.jit_compile = True"])

@@ -34,21 +34,28 @@ class PretrainingMetrics:
                            outputs["discriminator_loss"])
         self.update_predictions(outputs)
 
-    def update_losses(self, total, generator, discriminator):
+    def update_losses(self, total, generator, discriminator, keep=None):
         """The step's losses, once per step (a trainer that splits the batch over replicas or
-        micro-batches sums the pieces' losses first)."""
+        micro-batches sums the pieces' losses first).
+
+        keep: optional scalar bool tensor; where False the update adds nothing, even if the
+        values are not finite. A weight of 0 instead of a `tf.cond`: under XLA on a GPU
+        every conditional makes the host wait for the device to read its predicate.
+        """
         m = self.metrics
         self._updated.update(["loss/total", "loss/generator", "loss/discriminator"])
-        m["loss/total"].update_state(total)
-        m["loss/generator"].update_state(generator)
-        m["loss/discriminator"].update_state(discriminator)
+        weight = None if keep is None else tf.cast(keep, tf.float32)
+        for tag, value in (("loss/total", total), ("loss/generator", generator),
+                           ("loss/discriminator", discriminator)):
+            m[tag].update_state(*_kept(keep, value), sample_weight=weight)
 
-    def update_predictions(self, outputs: dict):
+    def update_predictions(self, outputs: dict, keep=None):
         """Accuracies, AUC, precision, recall and replaced fraction of one batch or piece of
-        one (weighted by its real masked slots or tokens)."""
+        one (weighted by its real masked slots or tokens); `keep` as in update_losses."""
         m = self.metrics
         self._updated.add("generator/mlm_accuracy")
-        ids, weights = outputs["masked_lm_ids"], outputs["masked_lm_weights"]
+        ids = outputs["masked_lm_ids"]
+        weights, = _kept(keep, outputs["masked_lm_weights"])
         predicted = tf.argmax(outputs["mlm_logits"], -1, output_type=ids.dtype)
         m["generator/mlm_accuracy"].update_state(tf.cast(predicted == ids, tf.float32),
                                                  sample_weight=weights)
@@ -59,9 +66,9 @@ class PretrainingMetrics:
                 sample_weight=weights)
         if "discriminator_logits" in outputs:
             self._updated.update(t for t in m if t.startswith("discriminator/"))
-            labels = tf.cast(outputs["discriminator_labels"], tf.float32)
-            weights = outputs["discriminator_weights"]
-            probs = tf.sigmoid(outputs["discriminator_logits"])
+            labels, weights, probs = _kept(
+                keep, tf.cast(outputs["discriminator_labels"], tf.float32),
+                outputs["discriminator_weights"], tf.sigmoid(outputs["discriminator_logits"]))
             correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
             m["discriminator/accuracy"].update_state(correct, sample_weight=weights)
             m["discriminator/replaced_fraction"].update_state(labels, sample_weight=weights)
@@ -76,3 +83,10 @@ class PretrainingMetrics:
     def reset(self):
         for metric in self.metrics.values():
             metric.reset_state()
+
+
+def _kept(keep, *tensors) -> list:
+    """The tensors, or zeros of their shapes where the scalar `keep` is False (None: keep)."""
+    if keep is None:
+        return list(tensors)
+    return [tf.where(keep, t, tf.zeros_like(t)) for t in tensors]

@@ -205,7 +205,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         grads, losses = self._gradients(batch, normalizers, variables, record)
         grads = sum_over_replicas(context, grads)
         losses = sum_over_replicas(context, losses)
-        _when(record, lambda: self.metrics.update_losses(*losses))
+        self.metrics.update_losses(*losses, keep=record)
 
         scale = None if self.loss_scale is None else self.loss_scale.scale
         if scale is not None:
@@ -215,7 +215,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
         grads_finite = tf.math.is_finite(norm)
         if self.clip_norm:
             grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
-        _when(record & grads_finite, lambda: self.grad_norm.update_state(norm))
+        counted = record & grads_finite
+        self.grad_norm.update_state(tf.where(counted, norm, 0.0),
+                                    sample_weight=tf.cast(counted, tf.float32))
 
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
             self._finish_step(grads, variables, loss_finite, grads_finite)
@@ -253,7 +255,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         # all-reduce poorly. A variable the phase does not reach gets zeros.
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for g, v in zip(grads, variables)]
-        _when(record, lambda: self.metrics.update_predictions(outputs))
+        self.metrics.update_predictions(outputs, keep=record)
         losses = [outputs["loss"], outputs["generator_loss"], outputs["discriminator_loss"]]
         return grads, [tf.cast(x, tf.float32) for x in losses]
 
@@ -334,16 +336,6 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
     def eval_end(self):
         self.last_eval = self.metrics.result()
         return {}
-
-
-def _when(condition, update):
-    """Run `update` (metric updates, no return value) if `condition` holds."""
-
-    def run():
-        update()
-        return tf.constant(True)
-
-    tf.cond(condition, run, lambda: tf.constant(False))
 
 
 def _replica_slice(batch, context, local_replicas: int):
