@@ -594,9 +594,14 @@ def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | Non
     progress = [line for line in proc.stdout.splitlines() if line.startswith("  ")]
     if progress:
         print("\n".join(progress), flush=True)
+    return child_result(proc, result_file, f"{LABELS[name]}, {size}")
+
+
+def child_result(proc, result_file: str, label: str) -> dict | None:
+    """A worker's recorded result, or None after printing how it failed."""
     if proc.returncode or not os.path.exists(result_file):
-        print(f"error: {LABELS[name]}, {size} failed (exit {proc.returncode}); its output "
-              "ends:\n" + "\n".join(proc.stdout.splitlines()[-30:]), file=sys.stderr)
+        print(f"error: {label} failed (exit {proc.returncode}); its output ends:\n"
+              + "\n".join(proc.stdout.splitlines()[-30:]), file=sys.stderr)
         return None
     with open(result_file) as f:
         return json.load(f)

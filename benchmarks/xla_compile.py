@@ -159,12 +159,7 @@ def run_child(name: str, size: str, batch_file: str, workdir: str, repeat: int) 
     proc = subprocess.run(command, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
                           cwd=common.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
-    if proc.returncode or not os.path.exists(result_file):
-        print(f"error: {COMPARED[name]}, {size} failed (exit {proc.returncode}); its output "
-              "ends:\n" + "\n".join(proc.stdout.splitlines()[-30:]), file=sys.stderr)
-        return None
-    with open(result_file) as f:
-        return json.load(f)
+    return model_step.child_result(proc, result_file, f"{COMPARED[name]}, {size}")
 
 
 def median_of(runs: list[dict]) -> dict:
