@@ -188,12 +188,19 @@ def build_ours(batch: dict, size: str, jit_compile: bool, variant: str = "full")
     def step(i):
         return train_step(batch, tf.constant(i, tf.int32))
 
-    step.compiler_ir = lambda stage: train_step.experimental_get_compiler_ir(
-        batch, tf.constant(0, tf.int32))(stage=stage)
+    facts = {"parameters": sum(int(v.shape.num_elements()) for v in variables),
+             "device": _tf_device(),
+             "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
+    return inspectable(step, train_step, batch, tf.constant(0, tf.int32)), facts
+
+
+def inspectable(step, train_step, *args):
+    """`step` with the compiler IR (`step.compiler_ir(stage)`) and trace count
+    (`step.tracing_count()`) of the tf.function `train_step` it calls with `args`."""
+    step.compiler_ir = lambda stage: train_step.experimental_get_compiler_ir(*args)(
+        stage=stage)
     step.tracing_count = train_step.experimental_get_tracing_count
-    return step, {"parameters": sum(int(v.shape.num_elements()) for v in variables),
-                  "device": _tf_device(),
-                  "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
+    return step
 
 
 def _tf_device() -> str:
@@ -275,10 +282,7 @@ def build_model_garden(batch: dict, size: str, jit_compile: bool = False):
     def step(i):
         return train_step(inputs)
 
-    step.compiler_ir = lambda stage: train_step.experimental_get_compiler_ir(inputs)(
-        stage=stage)
-    step.tracing_count = train_step.experimental_get_tracing_count
-    return step, {
+    return inspectable(step, train_step, inputs), {
         "parameters": sum(int(v.shape.num_elements()) for v in variables),
         "versions": {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
                      "tf-models-official": getattr(official, "__version__", None)
@@ -644,12 +648,7 @@ def measure_cpu_peak(workdir: str) -> dict | None:
          f"--frameworks={','.join(FLAGS.frameworks)}"],
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=common.REPO,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode or not os.path.exists(result_file):
-        print(f"error: the matmul timing failed (exit {proc.returncode}); its output ends:\n"
-              + "\n".join(proc.stdout.splitlines()[-30:]), file=sys.stderr)
-        return None
-    with open(result_file) as f:
-        return json.load(f)
+    return child_result(proc, result_file, "the matmul timing")
 
 
 def _loss(value) -> str:

@@ -15,9 +15,10 @@ The steps, each `tf.function(jit_compile=True)`, on model_step.py's random batch
 - ours, model_garden: model_step.py's steps (the same shapes, dropout and Keras' AdamW);
 - ours_trainer: the step a pre-training run compiles (`PretrainingTrainer`'s replica step
   under `pretraining.jit_compile`): our AdamWeightDecay as create_optimizer makes it,
-  global-norm clipping, the metrics and the non-finite checks. Each implementation is compiled in --repeats fresh
-processes of its own (compile times on a shared machine vary by 10-20% from one process to
-the next); the medians are reported, and every value recorded:
+  global-norm clipping, the metrics and the non-finite checks.
+Each implementation is compiled in --repeats fresh processes of its own (compile times on a
+shared machine vary by 10-20% from one process to the next); the medians are reported, and
+every value recorded:
 - HLO instructions: the unoptimised HLO module XLA receives
   (`experimental_get_compiler_ir(...)(stage="hlo")`), lines that define an instruction;
 - conditionals: its `conditional` instructions (tf.cond), each of which makes XLA's GPU
@@ -95,12 +96,9 @@ def build_trainer_step(batch: dict, size: str):
         train_step(batch)
         return float(trainer.metrics.result()["loss/total"])
 
-    step.compiler_ir = lambda stage: train_step.experimental_get_compiler_ir(batch)(
-        stage=stage)
-    step.tracing_count = train_step.experimental_get_tracing_count
-    return step, {"parameters": sum(int(v.shape.num_elements())
-                                    for v in model.trainable_variables),
-                  "device": model_step._tf_device()}  # pylint: disable=protected-access
+    facts = {"parameters": sum(int(v.shape.num_elements()) for v in model.trainable_variables),
+             "device": model_step._tf_device()}  # pylint: disable=protected-access
+    return model_step.inspectable(step, train_step, batch), facts
 
 
 def run_worker() -> int:
