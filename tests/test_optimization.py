@@ -184,6 +184,45 @@ def test_optimizers_match_numpy(cls, bias_correction, use_schedule, multipliers)
     assert {"encoder_dense_kernel_adam_m", "encoder_dense_kernel_adam_v"} <= names
 
 
+def _nan_gradients(step):
+    return [np.full(shape, np.nan, np.float32) for _, shape, _ in VARIABLES]
+
+
+@pytest.mark.parametrize("cls", [AdamWeightDecay, Lamb])
+@pytest.mark.parametrize("compiled", [None, "graph", "xla"])
+def test_apply_where_false_leaves_every_variable_moment_and_the_count(cls, compiled):
+    """apply_gradients(where=) is the trainer's skip without a conditional: steps with
+    where=False (here with NaN gradients) between the steps with where=True change nothing,
+    so the variables, moments and `iterations` equal those of the applied steps alone."""
+    schedule = LinearWarmupLinearDecay(1e-2, 10, 2)  # the learning rate follows `iterations`
+    plain = cls(schedule)
+    expected = _run(plain)
+
+    variables = _variables()
+    optimizer = cls(schedule)
+    optimizer.build(variables)
+
+    def apply(grads, where):
+        optimizer.apply_gradients(zip(grads, variables), where=where)
+
+    if compiled:
+        apply = tf.function(apply, jit_compile=compiled == "xla")
+    for step in range(STEPS):
+        apply([tf.constant(g) for g in _nan_gradients(step)], tf.constant(False))
+        apply([tf.constant(g) for g in _gradients(step)], tf.constant(True))
+    apply([tf.constant(g) for g in _gradients(STEPS)], tf.constant(False))
+    assert int(optimizer.iterations) == STEPS
+    for (path, _, _), v, e in zip(VARIABLES, variables, expected):
+        np.testing.assert_allclose(v.numpy(), e, rtol=1e-6, atol=1e-9, err_msg=path)
+    for got, want in zip(optimizer.variables[1:], plain.variables[1:]):  # the moments
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-9,
+                                   err_msg=got.path)
+    if compiled == "xla":
+        hlo = apply.experimental_get_compiler_ir(
+            [tf.constant(g) for g in _gradients(0)], tf.constant(True))(stage="hlo")
+        assert " select(" in hlo and " conditional(" not in hlo
+
+
 def test_decay_skips_excluded_variables_and_zero_update_stays_put():
     start = [v.numpy() for v in _variables()]
     got = _run(Lamb(1e-2, weight_decay_rate=0.0))
@@ -335,6 +374,31 @@ def test_gradients_are_not_summed_again_under_mirrored_strategy(cls, aggregate,
             np.testing.assert_allclose(r.numpy(), e, rtol=1e-6, atol=1e-8, err_msg=path)
     assert not np.allclose(single[0], summed[0])
     assert optimizer.iterations.numpy() == steps  # once per step, not per replica
+
+
+def test_apply_where_under_mirrored_strategy(mirrored_strategy):
+    """The trainer's cross-replica path: `where` decided once, each replica applies with it
+    (update_step then runs in the strategy's merge call, another thread)."""
+    strategy = mirrored_strategy
+    with strategy.scope():
+        variables = _variables()
+        optimizer = AdamWeightDecay(1e-2, aggregate_gradients=False)
+        optimizer.build(variables)
+
+    @tf.function
+    def train_step(step_grads, where):
+        strategy.extended.call_for_each_replica(
+            lambda: optimizer.apply_gradients(
+                zip([tf.identity(g) for g in step_grads], variables), where=where))
+
+    for step in range(STEPS):
+        train_step([tf.constant(g) for g in _gradients(step)], tf.constant(True))
+        train_step([tf.constant(g) for g in _nan_gradients(step)], tf.constant(False))
+    expected = _run(AdamWeightDecay(1e-2))
+    for (path, _, _), v, e in zip(VARIABLES, variables, expected):
+        for r in strategy.experimental_local_results(v.value):
+            np.testing.assert_allclose(r.numpy(), e, rtol=1e-6, atol=1e-8, err_msg=path)
+    assert optimizer.iterations.numpy() == STEPS
 
 
 # ------------------------------------------------------------------------------ gin boundary

@@ -21,6 +21,7 @@ instead of summing them over replicas a second time.
 """
 
 import re
+import threading
 
 import gin
 import keras
@@ -147,6 +148,9 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         docstring).
       **kwargs: Keras' base optimizer arguments (name, ...); `weight_decay` must stay None.
 
+    `apply_gradients(grads_and_vars, where=flag)` applies the step only where the scalar
+    bool tensor `flag` is True, without a conditional (see `apply_gradients`).
+
     Example:
       >>> optimizer = AdamWeightDecay(LinearWarmupLinearDecay(5e-4, 10_000, 1000))
       >>> optimizer.apply(grads, model.trainable_variables)
@@ -176,12 +180,16 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         self.bias_correction = bias_correction
         self.learning_rate_multipliers = dict(learning_rate_multipliers or {})
         self.aggregate_gradients = aggregate_gradients
-        if not aggregate_gradients and not hasattr(keras.optimizers.Optimizer,
-                                                   "_all_reduce_sum_gradients"):
-            # The override below relies on this Keras internal; fail loudly if it moved.
-            raise NotImplementedError(
-                "aggregate_gradients=False needs Keras' TensorFlow optimizer "
-                "(_all_reduce_sum_gradients); use the TensorFlow backend of Keras 3.15")
+        # The overrides below rely on these internals of Keras' TensorFlow optimizer; fail
+        # loudly if they moved.
+        for internal in ("_all_reduce_sum_gradients", "_backend_update_step"):
+            if not hasattr(keras.optimizers.Optimizer, internal):
+                raise NotImplementedError(
+                    f"AdamWeightDecay needs Keras' TensorFlow optimizer ({internal}); use "
+                    "the TensorFlow backend of Keras 3.15")
+        # `where` of the apply_gradients call running in this thread (tf.distribute runs
+        # each replica in its own thread).
+        self._where = threading.local()
 
     def build(self, var_list):
         if self.built:
@@ -201,7 +209,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
                 f"variable this optimizer trains (e.g. {paths[0]!r}); build the dict from the "
                 "same model's variables")
 
-    def _adam_update(self, gradient, variable, index):
+    def _adam_update(self, gradient, variable, index, where):
         """Updates the moments; returns Adam's update plus the weight decay term."""
         if isinstance(gradient, tf.IndexedSlices):
             gradient = tf.convert_to_tensor(gradient)  # the official update is dense
@@ -210,8 +218,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
              + (1.0 - self.beta_1) * gradient)
         v = (self.beta_2 * tf.convert_to_tensor(self._adam_v[index])
              + (1.0 - self.beta_2) * tf.square(gradient))
-        self.assign(self._adam_m[index], m)
-        self.assign(self._adam_v[index], v)
+        self._assign(self._adam_m[index], m, where)
+        self._assign(self._adam_v[index], v, where)
         if self.bias_correction:
             t = tf.cast(self.iterations + 1, variable.dtype)
             m = m / (1.0 - tf.pow(tf.cast(self.beta_1, variable.dtype), t))
@@ -226,11 +234,54 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         return update
 
     def update_step(self, gradient, variable, learning_rate):
+        learning_rate, where = (learning_rate if isinstance(learning_rate, tuple)
+                                else (learning_rate, None))
         index = self._get_variable_index(variable)
-        update = self._scale_update(self._adam_update(gradient, variable, index), variable,
-                                    index)
+        update = self._scale_update(self._adam_update(gradient, variable, index, where),
+                                    variable, index)
         lr = tf.cast(learning_rate, variable.dtype) * self._multipliers[index]
-        self.assign_sub(variable, lr * update)
+        if where is None:
+            self.assign_sub(variable, lr * update)
+        else:
+            self._assign(variable, tf.convert_to_tensor(variable) - lr * update, where)
+
+    def _assign(self, variable, value, where):
+        """variable = value, or (where is False) variable as it was: a select, not a
+        multiplication, so a NaN `value` leaves nothing behind."""
+        if where is not None:
+            value = tf.where(where, value, tf.convert_to_tensor(variable))
+        self.assign(variable, value)
+
+    def apply_gradients(self, grads_and_vars, where=None):
+        """Keras' apply_gradients; with `where` (a scalar bool tensor) the step is applied
+        only where it is True, and otherwise every variable, moment and `iterations` keeps
+        its value, with no conditional: the update is computed and selected away.
+
+        Under XLA on a GPU a conditional copies its predicate to the host and waits for
+        the device before either branch runs; a select costs one read per element inside
+        the update's own fused loop. A skipped step (a non-finite loss, an overflowed loss
+        scale, a batch on the skip list) then costs as much as an applied one, which is
+        what the step costs anyway.
+        """
+        if where is None:
+            return super().apply_gradients(grads_and_vars)
+        where = tf.convert_to_tensor(where, tf.bool)
+        self._where.value = where
+        try:
+            super().apply_gradients(grads_and_vars)
+        finally:
+            self._where.value = None
+        # Keras adds 1 to `iterations` after every apply; a skipped step takes it back.
+        self._iterations.assign_sub(tf.cast(tf.logical_not(where), self._iterations.dtype))
+        return self._iterations
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        # `where` travels beside the learning rate, as an argument: under a strategy that
+        # merge_calls, update_step runs in another thread (the strategy's) than this one.
+        where = getattr(self._where, "value", None)
+        if where is not None:
+            learning_rate = (learning_rate, where)
+        super()._backend_update_step(grads, trainable_variables, learning_rate)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         # Keras' TFOptimizer sums gradients over replicas here when called in a replica

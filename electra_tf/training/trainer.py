@@ -12,7 +12,10 @@ One step, on every replica (b examples per replica, k micro-batches of b / k):
 
 So the update equals that of one device running the global batch at once, for any replica
 count and accumulation (the examples' masks and samples are keyed by the examples, not by
-how the batch is split). The all-reduce, clipping and skipping happen here, not in the
+how the batch is split). The compiled step has no conditional: a skipped step's update is
+computed and selected away (`AdamWeightDecay.apply_gradients(where=)`), and its metric
+updates weighted by 0, because under XLA on a GPU each conditional makes the host wait for
+the device. The all-reduce, clipping and skipping happen here, not in the
 optimizer: Keras 3 clips each replica's gradients before its own all-reduce.
 
 A step that is not finite records its number in `bad_step`; the loop driver
@@ -81,8 +84,10 @@ class PretrainingTrainer(orbit.StandardTrainer):
 
     Args:
       model: the ElectraPretrainer (built under `strategy.scope()`).
-      optimizer: a Keras optimizer that applies gradients as given (no aggregation across
-        replicas: see `optimization.create_optimizer(aggregate_gradients=False)`).
+      optimizer: an `optimization.AdamWeightDecay` or `Lamb` that applies gradients as given
+        (no aggregation across replicas: `optimization.create_optimizer(
+        aggregate_gradients=False)`); its `apply_gradients(..., where=)` skips a step
+        without a conditional.
       strategy: the tf.distribute strategy.
       train_iterator: an iterator of this worker's batches (`pipeline.worker_dataset`),
         checkpointed with the model so a resumed run continues where it stopped; each of the
@@ -267,12 +272,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         skip = tf.reduce_any(tf.equal(state.skip_steps, step))
         healthy = loss_finite & (grads_finite | tf.constant(self.loss_scale is not None))
         apply = loss_finite & grads_finite & ~skip & (state.bad_step < 0)
-
-        def apply_fn():
-            self.optimizer.apply_gradients(zip(grads, variables))
-            return tf.constant(True)
-
-        tf.cond(apply, apply_fn, lambda: tf.constant(False))
+        self.optimizer.apply_gradients(zip(grads, variables), where=apply)
         self._bookkeeping(healthy, skip, grads_finite)
 
     def _finish_step_cross_replica(self, distribution, grads, variables, loss_finite,
@@ -283,15 +283,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
         skip = tf.reduce_any(tf.equal(state.skip_steps, state.step))
         healthy = loss_finite & (grads_finite | tf.constant(self.loss_scale is not None))
         apply = loss_finite & grads_finite & ~skip & (state.bad_step < 0)
-
-        def apply_fn():
-            distribution.extended.call_for_each_replica(
-                lambda g: self.optimizer.apply_gradients(zip(g, variables)), args=(grads,))
-            return tf.constant(True)
-
-        # The cond must be here, in cross-replica context: a cond branch in replica context
-        # may not merge_call, and apply_gradients does.
-        tf.cond(apply, apply_fn, lambda: tf.constant(False))
+        distribution.extended.call_for_each_replica(
+            lambda g: self.optimizer.apply_gradients(zip(g, variables), where=apply),
+            args=(grads,))
         self._bookkeeping(healthy, skip, grads_finite)
 
     def _bookkeeping(self, healthy, skip, grads_finite):
