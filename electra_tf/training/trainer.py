@@ -206,7 +206,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
 
         # A step on the skip list (a batch that gave a non-finite loss before) is run but
         # neither applied nor recorded in the metrics.
-        record = ~tf.reduce_any(tf.equal(self.state.skip_steps, self.state.step))
+        skip = tf.reduce_any(tf.equal(self.state.skip_steps, self.state.step))
+        record = ~skip
         grads, losses = self._gradients(batch, normalizers, variables, record)
         grads = sum_over_replicas(context, grads)
         losses = sum_over_replicas(context, losses)
@@ -224,11 +225,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         self.grad_norm.update_state(tf.where(counted, norm, 0.0),
                                     sample_weight=tf.cast(counted, tf.float32))
 
-        if tf.__internal__.distribute.strategy_supports_no_merge_call():
-            self._finish_step(grads, variables, loss_finite, grads_finite)
-        else:
-            context.merge_call(self._finish_step_cross_replica,
-                               args=(grads, variables, loss_finite, grads_finite))
+        self._finish_step(grads, variables, loss_finite, grads_finite, skip)
 
     def _gradients(self, batch, normalizers, variables, record):
         """Summed gradients and summed losses (total, generator, discriminator) of this
@@ -264,32 +261,14 @@ class PretrainingTrainer(orbit.StandardTrainer):
         losses = [outputs["loss"], outputs["generator_loss"], outputs["discriminator_loss"]]
         return grads, [tf.cast(x, tf.float32) for x in losses]
 
-    def _finish_step(self, grads, variables, loss_finite, grads_finite):
-        """Apply (or skip) the update and advance the step; in replica context where the
-        strategy needs no merge_call, else via `_finish_step_cross_replica`."""
+    def _finish_step(self, grads, variables, loss_finite, grads_finite, skip):
+        """Apply (or skip) the update and advance the step, in replica context: with no
+        tf.cond around it, apply_gradients and the state's assignments merge_call where the
+        strategy needs it."""
         state = self.state
-        step = state.step
-        skip = tf.reduce_any(tf.equal(state.skip_steps, step))
         healthy = loss_finite & (grads_finite | tf.constant(self.loss_scale is not None))
         apply = loss_finite & grads_finite & ~skip & (state.bad_step < 0)
         self.optimizer.apply_gradients(zip(grads, variables), where=apply)
-        self._bookkeeping(healthy, skip, grads_finite)
-
-    def _finish_step_cross_replica(self, distribution, grads, variables, loss_finite,
-                                   grads_finite):
-        first = lambda x: distribution.experimental_local_results(x)[0]  # noqa: E731
-        state = self.state
-        loss_finite, grads_finite = first(loss_finite), first(grads_finite)
-        skip = tf.reduce_any(tf.equal(state.skip_steps, state.step))
-        healthy = loss_finite & (grads_finite | tf.constant(self.loss_scale is not None))
-        apply = loss_finite & grads_finite & ~skip & (state.bad_step < 0)
-        distribution.extended.call_for_each_replica(
-            lambda g: self.optimizer.apply_gradients(zip(g, variables), where=apply),
-            args=(grads,))
-        self._bookkeeping(healthy, skip, grads_finite)
-
-    def _bookkeeping(self, healthy, skip, grads_finite):
-        state = self.state
         first_bad = ~healthy & ~skip & (state.bad_step < 0)
         state.bad_step.assign(tf.where(first_bad, state.step, state.bad_step))
         if self.loss_scale is not None:
