@@ -17,7 +17,7 @@ from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
 from electra_tf import gin_files  # noqa: E402
-from electra_tf.training import pretraining, strategies  # noqa: E402
+from electra_tf.training import pretraining, strategies, xla_cache  # noqa: E402
 
 flags.DEFINE_multi_string("gin_file", None, "Gin files, in order (a bare name is looked up "
                           "in gin/, e.g. small.gin or ablations/mlm.gin).")
@@ -58,4 +58,5 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
+    xla_cache.stage()  # before app.run: TensorFlow reads its cache flag when it starts
     cli.run(main)

@@ -5,6 +5,7 @@ multi-worker training end identical, two-stage training, non-finite losses, bad 
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -182,6 +183,38 @@ def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
     b = checkpoint_values(str(tmp_path / "killed" / "ckpt-12"))
     assert set(a) == set(b) and any(k.startswith("model/") for k in a)
     for name in a:  # weights, optimizer slots, iterator and loop state
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_a_resumed_xla_run_loads_its_compiled_step_and_ends_the_same(tmp_path, data):
+    more = ["NUM_TRAIN_STEPS = 8", "pretraining.keep_checkpoints = 10",
+            "pretraining.jit_compile = True"]
+    args = ("--deterministic", "--seed=7")
+    straight = script(*script_args(tmp_path / "straight", data, *more), *args)
+    out, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err
+    assert "(0 compiled programs from earlier runs)" in out
+    entries = glob.glob(str(tmp_path / "straight" / "xla_cache" / "tf*" / "*.pb"))
+    assert len(entries) == 1 and f"saved {os.path.basename(entries[0])} for reruns" in out
+    # The same run again, killed and resumed: both processes load the step compiled above
+    # (a step they compiled would be saved under a new name).
+    shutil.copytree(tmp_path / "straight" / "xla_cache", tmp_path / "killed" / "xla_cache")
+    killed = script(*script_args(tmp_path / "killed", data, *more), *args)
+    _wait_for(str(tmp_path / "killed" / "ckpt-4.index"), killed)
+    killed.send_signal(signal.SIGKILL)
+    out, _ = killed.communicate()
+    assert "(1 compiled program from earlier runs;" in out and "saved xla_" not in out
+    rerun = script(*script_args(tmp_path / "killed", data, *more), *args)
+    out, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    assert "resuming from" in out and "(1 compiled program from earlier runs;" in out
+    assert "saved xla_" not in out
+    assert glob.glob(str(tmp_path / "killed" / "xla_cache" / "tf*" / "*")) == [
+        entries[0].replace("straight", "killed")]
+    a = checkpoint_values(str(tmp_path / "straight" / "ckpt-8"))
+    b = checkpoint_values(str(tmp_path / "killed" / "ckpt-8"))
+    assert set(a) == set(b)
+    for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 

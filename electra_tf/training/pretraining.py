@@ -39,6 +39,7 @@ from electra_tf.errors import UserInputError
 from electra_tf.modeling import factory, flops
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.training import optimization, strategies
+from electra_tf.training import xla_cache as _xla_cache
 from electra_tf.training.trainer import (LossScale, PretrainingEvaluator, PretrainingTrainer,
                                          TrainState)
 
@@ -66,7 +67,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
                     whole_word_masking: bool = False, gradient_accumulation_steps: int = 1,
                     clip_norm: float | None = 1.0, precision: str = "float32",
-                    jit_compile: bool = False, on_nonfinite: str = "stop",
+                    jit_compile: bool = False, xla_cache: bool = True,
+                    on_nonfinite: str = "stop",
                     max_restores: int = 3, two_stage_steps: int | None = None,
                     device_name: str | None = None, log=print) -> dict:
     """Pre-train an ELECTRA (or a variant); returns the last loop's and evaluation's figures.
@@ -95,6 +97,10 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
       clip_norm: global-norm clipping (None: off).
       precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
       jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      xla_cache: with jit_compile, keep the compiled programs in `<model_dir>/xla_cache/`
+        so that a rerun (a resume) loads them instead of compiling again; needs
+        `xla_cache.stage()` before TensorFlow starts, as the script does (see
+        `training/xla_cache.py`, also for where it stays off).
       on_nonfinite, max_restores: what a non-finite loss does (see the module docstring).
       two_stage_steps: the generator stage's length for algorithm 'two_stage' (default:
         half the run).
@@ -122,10 +128,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          dry_run, init_checkpoint, num_train_steps, train_batch_size, max_seq_length,
          steps_per_loop, checkpoint_every, keep_checkpoints, eval_every, eval_steps, mask_prob,
          max_predictions_per_seq, whole_word_masking, gradient_accumulation_steps, clip_norm,
-         precision, jit_compile, on_nonfinite, max_restores, two_stage_steps, device_name,
-         log, **_):
+         precision, jit_compile, xla_cache, on_nonfinite, max_restores, two_stage_steps,
+         device_name, log, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
+    strategy_name = strategy
     strategy = strategies.create_strategy(strategy, tpu)
     replicas = strategy.num_replicas_in_sync
 
@@ -203,8 +210,24 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         log(json.dumps(model_info, indent=2))
         return model_info
 
-    # -- checkpoints: restore the latest, or start (from init_checkpoint)
+    # -- the trainer; under XLA with the compilation cache, its loop is traced before a
+    # checkpoint is restored: a step's cache key holds the name its trace got, a number
+    # from a process-wide counter, which a restore would advance.
     iterator = iter(dataset)
+    trainer = PretrainingTrainer(
+        model, optimizer, strategy, iterator, state, global_batch_size=train_batch_size,
+        seq_length=max_seq_length, local_replicas=local_replicas,
+        accumulation_steps=gradient_accumulation_steps, clip_norm=clip_norm,
+        loss_scale=loss_scale, jit_compile=jit_compile,
+        flops_per_example=model_info["train_flops_per_example_hardware"],
+        peak_flops=model_info["peak_flops_per_second"],
+        two_stage_steps=two_stage_steps if two_stage else None)
+    cache = (_xla_cache.attach(model_dir, strategy_name, log) if jit_compile and xla_cache
+             else None)
+    if cache and not two_stage:  # a resumed two-stage run may be in its other stage
+        trainer.trace_loop()
+
+    # -- checkpoints: restore the latest, or start (from init_checkpoint)
     # Keras 3's SeedGenerators (dropout) are not tracked by tf.train.Checkpoint; without
     # their state a resumed run would drop other units than the uninterrupted one.
     dropout_seeds = [v.value for v in model.variables if v.path.endswith("seed_generator_state")]
@@ -231,15 +254,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     # -- the loop
     monitor = _Monitor(checkpoint, manager, state, num_train_steps,
                        model_dir if chief else None, on_nonfinite, max_restores, log)
-    trainer = PretrainingTrainer(
-        model, optimizer, strategy, iterator, state, global_batch_size=train_batch_size,
-        seq_length=max_seq_length, local_replicas=local_replicas,
-        accumulation_steps=gradient_accumulation_steps, clip_norm=clip_norm,
-        loss_scale=loss_scale, jit_compile=jit_compile,
-        flops_per_example=model_info["train_flops_per_example_hardware"],
-        peak_flops=model_info["peak_flops_per_second"],
-        two_stage_steps=two_stage_steps if two_stage else None,
-        on_stage_switch=monitor.stage_switched)
+    trainer.on_stage_switch = monitor.stage_switched
     evaluator = None
     if eval_data:
         eval_dataset, _ = pipeline.worker_dataset(strategy, train_batch_size, eval_data,
@@ -257,12 +272,14 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
                                                 check_interval=False)
 
+    publish = [lambda _: cache.publish()] if cache else []
     orbit.controller._log = _orbit_log  # pylint: disable=protected-access
     controller = orbit.Controller(
         global_step=state.step, trainer=trainer, evaluator=evaluator, strategy=strategy,
         steps_per_loop=_loop_lengths(steps_per_loop, two_stage_steps if two_stage else None),
-        checkpoint_manager=manager, train_actions=[monitor.after_train_loop, save_if_preempted],
-        eval_actions=[monitor.after_eval], summary_dir=None)
+        checkpoint_manager=manager,
+        train_actions=[monitor.after_train_loop, *publish, save_if_preempted],
+        eval_actions=[monitor.after_eval, *publish], summary_dir=None)
     if not latest:
         manager.save(checkpoint_number=0, check_interval=False)  # for a non-finite loss
     if chief:

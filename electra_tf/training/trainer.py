@@ -147,6 +147,17 @@ class PretrainingTrainer(orbit.StandardTrainer):
             self.phase = phase
             self._train_loop_fn = None  # orbit traces the loop again for the new phase
 
+    def trace_loop(self):
+        """Trace the loop of `steps_per_loop` steps now, not at the first loop. Two processes
+        that trace the same things in the same order give the step the same name, the key
+        of XLA's persistent compilation cache; tracing before a checkpoint is restored
+        makes a resumed run's step the first run's."""
+        self._set_phase()
+        if self._train_loop_fn is None:
+            self._train_loop_fn = self.create_train_loop_fn()
+        self._train_loop_fn.get_concrete_function(self.train_dataset,
+                                                  tf.TensorSpec([], tf.int32))
+
     # -- orbit hooks
 
     def train_loop_begin(self):
