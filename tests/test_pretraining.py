@@ -5,6 +5,7 @@ multi-worker training end identical, two-stage training, non-finite losses, bad 
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -196,23 +197,23 @@ def test_a_resumed_xla_run_loads_its_compiled_step_and_ends_the_same(tmp_path, d
     assert "(0 compiled programs from earlier runs)" in out
     entries = glob.glob(str(tmp_path / "straight" / "xla_cache" / "tf*" / "*.pb"))
     assert len(entries) == 1 and f"saved {os.path.basename(entries[0])} for reruns" in out
-    # The same run again, killed and resumed: both processes load the step compiled above
-    # (a step they compiled would be saved under a new name).
-    shutil.copytree(tmp_path / "straight" / "xla_cache", tmp_path / "killed" / "xla_cache")
-    killed = script(*script_args(tmp_path / "killed", data, *more), *args)
-    _wait_for(str(tmp_path / "killed" / "ckpt-4.index"), killed)
-    killed.send_signal(signal.SIGKILL)
-    out, _ = killed.communicate()
-    assert "(1 compiled program from earlier runs;" in out and "saved xla_" not in out
-    rerun = script(*script_args(tmp_path / "killed", data, *more), *args)
+    # The same run as if it had been stopped after step 4, resumed: it loads the step
+    # compiled above (a step it compiled would be saved under a new name).
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "straight", resumed)
+    for path in glob.glob(str(resumed / "ckpt-[68].*")):
+        os.remove(path)
+    tf.compat.v1.train.update_checkpoint_state(str(resumed), str(resumed / "ckpt-4"))
+    rerun = script(*script_args(resumed, data, *more), *args)
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
-    assert "resuming from" in out and "(1 compiled program from earlier runs;" in out
-    assert "saved xla_" not in out
-    assert glob.glob(str(tmp_path / "killed" / "xla_cache" / "tf*" / "*")) == [
-        entries[0].replace("straight", "killed")]
+    assert f"resuming from {resumed}/ckpt-4 (step 4)" in out
+    assert "(1 compiled program from earlier runs;" in out and "saved xla_" not in out
+    assert re.search(r"^step 6/8 \| loss ", out, re.M)
+    assert [os.path.basename(p) for p in glob.glob(str(resumed / "xla_cache" / "tf*" / "*"))] \
+        == [os.path.basename(entries[0])]
     a = checkpoint_values(str(tmp_path / "straight" / "ckpt-8"))
-    b = checkpoint_values(str(tmp_path / "killed" / "ckpt-8"))
+    b = checkpoint_values(str(resumed / "ckpt-8"))
     assert set(a) == set(b)
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)

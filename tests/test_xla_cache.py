@@ -3,10 +3,16 @@ model dir, saving new ones atomically, and where it stays off. A resumed run tha
 compiled step is in test_pretraining.py."""
 
 import os
+import subprocess
+import sys
 
 import pytest
+import tensorflow as tf
 
 from electra_tf.training import xla_cache
+
+DEFAULT = tf.distribute.get_strategy()
+HOST = xla_cache._host()  # pylint: disable=protected-access
 
 
 def _varint(value: int) -> bytes:
@@ -49,7 +55,7 @@ def test_whole_entries_pass_and_every_truncation_fails(tmp_path):
 @pytest.fixture
 def scratch(tmp_path, monkeypatch):
     """A scratch directory as `stage()` names it, in TF_XLA_FLAGS."""
-    path = tmp_path / f"{xla_cache._SCRATCH_PREFIX}123-abc"  # pylint: disable=protected-access
+    path = tmp_path / f"{xla_cache._SCRATCH_PREFIX}123-{HOST}-abc"  # pylint: disable=protected-access
     path.mkdir()
     monkeypatch.setenv("TF_XLA_FLAGS", f"--other_flag=1 {xla_cache.FLAG}={path}")
     return path
@@ -61,11 +67,12 @@ def test_attach_loads_whole_entries_and_publish_saves_new_ones_whole(tmp_path, s
     _write(host / "old.pb", _entry())
     _write(host / "killed.pb", _entry()[:-10])
     lines = []
-    cache = xla_cache.attach(str(model_dir), "default", log=lines.append)
+    _write(host / f"old.pb.tmp-{_dead_pid()}-{HOST}", b"half")  # a killed publish
+    cache = xla_cache.attach(str(model_dir), DEFAULT, log=lines.append)
     assert cache.directory == str(host)
     assert sorted(os.listdir(scratch)) == ["old.pb"]
     assert (scratch / "old.pb").read_bytes() == _entry()
-    assert sorted(os.listdir(host)) == ["old.pb"]  # the incomplete one is gone
+    assert sorted(os.listdir(host)) == ["old.pb"]  # the incomplete entry and the copy gone
     assert lines[0] == "XLA compilation cache: removed killed.pb, an incomplete entry"
     assert lines[1].startswith(f"XLA compilation cache: {host} (1 compiled program from "
                                "earlier runs; TensorFlow logs 'Error parsing text-format'")
@@ -84,45 +91,61 @@ def test_attach_loads_whole_entries_and_publish_saves_new_ones_whole(tmp_path, s
     assert lines[3:] == ["XLA compilation cache: saved writing.pb for reruns"]
 
 
-def test_attach_stays_off_where_it_cannot_work(tmp_path, scratch, monkeypatch):
+def test_attach_stays_off_where_it_cannot_work(tmp_path, scratch, monkeypatch,
+                                             mirrored_strategy):
     lines = []
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert xla_cache.attach(str(tmp_path), "mirrored", log=lines.append) is None
-    assert lines == ["XLA compilation cache off: under --strategy=mirrored the CPU's logical "
-                     "devices compile the same programs at once, and TensorFlow does not "
-                     "write them atomically"]
-    assert xla_cache.attach(str(tmp_path), "tpu", log=lines.append) is None
+    assert xla_cache.attach(str(tmp_path), mirrored_strategy, log=lines.append) is None
+    assert lines == ["XLA compilation cache off: 2 devices of this process compile the same "
+                     "programs at once, and TensorFlow does not write them atomically"]
     own = tmp_path / "my_cache"  # the user's: TensorFlow writes there in place
     _write(own / "whole.pb", _entry())
     _write(own / "killed.pb", _entry()[:50])
+    monkeypatch.setenv("TF_XLA_FLAGS", f"{xla_cache.FLAG}={own} "
+                       "--tf_xla_persistent_cache_read_only=true")
+    assert xla_cache.attach(str(tmp_path), DEFAULT, log=lines.append) is None
+    assert sorted(os.listdir(own)) == ["killed.pb", "whole.pb"]  # read-only: left alone
     monkeypatch.setenv("TF_XLA_FLAGS", f"{xla_cache.FLAG}={own}")
-    assert xla_cache.attach(str(tmp_path), "default", log=lines.append) is None
+    assert xla_cache.attach(str(tmp_path), DEFAULT, log=lines.append) is None
     assert os.listdir(own) == ["whole.pb"]
-    assert lines[1:] == ["XLA compilation cache: removed killed.pb, an incomplete entry",
+    assert lines[1:] == [f"XLA compilation cache: {own} (TF_XLA_FLAGS)",
+                         "XLA compilation cache: removed killed.pb, an incomplete entry",
                          f"XLA compilation cache: {own} (TF_XLA_FLAGS)"]
     monkeypatch.delenv("TF_XLA_FLAGS")
-    assert xla_cache.attach(str(tmp_path), "default", log=lines.append) is None
-    assert lines[3].startswith("XLA compilation cache off: TensorFlow started without it; ")
+    assert xla_cache.attach(str(tmp_path), DEFAULT, log=lines.append) is None
+    assert lines[4].startswith("XLA compilation cache off: TensorFlow started without it; ")
     assert not os.path.exists(tmp_path / "xla_cache")
 
 
-def test_stage_keeps_the_users_directory_or_sets_a_scratch_one(monkeypatch):
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid
+
+
+def test_stage_keeps_the_users_directory_or_sets_a_scratch_one(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_XLA_FLAGS", f"{xla_cache.FLAG}=/data/my_cache")
     assert xla_cache.stage() is None
     assert os.environ["TF_XLA_FLAGS"] == f"{xla_cache.FLAG}=/data/my_cache"
+    # Scratch dirs of this machine's dead processes go; live or other machines' stay.
+    monkeypatch.setattr(xla_cache.tempfile, "tempdir", str(tmp_path))
+    prefix = xla_cache._SCRATCH_PREFIX  # pylint: disable=protected-access
+    dead = f"{prefix}{_dead_pid()}-{HOST}-a"
+    kept = [f"{prefix}{os.getppid()}-{HOST}-b", f"{prefix}{_dead_pid()}-another_host-c"]
+    for name in [dead, *kept]:
+        (tmp_path / name).mkdir()
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")
     scratch = xla_cache.stage()
-    try:
-        assert os.path.isdir(scratch)
-        assert os.path.basename(scratch).startswith(f"electra-xla-cache-{os.getpid()}-")
-        assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=0 {xla_cache.FLAG}={scratch}"
-    finally:
-        os.rmdir(scratch)
+    assert os.path.dirname(scratch) == str(tmp_path)
+    assert os.path.basename(scratch).startswith(f"{prefix}{os.getpid()}-{HOST}-")
+    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=0 {xla_cache.FLAG}={scratch}"
+    assert sorted(os.listdir(tmp_path)) == sorted([*kept, os.path.basename(scratch)])
 
 
-def test_the_host_key_changes_with_xla_flags(monkeypatch):
+def test_the_host_key_changes_with_xla_flags_and_determinism(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     plain = xla_cache.host_key()
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
-    assert xla_cache.host_key() != plain
     assert plain.startswith("tf2.") and len(plain.split("-")[1]) == 12
+    monkeypatch.setattr(xla_cache, "_op_determinism", lambda: True)
+    deterministic = xla_cache.host_key()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
+    assert len({plain, deterministic, xla_cache.host_key()}) == 3

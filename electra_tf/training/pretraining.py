@@ -132,7 +132,6 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          device_name, log, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
-    strategy_name = strategy
     strategy = strategies.create_strategy(strategy, tpu)
     replicas = strategy.num_replicas_in_sync
 
@@ -210,9 +209,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         log(json.dumps(model_info, indent=2))
         return model_info
 
-    # -- the trainer; under XLA with the compilation cache, its loop is traced before a
-    # checkpoint is restored: a step's cache key holds the name its trace got, a number
-    # from a process-wide counter, which a restore would advance.
+    # -- the trainer. Under XLA its loop is traced before a checkpoint is restored: a compiled
+    # step's key in the persistent compilation cache holds the name its trace got, numbered
+    # by a process-wide counter that a restore advances, and a resumed run must give its
+    # step the first run's name to load it.
     iterator = iter(dataset)
     trainer = PretrainingTrainer(
         model, optimizer, strategy, iterator, state, global_batch_size=train_batch_size,
@@ -222,9 +222,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         flops_per_example=model_info["train_flops_per_example_hardware"],
         peak_flops=model_info["peak_flops_per_second"],
         two_stage_steps=two_stage_steps if two_stage else None)
-    cache = (_xla_cache.attach(model_dir, strategy_name, log) if jit_compile and xla_cache
-             else None)
-    if cache and not two_stage:  # a resumed two-stage run may be in its other stage
+    cache = None
+    if jit_compile and xla_cache and two_stage:
+        log("XLA compilation cache off: a two-stage run traces its stages at other points "
+            "when resumed, so it would compile them again anyway")
+    elif jit_compile and xla_cache:
+        cache = _xla_cache.attach(model_dir, strategy, log)
+    if jit_compile and not two_stage:
         trainer.trace_loop()
 
     # -- checkpoints: restore the latest, or start (from init_checkpoint)
@@ -278,8 +282,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         global_step=state.step, trainer=trainer, evaluator=evaluator, strategy=strategy,
         steps_per_loop=_loop_lengths(steps_per_loop, two_stage_steps if two_stage else None),
         checkpoint_manager=manager,
-        train_actions=[monitor.after_train_loop, *publish, save_if_preempted],
-        eval_actions=[monitor.after_eval, *publish], summary_dir=None)
+        train_actions=[*publish, monitor.after_train_loop, save_if_preempted],
+        eval_actions=[monitor.after_eval], summary_dir=None)
     if not latest:
         manager.save(checkpoint_number=0, check_interval=False)  # for a non-finite loss
     if chief:

@@ -15,13 +15,15 @@ builds the same HLO loads it). This module covers what it leaves out:
   a truncated file, and loading one fails the run. Entries reach the model dir only whole
   (checked, then copied under a temporary name and renamed), and any incomplete entry found
   there is removed. Programs compiled at once by several devices of one process
-  (MirroredStrategy over several GPUs) would write the same scratch file together, so
-  those runs go without.
+  (MirroredStrategy over several GPUs or CPU devices) would write the same scratch file
+  together, so those runs go without (TensorFlow still writes the scratch copies, which
+  nothing reads and the exit removes), as do two-stage runs (a resumed one traces its stages
+  at other points, so their keys differ).
 - The key holds the HLO and the device type ("XLA_GPU_JIT"), not the TensorFlow version, the
-  GPU model, the CPU's instruction set or XLA_FLAGS (`--xla_gpu_autotune_level` changes the
-  program, not the HLO). So the model dir's cache is split by a digest of those
-  (`xla_cache/tf2.20.0-<digest>/`), and a model dir moved to another machine compiles
-  afresh.
+  GPU model, the CPU's instruction set, XLA_FLAGS (`--xla_gpu_autotune_level` changes the
+  program, not the HLO) or op determinism (a build option of GPU programs). So the model
+  dir's cache is split by a digest of those (`xla_cache/tf2.20.0-<digest>/`), and a model
+  dir moved to another machine compiles afresh.
 
 On loading an entry TensorFlow logs "Error parsing text-format
 tensorflow.XlaSerializedCacheEntry": it tries the text format before the binary one the
@@ -36,6 +38,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import tempfile
 
 import tensorflow as tf
@@ -54,7 +57,7 @@ def stage() -> str | None:
     if FLAG in flags:
         return None
     _remove_abandoned_scratch()
-    scratch = tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
+    scratch = tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-{_host()}-")
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     os.environ["TF_XLA_FLAGS"] = f"{flags} {FLAG}={scratch}".strip()
     return scratch
@@ -76,42 +79,43 @@ class Cache:
             target = os.path.join(self.directory, name)
             if not tf.io.gfile.exists(target):
                 tf.io.gfile.makedirs(self.directory)
-                temporary = f"{target}.tmp-{os.getpid()}"
+                temporary = f"{target}.tmp-{os.getpid()}-{_host()}"
                 tf.io.gfile.copy(path, temporary, overwrite=True)
                 tf.io.gfile.rename(temporary, target, overwrite=True)
                 self.log(f"XLA compilation cache: saved {name} for reruns")
             self.published.add(name)
 
 
-def attach(model_dir: str, strategy: str, log=print) -> Cache | None:
+def attach(model_dir: str, strategy: tf.distribute.Strategy, log=print) -> Cache | None:
     """Load this machine's cached programs from `<model_dir>/xla_cache/` into the scratch
     directory `stage()` set up; returns the Cache to `publish()` to, or None where this
     module does not manage the cache: the user's own directory in TF_XLA_FLAGS, TPUs, and
-    where it is off (the reason is logged)."""
+    where it is off (the reason is logged). Call after op determinism is set (it changes
+    the programs GPUs compile, not their HLO)."""
     flags = os.environ.get("TF_XLA_FLAGS", "")
     match = re.search(rf"{FLAG}=(\S+)", flags)
     scratch = match.group(1) if match else None
     if scratch is None or not os.path.basename(scratch).startswith(_SCRATCH_PREFIX):
         if scratch:  # the user's own, where TensorFlow writes in place
-            _remove_incomplete(scratch, log)
+            if not re.search(r"--tf_xla_persistent_cache_read_only=(1|true)", flags):
+                _remove_incomplete(scratch, log)
             log(f"XLA compilation cache: {scratch} (TF_XLA_FLAGS)")
         else:
             log("XLA compilation cache off: TensorFlow started without it; "
                 "electra_tf.training.xla_cache.stage() sets it up before TensorFlow starts "
                 "(scripts/run_pretraining.py does)")
         return None
-    if strategy == "tpu":
+    if isinstance(strategy, tf.distribute.TPUStrategy):
         return None  # the TPU system compiles and caches its programs
-    gpus = _visible_gpus()
-    if (strategy == "mirrored" and gpus != 1) or (strategy == "multi_worker_mirrored"
-                                                  and gpus > 1):
-        devices = f"{gpus} GPUs" if gpus else "the CPU's logical devices"
-        log(f"XLA compilation cache off: under --strategy={strategy} {devices} compile the "
-            "same programs at once, and TensorFlow does not write them atomically")
+    devices = _local_devices(strategy)
+    if devices > 1:
+        log(f"XLA compilation cache off: {devices} devices of this process compile the same "
+            "programs at once, and TensorFlow does not write them atomically")
         return None
     if "://" not in model_dir:
         model_dir = os.path.abspath(model_dir)
     directory = os.path.join(model_dir, SUBDIRECTORY, host_key())
+    _remove_abandoned_temporaries(directory)
     loaded = []
     for path in _remove_incomplete(directory, log):
         name = os.path.basename(path)
@@ -129,7 +133,7 @@ def attach(model_dir: str, strategy: str, log=print) -> Cache | None:
 def host_key() -> str:
     """`tf<version>-<digest>`: the digest of what a compiled program depends on beyond its
     HLO (TensorFlow's build, the CPU's model and instruction set, the GPUs and their
-    driver, XLA_FLAGS)."""
+    driver, XLA_FLAGS, op determinism)."""
     build = tf.sysconfig.get_build_info()
     facts = {
         "tensorflow": tf.__version__,
@@ -140,6 +144,7 @@ def host_key() -> str:
                        for path in glob.glob("/proc/driver/nvidia/gpus/*/information")),
         "driver": _read_lines("/proc/driver/nvidia/version", "NVRM version:"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "deterministic": _op_determinism(),
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
     return f"tf{tf.__version__}-{digest[:12]}"
@@ -189,6 +194,16 @@ def _remove_incomplete(directory: str, log) -> list[str]:
     return whole
 
 
+def _remove_abandoned_temporaries(directory: str):
+    """Copies `publish` left half done when its process was killed."""
+    if not tf.io.gfile.isdir(directory):
+        return
+    for path in tf.io.gfile.glob(os.path.join(directory, f"*.pb.tmp-*-{_host()}")):
+        pid = path.rsplit(".tmp-", 1)[1].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            tf.io.gfile.remove(path)
+
+
 def _entries(directory: str) -> list[str]:
     if not tf.io.gfile.isdir(directory):
         return []
@@ -209,26 +224,38 @@ def _read_varint(f) -> int | None:
 
 
 def _remove_abandoned_scratch():
-    """Scratch directories of processes that no longer run (killed before their exit
-    handler could remove them)."""
+    """Scratch directories of this machine's processes that no longer run (killed before
+    their exit handler could remove them)."""
     for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{_SCRATCH_PREFIX}*")):
-        pid = os.path.basename(path)[len(_SCRATCH_PREFIX):].split("-")[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+        pid, _, rest = os.path.basename(path)[len(_SCRATCH_PREFIX):].partition("-")
+        if pid.isdigit() and rest.startswith(f"{_host()}-") and not _alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _visible_gpus() -> int:
-    """NVIDIA GPUs this process may use, counted without initialising TensorFlow."""
-    present = len(glob.glob("/proc/driver/nvidia/gpus/*"))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return present
-    count = 0
-    for device in visible.split(","):  # CUDA stops at the first invalid entry
-        if not device.strip() or device.strip().startswith("-"):
-            break
-        count += 1
-    return min(count, present)
+def _host() -> str:
+    return socket.gethostname().replace("-", "_")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _op_determinism() -> bool:
+    from tensorflow.python.framework import config  # not in the public API
+    return config.is_op_determinism_enabled()
+
+
+def _local_devices(strategy: tf.distribute.Strategy) -> int:
+    try:
+        return len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: one device
+        return 1
 
 
 def _cpuinfo_lines(names) -> list[str]:
