@@ -210,6 +210,24 @@ def test_task_encoder_equals_the_pretrained_discriminator(model_dir):
     assert random.weights is None and random.config == init.config
 
 
+def test_task_heads_start_as_the_official_ones():
+    """The official heads are `tf.layers.dense` without an initializer: TF1's Glorot
+    uniform, limit sqrt(6 / (fan_in + fan_out)); the encoder keeps stddev 0.02."""
+    import keras
+
+    from electra_tf.finetune.models import TaskModel
+    from electra_tf.modeling.config import encoder_config
+    keras.utils.set_random_seed(0)
+    model = TaskModel(encoder_config("small", vocab_size=100), "span", answerability=True)
+    for layer, fan_out in ((model.output_layer, 2), (model.answerable_layer, 1)):
+        kernel = layer.kernel.numpy()
+        limit = np.sqrt(6 / (256 + fan_out))
+        assert kernel.shape == (256, fan_out) and np.abs(kernel).max() <= limit
+        assert kernel.std() == pytest.approx(limit / np.sqrt(3), rel=0.15)
+    query = model.encoder.layer_0.attention.query.kernel.numpy()
+    assert query.std() == pytest.approx(0.02 * 0.8796, rel=0.1)
+
+
 # ------------------------------------------------------------------------------ sentence tasks
 
 

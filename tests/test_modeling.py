@@ -402,6 +402,32 @@ def test_sharing_modes_share_what_they_say():
         _model(sharing="all")
 
 
+def test_initialisation_is_the_official_codes():
+    """Kernels and embedding tables: truncated normal with stddev 0.02 (create_initializer),
+    but for the layers the official code builds without an initializer, which get TF1's
+    default Glorot uniform: embeddings_project (ELECTRA-Small's 128 -> 256 and the
+    generator's 128 -> 64) and the discriminator's output layer."""
+    keras.utils.set_random_seed(0)
+    small = encoder_config("small", vocab_size=V)
+    model = ElectraPretrainer(small, generator_config(small, 0.25))
+    glorot = {v.path for v in model.weights if v.path.endswith("kernel")
+              and ("embeddings_project" in v.path or "dense_prediction" in v.path)}
+    assert sorted(glorot) == [
+        "discriminator_predictions/dense_prediction/kernel", "electra/embeddings_project/kernel",
+        "generator/embeddings_project/kernel"]
+    for variable in model.weights:
+        value = variable.numpy()
+        if variable.path.endswith("bias") or "LayerNorm" in variable.path:
+            continue
+        if variable.path in glorot:
+            limit = math.sqrt(6 / sum(value.shape))
+            assert np.abs(value).max() <= limit, variable.path
+            assert value.std() == pytest.approx(limit / math.sqrt(3), rel=0.15), variable.path
+        else:  # truncated at 2 standard deviations: stddev 0.02 x 0.8796
+            assert np.abs(value).max() <= 0.04, variable.path
+            assert value.std() == pytest.approx(0.02 * 0.8796, rel=0.15), variable.path
+
+
 def test_bad_options_fail_with_one_clear_line():
     with pytest.raises(ValueError, match=r"^objective='bert' is not one of electra, mlm"):
         _model(objective="bert")

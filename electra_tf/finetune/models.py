@@ -13,7 +13,7 @@ from keras import ops
 
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.modeling.encoder import Encoder
-from electra_tf.modeling.layers import Dropout, initializer
+from electra_tf.modeling.layers import Dropout, default_initializer
 
 HEADS = ("sentence", "token", "span")
 
@@ -49,14 +49,15 @@ class TaskModel(keras.Model):
         self.encoder = Encoder(config, name="electra")
         with keras.name_scope("task_head"):
             self.dropout = Dropout(head_dropout)
+            # The official heads are dense layers without an initializer: Glorot uniform.
             self.output_layer = keras.layers.Dense(
-                2 if head == "span" else num_outputs, kernel_initializer=initializer(config),
+                2 if head == "span" else num_outputs, kernel_initializer=default_initializer(),
                 name="output")
             self.output_layer.build((None, config.hidden_size))
             self.answerable_layer = None
             if answerability:
                 self.answerable_layer = keras.layers.Dense(
-                    1, kernel_initializer=initializer(config), name="answerable")
+                    1, kernel_initializer=default_initializer(), name="answerable")
                 self.answerable_layer.build((None, config.hidden_size))
         self.built = True
 

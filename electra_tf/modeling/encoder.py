@@ -5,7 +5,8 @@ import keras
 from keras import ops
 
 from electra_tf.modeling.config import EncoderConfig
-from electra_tf.modeling.layers import Embeddings, TransformerBlock, initializer
+from electra_tf.modeling.layers import (Embeddings, TransformerBlock,
+                                        default_initializer)
 
 ATTENTION_KINDS = ("bidirectional", "left_to_right", "right_to_left")
 _NEG = -10000.0  # BERT's additive attention mask
@@ -64,7 +65,7 @@ class Encoder(keras.layers.Layer):
             self.embeddings_project = None
             if config.embedding_width != config.hidden_size:
                 self.embeddings_project = keras.layers.Dense(
-                    config.hidden_size, kernel_initializer=initializer(config),
+                    config.hidden_size, kernel_initializer=default_initializer(),
                     name="embeddings_project")
                 self.embeddings_project.build((None, None, config.embedding_width))
             # Attributes layer_0, layer_1, ..., not a list: Keras 3 does not make a list of

@@ -43,11 +43,22 @@ def gelu(x):
 
 
 def initializer(config: EncoderConfig):
+    """The official code's `create_initializer`: truncated normal, stddev 0.02."""
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
 
-def _dense(units: int, config: EncoderConfig, name: str, activation=None):
-    return keras.layers.Dense(units, activation=activation, kernel_initializer=initializer(config),
+def default_initializer():
+    """What the official code's layers created without a kernel_initializer get: TF1's
+    default, Glorot uniform (limit sqrt(6 / (fan_in + fan_out))). Those are
+    `embeddings_project`, the discriminator's output layer and the fine-tuning output layers;
+    transformers initialises them with normal(0.02) instead, which for ELECTRA-Small's
+    embedding projection (128 -> 256) is a 3.6x smaller start."""
+    return keras.initializers.GlorotUniform()
+
+
+def _dense(units: int, config: EncoderConfig, name: str, activation=None, kernel_initializer=None):
+    return keras.layers.Dense(units, activation=activation,
+                              kernel_initializer=kernel_initializer or initializer(config),
                               name=name)
 
 
@@ -262,7 +273,8 @@ class DiscriminatorHead(keras.layers.Layer):
     def __init__(self, config: EncoderConfig, **kwargs):
         super().__init__(**kwargs)
         self.dense = _dense(config.hidden_size, config, "dense", gelu)
-        self.dense_prediction = _dense(1, config, "dense_prediction")
+        self.dense_prediction = _dense(1, config, "dense_prediction",
+                                       kernel_initializer=default_initializer())
 
     def build(self, input_shape):
         self.dense.build(input_shape)
