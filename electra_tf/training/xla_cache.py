@@ -97,7 +97,7 @@ def attach(model_dir: str, strategy: tf.distribute.Strategy, log=print) -> Cache
     scratch = match.group(1) if match else None
     if scratch is None or not os.path.basename(scratch).startswith(_SCRATCH_PREFIX):
         if scratch:  # the user's own, where TensorFlow writes in place
-            if not re.search(r"--tf_xla_persistent_cache_read_only=(1|true)", flags):
+            if not re.search(r"--tf_xla_persistent_cache_read_only=(1|true)\b", flags, re.I):
                 _remove_incomplete(scratch, log)
             log(f"XLA compilation cache: {scratch} (TF_XLA_FLAGS)")
         else:
