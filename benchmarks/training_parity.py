@@ -4,7 +4,8 @@ same optimizer semantics, and their curves side by side. The forward passes are 
 (tests/test_parity.py); this checks that training ELECTRA end to end (sampling, labels,
 losses, gradients, clipping, schedule) behaves the same.
 
-    .venv/bin/python benchmarks/training_parity.py        # about 15 minutes on 2 cores
+    .venv/bin/python benchmarks/training_parity.py        # about 45 minutes on 2 cores
+    .venv/bin/python benchmarks/training_parity.py --seeds=0   # one seed, about 20 minutes
 
 Runs (tiny.gin's shapes: discriminator 2 x 128, generator 1/4, shared embeddings; batch 32,
 seq 128, warmup 100 steps, linear decay, global-norm clip 1.0, weight decay 0.01 except
@@ -12,8 +13,11 @@ LayerNorm and biases):
 - ours: scripts/run_pretraining.py with tiny.gin (Adam with bias correction, LR 2e-4);
 - transformers: ElectraForPreTraining + ElectraForMaskedLM (tied embeddings), torch AdamW
   (which corrects the bias), the same schedule; MLM logits at the masked positions only;
-- ours, official optimizer: the same run with the official Adam (no bias correction).
-Each curve point is the mean over a window of --window steps (AUC over the window's tokens).
+- ours, official optimizer: the same run with the official Adam (no bias correction), first
+  seed only.
+Each framework runs once per --seeds value (its initialisation, data order, masks, samples and
+dropout; both frameworks read the same batches for a seed), so the gap between them can be
+read against the spread between seeds. Each curve point is the mean over a window of --window steps (AUC over the window's tokens).
 Results: benchmarks/results/training_parity.{json,md,png}.
 """
 
@@ -32,19 +36,22 @@ import common  # noqa: E402
 flags.DEFINE_integer("steps", 600, "Training steps of each run.")
 flags.DEFINE_integer("window", 50, "Steps per curve point.")
 flags.DEFINE_float("learning_rate", 2e-4, "Peak learning rate of all runs.")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds to run both frameworks with.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "training_parity"),
                     "Where data and model dirs go.")
 FLAGS = flags.FLAGS
 VOCAB = common.AUSTEN_VOCAB
 WARMUP = 100
+OURS, THEIRS = "ours", "transformers (PyTorch)"
+OFFICIAL = "ours, official Adam (no bias correction)"
 CURVES = [("discriminator/auc", "discriminator AUC (train)"),
           ("loss/generator", "generator MLM loss"),
           ("loss/discriminator", "discriminator loss")]
 
 
-def train_ours(name: str, data: str, bias_correction: bool) -> dict:
+def train_ours(name: str, data: str, bias_correction: bool, seed: int) -> dict:
     from electra_tf.training.summaries import read_scalars
-    model_dir = os.path.join(FLAGS.work_dir, name)
+    model_dir = os.path.join(FLAGS.work_dir, f"{name}-seed{seed}")
     if os.path.exists(model_dir):
         subprocess.run(["rm", "-rf", model_dir], check=True)
     subprocess.run([
@@ -55,7 +62,7 @@ def train_ours(name: str, data: str, bias_correction: bool) -> dict:
         f"--gin_bindings=CHECKPOINT_EVERY={FLAGS.steps}",
         f"--gin_bindings=LEARNING_RATE={FLAGS.learning_rate}",
         f"--gin_bindings=WARMUP_STEPS={WARMUP}",
-        f"--gin_bindings=optimizer.bias_correction={bias_correction}", "--seed=0"],
+        f"--gin_bindings=optimizer.bias_correction={bias_correction}", f"--seed={seed}"],
         check=True, capture_output=True)
     scalars = read_scalars(os.path.join(model_dir, "train"))
     return {tag: [v for _, v in scalars[tag]] for tag, _ in CURVES}
@@ -71,7 +78,7 @@ def auc(labels, scores) -> float:
     return float((ranks[positive].sum() - n1 * (n1 + 1) / 2) / max(n1 * n0, 1))
 
 
-def train_transformers(data: str) -> dict:
+def train_transformers(data: str, seed: int) -> dict:
     import numpy as np
     import tensorflow as tf
     import torch
@@ -81,9 +88,9 @@ def train_transformers(data: str) -> dict:
     from electra_tf.data.pipeline import pretraining_dataset
 
     tf.config.set_visible_devices([], "GPU")
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     torch.set_num_threads(os.cpu_count())
-    dataset = pretraining_dataset(data, 32, 128, VOCAB, seed=0)
+    dataset = pretraining_dataset(data, 32, 128, VOCAB, seed=seed)
 
     def config(hidden, heads, ffn):
         return transformers.ElectraConfig(
@@ -92,6 +99,12 @@ def train_transformers(data: str) -> dict:
 
     disc = transformers.ElectraForPreTraining(config(128, 2, 512))
     gen = transformers.ElectraForMaskedLM(config(32, 1, 128))
+    # The official initialisation, as ours: Glorot uniform for the layers the official code
+    # builds without an initializer (transformers draws them from N(0, 0.02) like the rest).
+    for layer in (disc.electra, gen.electra, disc.discriminator_predictions):
+        for name in ("embeddings_project", "dense_prediction"):
+            if hasattr(layer, name):
+                torch.nn.init.xavier_uniform_(getattr(layer, name).weight)
     gen.electra.embeddings = disc.electra.embeddings
     gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
     named = {id(p): (n, p) for m in (disc, gen) for n, p in m.named_parameters()}.values()
@@ -150,40 +163,79 @@ def main(argv):
     data_dir = os.path.join(FLAGS.work_dir, "data")
     common.build_austen_data(data_dir)
     data = os.path.join(data_dir, "pretrain_data-0000[0-4]-of-*")
-    runs = {"ours": train_ours("ours", data, True),
-            "transformers (PyTorch)": train_transformers(data),
-            "ours, official Adam (no bias correction)": train_ours("official", data, False)}
+    seeds = [int(s) for s in FLAGS.seeds]
+    by_seed = {OURS: {}, THEIRS: {}}
+    for seed in seeds:
+        by_seed[OURS][seed] = train_ours("ours", data, True, seed)
+        by_seed[THEIRS][seed] = train_transformers(data, seed)
+    runs = {OURS: by_seed[OURS][seeds[0]], THEIRS: by_seed[THEIRS][seeds[0]],
+            OFFICIAL: train_ours("official", data, False, seeds[0])}
     steps = [FLAGS.window * (i + 1) for i in range(FLAGS.steps // FLAGS.window)]
     rows = []
     for i, step in enumerate(steps):
         rows.append([step] + [f"{runs[name][tag][i]:.3f}" for tag, _ in CURVES for name in runs])
     header = ["step"] + [f"{title}: {name}" for _, title in CURVES for name in runs]
-    body = common.markdown_table(header, rows)
+    body = f"Seed {seeds[0]}:\n\n" + common.markdown_table(header, rows)
+    if len(seeds) > 1:
+        body += (f"\n\nOver seeds {', '.join(map(str, seeds))}: mean [min, max] of each "
+                 "framework, and the gap between their means:\n\n" + spread_table(by_seed, steps))
     body += (f"\n\n![training parity](training_parity.png)\n\n- tiny.gin shapes, batch 32 x "
-             f"seq 128, the same batches (our pipeline, seed 0) for all runs, LR "
-             f"{FLAGS.learning_rate:g}, warmup {WARMUP}, linear decay to {FLAGS.steps}, clip 1.0; "
-             f"each point is over {FLAGS.window} steps (AUC over the window's real tokens). "
-             "Initialisation, dropout and sampling noise differ between the frameworks.\n")
+             f"seq 128, the same batches (our pipeline, keyed by the seed) for both frameworks, "
+             f"LR {FLAGS.learning_rate:g}, warmup {WARMUP}, linear decay to {FLAGS.steps}, "
+             f"clip 1.0; each point is over {FLAGS.window} steps (AUC over the window's real "
+             "tokens). Both start from the official initialisation's distributions (Glorot "
+             "uniform for the generator's embedding projection and the discriminator's output "
+             "layer, truncated normal 0.02 (ours) or normal 0.02 (transformers) elsewhere); the "
+             "draws, dropout and sampling noise differ.\n")
     record = {"title": "Training dynamics: ours vs transformers' PyTorch ELECTRA (tiny, CPU)",
-              "run": common.run_info(), "steps": steps, "runs": runs}
+              "run": common.run_info(), "steps": steps, "seeds": seeds, "runs": runs,
+              "runs_by_seed": {name: {str(k): v for k, v in curves.items()}
+                               for name, curves in by_seed.items()}}
     common.write_results("training_parity", record, body)
-    plot(runs, steps, os.path.join(common.RESULTS_DIR, "training_parity.png"))
+    plot(runs, by_seed if len(seeds) > 1 else None, steps,
+         os.path.join(common.RESULTS_DIR, "training_parity.png"))
     print(body)
 
 
-def plot(runs, steps, path):
+def spread_table(by_seed: dict, steps: list) -> str:
+    """Per curve point: each framework's mean [min, max] over the seeds, and the gap between
+    the means."""
+    import numpy as np
+    header, rows = ["step"], [[step] for step in steps]
+    for tag, title in CURVES:
+        header += [f"{title}: {OURS}", f"{title}: {THEIRS}", f"{title}: gap"]
+        values = {name: np.array([curves[tag] for curves in by_seed[name].values()])
+                  for name in (OURS, THEIRS)}
+        for i, row in enumerate(rows):
+            for name in (OURS, THEIRS):
+                column = values[name][:, i]
+                row.append(f"{column.mean():.3f} [{column.min():.3f}, {column.max():.3f}]")
+            row.append(f"{values[OURS][:, i].mean() - values[THEIRS][:, i].mean():+.3f}")
+    return common.markdown_table(header, rows)
+
+
+def plot(runs, by_seed, steps, path):
+    """The first seed's curves; with several seeds, each framework's min-max band too."""
     import matplotlib
+    import numpy as np
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figure, axes = plt.subplots(1, 3, figsize=(15, 4))
     styles = ["o-", "s--", "^:"]
     for axis, (tag, title) in zip(axes, CURVES):
         for style, (name, curves) in zip(styles, runs.items()):
-            axis.plot(steps, curves[tag], style, markersize=4, label=name)
+            line, = axis.plot(steps, curves[tag], style, markersize=4, label=name)
+            if by_seed and name in by_seed:
+                values = np.array([c[tag] for c in by_seed[name].values()])
+                axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2,
+                                  color=line.get_color())
         axis.set_title(title)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
+    if by_seed:
+        figure.suptitle(f"lines: seed {next(iter(by_seed[OURS]))}; bands: min to max over "
+                        f"{len(by_seed[OURS])} seeds", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
