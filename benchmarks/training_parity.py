@@ -17,7 +17,8 @@ LayerNorm and biases):
   seed only.
 Each framework runs once per --seeds value (its initialisation, data order, masks, samples and
 dropout; both frameworks read the same batches for a seed), so the gap between them can be
-read against the spread between seeds. Each curve point is the mean over a window of --window steps (AUC over the window's tokens).
+read against the spread between seeds. Each curve point is the mean over a window of
+--window steps (AUC over the window's tokens).
 Results: benchmarks/results/training_parity.{json,md,png}.
 """
 
@@ -100,11 +101,18 @@ def train_transformers(data: str, seed: int) -> dict:
     disc = transformers.ElectraForPreTraining(config(128, 2, 512))
     gen = transformers.ElectraForMaskedLM(config(32, 1, 128))
     # The official initialisation, as ours: Glorot uniform for the layers the official code
-    # builds without an initializer (transformers draws them from N(0, 0.02) like the rest).
-    for layer in (disc.electra, gen.electra, disc.discriminator_predictions):
-        for name in ("embeddings_project", "dense_prediction"):
-            if hasattr(layer, name):
-                torch.nn.init.xavier_uniform_(getattr(layer, name).weight)
+    # builds without an initializer, N(0, 0.02) truncated at two standard deviations for the
+    # other weights (transformers draws them all from the untruncated normal, and zeroes the
+    # [PAD] embedding), biases zero and LayerNorm one as transformers sets them.
+    glorot = {id(getattr(layer, name).weight)
+              for layer in (disc.electra, gen.electra, disc.discriminator_predictions)
+              for name in ("embeddings_project", "dense_prediction") if hasattr(layer, name)}
+    for module in (*disc.modules(), *gen.modules()):
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            if id(module.weight) in glorot:
+                torch.nn.init.xavier_uniform_(module.weight)
+            else:
+                torch.nn.init.trunc_normal_(module.weight, std=0.02, a=-0.04, b=0.04)
     gen.electra.embeddings = disc.electra.embeddings
     gen.generator_lm_head.weight = disc.electra.embeddings.word_embeddings.weight
     named = {id(p): (n, p) for m in (disc, gen) for n, p in m.named_parameters()}.values()
@@ -163,7 +171,9 @@ def main(argv):
     data_dir = os.path.join(FLAGS.work_dir, "data")
     common.build_austen_data(data_dir)
     data = os.path.join(data_dir, "pretrain_data-0000[0-4]-of-*")
-    seeds = [int(s) for s in FLAGS.seeds]
+    seeds = list(dict.fromkeys(int(s) for s in FLAGS.seeds))
+    if not seeds:
+        raise app.UsageError("--seeds is empty: give at least one seed, e.g. --seeds=0")
     by_seed = {OURS: {}, THEIRS: {}}
     for seed in seeds:
         by_seed[OURS][seed] = train_ours("ours", data, True, seed)
@@ -185,8 +195,8 @@ def main(argv):
              f"clip 1.0; each point is over {FLAGS.window} steps (AUC over the window's real "
              "tokens). Both start from the official initialisation's distributions (Glorot "
              "uniform for the generator's embedding projection and the discriminator's output "
-             "layer, truncated normal 0.02 (ours) or normal 0.02 (transformers) elsewhere); the "
-             "draws, dropout and sampling noise differ.\n")
+             "layer, normal 0.02 truncated at two standard deviations elsewhere); the draws, "
+             "dropout and sampling noise differ.\n")
     record = {"title": "Training dynamics: ours vs transformers' PyTorch ELECTRA (tiny, CPU)",
               "run": common.run_info(), "steps": steps, "seeds": seeds, "runs": runs,
               "runs_by_seed": {name: {str(k): v for k, v in curves.items()}
@@ -203,7 +213,7 @@ def spread_table(by_seed: dict, steps: list) -> str:
     import numpy as np
     header, rows = ["step"], [[step] for step in steps]
     for tag, title in CURVES:
-        header += [f"{title}: {OURS}", f"{title}: {THEIRS}", f"{title}: gap"]
+        header += [f"{title}: {OURS}", f"{title}: {THEIRS}", f"{title}: gap (ours - transformers)"]
         values = {name: np.array([curves[tag] for curves in by_seed[name].values()])
                   for name in (OURS, THEIRS)}
         for i, row in enumerate(rows):
