@@ -4,8 +4,8 @@ same optimizer semantics, and their curves side by side. The forward passes are 
 (tests/test_parity.py); this checks that training ELECTRA end to end (sampling, labels,
 losses, gradients, clipping, schedule) behaves the same.
 
-    .venv/bin/python benchmarks/training_parity.py        # about 45 minutes on 2 cores
-    .venv/bin/python benchmarks/training_parity.py --seeds=0   # one seed, about 20 minutes
+    .venv/bin/python benchmarks/training_parity.py        # about 25 minutes on 2 cores
+    .venv/bin/python benchmarks/training_parity.py --seeds=0   # one seed, about 10 minutes
 
 Runs (tiny.gin's shapes: discriminator 2 x 128, generator 1/4, shared embeddings; batch 32,
 seq 128, warmup 100 steps, linear decay, global-norm clip 1.0, weight decay 0.01 except
