@@ -2,7 +2,7 @@
 corpus for a fixed budget, with the losses and accuracies saved as data and PNG plots, so
 users can tell whether their own runs look healthy.
 
-    .venv/bin/python benchmarks/reference_curves.py            # about 45 minutes on 2 cores
+    .venv/bin/python benchmarks/reference_curves.py            # about 35 minutes on 2 cores
     .venv/bin/python benchmarks/reference_curves.py --tiny_steps=200 --small_steps=50   # a check
 
 Data: the six novels built with scripts/build_pretraining_data.py (seq 128, BERT uncased
