@@ -168,12 +168,12 @@ def train_transformers(data: str, seed: int) -> dict:
 
 def main(argv):
     del argv
-    data_dir = os.path.join(FLAGS.work_dir, "data")
-    common.build_austen_data(data_dir)
-    data = os.path.join(data_dir, "pretrain_data-0000[0-4]-of-*")
     seeds = list(dict.fromkeys(int(s) for s in FLAGS.seeds))
     if not seeds:
         raise app.UsageError("--seeds is empty: give at least one seed, e.g. --seeds=0")
+    data_dir = os.path.join(FLAGS.work_dir, "data")
+    common.build_austen_data(data_dir)
+    data = os.path.join(data_dir, "pretrain_data-0000[0-4]-of-*")
     by_seed = {OURS: {}, THEIRS: {}}
     for seed in seeds:
         by_seed[OURS][seed] = train_ours("ours", data, True, seed)
