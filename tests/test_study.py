@@ -6,6 +6,7 @@ written; a rerun reuses everything. (About 80 s on 2 cores; the real grids are n
 
 import json
 import os
+import statistics
 import struct
 import subprocess
 import sys
@@ -21,10 +22,11 @@ GRID = ("electra", "mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "genera
 PLOTS = ("curve", "objective", "sharing", "generator_size", "algorithm")
 
 
-def _run(work, results):
+def _run(work, results, *more):
     result = subprocess.run(
         [sys.executable, RUNNER, "--scale=toy", f"--work_dir={work}",
-         f"--results_dir={results}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+         f"--results_dir={results}", *more], cwd=ROOT, capture_output=True, text=True,
+        timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -129,3 +131,53 @@ def test_rerun_reuses_everything(study):
     assert rerun["configs"] == first["configs"]
     assert rerun["random_init"] == first["random_init"]
     assert rerun["commands"] == first["commands"]
+
+
+def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
+    """--pretrain_seeds=0,1 over the grid's work dir: seed 0's runs are the one-seed
+    study's (not run again), seed 1 is pre-trained and fine-tuned anew, and each score pools
+    both runs' trials."""
+    results = study["results"] / "two_seeds"
+    out = _run(study["work"], results, "--configs=electra,random_init",
+               "--pretrain_seeds=0,1")
+    ran = [line for line in out.splitlines() if line.startswith("$ ")]
+    assert ran and all("electra_seed1" in line for line in ran), ran
+    assert sum("scripts/run_pretraining.py" in line for line in ran) == 1
+    assert "--seed=1" in ran[0]
+    with open(results / "study_toy.json") as f:
+        record = json.load(f)
+    assert record["settings"]["pretrain_seeds"] == [0, 1]
+    first = study["record"]["configs"]["electra"]
+    config = record["configs"]["electra"]
+    assert set(config["runs"]) == {"0", "1"}
+    assert (study["work"] / "pretrain" / "electra_seed1" / f"ckpt-{config['steps']}.index"
+            ).exists()
+    for step, pooled in config["finetune"].items():
+        seed0 = config["runs"]["0"]["finetune"][step]
+        seed1 = config["runs"]["1"]["finetune"][step]
+        assert seed0["per_seed"] == first["finetune"][step]["per_seed"]
+        assert pooled["per_seed"] == seed0["per_seed"] + seed1["per_seed"]
+        assert pooled["median"] == pytest.approx(statistics.median(pooled["per_seed"]))
+        assert pooled["std"] == pytest.approx(statistics.stdev(pooled["per_seed"]))
+    runs = config["runs"].values()
+    assert config["pretrain_seconds"] == pytest.approx(
+        sum(r["pretrain_seconds"] for r in runs) / 2, abs=0.1)
+    assert record["random_init"] == study["record"]["random_init"]
+    table = (results / "study_toy.md").read_text()
+    assert "median per pre-training run" in table
+    final = config["runs"]["0"]["finetune"][str(config["steps"])]["median"], config["runs"][
+        "1"]["finetune"][str(config["steps"])]["median"]
+    assert f"{final[0]:.4f} / {final[1]:.4f}" in table
+
+
+@pytest.mark.parametrize("seeds", ["0,0", "one"])
+def test_bad_pretrain_seeds_fail_with_one_line(tmp_path, seeds):
+    result = subprocess.run(
+        [sys.executable, RUNNER, "--scale=toy", f"--work_dir={tmp_path}",
+         f"--pretrain_seeds={seeds}", "--plan"], cwd=ROOT, capture_output=True, text=True,
+        timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: --pretrain_seeds={seeds}: give distinct non-negative integers, "
+        "e.g. --pretrain_seeds=0,1"]
+    assert not any(tmp_path.iterdir())

@@ -7,6 +7,15 @@ each configuration pre-trained with the same FLOPs budget and fine-tuned over se
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --plan  # steps and FLOPs only
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --estimate=60  # time 60 steps
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --configs=electra,mlm,random_init
+    .venv/bin/python benchmarks/study/run_study.py --scale=cpu --pretrain_seeds=0,1  # twice
+
+Pre-training seeds (`--pretrain_seeds`, default 0): at the `cpu` scale the pre-training
+seed alone moves ELECTRA's median fine-tuning score by 1.4 points
+(benchmarks/results/study_official_init.md), more than most differences the grid measures.
+With several seeds each configuration is pre-trained once per seed (seed 0 in
+pretrain/<config>, seed s in pretrain/<config>_seed<s>, so a one-seed study's runs are
+reused), every run fine-tuned with the same --num_trials seeds, and each score is the
+median of all the runs' trials; the table adds each run's median.
 
 Scales (`--scale`; the flags below override parts of them):
 - `toy`: CI's test of this runner (tests/test_study.py, about a minute): a 1-layer, hidden-64
@@ -170,6 +179,11 @@ flags.DEFINE_float("flops_budget", None, "Pre-training FLOPs per configuration (
 flags.DEFINE_integer("curve_points", None, "Checkpoints fine-tuned along the ELECTRA and "
                      "MLM runs; default: the scale's.")
 flags.DEFINE_integer("num_trials", None, "Fine-tuning seeds; default: the scale's.")
+flags.DEFINE_list("pretrain_seeds", ["0"], "Pre-training seeds (run_pretraining.py's --seed: "
+                  "initial weights, data order, masks and samples): each configuration is "
+                  "pre-trained once per seed, every run fine-tuned with the --num_trials "
+                  "seeds, and its scores pool all of them. Seed 0's runs are the one-seed "
+                  "study's (a rerun with more seeds reuses them).")
 flags.DEFINE_string("corpus", None, "Pre-training text (comma-separated globs); default: "
                     "the scale's ('debian': make_corpus.py's output, built if missing).")
 flags.DEFINE_string("labelled_data", None, "'vader' (the movie-review snippets) or a CSV "
@@ -306,10 +320,11 @@ class Runner:
         the job; `after` is the index of an earlier item the job needs, or None. Returns
         each job's seconds (kept in job_dir/study_job.json and reused when the job is
         skipped; an interrupted run's seconds are added to its resumption's)."""
-        todo, seconds = {}, []
+        todo, seconds, shown_commands = {}, [], []
         for i, (job, job_dir, done, after) in enumerate(items):
             shown = common.shown(job.command())
             self.commands.append(shown)
+            shown_commands.append(shown)
             record_path = os.path.join(job_dir, JOB_RECORD)
             record = _read_json(record_path) if os.path.exists(record_path) else {}
             if record and record["command"] != shown:
@@ -329,7 +344,7 @@ class Runner:
                 import tensorflow as tf
                 tf.config.run_functions_eagerly(True)
             for i, (job, path, _) in todo.items():  # items come after what they need
-                print("$ " + self.commands[i], flush=True)
+                print("$ " + shown_commands[i], flush=True)
                 finished(i, path, execute(job, self.in_process))
             return seconds
         import concurrent.futures
@@ -337,7 +352,7 @@ class Runner:
         while todo or running:
             for i in [i for i, (_, _, after) in todo.items() if after not in unfinished]:
                 job, path, _ = todo.pop(i)
-                print("$ " + self.commands[i], flush=True)
+                print("$ " + shown_commands[i], flush=True)
                 running[self._executor().submit(execute, job, self.in_process)] = (i, path)
             completed, _ = concurrent.futures.wait(
                 running, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -519,6 +534,24 @@ def selected_configs() -> tuple[list[str], bool]:
     return [n for n in names if n in CONFIGS], RANDOM_INIT in names
 
 
+def pretrain_seeds() -> list[int]:
+    try:
+        seeds = [int(s) for s in FLAGS.pretrain_seeds]
+    except ValueError:
+        seeds = []
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise UserInputError(f"--pretrain_seeds={','.join(FLAGS.pretrain_seeds)}: give distinct "
+                             "non-negative integers, e.g. --pretrain_seeds=0,1")
+    return seeds
+
+
+def run_name(name: str, seed: int) -> str:
+    """A pre-training run's directory name: seed 0's is the configuration's (the one-seed
+    study's), another seed's has it appended."""
+    return name if seed == 0 else f"{name}_seed{seed}"
+
+
+
 def build_plan(scale: Scale, names: list[str], budget: float, curve_points: int) -> dict:
     from electra_tf import tokenization
     vocab_size = len(tokenization.load_vocab(os.path.join(common.REPO, VOCAB)))
@@ -543,14 +576,14 @@ def print_plan(plan: dict, budget: float):
 
 
 def pretraining_job(scale: Scale, config: Config, p: dict, data_dir: str,
-                    model_dir: str) -> Job:
+                    model_dir: str, seed: int = 0) -> Job:
     files, bindings = pretraining_gin(scale, config)
     bindings += [f"NUM_TRAIN_STEPS={p['steps']}", f"STEPS_PER_LOOP={p['steps_per_loop']}",
                  f"CHECKPOINT_EVERY={p['checkpoint_every']}",
                  f"pretraining.keep_checkpoints={len(p['checkpoints']) + 2}"]
     job_flags = [("gin_file", f) for f in files] + [("gin_bindings", b) for b in bindings]
     job_flags += [("model_dir", model_dir), ("train_data", f"{data_dir}/*.tfrecord"),
-                  ("seed", "0")]
+                  ("seed", str(seed))]
     if FLAGS.strategy != "default":
         job_flags.append(("strategy", FLAGS.strategy))
     if FLAGS.tpu:
@@ -571,19 +604,32 @@ def finetuning_job(scale: Scale, init: str, model_dir: str, train_csv: str, dev_
     return Job("scripts/run_finetuning.py", job_flags)
 
 
-def finetune_summary(model_dir: str) -> dict:
-    results = _read_json(os.path.join(model_dir, "results.json"))
-    metric = results["metric"]
-    return {"metric": metric, "median": results["median"][metric],
-            "mean": results["mean"][metric], "std": results["std"][metric],
-            "per_seed": [t["dev"][metric] for t in results["trials"]],
-            "median_all": results["median"]}
+def finetune_summary(*model_dirs: str) -> dict:
+    """A fine-tuning run's dev scores (results.json); given several runs (one per
+    pre-training seed), the median, mean and sample std of all their trials, `per_seed`
+    every trial's score, run after run."""
+    import statistics
+    runs = [_read_json(os.path.join(d, "results.json")) for d in model_dirs]
+    metric = runs[0]["metric"]
+    if len(runs) == 1:
+        results = runs[0]
+        return {"metric": metric, "median": results["median"][metric],
+                "mean": results["mean"][metric], "std": results["std"][metric],
+                "per_seed": [t["dev"][metric] for t in results["trials"]],
+                "median_all": results["median"]}
+    trials = [t["dev"] for results in runs for t in results["trials"]]
+    scores = [t[metric] for t in trials]
+    return {"metric": metric, "median": statistics.median(scores),
+            "mean": statistics.fmean(scores), "std": statistics.stdev(scores),
+            "per_seed": scores,
+            "median_all": {k: statistics.median(t[k] for t in trials) for k in trials[0]}}
 
 
 def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: str,
-             runner: Runner, num_trials: int) -> dict:
+             runner: Runner, num_trials: int, num_seeds: int = 1) -> dict:
     """Times FLAGS.estimate pre-training steps of every configuration (the last loop's
-    examples/s, after tracing) and one fine-tuning trial; projects the study's duration."""
+    examples/s, after tracing) and one fine-tuning trial; projects the study's duration
+    (each configuration pre-trained and fine-tuned once per pre-training seed)."""
     from electra_tf import gin_files
     from electra_tf.training import pretraining
     steps = FLAGS.estimate
@@ -611,10 +657,13 @@ def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: s
         Runner(in_process=True).run(job, model_dir, lambda: False)
         trial = time.time() - started
     curve = sum(len(plan[n]["checkpoints"]) - 1 for n in CURVE_CONFIGS if n in plan)
-    finetunes = len(plan) + curve + 1
+    finetunes = (len(plan) + curve) * num_seeds + 1
+    total_pretrain *= num_seeds
     startup = 0 if runner.in_process else 15.0
-    total = (total_pretrain + len(plan) * startup + finetunes * (num_trials * trial + startup))
-    print(f"pre-training {total_pretrain / 3600:.2f} h; one fine-tuning trial {trial:.0f} s x "
+    total = (total_pretrain + len(plan) * num_seeds * startup
+             + finetunes * (num_trials * trial + startup))
+    print(f"pre-training {total_pretrain / 3600:.2f} h ({num_seeds} seed(s)); one "
+          f"fine-tuning trial {trial:.0f} s x "
           f"{num_trials} seeds x {finetunes} models; with ~{startup:.0f} s start-up per job, "
           f"the study takes about {total / 3600:.1f} h")
     return {"pretraining": rows, "pretraining_seconds": round(total_pretrain),
@@ -629,6 +678,7 @@ def main(argv):
     budget = FLAGS.flops_budget or scale.flops_budget
     curve_points = FLAGS.curve_points or scale.curve_points
     num_trials = FLAGS.num_trials or scale.num_trials
+    seeds = pretrain_seeds()
     in_process = scale.in_process if FLAGS.in_process is None else FLAGS.in_process
     work = FLAGS.work_dir or os.path.join(common.CACHE_DIR, "study", FLAGS.scale)
     results_dir = FLAGS.results_dir or (work if FLAGS.scale == "toy" else common.RESULTS_DIR)
@@ -658,7 +708,8 @@ def main(argv):
     train_csv, dev_csv, split_info = write_splits(rows, scale.num_train, scale.num_dev, work)
 
     if FLAGS.estimate:
-        result = estimate(scale, plan, data_dir, train_csv, dev_csv, runner, num_trials)
+        result = estimate(scale, plan, data_dir, train_csv, dev_csv, runner, num_trials,
+                          len(seeds))
         _write_json(os.path.join(work, "estimate.json"), {"run": common.run_info(), **result})
         return 0
 
@@ -669,48 +720,66 @@ def main(argv):
     if with_random and "electra" not in names:
         raise UserInputError(f"{RANDOM_INIT} fine-tunes the electra run's discriminator with "
                          "random weights: include electra in --configs")
-    model_dirs = {name: os.path.join(work, "pretrain", name) for name in names}
-    items = [(pretraining_job(scale, CONFIGS[name], plan[name], data_dir, model_dirs[name]),
-              model_dirs[name], lambda final=os.path.join(
-                  model_dirs[name], f"ckpt-{plan[name]['steps']}.index"): os.path.exists(final),
-              None) for name in names]
-    targets = [(name, step, os.path.join(model_dirs[name], f"ckpt-{step}"),
-                os.path.join(work, "finetune", name, f"step{step}"))
-               for name in names
+    runs = [(name, seed) for name in names for seed in seeds]
+    model_dirs = {(name, seed): os.path.join(work, "pretrain", run_name(name, seed))
+                  for name, seed in runs}
+    items = [(pretraining_job(scale, CONFIGS[name], plan[name], data_dir,
+                              model_dirs[name, seed], seed),
+              model_dirs[name, seed], lambda final=os.path.join(
+                  model_dirs[name, seed], f"ckpt-{plan[name]['steps']}.index"):
+              os.path.exists(final), None) for name, seed in runs]
+    targets = [(name, seed, step, os.path.join(model_dirs[name, seed], f"ckpt-{step}"),
+                os.path.join(work, "finetune", run_name(name, seed), f"step{step}"))
+               for name, seed in runs
                for step in (plan[name]["checkpoints"] if name in CURVE_CONFIGS
                             else [plan[name]["steps"]])]
     if with_random:
-        targets.append((RANDOM_INIT, 0, model_dirs["electra"],
+        targets.append((RANDOM_INIT, seeds[0], 0, model_dirs["electra", seeds[0]],
                         os.path.join(work, "finetune", RANDOM_INIT)))
     items += [(finetuning_job(scale, init, out, train_csv, dev_csv, num_trials,
                               random_init=name == RANDOM_INIT), out,
                lambda out=out: os.path.exists(os.path.join(out, "results.json")),
-               names.index("electra" if name == RANDOM_INIT else name))
-              for name, _, init, out in targets]
+               runs.index(("electra", seed) if name == RANDOM_INIT else (name, seed)))
+              for name, seed, _, init, out in targets]
     seconds = runner.run_all(items)
     runner.close()
     configs = {}
-    for name, took in zip(names, seconds):
-        p, model_dir = plan[name], model_dirs[name]
-        model_info = _read_json(os.path.join(model_dir, "model_info.json"))
-        if not math.isclose(model_info["train_flops_per_example"],
-                            p["reported_flops_per_example"], rel_tol=1e-9):
-            raise UserInputError(f"{model_dir}/model_info.json reports "
-                                 f"{model_info['train_flops_per_example']:.6g} FLOPs per "
-                                 f"example, the plan {p['reported_flops_per_example']:.6g}")
+    for name in names:
         configs[name] = {"title": CONFIGS[name].title,
                          "gin_files": list(CONFIGS[name].gin_files),
-                         "bindings": list(CONFIGS[name].bindings), **p,
-                         "pretrain_seconds": took, "health": pretraining_health(model_dir),
-                         "finetune": {}}
-    baseline = None
-    for (name, step, _, out), took in zip(targets, seconds[len(names):]):
+                         "bindings": list(CONFIGS[name].bindings), **plan[name],
+                         "runs": {}, "finetune": {}}
+    for (name, seed), took in zip(runs, seconds):
+        model_dir = model_dirs[name, seed]
+        model_info = _read_json(os.path.join(model_dir, "model_info.json"))
+        if not math.isclose(model_info["train_flops_per_example"],
+                            plan[name]["reported_flops_per_example"], rel_tol=1e-9):
+            raise UserInputError(f"{model_dir}/model_info.json reports "
+                                 f"{model_info['train_flops_per_example']:.6g} FLOPs per "
+                                 f"example, the plan "
+                                 f"{plan[name]['reported_flops_per_example']:.6g}")
+        configs[name]["runs"][str(seed)] = {"pretrain_seconds": took,
+                                            "health": pretraining_health(model_dir),
+                                            "finetune": {}}
+    baseline, outs = None, {}
+    for (name, seed, step, _, out), took in zip(targets, seconds[len(runs):]):
         if name == RANDOM_INIT:
             baseline = {"seconds": took, **finetune_summary(out)}
         else:
-            configs[name]["finetune"][str(step)] = {
-                "flops": step * configs[name]["flops_per_step"], "seconds": took,
-                **finetune_summary(out)}
+            configs[name]["runs"][str(seed)]["finetune"][str(step)] = {
+                "seconds": took, **finetune_summary(out)}
+            outs.setdefault((name, step), []).append(out)
+    for (name, step), dirs in outs.items():
+        configs[name]["finetune"][str(step)] = {
+            "flops": step * configs[name]["flops_per_step"],
+            "seconds": sum(configs[name]["runs"][str(seed)]["finetune"][str(step)]["seconds"]
+                           for seed in seeds), **finetune_summary(*dirs)}
+    for c in configs.values():  # over the runs: the mean pre-training time and health
+        values = list(c["runs"].values())
+        c["pretrain_seconds"] = round(sum(r["pretrain_seconds"] for r in values)
+                                      / len(values), 1)
+        c["health"] = {k: round(sum(r["health"][k] for r in values) / len(values), 4)
+                       for k in values[0]["health"] if all(k in r["health"] for r in values)}
 
     import plots
     pngs = plots.write_plots(configs, baseline, results_dir, stem, GROUPS, CURVE_CONFIGS,
@@ -720,6 +789,7 @@ def main(argv):
         "run": common.run_info(), "scale": FLAGS.scale,
         "settings": {**dataclasses.asdict(scale), "flops_budget": budget,
                      "curve_points": curve_points, "num_trials": num_trials,
+                     "pretrain_seeds": seeds,
                      "pretrain_bindings": FLAGS.pretrain_bindings,
                      "flops_counting": "official (electra_tf.modeling.flops: backward = "
                                        "forward, dense embedding lookups)"},
@@ -739,10 +809,23 @@ def main(argv):
 def markdown(record: dict, budget: float) -> str:
     configs, baseline = record["configs"], record["random_init"]
     s = record["settings"]
+    seeds = [str(seed) for seed in s["pretrain_seeds"]]
+    several = len(seeds) > 1
 
     def score(f):
         return (f"{f['median']:.4f} ({f['mean']:.4f} ± {f['std']:.4f})",
                 ", ".join(f"{v:.3f}" for v in f["per_seed"]))
+
+    def by_run(c, step):
+        """Each pre-training run's median, and its trials' scores, run after run."""
+        finals = [c["runs"][seed]["finetune"][step] for seed in seeds]
+        return [" / ".join(f"{f['median']:.4f}" for f in finals),
+                " / ".join(", ".join(f"{v:.3f}" for v in f["per_seed"]) for f in finals)]
+
+    def health(c, tag):
+        if not several:
+            return c["health"].get(tag, "-")
+        return " / ".join(str(c["runs"][seed]["health"].get(tag, "-")) for seed in seeds)
 
     metric = next((f["metric"] for c in configs.values() for f in c["finetune"].values()),
                   baseline["metric"] if baseline else "accuracy")
@@ -750,24 +833,31 @@ def markdown(record: dict, budget: float) -> str:
     for name, c in configs.items():
         final = c["finetune"][str(c["steps"])]
         studies = [g for g, (_, members) in GROUPS.items() if name in dict(members)]
+        scores = ([score(final)[0], *by_run(c, str(c["steps"]))] if several
+                  else score(final))
         rows.append([f"`{name}`", c["title"], ", ".join(studies) or "-", f"{c['steps']:,}",
                      f"{c['flops_per_step']:.3g}", f"{c['total_flops']:.4g}",
                      f"{c['pretrain_seconds'] / 60:.1f}",
-                     c["health"].get("discriminator/auc", "-"),
-                     c["health"].get("generator/mlm_accuracy", "-"), *score(final)])
+                     health(c, "discriminator/auc"), health(c, "generator/mlm_accuracy"),
+                     *scores])
     if baseline:
+        scores = ([score(baseline)[0], "-", score(baseline)[1]] if several
+                  else score(baseline))
         rows.append([f"`{RANDOM_INIT}`", "no pre-training (the electra discriminator's shape)",
-                     "baseline", "0", "-", "0", "-", "-", "-", *score(baseline)])
+                     "baseline", "0", "-", "0", "-", "-", "-", *scores])
+    score_columns = ([f"dev {metric}: median (mean ± std) of all runs' trials",
+                      "median per pre-training run", "per seed, run after run"] if several
+                     else [f"dev {metric}: median (mean ± std)", "per seed"])
     table = common.markdown_table(
         ["config", "what", "studies", "steps", "FLOPs/step", "pre-training FLOPs",
-         "pre-training min", "disc. AUC (end)", "gen. MLM acc. (end)",
-         f"dev {metric}: median (mean ± std)", "per seed"], rows)
-    curve_rows = [[f"`{name}`", f"{int(step):,}", f"{f['flops']:.3g}", *score(f)]
+         "pre-training min" + (" (mean of the runs)" if several else ""),
+         "disc. AUC (end)", "gen. MLM acc. (end)", *score_columns], rows)
+    curve_rows = [[f"`{name}`", f"{int(step):,}", f"{f['flops']:.3g}",
+                   *([score(f)[0], *by_run(configs[name], step)] if several else score(f))]
                   for name in CURVE_CONFIGS if name in configs
                   for step, f in configs[name]["finetune"].items()]
     curve = common.markdown_table(["config", "checkpoint step", "pre-training FLOPs",
-                                   f"dev {metric}: median (mean ± std)", "per seed"],
-                                  curve_rows)
+                                   *score_columns], curve_rows)
     data = record["labelled_data"]
     return (
         f"Every configuration pre-trained with the same budget of {budget:.3g} FLOPs "
@@ -776,8 +866,12 @@ def markdown(record: dict, budget: float) -> str:
         f"{record['pretraining_data']['num_examples']:,} packed examples; then fine-tuned "
         f"({s['finetune_gin']}, {', '.join(s['finetune_bindings'])}) on "
         f"{data['num_train']:,} training / {data['num_dev']:,} dev examples of "
-        f"{data['source']}, {s['num_trials']} seeds; scores are on dev.\n\n"
-        + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
+        f"{data['source']}, {s['num_trials']} seeds; scores are on dev."
+        + (f" Each configuration pre-trained once per seed ({', '.join(seeds)}: initial "
+           "weights, data order, masks and samples), every run fine-tuned with the same "
+           f"{s['num_trials']} seeds; a score pools all runs' trials, and the health "
+           "columns list the runs' values in seed order." if several else "")
+        + "\n\n" + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
         + curve + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
         + f".\n\nCommit `{record['run']['git_commit']}`. Commands (from the repository "
         "root):\n\n```\n" + "\n".join(record["commands"]) + "\n```\n")
