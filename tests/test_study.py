@@ -1,7 +1,8 @@
 """The study runner (benchmarks/study/run_study.py) end to end at toy scale: every
 configuration of the grid pre-trained with the same FLOPs budget on the embedded corpus,
 fine-tuned with 2 seeds on the committed movie-review fixture, one table and the plots
-written; a rerun reuses everything. (About 80 s on 2 cores; the real grids are not run here.)
+written; a rerun reuses everything, and one with two pre-training seeds only runs seed 1.
+(About 2 minutes on 2 cores; the real grids are not run here.)
 """
 
 import json
@@ -67,6 +68,7 @@ def test_every_configuration_has_scores(study):
     table = (study["results"] / "study_toy.md").read_text()
     for name in (*GRID, "random_init"):
         assert f"| `{name}` |" in table
+    assert "median per pre-training run" not in table  # one seed: no per-run columns
 
 
 def test_equal_flops_within_one_step(study):
@@ -158,6 +160,7 @@ def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
         assert seed0["per_seed"] == first["finetune"][step]["per_seed"]
         assert pooled["per_seed"] == seed0["per_seed"] + seed1["per_seed"]
         assert pooled["median"] == pytest.approx(statistics.median(pooled["per_seed"]))
+        assert pooled["mean"] == pytest.approx(sum(pooled["per_seed"]) / 4)
         assert pooled["std"] == pytest.approx(statistics.stdev(pooled["per_seed"]))
     runs = config["runs"].values()
     assert config["pretrain_seconds"] == pytest.approx(

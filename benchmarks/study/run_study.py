@@ -18,7 +18,7 @@ reused), every run fine-tuned with the same --num_trials seeds, and each score i
 median of all the runs' trials; the table adds each run's median.
 
 Scales (`--scale`; the flags below override parts of them):
-- `toy`: CI's test of this runner (tests/test_study.py, about a minute): a 1-layer, hidden-64
+- `toy`: CI's test of this runner (tests/test_study.py, about 2 minutes): a 1-layer, hidden-64
   model at seq 32 on one Austen novel, 2 seeds on 32 / 16 sentences of the committed
   movie-review fixture, two jobs at a time in worker processes, tf.functions run eagerly
   (a handful of steps cost less than tracing them). Its numbers mean nothing; its results
@@ -183,7 +183,8 @@ flags.DEFINE_list("pretrain_seeds", ["0"], "Pre-training seeds (run_pretraining.
                   "initial weights, data order, masks and samples): each configuration is "
                   "pre-trained once per seed, every run fine-tuned with the --num_trials "
                   "seeds, and its scores pool all of them. Seed 0's runs are the one-seed "
-                  "study's (a rerun with more seeds reuses them).")
+                  "study's (a rerun with more seeds reuses them); the results replace the "
+                  "one-seed study's files (pass --results_dir to keep both).")
 flags.DEFINE_string("corpus", None, "Pre-training text (comma-separated globs); default: "
                     "the scale's ('debian': make_corpus.py's output, built if missing).")
 flags.DEFINE_string("labelled_data", None, "'vader' (the movie-review snippets) or a CSV "
@@ -542,14 +543,13 @@ def pretrain_seeds() -> list[int]:
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise UserInputError(f"--pretrain_seeds={','.join(FLAGS.pretrain_seeds)}: give distinct "
                              "non-negative integers, e.g. --pretrain_seeds=0,1")
-    return seeds
+    return sorted(seeds)
 
 
 def run_name(name: str, seed: int) -> str:
     """A pre-training run's directory name: seed 0's is the configuration's (the one-seed
     study's), another seed's has it appended."""
     return name if seed == 0 else f"{name}_seed{seed}"
-
 
 
 def build_plan(scale: Scale, names: list[str], budget: float, curve_points: int) -> dict:
@@ -662,8 +662,9 @@ def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: s
     startup = 0 if runner.in_process else 15.0
     total = (total_pretrain + len(plan) * num_seeds * startup
              + finetunes * (num_trials * trial + startup))
-    print(f"pre-training {total_pretrain / 3600:.2f} h ({num_seeds} seed(s)); one "
-          f"fine-tuning trial {trial:.0f} s x "
+    print(f"pre-training {total_pretrain / 3600:.2f} h"
+          + (f" ({num_seeds} seeds)" if num_seeds > 1 else "")
+          + f"; one fine-tuning trial {trial:.0f} s x "
           f"{num_trials} seeds x {finetunes} models; with ~{startup:.0f} s start-up per job, "
           f"the study takes about {total / 3600:.1f} h")
     return {"pretraining": rows, "pretraining_seconds": round(total_pretrain),
@@ -733,9 +734,9 @@ def main(argv):
                for name, seed in runs
                for step in (plan[name]["checkpoints"] if name in CURVE_CONFIGS
                             else [plan[name]["steps"]])]
-    if with_random:
+    if with_random:  # the shape of the lowest seed's electra run (its weights are not used)
         targets.append((RANDOM_INIT, seeds[0], 0, model_dirs["electra", seeds[0]],
-                        os.path.join(work, "finetune", RANDOM_INIT)))
+                        os.path.join(work, "finetune", run_name(RANDOM_INIT, seeds[0]))))
     items += [(finetuning_job(scale, init, out, train_csv, dev_csv, num_trials,
                               random_init=name == RANDOM_INIT), out,
                lambda out=out: os.path.exists(os.path.join(out, "results.json")),
@@ -748,7 +749,7 @@ def main(argv):
         configs[name] = {"title": CONFIGS[name].title,
                          "gin_files": list(CONFIGS[name].gin_files),
                          "bindings": list(CONFIGS[name].bindings), **plan[name],
-                         "runs": {}, "finetune": {}}
+                         "pretrain_seconds": None, "health": None, "finetune": {}, "runs": {}}
     for (name, seed), took in zip(runs, seconds):
         model_dir = model_dirs[name, seed]
         model_info = _read_json(os.path.join(model_dir, "model_info.json"))
@@ -809,7 +810,7 @@ def main(argv):
 def markdown(record: dict, budget: float) -> str:
     configs, baseline = record["configs"], record["random_init"]
     s = record["settings"]
-    seeds = [str(seed) for seed in s["pretrain_seeds"]]
+    seeds = [str(seed) for seed in s.get("pretrain_seeds", [0])]
     several = len(seeds) > 1
 
     def score(f):
@@ -841,7 +842,8 @@ def markdown(record: dict, budget: float) -> str:
                      health(c, "discriminator/auc"), health(c, "generator/mlm_accuracy"),
                      *scores])
     if baseline:
-        scores = ([score(baseline)[0], "-", score(baseline)[1]] if several
+        scores = ([score(baseline)[0], f"{baseline['median']:.4f}", score(baseline)[1]]
+                  if several
                   else score(baseline))
         rows.append([f"`{RANDOM_INIT}`", "no pre-training (the electra discriminator's shape)",
                      "baseline", "0", "-", "0", "-", "-", "-", *scores])
@@ -870,7 +872,8 @@ def markdown(record: dict, budget: float) -> str:
         + (f" Each configuration pre-trained once per seed ({', '.join(seeds)}: initial "
            "weights, data order, masks and samples), every run fine-tuned with the same "
            f"{s['num_trials']} seeds; a score pools all runs' trials, and the health "
-           "columns list the runs' values in seed order." if several else "")
+           "columns list the runs' values in seed order." if several
+           else f" Pre-training seed {seeds[0]}." if seeds != ["0"] else "")
         + "\n\n" + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
         + curve + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
         + f".\n\nCommit `{record['run']['git_commit']}`. Commands (from the repository "
