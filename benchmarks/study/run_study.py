@@ -35,9 +35,12 @@ Scales (`--scale`; the flags below override parts of them):
   pre-training 9-12 minutes per configuration (All-Tokens MLM 23: its softmax over the
   vocabulary at every position), 2.3 h in all; fine-tuning 29 s per trial, 95 trials (19
   models x 5 seeds) 46 min; about 3.2 h with each job's start-up. The full grid, run with
-  --jobs=2 and one thread per job (benchmarks/results/study.md), took longer: pre-training
-  16-39 minutes per configuration, 5.1 h of job time (about 2.6 h of wall time), and
-  fine-tuning 4-5 minutes per model (5 seeds).
+  --jobs=2 and one thread per job, took 16-39 minutes per configuration to pre-train, 5.1 h
+  of job time (about 2.6 h of wall time), and 4-5 minutes per model (5 seeds) to fine-tune
+  on the first host (benchmarks/results/study_earlier_init.md); on the newer one (CPU family
+  26, AVX-512 with bf16; benchmarks/results/study.md) 11-18 minutes per configuration
+  (All-Tokens MLM 32), 2.9 h of job time, fine-tuning 2.3 minutes per model: 1.9 h of wall
+  time for the whole grid.
 - `small`: ELECTRA-Small (small.gin: 12 layers, hidden 256, seq 128, batch 128, LR 5e-4,
   10k warmup) with a budget of 1/8 of the paper's ELECTRA-Small run (1.6e17 FLOPs: 124k
   ELECTRA steps of its 1M) per configuration, checkpoints at quarters, finetune/small.gin,
