@@ -611,21 +611,15 @@ def finetune_summary(*model_dirs: str) -> dict:
     """A fine-tuning run's dev scores (results.json); given several runs (one per
     pre-training seed), the median, mean and sample std of all their trials, `per_seed`
     every trial's score, run after run."""
-    import statistics
+    from electra_tf.finetune import runner
     runs = [_read_json(os.path.join(d, "results.json")) for d in model_dirs]
     metric = runs[0]["metric"]
-    if len(runs) == 1:
-        results = runs[0]
-        return {"metric": metric, "median": results["median"][metric],
-                "mean": results["mean"][metric], "std": results["std"][metric],
-                "per_seed": [t["dev"][metric] for t in results["trials"]],
-                "median_all": results["median"]}
-    trials = [t["dev"] for results in runs for t in results["trials"]]
-    scores = [t[metric] for t in trials]
-    return {"metric": metric, "median": statistics.median(scores),
-            "mean": statistics.fmean(scores), "std": statistics.stdev(scores),
-            "per_seed": scores,
-            "median_all": {k: statistics.median(t[k] for t in trials) for k in trials[0]}}
+    results = runner.summarize(runs[0]["task"], metric,
+                               [t for run in runs for t in run["trials"]])
+    return {"metric": metric, "median": results["median"][metric],
+            "mean": results["mean"][metric], "std": results["std"][metric],
+            "per_seed": [t["dev"][metric] for t in results["trials"]],
+            "median_all": results["median"]}
 
 
 def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: str,
