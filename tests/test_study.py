@@ -69,6 +69,7 @@ def test_every_configuration_has_scores(study):
     for name in (*GRID, "random_init"):
         assert f"| `{name}` |" in table
     assert "median per pre-training run" not in table  # one seed: no per-run columns
+    assert record["comparisons"] == [] and "Differences" not in table
 
 
 def test_equal_flops_within_one_step(study):
@@ -171,6 +172,16 @@ def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
     final = config["runs"]["0"]["finetune"][str(config["steps"])]["median"], config["runs"][
         "1"]["finetune"][str(config["steps"])]["median"]
     assert f"{final[0]:.4f} / {final[1]:.4f}" in table
+    # Against random weights: the pooled medians' difference, its interval resampling the
+    # two pre-training runs (random weights: one run of trials).
+    [comparison] = record["comparisons"]
+    assert (comparison["a"], comparison["b"], comparison["runs"]) == (
+        "electra", "random_init", [2, 1])
+    assert comparison["difference"] == pytest.approx(
+        config["finetune"][str(config["steps"])]["median"] - record["random_init"]["median"])
+    assert comparison["low"] <= comparison["high"]
+    assert "Differences (pooled median of the first minus the second" in table
+    assert f"| {comparison['difference']:+.4f} |" in table
 
 
 @pytest.mark.parametrize("seeds", ["0,0", "one"])

@@ -15,7 +15,10 @@ seed alone moves ELECTRA's median fine-tuning score by 1.4 points
 With several seeds each configuration is pre-trained once per seed (seed 0 in
 pretrain/<config>, seed s in pretrain/<config>_seed<s>, so a one-seed study's runs are
 reused), every run fine-tuned with the same --num_trials seeds, and each score is the
-median of all the runs' trials; the table adds each run's median.
+median of all the runs' trials; the table adds each run's median, and a second table the
+differences ELECTRA - BERT at each pair of checkpoints along the runs and ELECTRA, BERT -
+random weights at the end, each with a 95% interval from a bootstrap that resamples the
+pre-training runs and then their trials (compare.py).
 
 Scales (`--scale`; the flags below override parts of them):
 - `toy`: CI's test of this runner (tests/test_study.py, about 2 minutes): a 1-layer, hidden-64
@@ -779,6 +782,8 @@ def main(argv):
         c["health"] = {k: round(sum(r["health"][k] for r in values) / len(values), 4)
                        for k in values[0]["health"] if all(k in r["health"] for r in values)}
 
+    comparisons = compare_runs(configs, baseline, seeds) if len(seeds) > 1 else []
+
     import plots
     pngs = plots.write_plots(configs, baseline, results_dir, stem, GROUPS, CURVE_CONFIGS,
                              budget)
@@ -796,12 +801,44 @@ def main(argv):
                              "num_tokens": data_info["num_tokens"]},
         "labelled_data": {"source": labelled_source, **split_info},
         "configs": configs, "random_init": baseline, "groups": GROUPS,
+        "comparisons": comparisons,
         "plots": [os.path.basename(p) for p in pngs], "commands": runner.commands}
     body = markdown(record, budget)
     json_path, md_path = common.write_results(stem, record, body, results_dir)
     print(body)
     print(f"wrote {json_path}, {md_path} and {', '.join(pngs)}")
     return 0
+
+
+def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list[dict]:
+    """ELECTRA minus BERT at each pair of checkpoints along the runs (the i-th of each: equal
+    FLOPs within a step's), and each minus random weights at the end: the difference of
+    pooled medians with a 95% interval resampling pre-training runs and their trials
+    (compare.py)."""
+    import compare
+
+    def runs(name, step):
+        return [configs[name]["runs"][str(seed)]["finetune"][step]["per_seed"]
+                for seed in seeds]
+
+    rows = []
+    if "electra" in configs and "mlm" in configs:
+        pairs = zip(sorted(configs["electra"]["finetune"], key=int),
+                    sorted(configs["mlm"]["finetune"], key=int))
+        for a_step, b_step in pairs:
+            rows.append({"a": "electra", "a_step": int(a_step), "b": "mlm",
+                         "b_step": int(b_step),
+                         "flops": configs["electra"]["finetune"][a_step]["flops"],
+                         **compare.difference(runs("electra", a_step), runs("mlm", b_step))})
+    if baseline:
+        for name in ("electra", "mlm"):
+            if name in configs:
+                step = str(configs[name]["steps"])
+                rows.append({"a": name, "a_step": int(step), "b": RANDOM_INIT, "b_step": 0,
+                             "flops": configs[name]["total_flops"],
+                             **compare.difference(runs(name, step),
+                                                  [baseline["per_seed"]])})
+    return rows
 
 
 def markdown(record: dict, budget: float) -> str:
@@ -857,6 +894,20 @@ def markdown(record: dict, budget: float) -> str:
                   for step, f in configs[name]["finetune"].items()]
     curve = common.markdown_table(["config", "checkpoint step", "pre-training FLOPs",
                                    *score_columns], curve_rows)
+    comparisons = ""
+    if record.get("comparisons"):
+        comparisons = (
+            "\n\nDifferences (pooled median of the first minus the second; 95% interval "
+            "and share of replicates above 0 from a bootstrap that resamples the pre-training "
+            "runs, then each run's trials; benchmarks/study/compare.py):\n\n"
+            + common.markdown_table(
+                ["first", "second", "FLOPs of the first", f"difference in {metric}",
+                 "95% interval", "first above in", "runs"],
+                [[f"`{r['a']}` step {r['a_step']:,}",
+                  f"`{r['b']}`" + (f" step {r['b_step']:,}" if r["b_step"] else ""),
+                  f"{r['flops']:.3g}", f"{r['difference']:+.4f}",
+                  f"{r['low']:+.4f} to {r['high']:+.4f}", f"{r['share_above']:.0%}",
+                  f"{r['runs'][0]} vs {r['runs'][1]}"] for r in record["comparisons"]]))
     data = record["labelled_data"]
     return (
         f"Every configuration pre-trained with the same budget of {budget:.3g} FLOPs "
@@ -872,7 +923,7 @@ def markdown(record: dict, budget: float) -> str:
            "columns list the runs' values in seed order." if several
            else f" Pre-training seed {seeds[0]}." if seeds != ["0"] else "")
         + "\n\n" + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
-        + curve + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
+        + curve + comparisons + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
         + f".\n\nCommit `{record['run']['git_commit']}`. Commands (from the repository "
         "root):\n\n```\n" + "\n".join(record["commands"]) + "\n```\n")
 
