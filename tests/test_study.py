@@ -141,12 +141,12 @@ def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
     study's (not run again), seed 1 is pre-trained and fine-tuned anew, and each score pools
     both runs' trials."""
     results = study["results"] / "two_seeds"
-    out = _run(study["work"], results, "--configs=electra,random_init",
+    out = _run(study["work"], results, "--configs=electra,mlm,random_init",
                "--pretrain_seeds=0,1")
     ran = [line for line in out.splitlines() if line.startswith("$ ")]
-    assert ran and all("electra_seed1" in line for line in ran), ran
-    assert sum("scripts/run_pretraining.py" in line for line in ran) == 1
-    assert "--seed=1" in ran[0]
+    assert ran and all("electra_seed1" in line or "mlm_seed1" in line for line in ran), ran
+    pretraining = [line for line in ran if "scripts/run_pretraining.py" in line]
+    assert len(pretraining) == 2 and all("--seed=1" in line for line in pretraining)
     with open(results / "study_toy.json") as f:
         record = json.load(f)
     assert record["settings"]["pretrain_seeds"] == [0, 1]
@@ -172,16 +172,28 @@ def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
     final = config["runs"]["0"]["finetune"][str(config["steps"])]["median"], config["runs"][
         "1"]["finetune"][str(config["steps"])]["median"]
     assert f"{final[0]:.4f} / {final[1]:.4f}" in table
-    # Against random weights: the pooled medians' difference, its interval resampling the
-    # two pre-training runs (random weights: one run of trials).
-    [comparison] = record["comparisons"]
-    assert (comparison["a"], comparison["b"], comparison["runs"]) == (
-        "electra", "random_init", [2, 1])
-    assert comparison["difference"] == pytest.approx(
+    # The differences: ELECTRA - BERT at each pair of checkpoints along the runs, then each
+    # against random weights (one set of trials), the pooled medians' difference with an
+    # interval that resamples the two pre-training runs.
+    mlm = record["configs"]["mlm"]
+    pairs = list(zip(sorted(config["finetune"], key=int), sorted(mlm["finetune"], key=int)))
+    comparisons = record["comparisons"]
+    assert [(c["a"], c["a_step"], c["b"], c["b_step"]) for c in comparisons] == [
+        ("electra", int(a), "mlm", int(b)) for a, b in pairs] + [
+        ("electra", config["steps"], "random_init", 0), ("mlm", mlm["steps"], "random_init", 0)]
+    for c, (a, b) in zip(comparisons, pairs):
+        assert c["runs"] == [2, 2]
+        assert c["difference"] == pytest.approx(
+            config["finetune"][a]["median"] - mlm["finetune"][b]["median"])
+        assert c["flops"] == [config["finetune"][a]["flops"], mlm["finetune"][b]["flops"]]
+    against_random = comparisons[len(pairs)]
+    assert against_random["runs"] == [2, 1]
+    assert against_random["difference"] == pytest.approx(
         config["finetune"][str(config["steps"])]["median"] - record["random_init"]["median"])
-    assert comparison["low"] <= comparison["high"]
+    assert all(c["low"] <= c["high"] and 0 <= c["share_above"] <= 1 for c in comparisons)
     assert "Differences (pooled median of the first minus the second" in table
-    assert f"| {comparison['difference']:+.4f} |" in table
+    for c in comparisons:
+        assert f"| {c['difference']:+.4f} | {c['low']:+.4f} to {c['high']:+.4f} |" in table
 
 
 @pytest.mark.parametrize("seeds", ["0,0", "one"])

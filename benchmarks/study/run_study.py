@@ -15,7 +15,7 @@ seed alone moves ELECTRA's median fine-tuning score by 1.4 points
 With several seeds each configuration is pre-trained once per seed (seed 0 in
 pretrain/<config>, seed s in pretrain/<config>_seed<s>, so a one-seed study's runs are
 reused), every run fine-tuned with the same --num_trials seeds, and each score is the
-median of all the runs' trials; the table adds each run's median, and a second table the
+median of all the runs' trials; the tables add each run's median, and another table the
 differences ELECTRA - BERT at each pair of checkpoints along the runs and ELECTRA, BERT -
 random weights at the end, each with a 95% interval from a bootstrap that resamples the
 pre-training runs and then their trials (compare.py).
@@ -811,10 +811,11 @@ def main(argv):
 
 
 def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list[dict]:
-    """ELECTRA minus BERT at each pair of checkpoints along the runs (the i-th of each: equal
-    FLOPs within a step's), and each minus random weights at the end: the difference of
-    pooled medians with a 95% interval resampling pre-training runs and their trials
-    (compare.py)."""
+    """ELECTRA minus BERT at each pair of checkpoints along the runs (the i-th of each; at
+    about equal FLOPs, since checkpoints fall on whole loops: at the `cpu` scale ELECTRA's
+    first is at 5.83e13 FLOPs, BERT's at 5.64e13; the ends are equal within a step's), and
+    each minus random weights at the end: the difference of pooled medians with a 95%
+    interval resampling pre-training runs and their trials (compare.py)."""
     import compare
 
     def runs(name, step):
@@ -824,18 +825,19 @@ def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list
     rows = []
     if "electra" in configs and "mlm" in configs:
         pairs = zip(sorted(configs["electra"]["finetune"], key=int),
-                    sorted(configs["mlm"]["finetune"], key=int))
+                    sorted(configs["mlm"]["finetune"], key=int), strict=True)
         for a_step, b_step in pairs:
             rows.append({"a": "electra", "a_step": int(a_step), "b": "mlm",
                          "b_step": int(b_step),
-                         "flops": configs["electra"]["finetune"][a_step]["flops"],
+                         "flops": [configs["electra"]["finetune"][a_step]["flops"],
+                                   configs["mlm"]["finetune"][b_step]["flops"]],
                          **compare.difference(runs("electra", a_step), runs("mlm", b_step))})
     if baseline:
         for name in ("electra", "mlm"):
             if name in configs:
                 step = str(configs[name]["steps"])
                 rows.append({"a": name, "a_step": int(step), "b": RANDOM_INIT, "b_step": 0,
-                             "flops": configs[name]["total_flops"],
+                             "flops": [configs[name]["total_flops"], 0],
                              **compare.difference(runs(name, step),
                                                   [baseline["per_seed"]])})
     return rows
@@ -897,17 +899,20 @@ def markdown(record: dict, budget: float) -> str:
     comparisons = ""
     if record.get("comparisons"):
         comparisons = (
-            "\n\nDifferences (pooled median of the first minus the second; 95% interval "
-            "and share of replicates above 0 from a bootstrap that resamples the pre-training "
-            "runs, then each run's trials; benchmarks/study/compare.py):\n\n"
+            "\n\nDifferences (pooled median of the first minus the second; the 95% "
+            "interval and the share of replicates in which the first is above (ties not "
+            "counted) from a bootstrap that resamples the pre-training runs, then each "
+            "run's trials; benchmarks/study/compare.py):\n\n"
             + common.markdown_table(
-                ["first", "second", "FLOPs of the first", f"difference in {metric}",
-                 "95% interval", "first above in", "runs"],
+                ["first", "second", "pre-training FLOPs (first / second)",
+                 f"difference in {metric}", "95% interval", "first above in",
+                 "pre-training runs"],
                 [[f"`{r['a']}` step {r['a_step']:,}",
                   f"`{r['b']}`" + (f" step {r['b_step']:,}" if r["b_step"] else ""),
-                  f"{r['flops']:.3g}", f"{r['difference']:+.4f}",
+                  " / ".join(f"{f:.3g}" for f in r["flops"]), f"{r['difference']:+.4f}",
                   f"{r['low']:+.4f} to {r['high']:+.4f}", f"{r['share_above']:.0%}",
-                  f"{r['runs'][0]} vs {r['runs'][1]}"] for r in record["comparisons"]]))
+                  f"{r['runs'][0]} / " + (str(r["runs"][1]) if r["b_step"] else "-")]
+                 for r in record["comparisons"]]))
     data = record["labelled_data"]
     return (
         f"Every configuration pre-trained with the same budget of {budget:.3g} FLOPs "
