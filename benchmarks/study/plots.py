@@ -18,25 +18,45 @@ def _baseline(ax, baseline):
                    label=f"no pre-training ({baseline['median']:.3f})")
 
 
+def _run_medians(config: dict, step: str) -> list[float]:
+    """Each pre-training run's median at a checkpoint (run_study.py's `runs`; none for
+    records without them)."""
+    return [run["finetune"][step]["median"] for run in config.get("runs", {}).values()
+            if step in run.get("finetune", {})]
+
+
 def curve_plot(configs: dict, baseline: dict | None, curve_configs, path: str):
-    """Median dev score (min-max of the seeds as error bars) at each fine-tuned checkpoint,
-    against the checkpoint's pre-training FLOPs."""
+    """Median dev score at each fine-tuned checkpoint, against the checkpoint's pre-training
+    FLOPs. Error bars: with one pre-training run, the min-max of its fine-tuning seeds; with
+    several, the range of the runs' medians (each run's as a dot), the between-run spread
+    that decides whether two curves differ."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    metric = "score"
+    metric, several = "score", False
     for name in curve_configs:
         if name not in configs:
             continue
-        points = sorted(configs[name]["finetune"].values(), key=lambda f: f["flops"])
+        finetune = configs[name]["finetune"]
+        steps = sorted(finetune, key=lambda s: finetune[s]["flops"])
+        points = [finetune[s] for s in steps]
         metric = points[0]["metric"]
+        by_run = [_run_medians(configs[name], s) for s in steps]
+        several = all(len(m) > 1 for m in by_run)
+        spread = by_run if several else [p["per_seed"] for p in points]
         x = [p["flops"] for p in points]
         y = [p["median"] for p in points]
-        low = [p["median"] - min(p["per_seed"]) for p in points]
-        high = [max(p["per_seed"]) - p["median"] for p in points]
+        low = [p["median"] - min(v) for p, v in zip(points, spread)]
+        high = [max(v) - p["median"] for p, v in zip(points, spread)]
         ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3,
                     color=COLORS.get(name), label=LABELS.get(name, name))
+        if several:
+            for flops, medians in zip(x, by_run):
+                ax.plot([flops] * len(medians), medians, ".", color=COLORS.get(name),
+                        alpha=0.5, markersize=5)
     _baseline(ax, baseline)
     ax.set_xlabel("pre-training FLOPs")
-    ax.set_ylabel(f"dev {metric} (median; bars: min-max over seeds)")
+    ax.set_ylabel(f"dev {metric}: median of all trials\n(bars, dots: the pre-training runs' "
+                  "medians)" if several else
+                  f"dev {metric} (median; bars: min-max over seeds)")
     ax.set_title("Downstream score vs pre-training compute")
     ax.grid(alpha=0.3)
     ax.legend()
