@@ -141,12 +141,12 @@ def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
     study's (not run again), seed 1 is pre-trained and fine-tuned anew, and each score pools
     both runs' trials."""
     results = study["results"] / "two_seeds"
-    out = _run(study["work"], results, "--configs=electra,mlm,random_init",
+    out = _run(study["work"], results, "--configs=electra,mlm,electra_15,random_init",
                "--pretrain_seeds=0,1")
     ran = [line for line in out.splitlines() if line.startswith("$ ")]
-    assert ran and all("electra_seed1" in line or "mlm_seed1" in line for line in ran), ran
+    assert ran and all("_seed1" in line for line in ran), ran
     pretraining = [line for line in ran if "scripts/run_pretraining.py" in line]
-    assert len(pretraining) == 2 and all("--seed=1" in line for line in pretraining)
+    assert len(pretraining) == 3 and all("--seed=1" in line for line in pretraining)
     with open(results / "study_toy.json") as f:
         record = json.load(f)
     assert record["settings"]["pretrain_seeds"] == [0, 1]
@@ -172,21 +172,27 @@ def test_more_pretraining_seeds_reuse_seed_0_and_pool_the_runs(study):
     final = config["runs"]["0"]["finetune"][str(config["steps"])]["median"], config["runs"][
         "1"]["finetune"][str(config["steps"])]["median"]
     assert f"{final[0]:.4f} / {final[1]:.4f}" in table
-    # The differences: ELECTRA - BERT at each pair of checkpoints along the runs, then each
-    # against random weights (one set of trials), the pooled medians' difference with an
-    # interval that resamples the two pre-training runs.
+    # The differences: ELECTRA - BERT at each pair of checkpoints along the runs, ELECTRA 15%
+    # - BERT at the end, then ELECTRA and BERT against random weights (one set of trials),
+    # the pooled medians' difference with an interval that resamples the two pre-training
+    # runs.
     mlm = record["configs"]["mlm"]
     pairs = list(zip(sorted(config["finetune"], key=int), sorted(mlm["finetune"], key=int)))
     comparisons = record["comparisons"]
     assert [(c["a"], c["a_step"], c["b"], c["b_step"]) for c in comparisons] == [
         ("electra", int(a), "mlm", int(b)) for a, b in pairs] + [
+        ("electra_15", record["configs"]["electra_15"]["steps"], "mlm", mlm["steps"]),
         ("electra", config["steps"], "random_init", 0), ("mlm", mlm["steps"], "random_init", 0)]
     for c, (a, b) in zip(comparisons, pairs):
         assert c["runs"] == [2, 2]
         assert c["difference"] == pytest.approx(
             config["finetune"][a]["median"] - mlm["finetune"][b]["median"])
         assert c["flops"] == [config["finetune"][a]["flops"], mlm["finetune"][b]["flops"]]
-    against_random = comparisons[len(pairs)]
+    ablation = record["configs"]["electra_15"]
+    assert comparisons[len(pairs)]["difference"] == pytest.approx(
+        ablation["finetune"][str(ablation["steps"])]["median"]
+        - mlm["finetune"][str(mlm["steps"])]["median"])
+    against_random = comparisons[len(pairs) + 1]
     assert against_random["runs"] == [2, 1]
     assert against_random["difference"] == pytest.approx(
         config["finetune"][str(config["steps"])]["median"] - record["random_init"]["median"])

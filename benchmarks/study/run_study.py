@@ -16,8 +16,8 @@ With several seeds each configuration is pre-trained once per seed (seed 0 in
 pretrain/<config>, seed s in pretrain/<config>_seed<s>, so a one-seed study's runs are
 reused), every run fine-tuned with the same --num_trials seeds, and each score is the
 median of all the runs' trials; the tables add each run's median, and another table the
-differences ELECTRA - BERT at each pair of checkpoints along the runs and ELECTRA, BERT -
-random weights at the end, each with a 95% interval from a bootstrap that resamples the
+differences ELECTRA - BERT at each pair of checkpoints along the runs, every other
+configuration - BERT at the end and ELECTRA, BERT - random weights, each with a 95% interval from a bootstrap that resamples the
 pre-training runs and then their trials (compare.py).
 
 Scales (`--scale`; the flags below override parts of them):
@@ -814,8 +814,9 @@ def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list
     """ELECTRA minus BERT at each pair of checkpoints along the runs (the i-th of each; at
     about equal FLOPs, since checkpoints fall on whole loops: at the `cpu` scale ELECTRA's
     first is at 5.83e13 FLOPs, BERT's at 5.64e13; the ends are equal within a step's), and
-    each minus random weights at the end: the difference of pooled medians with a 95%
-    interval resampling pre-training runs and their trials (compare.py)."""
+    every other configuration minus BERT at the end, and ELECTRA and BERT minus random
+    weights: the difference of pooled medians with a 95% interval resampling pre-training
+    runs and their trials (compare.py)."""
     import compare
 
     def runs(name, step):
@@ -832,6 +833,15 @@ def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list
                          "flops": [configs["electra"]["finetune"][a_step]["flops"],
                                    configs["mlm"]["finetune"][b_step]["flops"]],
                          **compare.difference(runs("electra", a_step), runs("mlm", b_step))})
+    if "mlm" in configs:
+        end = str(configs["mlm"]["steps"])
+        for name in configs:
+            if name not in ("electra", "mlm"):
+                step = str(configs[name]["steps"])
+                rows.append({"a": name, "a_step": int(step), "b": "mlm", "b_step": int(end),
+                             "flops": [configs[name]["total_flops"],
+                                       configs["mlm"]["total_flops"]],
+                             **compare.difference(runs(name, step), runs("mlm", end))})
     if baseline:
         for name in ("electra", "mlm"):
             if name in configs:
