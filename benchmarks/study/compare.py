@@ -3,9 +3,10 @@ several seeds and each run fine-tuned with several seeds.
 
 The scores are nested: trials within pre-training runs. Pooling the trials and comparing
 medians hides the between-run spread (at the study's `cpu` scale the pre-training seed
-alone moves a median by up to 2.9 points: benchmarks/results/study_two_seeds/), so the interval here comes from a two-level
-bootstrap: resample the pre-training runs with replacement, then each drawn run's trials
-with replacement, and take the difference of the pooled medians. With one run per side
+alone moves a run's median by up to 3.9 points: benchmarks/results/study_five_seeds/), so
+the interval here comes from a two-level bootstrap: resample the pre-training runs with
+replacement, then each drawn run's trials with replacement, and take the difference of
+the pooled medians. With one run per side
 only the trials are resampled and the interval says nothing about pre-training seeds;
 with few runs it is coarse (2 runs give 3 distinct run draws), which is the point: it
 shows how much the runs can say.

@@ -10,7 +10,8 @@ each configuration pre-trained with the same FLOPs budget and fine-tuned over se
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --pretrain_seeds=0,1  # twice
 
 Pre-training seeds (`--pretrain_seeds`, default 0): at the `cpu` scale the pre-training
-seed alone moves ELECTRA's median fine-tuning score by up to 1.8 points over five seeds
+seed alone moves ELECTRA's median fine-tuning score by 1.8 points at the end of its runs
+and up to 3.9 at a checkpoint along them, over five seeds
 (benchmarks/results/study_five_seeds/), more than most differences the grid measures.
 With several seeds each configuration is pre-trained once per seed (seed 0 in
 pretrain/<config>, seed s in pretrain/<config>_seed<s>, so a one-seed study's runs are
