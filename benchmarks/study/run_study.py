@@ -18,8 +18,9 @@ pretrain/<config>, seed s in pretrain/<config>_seed<s>, so a one-seed study's ru
 reused), every run fine-tuned with the same --num_trials seeds, and each score is the
 median of all the runs' trials; the tables add each run's median, and another table the
 differences ELECTRA - BERT at each pair of checkpoints along the runs, every other
-configuration - BERT at the end and ELECTRA, BERT - random weights, each with a 95% interval from a bootstrap that resamples the
-pre-training runs and then their trials (compare.py).
+configuration - BERT at the end and ELECTRA, BERT - random weights, each with a 95%
+interval from a bootstrap that resamples the pre-training runs and then their trials
+(compare.py).
 
 Scales (`--scale`; the flags below override parts of them):
 - `toy`: CI's test of this runner (tests/test_study.py, about 2 minutes): a 1-layer, hidden-64
