@@ -821,37 +821,34 @@ def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list
     runs and their trials (compare.py)."""
     import compare
 
-    def runs(name, step):
-        return [configs[name]["runs"][str(seed)]["finetune"][step]["per_seed"]
-                for seed in seeds]
+    def row(a: str, a_step: str, b: str, b_step: str) -> dict:
+        def runs(name, step):
+            if name == RANDOM_INIT:  # one set of trials, no pre-training runs
+                return [baseline["per_seed"]]
+            return [configs[name]["runs"][str(seed)]["finetune"][step]["per_seed"]
+                    for seed in seeds]
+
+        def flops(name, step):
+            return 0 if name == RANDOM_INIT else configs[name]["finetune"][step]["flops"]
+
+        return {"a": a, "a_step": int(a_step), "b": b, "b_step": int(b_step),
+                "flops": [flops(a, a_step), flops(b, b_step)],
+                **compare.difference(runs(a, a_step), runs(b, b_step))}
+
+    def end(name):
+        return str(configs[name]["steps"])
 
     rows = []
-    if "electra" in configs and "mlm" in configs:
-        pairs = zip(sorted(configs["electra"]["finetune"], key=int),
-                    sorted(configs["mlm"]["finetune"], key=int), strict=True)
-        for a_step, b_step in pairs:
-            rows.append({"a": "electra", "a_step": int(a_step), "b": "mlm",
-                         "b_step": int(b_step),
-                         "flops": [configs["electra"]["finetune"][a_step]["flops"],
-                                   configs["mlm"]["finetune"][b_step]["flops"]],
-                         **compare.difference(runs("electra", a_step), runs("mlm", b_step))})
     if "mlm" in configs:
-        end = str(configs["mlm"]["steps"])
-        for name in configs:
-            if name not in ("electra", "mlm"):
-                step = str(configs[name]["steps"])
-                rows.append({"a": name, "a_step": int(step), "b": "mlm", "b_step": int(end),
-                             "flops": [configs[name]["total_flops"],
-                                       configs["mlm"]["total_flops"]],
-                             **compare.difference(runs(name, step), runs("mlm", end))})
+        if "electra" in configs:
+            rows += [row("electra", a, "mlm", b) for a, b in zip(
+                sorted(configs["electra"]["finetune"], key=int),
+                sorted(configs["mlm"]["finetune"], key=int), strict=True)]
+        rows += [row(name, end(name), "mlm", end("mlm")) for name in configs
+                 if name not in ("electra", "mlm")]
     if baseline:
-        for name in ("electra", "mlm"):
-            if name in configs:
-                step = str(configs[name]["steps"])
-                rows.append({"a": name, "a_step": int(step), "b": RANDOM_INIT, "b_step": 0,
-                             "flops": [configs[name]["total_flops"], 0],
-                             **compare.difference(runs(name, step),
-                                                  [baseline["per_seed"]])})
+        rows += [row(name, end(name), RANDOM_INIT, "0") for name in ("electra", "mlm")
+                 if name in configs]
     return rows
 
 
