@@ -37,7 +37,7 @@ def _cpu_model() -> str:
 def describe_cpu(cpuinfo: str) -> str:
     """The CPU's name from /proc/cpuinfo's text, with its family/model numbers and widest
     vector instructions: hosts named alike ("AMD EPYC") differ by CPU generation, and CPU
-    speed ratios between frameworks differ with them (AVX-512 with bfloat16 or not)."""
+    speed ratios between frameworks differ with them (AVX-512 with bfloat16 or not, AMX)."""
     fields = {}
     for line in cpuinfo.splitlines():
         if not line.strip():
@@ -51,6 +51,10 @@ def describe_cpu(cpuinfo: str) -> str:
     flags = set(fields.get("flags", "").split())
     vector = ("AVX-512" + (" + bf16" if "avx512_bf16" in flags else "")
               if "avx512f" in flags else "AVX2" if "avx2" in flags else None)
+    # Intel's AMX tile unit runs bfloat16 matmuls at 4-6x float32 (benchmarks/results/
+    # model_step_intel_amx.md), so it decides what mixed_bfloat16 gains on a CPU.
+    if vector and "amx_bf16" in flags:
+        vector += " + AMX"
     details = [f"family {fields['cpu family']} model {fields['model']}"
                if "cpu family" in fields and "model" in fields else None, vector]
     details = [d for d in details if d]

@@ -74,4 +74,8 @@ def test_describe_cpu_names_generation_and_vector_width():
     assert common.describe_cpu(zen5) == "AMD EPYC (family 26 model 2, AVX-512 + bf16)"
     avx2 = "cpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC 7B13\nflags\t\t: avx avx2 fma\n"
     assert common.describe_cpu(avx2) == "AMD EPYC 7B13 (family 25 model 1, AVX2)"
+    amx = ("cpu family\t: 6\nmodel\t\t: 167\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+           "flags\t\t: avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile\n")
+    assert common.describe_cpu(amx) == ("Intel(R) Xeon(R) Processor (family 6 model 167, "
+                                        "AVX-512 + bf16 + AMX)")
     assert common.describe_cpu("model name\t: Some CPU\n") == "Some CPU"
