@@ -456,14 +456,23 @@ def _package_version(name: str):
 GEMM_SIZES = (1024, 2048, 3072)
 
 
+def matmul_dtype() -> str:
+    """The dtype --precision runs the matmuls in: float32, bfloat16 or float16."""
+    from electra_tf.modeling import flops
+    return flops.PRECISIONS[FLAGS.precision]
+
+
 def measure_gemm(with_torch: bool = False) -> dict:
-    """The float32 FLOP/s of TensorFlow's plain matmul (n x n by n x n) on this machine, best
-    over GEMM_SIZES of the median of 3 timings each: the practical peak the CPU rows'
-    utilisation is measured against, as no vendor figure exists for a (virtual) CPU.
-    `with_torch`: PyTorch's matmul too (its threads = cores, as its train step runs), under
-    "torch": how much of a ratio against PyTorch is the two libraries' matrix kernels on
-    this CPU rather than the models around them."""
+    """The FLOP/s of TensorFlow's plain matmul (n x n by n x n) on this machine in the
+    --precision's matmul dtype (matmul_dtype), best over GEMM_SIZES of the median of 3
+    timings each: the practical peak the CPU rows' utilisation is measured against, as no
+    vendor figure exists for a (virtual) CPU; a CPU with a bfloat16 matrix unit (AMX) runs
+    bfloat16 several times faster than float32. `with_torch`: PyTorch's matmul too (its
+    threads = cores, as its train step runs), under "torch": how much of a ratio against
+    PyTorch is the two libraries' matrix kernels on this CPU rather than the models around
+    them."""
     import tensorflow as tf
+    dtype = matmul_dtype()
 
     def rate_of(matmul, n, done):
         done(matmul())
@@ -484,10 +493,10 @@ def measure_gemm(with_torch: bool = False) -> dict:
 
     by_size = {}
     for n in GEMM_SIZES:
-        a = tf.random.stateless_normal([n, n], [1, n])
-        b = tf.random.stateless_normal([n, n], [2, n])
+        a = tf.cast(tf.random.stateless_normal([n, n], [1, n]), dtype)
+        b = tf.cast(tf.random.stateless_normal([n, n], [2, n]), dtype)
         by_size[n] = rate_of(tf.function(lambda: tf.matmul(a, b)), n, lambda out: out.numpy())
-    result = {"flop_per_s": max(by_size.values()), "by_size": by_size,
+    result = {"flop_per_s": max(by_size.values()), "by_size": by_size, "dtype": dtype,
               "versions": {"tensorflow": tf.__version__}}
     if with_torch:
         import torch
@@ -496,8 +505,8 @@ def measure_gemm(with_torch: bool = False) -> dict:
         with torch.inference_mode():
             for n in GEMM_SIZES:
                 generator = torch.Generator().manual_seed(n)
-                a = torch.randn(n, n, generator=generator)
-                b = torch.randn(n, n, generator=generator)
+                a = torch.randn(n, n, generator=generator).to(getattr(torch, dtype))
+                b = torch.randn(n, n, generator=generator).to(getattr(torch, dtype))
                 torch_by_size[n] = rate_of(lambda: torch.matmul(a, b), n, lambda out: None)
         result["torch"] = {"flop_per_s": max(torch_by_size.values()), "by_size": torch_by_size,
                            "version": torch.__version__}
@@ -621,12 +630,13 @@ def hardware_flops_per_example(size: str) -> float:
 
 def _peak(result: dict, cpu_peak: float | None) -> float | None:
     """The FLOP/s a result's MFU is measured against: the accelerator's published peak at
-    the precision it ran in, or on CPUs the float32 matmul rate measured in this run."""
+    the precision it ran in, or on CPUs the matmul rate measured in this run in the
+    --precision's dtype (Model Garden, float32 only, runs only when that is float32)."""
     from electra_tf.modeling import flops
     device = result.get("device") or "cpu"
-    precision = "float32" if result["name"] == "model_garden" else FLAGS.precision
     if device == "cpu":
-        return cpu_peak if precision == "float32" else None
+        return cpu_peak
+    precision = "float32" if result["name"] == "model_garden" else FLAGS.precision
     return flops.peak_flops_per_second(device, precision)
 
 
@@ -641,10 +651,11 @@ def _mfu(result: dict, cpu_peak: float | None) -> float | None:
 def measure_cpu_peak(workdir: str) -> dict | None:
     """measure_gemm in a child process of its own, like the implementations."""
     result_file = os.path.join(workdir, "gemm.json")
-    print("float32 matmul rate of this CPU: timing", flush=True)
+    print(f"{matmul_dtype()} matmul rate of this CPU: timing", flush=True)
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker=gemm",
          f"--result_file={result_file}", f"--max_wait_quiet_s={FLAGS.max_wait_quiet_s}",
+         f"--precision={FLAGS.precision}",
          f"--frameworks={','.join(FLAGS.frameworks)}"],
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=common.REPO,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -713,13 +724,14 @@ def main(argv):
                       f"{r['parameters']:,} parameters; other processes "
                       f"{r['other_cores_during']:.2f} cores)", flush=True)
         on_cpu = any((r.get("device") or "cpu") == "cpu" for r in results)
-        gemm = measure_cpu_peak(workdir) if on_cpu and FLAGS.precision == "float32" else None
+        gemm = measure_cpu_peak(workdir) if on_cpu else None
     cpu_peak = gemm and gemm["flop_per_s"]
+    dtype = matmul_dtype()
     if gemm:
-        print(f"float32 matmul on this CPU: {cpu_peak / 1e9:.0f} GFLOP/s (n x n matmuls, "
+        print(f"{dtype} matmul on this CPU: {cpu_peak / 1e9:.0f} GFLOP/s (n x n matmuls, "
               + ", ".join(f"n={n}: {v / 1e9:.0f}" for n, v in gemm["by_size"].items()) + ")")
         if "torch" in gemm:
-            print(f"PyTorch's float32 matmul on this CPU: {gemm['torch']['flop_per_s'] / 1e9:.0f}"
+            print(f"PyTorch's {dtype} matmul on this CPU: {gemm['torch']['flop_per_s'] / 1e9:.0f}"
                   " GFLOP/s (" + ", ".join(f"n={n}: {v / 1e9:.0f}"
                                            for n, v in gemm["torch"]["by_size"].items()) + ")")
 
@@ -810,15 +822,15 @@ def main(argv):
                  + ") / the peak FLOP/s: on accelerators the published dense peak for that "
                  "precision (flops.PEAK_FLOPS; float32 counts TF32 tensor cores, TensorFlow's "
                  "default); on CPUs, which have no such figure, "
-                 + (f"the float32 rate of TensorFlow's own n x n matmul measured in this run "
+                 + (f"the {dtype} rate of TensorFlow's own n x n matmul measured in this run "
                     f"({cpu_peak / 1e9:.0f} GFLOP/s; best of n = "
                     + ", ".join(str(n) for n in GEMM_SIZES) + ")" if cpu_peak else
-                    "the float32 matmul rate measured in the same run (not measured here)")
+                    f"the {dtype} matmul rate measured in the same run (not measured here)")
                  + "; '-' where no peak applies. 'ceiling' is the ratio ours would reach if "
                  "every FLOP of its step ran at that peak: how far a goal is reachable at all.")
     if gemm and "torch" in gemm:
         torch_peak = gemm["torch"]["flop_per_s"]
-        notes.insert(1, f"PyTorch's own float32 n x n matmul on this CPU, same sizes and "
+        notes.insert(1, f"PyTorch's own {dtype} n x n matmul on this CPU, same sizes and "
                      f"threads: {torch_peak / 1e9:.0f} GFLOP/s, {torch_peak / cpu_peak:.2f}x "
                      "TensorFlow's: the part of the ratios against PyTorch that is the two "
                      "libraries' matrix kernels on this CPU rather than the models.")

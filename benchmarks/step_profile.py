@@ -13,11 +13,12 @@ Variants, each a fresh model on model_step's random batch (batch 32 x seq 128, 2
 - no optimizer update: the same without apply_gradients (the gradients are still computed);
 - forward only: generator, sampling, discriminator and losses in training mode;
 - full, dropout off: the full step with every dropout rate 0 (the cost of the dropout masks);
-and, timed alone, the Gumbel-max sampling of one batch's generator logits [B, N, V], and a
-float32 n x n matmul (a CPU's practical peak, as in model_step.py; on an accelerator its
-published peak for --precision, flops.peak_flops_per_second, instead). The FLOPs of the
-step (electra_tf.modeling.flops, backward = 2 x forward, lookups as gathers) at that peak
-give the time the step could take if nothing but its matmuls ran, at full speed.
+and, timed alone, the Gumbel-max sampling of one batch's generator logits [B, N, V], and an
+n x n matmul in --precision's matmul dtype (a CPU's practical peak, as in model_step.py; on
+an accelerator its published peak for --precision, flops.peak_flops_per_second, instead).
+The FLOPs of the step (electra_tf.modeling.flops, backward = 2 x forward, lookups as
+gathers) at that peak give the time the step could take if nothing but its matmuls ran, at
+full speed.
 Results: benchmarks/results/step_profile.{json,md} (or --results_name).
 """
 
@@ -102,7 +103,7 @@ def main(argv):
     if device == "cpu":
         gemm = model_step.measure_gemm()
         peak = gemm["flop_per_s"]
-        peak_text = (f"The float32 matmul rate of this machine: {peak / 1e9:.0f} GFLOP/s "
+        peak_text = (f"The {gemm['dtype']} matmul rate of this machine: {peak / 1e9:.0f} GFLOP/s "
                      "(TensorFlow n x n matmul, best of n = "
                      + ", ".join(str(n) for n in model_step.GEMM_SIZES) + ")")
     else:
