@@ -8,13 +8,13 @@ seed, data, schedule) under each setting, its whole-run examples/s and what it l
 CPUs with a bfloat16 matrix unit (Intel's AMX, `amx_bf16` in /proc/cpuinfo) multiply
 bfloat16 matrices several times faster than float32 ones, and XLA compiles the step for the
 CPU it runs on (AVX-512 included: TensorFlow's prebuilt kernels outside oneDNN's are
-compiled for AVX only, as its start-up line says) with its elementwise ops fused; what a whole run gains from either depends on the
-step's mix of matmuls and elementwise work. (XLA's step alone is slower than the graph
-executor's on the CPUs measured so far: benchmarks/results/model_step_cpu_xla.md,
-model_step_intel_amx_xla.md.) Each run is benchmarks/reference_curves.py's
-(scripts/run_pretraining.py on the Austen records, batch 32 x 128, LR 2e-4 with bias
-correction, warmup 100, seed 0, evaluated on the held-out shard) with the variant's
-bindings (VARIANTS). examples/s is the median of the run's own
+compiled for AVX only, as its start-up line says) with its elementwise ops fused; what a
+whole run gains from either depends on the step's mix of matmuls and elementwise work.
+(XLA's step alone is slower than the graph executor's on the CPUs measured so far:
+benchmarks/results/model_step_cpu_xla.md, model_step_intel_amx_xla.md.) Each run is
+benchmarks/reference_curves.py's (scripts/run_pretraining.py on the Austen records, batch
+32 x 128, LR 2e-4 with bias correction, warmup 100, seed 0, evaluated on the held-out
+shard) with the variant's bindings (VARIANTS). examples/s is the median of the run's own
 `throughput/examples_per_second` over its loops after the first (which traces and
 compiles the step); it times the whole training loop, input pipeline included, not
 evaluation or checkpoints. Results: benchmarks/results/cpu_settings.{json,md,png}.
@@ -63,24 +63,13 @@ def largest_gap(reference: list, other: list) -> float:
 
 
 def plot(runs: dict, path: str):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    colours = dict(zip(FLAGS.sizes, ["tab:blue", "tab:orange", "tab:green"]))
+    colours = dict(zip(FLAGS.sizes, ["tab:blue", "tab:orange"]))
     styles = dict(zip(FLAGS.variants, ["-", "--", ":", "-."]))
-    for axis, (tag, title) in zip(axes.flat, COMPARED[2:] + COMPARED[:1]):
-        for (size, variant), run in runs.items():
-            steps, values = zip(*run["train"][tag])
-            axis.plot(steps, values, styles[variant], color=colours[size],
-                      label=f"{size} {variant}")
-        axis.set_title(f"{title} (training)")
-        axis.set_xlabel(f"step (batch {FLAGS.batch_size}, seq 128)")
-        axis.grid(alpha=0.3)
-    axes.flat[0].legend()
-    figure.suptitle("Pre-training on a CPU: bfloat16 and XLA against float32, same seed and data")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    lines = [(f"{size} {variant}", styles[variant], colours[size], run["train"])
+             for (size, variant), run in runs.items()]
+    reference_curves.plot_panels(
+        [(tag, f"{title} (training)") for tag, title in COMPARED[2:] + COMPARED[:1]], lines,
+        path, "Pre-training on a CPU: bfloat16 and XLA against float32, same seed and data")
 
 
 def main(argv):
@@ -121,7 +110,8 @@ def main(argv):
              "LR 2e-4, Adam with bias correction, warmup 100, seed 0, Austen records), "
              f"plus the variant's bindings ({VARIANTS_TEXT}); eval: the held-out sixth "
              "shard, 20 batches, at the end. examples/s: the median over the run's "
-             "training loops after the first, "             "input pipeline included, evaluation and checkpoints not.\n"
+             "training loops after the first, input pipeline included, evaluation and "
+             "checkpoints not.\n"
              "- The largest training-AUC gap is over the logged loops, against the same "
              f"size's {reference} run: the same initial weights, data, masks and random "
              "keys, so the runs part only through rounding (which can flip a generator "
