@@ -74,10 +74,12 @@ def plot(runs: dict, path: str):
 
 def main(argv):
     del argv
-    unknown = sorted(set(FLAGS.variants) - set(VARIANTS))
-    if unknown or set(FLAGS.sizes) - {"tiny", "small"}:
-        raise app.UsageError(f"--variants: choose from {', '.join(VARIANTS)}; --sizes: "
-                             "tiny, small")
+    unknown = sorted(set(FLAGS.variants) - set(VARIANTS)) + sorted(
+        set(FLAGS.sizes) - {"tiny", "small"})
+    if unknown:
+        print(f"error: unknown --variants/--sizes entries {unknown}; variants are "
+              f"{', '.join(VARIANTS)} and sizes tiny, small", file=sys.stderr)
+        return 1
     data_dir = os.path.join(FLAGS.work_dir, "data")
     common.build_austen_data(data_dir)
     steps = {"tiny": FLAGS.tiny_steps, "small": FLAGS.small_steps}
