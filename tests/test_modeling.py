@@ -18,7 +18,8 @@ from electra_tf.modeling.config import SIZES, encoder_config, generator_config
 from electra_tf.modeling.metrics import PretrainingMetrics
 from electra_tf.modeling.pretrainer import (ElectraPretrainer, masked_lm_loss,
                                             replaced_token_loss)
-from electra_tf.modeling.tensors import sample_from_logits, scatter_positions
+from electra_tf.modeling.tensors import (sample_from_logits, scatter_positions,
+                                         sparse_cross_entropy)
 from electra_tf.training import pretraining  # noqa: F401 (registers the gin configurables)
 
 V = 1000
@@ -339,6 +340,99 @@ def test_gelu_is_exact_erf_gelu_with_its_derivative():
         assert y.dtype == dtype and tape.gradient(y, low).dtype == dtype
         np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(), (x64 * cdf)[900:1100],
                                    rtol=2e-2, atol=2e-3)
+
+
+def test_sparse_cross_entropy_matches_tensorflows_op():
+    """Value and gradient equal tf.nn.sparse_softmax_cross_entropy_with_logits', also where a
+    label's probability underflows float32 (a gap of 200 nats) and for huge logits."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, (3, 5, 700)).astype(np.float32)
+    labels = rng.integers(0, 700, (3, 5)).astype(np.int32)
+    logits[0, 0, labels[0, 0]] = -200.0
+    logits[1, 1] += 1e4
+    logits, labels = tf.constant(logits), tf.constant(labels)
+    upstream = tf.constant(rng.normal(size=(3, 5)).astype(np.float32))
+    results = []
+    for fn in (sparse_cross_entropy, lambda x, y: tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=x)):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            losses = fn(logits, labels)
+        results.append((losses.numpy(), tape.gradient(losses, logits,
+                                                      output_gradients=upstream).numpy()))
+    (ours, ours_grad), (reference, reference_grad) = results
+    assert np.all(np.isfinite(ours)) and ours[0, 0] > 190
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(ours_grad, reference_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_layer_norm_matches_keras_with_its_gradient(policy):
+    """The written-out LayerNorm: output, dx, dgamma and dbeta equal Keras'
+    LayerNormalization's (and, in float32, a float64 formula), the output in the policy's
+    compute dtype; the function keeps its input's dtype."""
+    from electra_tf.modeling.layers import LayerNormalization, layer_norm
+    try:
+        keras.mixed_precision.set_dtype_policy(policy)
+        layers = (LayerNormalization(epsilon=1e-12), keras.layers.LayerNormalization(
+            epsilon=1e-12))
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    dtype = policy.replace("mixed_", "")
+    rng = np.random.default_rng(1)
+    x = tf.cast(tf.constant(rng.normal(2.0, 3.0, (4, 6, 32)), tf.float32), dtype)
+    upstream = tf.constant(rng.normal(size=(4, 6, 32)), tf.float32)
+    gamma, beta = rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32)
+    results = []
+    for layer in layers:
+        layer.build(x.shape)
+        layer.set_weights([gamma, beta])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+        assert y.dtype == dtype
+        results.append([y] + tape.gradient(loss, [x, layer.gamma, layer.beta]))
+    for ours, reference in zip(*results):
+        np.testing.assert_allclose(tf.cast(ours, tf.float32).numpy(),
+                                   tf.cast(reference, tf.float32).numpy(), rtol=1e-5, atol=1e-5)
+    if policy == "float32":
+        x64 = x.numpy().astype(np.float64)
+        normalized = (x64 - x64.mean(-1, keepdims=True)) / x64.std(-1, keepdims=True)
+        np.testing.assert_allclose(results[0][0].numpy(), normalized * gamma + beta,
+                                   rtol=1e-5, atol=1e-5)
+    assert layer_norm(tf.cast(x, tf.bfloat16), gamma, beta, 1e-12).dtype == tf.bfloat16
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_gelu_dense_is_dense_with_gelu(policy):
+    """GeluDense equals Dense(activation=gelu) with the same weights, with its gradients;
+    under mixed_bfloat16 to bfloat16's precision (its bias add and GELU run in float32)."""
+    from electra_tf.modeling.layers import GeluDense, gelu
+    try:
+        keras.mixed_precision.set_dtype_policy(policy)
+        ours, reference = GeluDense(16), keras.layers.Dense(16, activation=gelu)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.normal(size=(3, 5, 8)), tf.float32)
+    upstream = tf.constant(rng.normal(size=(3, 5, 16)), tf.float32)
+    results = []
+    for layer in (ours, reference):
+        layer.build(x.shape)
+        layer.set_weights([rng.normal(size=(8, 16)).astype(np.float32),
+                           np.linspace(-1, 1, 16).astype(np.float32)] if layer is ours
+                          else ours.get_weights())
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
+        assert y.dtype == policy.replace("mixed_", "")
+        results.append([y] + tape.gradient(loss, [x, layer.kernel, layer.bias]))
+    tolerance = 1e-6 if policy == "float32" else 3e-2
+    for a, b in zip(*results):
+        np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy(),
+                                   rtol=tolerance, atol=tolerance)
 
 
 # ------------------------------------------------------------------------------ gradients

@@ -30,7 +30,8 @@ from keras import ops
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.modeling.encoder import Encoder
 from electra_tf.modeling.layers import DiscriminatorHead, MaskedLMHead, initializer
-from electra_tf.modeling.tensors import gather_positions, sample_from_logits, scatter_positions
+from electra_tf.modeling.tensors import (gather_positions, sample_from_logits, scatter_positions,
+                                        sparse_cross_entropy)
 
 SHARING = ("none", "embeddings", "all")
 OBJECTIVES = ("electra", "mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "electric")
@@ -53,8 +54,7 @@ def weighted_mean(values, weights, normalizer=None):
 def masked_lm_loss(logits, ids, weights, normalizer=None):
     """Cross-entropy of logits [B, N, V] against ids [B, N], averaged over weights [B, N]
     (or divided by `normalizer`)."""
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
-    return weighted_mean(losses, weights, normalizer)
+    return weighted_mean(sparse_cross_entropy(logits, ids), weights, normalizer)
 
 
 def replaced_token_loss(logits, labels, weights, normalizer=None):
