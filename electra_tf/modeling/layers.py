@@ -3,8 +3,8 @@ and the two pre-training heads.
 
 Everything is exact BERT: erf GELU, LayerNorm epsilon from the config, truncated-normal
 initialisation, post-LayerNorm residual blocks. Kernels are [in, out] as in TF1 checkpoints.
-Under a mixed-precision policy the attention softmax and LayerNorm run in float32 (Keras'
-LayerNormalization already does) and the heads return float32 logits.
+Under a mixed-precision policy the attention softmax, LayerNorm and the feed-forward's bias
+add and GELU run in float32, and the heads return float32 logits.
 
 Layers that build their sublayers in `__init__` do so inside their own name scope, so every
 variable has a unique path that names its network (`electra/layer_0/attention/query/kernel`,
