@@ -344,7 +344,8 @@ def test_gelu_is_exact_erf_gelu_with_its_derivative():
 
 def test_sparse_cross_entropy_matches_tensorflows_op():
     """Value and gradient equal tf.nn.sparse_softmax_cross_entropy_with_logits', also where a
-    label's probability underflows float32 (a gap of 200 nats) and for huge logits."""
+    label's probability underflows float32 (a gap of 200 nats) and for huge logits; a label
+    outside the vocabulary is an error, as with the op on CPU."""
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 3, (3, 5, 700)).astype(np.float32)
     labels = rng.integers(0, 700, (3, 5)).astype(np.int32)
@@ -364,6 +365,8 @@ def test_sparse_cross_entropy_matches_tensorflows_op():
     assert np.all(np.isfinite(ours)) and ours[0, 0] > 190
     np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=2e-5)
     np.testing.assert_allclose(ours_grad, reference_grad, rtol=1e-5, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not in"):
+        sparse_cross_entropy(logits, tf.fill([3, 5], 700))
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
