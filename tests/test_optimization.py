@@ -195,18 +195,26 @@ def test_apply_where_false_leaves_every_variable_moment_and_the_count(cls, compi
     where=False (here with NaN gradients) between the steps with where=True change nothing,
     so the variables, moments and `iterations` equal those of the applied steps alone."""
     schedule = LinearWarmupLinearDecay(1e-2, 10, 2)  # the learning rate follows `iterations`
-    plain = cls(schedule)
-    expected = _run(plain)
+
+    def applier(optimizer, variables):
+        optimizer.build(variables)
+
+        def apply(grads, where):
+            optimizer.apply_gradients(zip(grads, variables), where=where)
+
+        if compiled:  # XLA's update is the written-out one, the others the fused kernel
+            apply = tf.function(apply, jit_compile=compiled == "xla")
+        return apply
+
+    plain, plain_variables = cls(schedule), _variables()
+    plain_apply = applier(plain, plain_variables)
+    for step in range(STEPS):
+        plain_apply([tf.constant(g) for g in _gradients(step)], tf.constant(True))
+    expected = [v.numpy() for v in plain_variables]
 
     variables = _variables()
     optimizer = cls(schedule)
-    optimizer.build(variables)
-
-    def apply(grads, where):
-        optimizer.apply_gradients(zip(grads, variables), where=where)
-
-    if compiled:
-        apply = tf.function(apply, jit_compile=compiled == "xla")
+    apply = applier(optimizer, variables)
     for step in range(STEPS):
         apply([tf.constant(g) for g in _nan_gradients(step)], tf.constant(False))
         apply([tf.constant(g) for g in _gradients(step)], tf.constant(True))
@@ -221,6 +229,34 @@ def test_apply_where_false_leaves_every_variable_moment_and_the_count(cls, compi
         hlo = apply.experimental_get_compiler_ir(
             [tf.constant(g) for g in _gradients(0)], tf.constant(True))(stage="hlo")
         assert " select(" in hlo and " conditional(" not in hlo
+
+
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_cpu_update_is_the_fused_kernel_and_equals_the_written_out_one(bias_correction):
+    """On a CPU outside XLA, AdamWeightDecay updates through ResourceApplyAdam (and the
+    decay through ResourceApplyGradientDescent); LAMB and XLA keep the written-out update.
+    The two agree to float32 rounding."""
+    grads = [tf.constant(g) for g in _gradients(0)]
+    results = {}
+    for jit_compile in (False, True):
+        optimizer = AdamWeightDecay(1e-2, bias_correction=bias_correction)
+        variables = _variables()
+        optimizer.build(variables)
+        apply = tf.function(lambda g: optimizer.apply_gradients(zip(g, variables)),
+                            jit_compile=jit_compile)
+        ops = {op.type for op in apply.get_concrete_function(grads).graph.get_operations()}
+        assert ("ResourceApplyAdam" in ops) is not jit_compile, sorted(ops)
+        assert ("ResourceApplyGradientDescent" in ops) is not jit_compile
+        for step in range(STEPS):
+            apply([tf.constant(g) for g in _gradients(step)])
+        results[jit_compile] = [v.numpy() for v in variables]
+    for (path, _, _), fused, written_out in zip(VARIABLES, results[False], results[True]):
+        np.testing.assert_allclose(fused, written_out, rtol=1e-5, atol=1e-8, err_msg=path)
+    lamb, variables = Lamb(1e-2), _variables()
+    lamb.build(variables)
+    apply = tf.function(lambda g: lamb.apply_gradients(zip(g, variables)))
+    ops = {op.type for op in apply.get_concrete_function(grads).graph.get_operations()}
+    assert "ResourceApplyAdam" not in ops
 
 
 def test_decay_skips_excluded_variables_and_zero_update_stays_put():

@@ -27,6 +27,11 @@ import gin
 import keras
 import tensorflow as tf
 
+try:  # whether a graph is compiled with XLA (jit_compile, TPUs); TensorFlow has no public API
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+except ImportError:  # pragma: no cover - then every update takes the written-out path
+    GraphOrParentsInXlaContext = None
+
 WARMUPS = ("multiply", "then_decay")
 OPTIMIZERS = ("adamw", "lamb")
 # Substrings of variable paths that get no weight decay (the official list).
@@ -123,6 +128,14 @@ class RestartedSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 # ------------------------------------------------------------------------------ optimizers
+
+
+def _handle(variable):
+    """The resource handle of a Keras or TensorFlow variable (under a tf.distribute
+    strategy's update call, that of the local copy)."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    return variable.handle
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -233,10 +246,73 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         """Hook for LAMB's trust ratio."""
         return update
 
+    def _fused_on(self, variable) -> bool:
+        """Whether `variable`'s update runs through TensorFlow's fused Adam kernel: on a CPU,
+        outside XLA, and not for LAMB (whose trust ratio needs the whole update).
+
+        The written-out update is about twenty elementwise passes over the variable, its
+        moments and gradient; on a CPU each is a separate kernel over memory, where the
+        fused one reads and writes each tensor once (ELECTRA-Base pre-training's 119M
+        weights on 2 Xeon cores: 606 -> 247 ms per update, small's 98 -> 43 ms;
+        benchmarks/optimizer_step.py). XLA fuses the written-out update by itself, and on
+        accelerators it stays as it was.
+        """
+        if type(self)._scale_update is not AdamWeightDecay._scale_update:
+            return False
+        if GraphOrParentsInXlaContext is None or GraphOrParentsInXlaContext(
+                tf.compat.v1.get_default_graph()):
+            return False
+        device = getattr(variable, "device", "") or ""
+        return bool(device) and tf.DeviceSpec.from_string(device).device_type == "CPU"
+
+    def _fused_update(self, gradient, variable, index, learning_rate, where):
+        """The official update through ResourceApplyAdam, which computes
+        m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2), param -= alpha m / (sqrt(v) + eps')
+        with alpha = lr sqrt(1 - b2^t) / (1 - b1^t) from the two powers it is given: 0 for
+        none (the official update, alpha = lr), b1^t and b2^t for bias correction with
+        eps' = eps sqrt(1 - b2^t), with which it is m_hat / (sqrt(v_hat) + eps). The
+        weight decay goes first, param -= lr * wd * param (ResourceApplyGradientDescent),
+        so that both terms see the same param, as in the official update.
+
+        A skipped step (`where` False) runs the same kernels as a no-op, without a
+        conditional: zero gradient, betas 1 (the moments' increments are multiplied by
+        exactly 0) and learning rate 0; the gradient is selected away, so a NaN gradient
+        leaves nothing behind.
+        """
+        dtype = variable.dtype
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
+        gradient = tf.cast(gradient, dtype)
+        lr = tf.cast(learning_rate, dtype) * self._multipliers[index]
+        beta_1, beta_2 = tf.constant(self.beta_1, dtype), tf.constant(self.beta_2, dtype)
+        epsilon = tf.constant(self.epsilon, dtype)
+        if self.bias_correction:
+            t = tf.cast(self.iterations + 1, dtype)
+            beta_1_power, beta_2_power = tf.pow(beta_1, t), tf.pow(beta_2, t)
+            epsilon = epsilon * tf.sqrt(1.0 - beta_2_power)
+        else:
+            beta_1_power = beta_2_power = tf.constant(0.0, dtype)
+        if where is not None:
+            gradient = tf.where(where, gradient, tf.zeros([], dtype))
+            lr = tf.where(where, lr, tf.zeros([], dtype))
+            beta_1 = tf.where(where, beta_1, tf.ones([], dtype))
+            beta_2 = tf.where(where, beta_2, tf.ones([], dtype))
+        handle = _handle(variable)
+        if self.weight_decay_rate > 0 and self._decays[index]:
+            tf.raw_ops.ResourceApplyGradientDescent(
+                var=handle, alpha=lr * self.weight_decay_rate,
+                delta=tf.convert_to_tensor(variable))
+        tf.raw_ops.ResourceApplyAdam(
+            var=handle, m=_handle(self._adam_m[index]), v=_handle(self._adam_v[index]),
+            beta1_power=beta_1_power, beta2_power=beta_2_power, lr=lr, beta1=beta_1,
+            beta2=beta_2, epsilon=epsilon, grad=gradient)
+
     def update_step(self, gradient, variable, learning_rate):
         learning_rate, where = (learning_rate if isinstance(learning_rate, tuple)
                                 else (learning_rate, None))
         index = self._get_variable_index(variable)
+        if self._fused_on(variable):
+            return self._fused_update(gradient, variable, index, learning_rate, where)
         update = self._scale_update(self._adam_update(gradient, variable, index, where),
                                     variable, index)
         lr = tf.cast(learning_rate, variable.dtype) * self._multipliers[index]

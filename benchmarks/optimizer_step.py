@@ -1,0 +1,134 @@
+"""The optimizer's update alone on CPU: AdamWeightDecay (the official update the trainer
+applies, `apply_gradients(where=)` as the trainer calls it) through TensorFlow's fused Adam
+kernel, its default on a CPU, against the same update written out as elementwise ops (what
+it runs under XLA and on accelerators) and Keras' AdamW, in the same process, on the
+trainable variables of ELECTRA-Small and -Base pre-training (generator and discriminator).
+
+    .venv/bin/python benchmarks/optimizer_step.py                 # about 2 minutes
+    .venv/bin/python benchmarks/optimizer_step.py --sizes=small
+
+Each update is a tf.function without XLA over random gradients held in memory; after 2
+warm-up calls, the median of 3 runs of at least --seconds each.
+Results: benchmarks/results/optimizer_step.{json,md}.
+"""
+
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+import common  # noqa: E402
+
+flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (electra_tf.modeling.config.SIZES).")
+flags.DEFINE_float("seconds", 5.0, "Each timed run lasts at least this long.")
+flags.DEFINE_string("results_name", "optimizer_step", "benchmarks/results/<name>.{json,md}.")
+FLAGS = flags.FLAGS
+
+IMPLEMENTATIONS = {"fused": "AdamWeightDecay, fused kernel (CPU default)",
+                   "written_out": "AdamWeightDecay, written out (XLA, accelerators)",
+                   "keras_adamw": "keras.optimizers.AdamW"}
+
+
+def variables_of(size: str):
+    """The trainable variables of ElectraPretrainer at `size` (model_step.py's shapes: the
+    paper's generator fraction, BERT's uncased vocabulary)."""
+    from electra_tf.modeling.config import (GENERATOR_FRACTIONS, encoder_config,
+                                            generator_config)
+    from electra_tf.modeling.pretrainer import ElectraPretrainer
+    discriminator = encoder_config(size, vocab_size=30522)
+    generator = generator_config(discriminator, GENERATOR_FRACTIONS[size])
+    model = ElectraPretrainer(discriminator, generator, objective="electra",
+                              sharing="embeddings", seed=0)
+    return model.trainable_variables
+
+
+def update_function(implementation: str, variables):
+    import keras
+    import tensorflow as tf
+
+    from electra_tf.training.optimization import AdamWeightDecay
+    if implementation == "keras_adamw":
+        optimizer = keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6)
+    else:
+        optimizer = AdamWeightDecay(1e-4)
+        if implementation == "written_out":  # the path taken under XLA and on accelerators
+            optimizer._fused_on = lambda variable: False
+    optimizer.build(variables)
+    grads = [tf.random.stateless_normal(v.shape, [i, 1], stddev=1e-3)
+             for i, v in enumerate(variables)]
+    where = tf.constant(True)
+
+    @tf.function
+    def update():
+        if implementation == "keras_adamw":
+            optimizer.apply_gradients(zip(grads, variables))
+        else:
+            optimizer.apply_gradients(zip(grads, variables), where=where)
+        return optimizer.iterations
+
+    return lambda: update().numpy()
+
+
+def timed(fn) -> float:
+    for _ in range(2):
+        fn()
+    runs = []
+    for _ in range(3):
+        def measure():
+            start, calls = time.perf_counter(), 0
+            while calls < 3 or time.perf_counter() - start < FLAGS.seconds:
+                fn()
+                calls += 1
+            return {"seconds": time.perf_counter() - start, "calls": calls}
+        run = common.measure_quietly(measure)
+        runs.append(run["seconds"] / run["calls"])
+    return statistics.median(runs)
+
+
+def main(argv):
+    del argv
+    rows, record = [], {}
+    for size in FLAGS.sizes:
+        variables = variables_of(size)
+        parameters = sum(int(v.shape.num_elements()) for v in variables)
+        seconds = {}
+        for implementation, label in IMPLEMENTATIONS.items():
+            seconds[implementation] = timed(update_function(implementation, variables))
+            print(f"{size}, {label}: {seconds[implementation] * 1e3:,.1f} ms", flush=True)
+        record[size] = {"parameters": parameters, "variables": len(variables),
+                        "seconds_per_update": seconds}
+        for implementation, label in IMPLEMENTATIONS.items():
+            rows.append([size, label, f"{seconds[implementation] * 1e3:,.1f}",
+                         f"{seconds['written_out'] / seconds[implementation]:.2f}x"])
+    sizes = ", ".join(f"{s} {record[s]['parameters'] / 1e6:.1f}M parameters in "
+                      f"{record[s]['variables']} variables" for s in FLAGS.sizes)
+    body = (f"One optimizer update of ElectraPretrainer's trainable variables ({sizes}), "
+            "a tf.function without XLA, random gradients held in memory; median of 3 runs "
+            f"of at least {FLAGS.seconds:g} s.\n\n"
+            + common.markdown_table(["size", "update", "ms", "speed-up over written out"],
+                                    rows)
+            + "\n\n- AdamWeightDecay is the official update (no bias correction, weight decay "
+            "0.01 except LayerNorm and bias, epsilon 1e-6), applied with `where=` as the "
+            "trainer applies it. `fused`: ResourceApplyGradientDescent for the decay, then "
+            "ResourceApplyAdam, one kernel each per variable; `written out`: the same update "
+            "as TensorFlow elementwise ops, forced here by switching the fused path off.\n"
+            "- keras.optimizers.AdamW (Keras' decoupled decay and bias correction, no "
+            "`where`) is what benchmarks/model_step.py's step applies.\n")
+    paths = common.write_results(FLAGS.results_name,
+                                 {"title": "The optimizer update on CPU",
+                                  "run": common.run_info(),
+                                  "settings": {"sizes": FLAGS.sizes, "seconds": FLAGS.seconds},
+                                  "sizes": record}, body)
+    print(body)
+    print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
