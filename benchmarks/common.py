@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -144,6 +145,28 @@ def measure_quietly(measure, max_wait_s: float = 300, threshold_cores: float = 0
                           "seconds": result.get("seconds")})
         print(f"discarding a measurement: other processes used {monitor.other_cores:.2f} "
               "cores during it", file=sys.stderr)
+
+
+def seconds_per_call(fn, seconds: float, repeats: int = 3, max_wait_s: float = 300,
+                     label: str | None = None) -> float:
+    """Median seconds per call of fn() over `repeats` quiet runs (measure_quietly), each of
+    at least 3 calls and `seconds`, after 2 untimed calls (tracing, warm-up). With a
+    `label`, prints each run's figure."""
+    for _ in range(2):
+        fn()
+    per_call = []
+    for r in range(repeats):
+        def measure():
+            start, calls = time.perf_counter(), 0
+            while calls < 3 or time.perf_counter() - start < seconds:
+                fn()
+                calls += 1
+            return {"seconds": time.perf_counter() - start, "calls": calls}
+        run = measure_quietly(measure, max_wait_s)
+        per_call.append(run["seconds"] / run["calls"])
+        if label:
+            print(f"  {label}, run {r + 1}/{repeats}: {per_call[-1] * 1e3:,.1f} ms", flush=True)
+    return statistics.median(per_call)
 
 
 def run_info() -> dict:

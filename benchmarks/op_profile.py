@@ -11,6 +11,8 @@ runs them one at a time (one inter-op thread, each op still using every core), s
 times add up to the step and an op's share of the total is its share of the step. The
 'Step' line gives the step's time so, unprofiled and profiled. Where step_profile.py times
 parts of the step by leaving them out, this names the kernels: what to fuse or rewrite next.
+CPU only: it reads the host's op events, and a GPU's kernels run elsewhere (there, use
+step_profile.py or TensorBoard's profile plugin).
 
 Results: benchmarks/results/op_profile_<size>_<precision>.{json,md} (or --op_results_name).
 """
@@ -81,6 +83,11 @@ def main(argv):
     tf.config.threading.set_inter_op_parallelism_threads(1)
     batch = model_step.make_batch(FLAGS.batch_size, FLAGS.seq_length, FLAGS.max_predictions,
                                   FLAGS.seed)
+    if tf.config.list_physical_devices("GPU"):
+        print("error: op_profile.py sums the host's op events and would miss a GPU's kernels; "
+              "run it on a CPU (CUDA_VISIBLE_DEVICES=) or use step_profile.py on a GPU",
+              file=sys.stderr)
+        return 1
     step, facts = model_step.build_ours(batch, FLAGS.size, jit_compile=False)
     for i in range(WARMUP_STEPS):
         step(i).numpy()

@@ -13,9 +13,7 @@ Results: benchmarks/results/optimizer_step.{json,md}.
 """
 
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,22 +73,6 @@ def update_function(implementation: str, variables):
     return lambda: update().numpy()
 
 
-def timed(fn) -> float:
-    for _ in range(2):
-        fn()
-    runs = []
-    for _ in range(3):
-        def measure():
-            start, calls = time.perf_counter(), 0
-            while calls < 3 or time.perf_counter() - start < FLAGS.seconds:
-                fn()
-                calls += 1
-            return {"seconds": time.perf_counter() - start, "calls": calls}
-        run = common.measure_quietly(measure)
-        runs.append(run["seconds"] / run["calls"])
-    return statistics.median(runs)
-
-
 def main(argv):
     del argv
     rows, record = [], {}
@@ -99,7 +81,8 @@ def main(argv):
         parameters = sum(int(v.shape.num_elements()) for v in variables)
         seconds = {}
         for implementation, label in IMPLEMENTATIONS.items():
-            seconds[implementation] = timed(update_function(implementation, variables))
+            seconds[implementation] = common.seconds_per_call(
+                update_function(implementation, variables), FLAGS.seconds)
             print(f"{size}, {label}: {seconds[implementation] * 1e3:,.1f} ms", flush=True)
         record[size] = {"parameters": parameters, "variables": len(variables),
                         "seconds_per_update": seconds}

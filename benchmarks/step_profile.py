@@ -23,9 +23,7 @@ Results: benchmarks/results/step_profile.{json,md} (or --results_name).
 """
 
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,21 +49,8 @@ VARIANTS = {"full": "full step", "no_update": "no optimizer update",
 
 def timed(fn, label: str) -> float:
     """Median seconds per call of fn() over FLAGS.profile_repeats quiet runs."""
-    for _ in range(2):
-        fn()  # trace and warm up
-    per_call = []
-    for r in range(FLAGS.profile_repeats):
-        def measure():
-            start, calls = time.perf_counter(), 0
-            while calls < 3 or time.perf_counter() - start < FLAGS.seconds:
-                fn()
-                calls += 1
-            return {"seconds": time.perf_counter() - start, "calls": calls}
-        run = common.measure_quietly(measure, FLAGS.max_wait_quiet_s)
-        per_call.append(run["seconds"] / run["calls"])
-        print(f"  {label}, run {r + 1}/{FLAGS.profile_repeats}: "
-              f"{per_call[-1] * 1e3:,.1f} ms", flush=True)
-    return statistics.median(per_call)
+    return common.seconds_per_call(fn, FLAGS.seconds, FLAGS.profile_repeats,
+                                   FLAGS.max_wait_quiet_s, label)
 
 
 def step_function(variant: str, batch: dict):
