@@ -8,7 +8,8 @@ trainable variables of ELECTRA-Small and -Base pre-training (generator and discr
     .venv/bin/python benchmarks/optimizer_step.py --sizes=small
 
 Each update is a tf.function without XLA over random gradients held in memory; after 2
-warm-up calls, the median of 3 runs of at least --seconds each.
+warm-up calls, the median of --repeats runs of at least --min_seconds each (model_step.py's
+flags, shapes and AdamW settings).
 Results: benchmarks/results/optimizer_step.{json,md}.
 """
 
@@ -22,10 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
+import model_step  # noqa: E402  (its flags, shapes and AdamW settings)
 
-flags.DEFINE_list("sizes", ["small", "base"], "Model sizes (electra_tf.modeling.config.SIZES).")
-flags.DEFINE_float("seconds", 5.0, "Each timed run lasts at least this long.")
-flags.DEFINE_string("results_name", "optimizer_step", "benchmarks/results/<name>.{json,md}.")
 FLAGS = flags.FLAGS
 
 IMPLEMENTATIONS = {"fused": "AdamWeightDecay, fused kernel (CPU default)",
@@ -34,13 +33,9 @@ IMPLEMENTATIONS = {"fused": "AdamWeightDecay, fused kernel (CPU default)",
 
 
 def variables_of(size: str):
-    """The trainable variables of ElectraPretrainer at `size` (model_step.py's shapes: the
-    paper's generator fraction, BERT's uncased vocabulary)."""
-    from electra_tf.modeling.config import (GENERATOR_FRACTIONS, encoder_config,
-                                            generator_config)
+    """The trainable variables of ElectraPretrainer at `size` (model_step.py's shapes)."""
     from electra_tf.modeling.pretrainer import ElectraPretrainer
-    discriminator = encoder_config(size, vocab_size=30522)
-    generator = generator_config(discriminator, GENERATOR_FRACTIONS[size])
+    discriminator, generator = model_step.shapes(size)
     model = ElectraPretrainer(discriminator, generator, objective="electra",
                               sharing="embeddings", seed=0)
     return model.trainable_variables
@@ -52,9 +47,13 @@ def update_function(implementation: str, variables):
 
     from electra_tf.training.optimization import AdamWeightDecay
     if implementation == "keras_adamw":
-        optimizer = keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6)
+        optimizer = keras.optimizers.AdamW(model_step.LEARNING_RATE,
+                                           weight_decay=model_step.WEIGHT_DECAY,
+                                           epsilon=model_step.ADAM_EPSILON)
     else:
-        optimizer = AdamWeightDecay(1e-4)
+        optimizer = AdamWeightDecay(model_step.LEARNING_RATE,
+                                    weight_decay_rate=model_step.WEIGHT_DECAY,
+                                    epsilon=model_step.ADAM_EPSILON)
         if implementation == "written_out":  # the path taken under XLA and on accelerators
             optimizer._fused_on = lambda variable: False
     optimizer.build(variables)
@@ -82,7 +81,8 @@ def main(argv):
         seconds = {}
         for implementation, label in IMPLEMENTATIONS.items():
             seconds[implementation] = common.seconds_per_call(
-                update_function(implementation, variables), FLAGS.seconds)
+                update_function(implementation, variables), FLAGS.min_seconds, FLAGS.repeats,
+                FLAGS.max_wait_quiet_s)
             print(f"{size}, {label}: {seconds[implementation] * 1e3:,.1f} ms", flush=True)
         record[size] = {"parameters": parameters, "variables": len(variables),
                         "seconds_per_update": seconds}
@@ -92,8 +92,8 @@ def main(argv):
     sizes = ", ".join(f"{s} {record[s]['parameters'] / 1e6:.1f}M parameters in "
                       f"{record[s]['variables']} variables" for s in FLAGS.sizes)
     body = (f"One optimizer update of ElectraPretrainer's trainable variables ({sizes}), "
-            "a tf.function without XLA, random gradients held in memory; median of 3 runs "
-            f"of at least {FLAGS.seconds:g} s.\n\n"
+            "a tf.function without XLA, random gradients held in memory; median of "
+            f"{FLAGS.repeats} runs of at least {FLAGS.min_seconds:g} s.\n\n"
             + common.markdown_table(["size", "update", "ms", "speed-up over written out"],
                                     rows)
             + "\n\n- AdamWeightDecay is the official update (no bias correction, weight decay "
@@ -106,7 +106,9 @@ def main(argv):
     paths = common.write_results(FLAGS.results_name,
                                  {"title": "The optimizer update on CPU",
                                   "run": common.run_info(),
-                                  "settings": {"sizes": FLAGS.sizes, "seconds": FLAGS.seconds},
+                                  "settings": {"sizes": FLAGS.sizes,
+                                               "min_seconds": FLAGS.min_seconds,
+                                               "repeats": FLAGS.repeats},
                                   "sizes": record}, body)
     print(body)
     print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))
@@ -114,4 +116,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    FLAGS.set_default("min_seconds", 5.0)
+    FLAGS.set_default("results_name", "optimizer_step")
     app.run(main)
