@@ -11,7 +11,8 @@ Implementations (all with the paper's shapes: discriminator small H 256 / E 128 
 H 768 / E 768, generator 1/4 (small) or 1/3 (base) of the hidden size, FFN and heads, with
 the discriminator's embeddings; dropout 0.1 and training mode everywhere):
 - ours: `electra_tf.modeling.pretrainer.ElectraPretrainer`, objective electra, sharing
-  embeddings; a `tf.function` step (GradientTape, `keras.optimizers.AdamW`), and the same
+  embeddings, sampling by inverse CDF (`tensors.sample_from_logits`: the distribution the
+  official code's and the PyTorch step's Gumbel-max sampling draws from); a `tf.function` step (GradientTape, `keras.optimizers.AdamW`), and the same
   step with `jit_compile=True` (XLA), reported as `ours (XLA)`.
 - pytorch: transformers' `ElectraForMaskedLM` generator and `ElectraForPreTraining`
   discriminator, the generator using the discriminator's embedding module and its LM head

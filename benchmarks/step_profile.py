@@ -9,11 +9,11 @@ out, in the same run, so the differences say what each part costs.
         --precision=mixed_bfloat16 --profile_jit_compile --seconds=5
 
 Variants, each a fresh model on model_step's random batch (batch 32 x seq 128, 20 slots):
-- full: generator forward, Gumbel sampling, discriminator forward, losses, backward, AdamW;
+- full: generator forward, sampling, discriminator forward, losses, backward, AdamW;
 - no optimizer update: the same without apply_gradients (the gradients are still computed);
 - forward only: generator, sampling, discriminator and losses in training mode;
 - full, dropout off: the full step with every dropout rate 0 (the cost of the dropout masks);
-and, timed alone, the Gumbel-max sampling of one batch's generator logits [B, N, V], and an
+and, timed alone, the sampling (`sample_from_logits`) of one batch's generator logits [B, N, V], and an
 n x n matmul in --precision's matmul dtype (a CPU's practical peak, as in model_step.py; on
 an accelerator its published peak for --precision, flops.peak_flops_per_second, instead).
 The FLOPs of the step (electra_tf.modeling.flops, backward = 2 x forward, lookups as
@@ -104,8 +104,8 @@ def main(argv):
     for variant, label in VARIANTS.items():
         print(f"{label}: building, warming up, timing", flush=True)
         seconds[variant] = timed(step_function(variant, batch), label)
-    print("Gumbel sampling alone: timing", flush=True)
-    seconds["sampling"] = timed(sampling_function(batch), "Gumbel sampling alone")
+    print("sampling alone: timing", flush=True)
+    seconds["sampling"] = timed(sampling_function(batch), "sampling alone")
     matmul_flops = FLAGS.batch_size * model_step.hardware_flops_per_example(FLAGS.size)
     seconds["matmuls_at_peak"] = matmul_flops / peak
 
@@ -115,7 +115,7 @@ def main(argv):
         ("backward", seconds["no_update"] - seconds["forward"]),
         ("AdamW update", full - seconds["no_update"]),
         ("dropout masks (full minus dropout off)", full - seconds["no_dropout"]),
-        ("Gumbel sampling (timed alone)", seconds["sampling"]),
+        ("sampling (timed alone)", seconds["sampling"]),
         ("the step's FLOPs at the matmul peak (a floor)", seconds["matmuls_at_peak"]),
     ]
     rows = [[VARIANTS[v], f"{seconds[v] * 1e3:,.0f}",

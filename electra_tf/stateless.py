@@ -62,8 +62,8 @@ def hash_open_uniform(seed, stream, example_index, slot) -> tf.Tensor:
     """Uniform float32 in the open interval (0, 1) for each (example, slot): the odd
     multiples of 2^-24, from 23 random bits; see hash_bits.
 
-    For -log(-log(u)) (Gumbel noise), which must stay finite: hash_uniform's 1 - 2^-24 plus
-    any half step rounds to 1.0 in float32, whose Gumbel noise is +inf.
+    For draws that must be neither 0 nor 1 (e.g. -log(-log(u)), Gumbel noise): hash_uniform's
+    1 - 2^-24 plus any half step rounds to 1.0 in float32.
     """
     bits = tf.bitwise.right_shift(hash_bits(seed, stream, example_index, slot), _u32(9))
     return (tf.cast(bits, tf.float32) * 2.0 + 1.0) * (1.0 / (1 << 24))

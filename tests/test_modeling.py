@@ -18,6 +18,7 @@ from electra_tf.modeling.config import SIZES, encoder_config, generator_config
 from electra_tf.modeling.metrics import PretrainingMetrics
 from electra_tf.modeling.pretrainer import (ElectraPretrainer, masked_lm_loss,
                                             replaced_token_loss)
+from electra_tf.modeling import tensors
 from electra_tf.modeling.tensors import (sample_from_logits, scatter_positions,
                                          sparse_cross_entropy)
 from electra_tf.training import pretraining  # noqa: F401 (registers the gin configurables)
@@ -161,21 +162,53 @@ def test_disallow_correct_never_samples_the_original():
     assert not np.any((out["sampled_ids"].numpy() == batch["masked_lm_ids"].numpy())[weights])
 
 
-def test_extreme_hash_bits_give_finite_gumbel_noise(monkeypatch):
-    # All-ones bits are the largest uniform; as 1.0 its Gumbel noise would be +inf and win
-    # the argmax whatever the logits, a disallowed token included.
+def test_samples_are_the_exact_inverse_cdf_of_their_uniforms():
+    # 400 rows of 1,000 logits (7 full blocks and a partial one): each sample is the token
+    # whose interval of the float64 cumulative distribution holds the row's hashed uniform.
+    from electra_tf.stateless import STREAM_GENERATOR_SAMPLES, hash_open_uniform
+    logits = 2.0 * tf.random.stateless_normal([50, 8, 1000], [4, 5])
+    index = tf.range(50, dtype=tf.int64) + 1000
+    sampled = sample_from_logits(logits, 9, index).numpy().ravel()
+    uniform = hash_open_uniform(9, STREAM_GENERATOR_SAMPLES, index, tf.range(8)[None, :])
+    rows = logits.numpy().astype(np.float64).reshape(400, 1000)
+    probs = np.exp(rows - rows.max(-1, keepdims=True))
+    cdf = np.cumsum(probs / probs.sum(-1, keepdims=True), -1)
+    expected = [np.searchsorted(c, u, side="right") for c, u in
+                zip(cdf, uniform.numpy().astype(np.float64).ravel())]
+    assert np.sum(sampled != expected) <= 1  # float32 rounding at an interval's edge
+    assert np.all(np.abs(sampled - expected) <= 1)
+    assert len(set(sampled)) > 300
+
+
+def test_extreme_uniforms_draw_the_first_and_last_tokens_of_positive_probability(monkeypatch):
+    # With u at its smallest and largest the search ends at the ends of the distribution:
+    # never on a token of probability 0 (disallowed, underflowed, or the padding of the last
+    # block), whatever float32 rounding does to the running sums.
     from electra_tf import stateless
-    for value in (0xFFFFFFFF, 0):
+    vocab = 3 * tensors.SAMPLE_BLOCK + 5
+    logits = np.zeros([1, 2, vocab], np.float32)
+    logits[..., :3] = logits[..., -4:] = -1e4  # probability 0 after the softmax
+    disallow = tf.constant([[3, vocab - 5]])
+    for value, expected in ((0, [4, 3]), (0xFFFFFFFF, [vocab - 5, vocab - 6])):
         def constant_bits(seed, stream, index, slot, v=value):
             shape = tf.broadcast_dynamic_shape(tf.shape(index[:, None]), tf.shape(slot))
             return tf.fill(shape, tf.constant(v, tf.uint32))
         monkeypatch.setattr(stateless, "hash_bits", constant_bits)
         uniform = stateless.hash_open_uniform(1, 4, tf.constant([0], tf.int64), tf.range(3)[None])
         assert 0.0 < float(tf.reduce_min(uniform)) and float(tf.reduce_max(uniform)) < 1.0
-        logits = tf.constant([[[5.0, 1.0, 3.0, 2.0]]])
-        sampled = sample_from_logits(logits, 1, tf.constant([0], tf.int64),
-                                     disallow=tf.constant([[0]]))
-        assert sampled.numpy().tolist() == [[2]]  # equal noise: the best allowed logit
+        sampled = sample_from_logits(logits, 1, tf.constant([0], tf.int64), disallow=disallow)
+        assert sampled.numpy().tolist() == [expected], value
+        one_block = sample_from_logits(logits[:, :, :6], 1, tf.constant([0], tf.int64),
+                                       disallow=tf.constant([[3, 3]]))
+        assert one_block.numpy().tolist() == [[4, 4] if value == 0 else [5, 5]], value
+
+
+def test_sampling_compiles_with_xla_to_the_same_tokens():
+    logits = tf.random.stateless_normal([6, 5, 300], [1, 2])
+    index = tf.range(6, dtype=tf.int64)
+    compiled = tf.function(lambda x: sample_from_logits(x, 3, index), jit_compile=True)
+    np.testing.assert_array_equal(compiled(logits).numpy(),
+                                  sample_from_logits(logits, 3, index).numpy())
 
 
 def test_samples_are_keyed_by_seed_and_example_not_by_batch():

@@ -24,7 +24,7 @@ The counting method is the official ELECTRA one (google-research/electra
   `backward_multiplier=2.0` (training = 3 x forward) and `dense_embedding_lookup=False`
   (our lookups are gathers) when computing hardware utilisation:
   `hardware_train_flops_per_example`.
-- Not counted, as in the official method: the Gumbel sampling and the scatter of sampled
+- Not counted, as in the official method: the sampling and the scatter of sampled
   tokens, the loss reductions, the attention-mask add, the optimizer update.
 
 Where this module departs from the official file:

@@ -4,7 +4,7 @@ discriminator tells every token replaced or original; the paper's variants besid
 The algorithm, one step (shapes: B batch, L length, N masked slots, V vocab):
 
     logits  = generator(masked input) at the masked positions          [B, N, V]
-    sampled = Gumbel-max sample of logits / temperature (no gradient)   [B, N]
+    sampled = a sample of softmax(logits / temperature) (no gradient)  [B, N]
     fake    = original input with `sampled` written at the positions    [B, L]
     labels  = fake != original                                          [B, L]
     loss    = 1 * MLM(logits) + 50 * sigmoid-CE(discriminator(fake), labels)

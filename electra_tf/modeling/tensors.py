@@ -30,14 +30,29 @@ def scatter_positions(sequence, positions, updates, weights):
     return updated, written
 
 
+# The vocabulary is cut into blocks of this many ids for sampling: a search over the blocks'
+# sums, then over one block's probabilities.
+SAMPLE_BLOCK = 128
+
+
 def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.0,
                        disallow=None):
-    """Gumbel-max sampling: one token per row of logits [B, ..., V]; ids int32 [B, ...].
+    """One token per row of logits [B, ..., V], drawn from softmax(logits / temperature);
+    ids int32 [B, ...].
 
-    The Gumbel noise of example b is a hash of (seed, example_index[b], slot)
-    (`electra_tf.stateless`): an example's sample depends on the example, not on the batch it
-    came in, the replica that ran it or the step, so runs that split their batches
-    differently (replicas, gradient accumulation, a resumed run) sample the same tokens.
+    Inverse-CDF sampling with one uniform number u per row: the token whose interval of the
+    cumulative distribution holds u. This is the distribution the official Gumbel-max
+    sampling draws from; it costs a softmax and a sum over [B, ..., V] instead of a random
+    number, two logarithms and an argmax for every logit (the generator's [32, 20, 30522]
+    logits on 2 Xeon cores: 144 -> 23 ms). The search runs over blocks of SAMPLE_BLOCK ids:
+    first the running sum of the blocks' probabilities, then the running sum within the
+    block it falls in, so no float32 sum runs over more than a few hundred terms. A token of
+    probability 0 (underflowed, or disallowed) is never drawn, rounding included.
+
+    u for row (b, slot) is a hash of (seed, example_index[b], slot) (`electra_tf.stateless`):
+    an example's sample depends on the example, not on the batch it came in, the replica
+    that ran it or the step, so runs that split their batches differently (replicas,
+    gradient accumulation, a resumed run) sample the same tokens.
 
     Args:
       logits: float [B, ..., V] (unnormalised; zeros give the uniform distribution).
@@ -49,11 +64,33 @@ def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.
     logits = tf.cast(logits, tf.float32) / temperature
     if disallow is not None:
         logits += -1e9 * tf.one_hot(disallow, tf.shape(logits)[-1], dtype=tf.float32)
-    flat = tf.reshape(logits, [tf.shape(logits)[0], -1])  # [B, K]
-    slots = tf.range(tf.shape(flat)[1])[None, :]
+    shape = tf.shape(logits)
+    vocab, width = shape[-1], SAMPLE_BLOCK
+    blocks = (vocab + width - 1) // width
+    probs = tf.nn.softmax(tf.reshape(logits, [-1, vocab]))  # [R, V]
+    probs = tf.reshape(tf.pad(probs, [[0, 0], [0, blocks * width - vocab]]),
+                       [-1, blocks, width])  # [R, blocks, width], padding of probability 0
+    block_probs = tf.reduce_sum(probs, -1)  # [R, blocks]
+    block_cdf = tf.cumsum(block_probs, -1)
+    slots = tf.range(tf.size(logits) // (vocab * shape[0]))[None, :]
     uniform = hash_open_uniform(seed, STREAM_GENERATOR_SAMPLES, example_index, slots)
-    gumbel = tf.reshape(-tf.math.log(-tf.math.log(uniform)), tf.shape(logits))
-    return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)
+    target = tf.reshape(uniform, [-1, 1]) * block_cdf[:, -1:]  # [R, 1]
+
+    def first_above(cdf, weights):
+        # The first index whose cdf exceeds target (its weight is then > 0); where rounding
+        # leaves none, the last index of weight > 0.
+        index = tf.reduce_sum(tf.cast(cdf <= target, tf.int32), -1)
+        size = tf.shape(weights)[-1]
+        last = size - 1 - tf.argmax(tf.reverse(tf.cast(weights > 0, tf.int32), [-1]), -1,
+                                    output_type=tf.int32)
+        return tf.minimum(index, last)
+
+    block = first_above(block_cdf, block_probs)  # [R]
+    before = tf.gather(tf.pad(block_cdf[:, :-1], [[0, 0], [1, 0]]), block[:, None],
+                       batch_dims=1)  # [R, 1]: the cdf up to the block, as compared above
+    within = tf.gather(probs, block, batch_dims=1)  # [R, width]
+    offset = first_above(before + tf.cumsum(within, -1), within)
+    return tf.reshape(block * width + offset, shape[:-1])
 
 
 def sparse_cross_entropy(logits, labels):
