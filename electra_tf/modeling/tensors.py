@@ -44,10 +44,12 @@ def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.
     cumulative distribution holds u. This is the distribution the official Gumbel-max
     sampling draws from; it costs a softmax and a sum over [B, ..., V] instead of a random
     number, two logarithms and an argmax for every logit (the generator's [32, 20, 30522]
-    logits on 2 Xeon cores: 144 -> 23 ms). The search runs over blocks of SAMPLE_BLOCK ids:
-    first the running sum of the blocks' probabilities, then the running sum within the
-    block it falls in, so no float32 sum runs over more than a few hundred terms. A token of
-    probability 0 (underflowed, or disallowed) is never drawn, rounding included.
+    logits on 2 Xeon cores: 132 -> 21 ms, benchmarks/results/sampling.md). The search runs
+    over blocks of SAMPLE_BLOCK ids: first the running sum of the blocks' probabilities,
+    then the running sum within the block it falls in, so no float32 sum runs over more
+    than a few hundred terms. u takes 2^23 values, so probabilities are resolved to about
+    1e-7, the float32 rounding of the sums themselves. A token of probability 0
+    (underflowed, or disallowed) is never drawn, rounding included.
 
     u for row (b, slot) is a hash of (seed, example_index[b], slot) (`electra_tf.stateless`):
     an example's sample depends on the example, not on the batch it came in, the replica
