@@ -21,8 +21,9 @@
 #
 # What is left out, to fit: TensorFlow's C++ headers; cuDNN's adv and engine libraries (the
 # pre-training step calls no cuDNN kernel); cuFFT, cuSOLVER and cuSPARSE, replaced by empty
-# libraries of the same name (TensorFlow only opens them at start-up); cuRAND, NVRTC,
-# nvJitLink and CUPTI (not on TensorFlow's library path). Not included: tensorflow-text
+# libraries of the same name (TensorFlow only opens them at start-up); cuRAND, NVRTC
+# and nvJitLink (not on TensorFlow's library path); CUPTI is in, for TensorFlow's profiler
+# (benchmarks/run_profile.py). Not included: tensorflow-text
 # (62 MB), which fine-tuning's tokenizer needs. Pure-Python packages (keras, gin, orbit,
 # tf_keras, tensorboard and TensorFlow's small dependencies) are copied from .venv, which
 # must be this project's installed environment. Recorded use: benchmarks/results/gpu_h100.md.
@@ -47,7 +48,7 @@ pip_download() {
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$out/whl" "$@"
 }
 pip_download tensorflow==2.20.0 nvidia-cublas-cu12==12.5.3.2 nvidia-cuda-nvcc-cu12==12.5.82 \
-  nvidia-cuda-runtime-cu12==12.5.82 nvidia-cudnn-cu12==9.3.0.75 optree==0.20.0 protobuf==7.36.2
+  nvidia-cuda-runtime-cu12==12.5.82 nvidia-cuda-cupti-cu12==12.5.82 nvidia-cudnn-cu12==9.3.0.75 optree==0.20.0 protobuf==7.36.2
 pip_download zstandard==0.25.0 numpy==2.4.6 ml_dtypes==0.6.0
 cd "$out/site"
 for w in "$out"/whl/tensorflow-*.whl "$out"/whl/nvidia_*.whl "$out"/whl/optree-*.whl \
