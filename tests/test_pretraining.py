@@ -379,6 +379,49 @@ def test_the_compiled_step_has_no_conditional():
     assert int(trainer.state.step.numpy()) == 1
     assert np.isfinite(trainer.metrics.result()["loss/total"])
 
+    # k steps per call: one while loop around the step, still no conditional; a loop of 4
+    # steps is one call of 3 and one single step.
+    trainer.steps_per_call = 3
+    block = trainer._replica_block_fn()
+    hlo = block.experimental_get_compiler_ir([batch] * 3)(stage="hlo")
+    assert len(re.findall(r" while\(", hlo)) == 1
+    assert len(re.findall(r" conditional\(", hlo)) == 0
+    trainer.train(tf.constant(4, tf.int32))
+    assert int(trainer.state.step.numpy()) == 5
+    assert trainer._block_loop_fn.experimental_get_tracing_count() == 1
+    assert trainer._train_loop_fn.experimental_get_tracing_count() == 1
+
+
+def test_steps_in_one_compiled_call_equal_one_call_per_step(tmp_path, data):
+    """pretraining.steps_per_call = 3 with loops of 4 steps: each loop is one compiled call
+    of 3 steps (a while loop in the program) and one single step; dropout on. The weights
+    and the loop's metrics equal those of one call per step."""
+    more = ["NUM_TRAIN_STEPS = 8", "STEPS_PER_LOOP = 4", "pretraining.jit_compile = True"]
+    one, _ = run(tmp_path / "one", data, more + ["pretraining.steps_per_call = 1"])
+    three, _ = run(tmp_path / "three", data, more + ["pretraining.steps_per_call = 3"])
+    assert one["step"] == three["step"] == 8
+    for key in ("loss/total", "discriminator/accuracy", "generator/mlm_accuracy"):
+        assert three["train"][key] == pytest.approx(one["train"][key], rel=1e-6), key
+    _assert_close(model_values(str(tmp_path / "one" / "ckpt-8")),
+                  model_values(str(tmp_path / "three" / "ckpt-8")))
+
+
+@pytest.mark.parametrize("bindings, kwargs, message", [
+    (["pretraining.steps_per_call = 0"], {},
+     r"^pretraining.steps_per_call=0 must be a positive integer\n"),
+    (["pretraining.steps_per_call = 4"], {},
+     r"^pretraining.steps_per_call=4 needs pretraining.jit_compile=True \(without XLA"),
+    (["pretraining.steps_per_call = 2", "pretraining.jit_compile = True"],
+     {"strategy": "mirrored"},
+     r"^pretraining.steps_per_call=2 runs on one replica; this run has 2 "
+     r"\(MirroredStrategy\): set it to 1\n"),
+])
+def test_bad_steps_per_call_fails_with_one_line(tmp_path, data, bindings, kwargs, message):
+    from electra_tf.errors import UserInputError
+    with pytest.raises(UserInputError, match=message):
+        run(tmp_path, data, bindings, **kwargs)
+    assert not os.path.exists(tmp_path / "model_info.json")
+
 
 def test_xla_compiled_step_equals_the_plain_one(tmp_path, data):
     _, plain = _weights_after(tmp_path, "plain", data, [])

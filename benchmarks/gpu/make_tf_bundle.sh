@@ -6,7 +6,7 @@
 #
 #   bash benchmarks/gpu/make_tf_bundle.sh [DATA_DIR]
 #
-#   .gpu/c00 .. .gpu/cNN   one zstd piece each (58 MiB); carry them one per call, in order,
+#   .gpu/c00 .. .gpu/cNN   one zstd piece each (53 MiB); carry them one per call, in order,
 #                          each call running: mkdir -p /tmp/chunks && cp .gpu/cXX/part* /tmp/chunks/
 #   .gpu/clast             the zstandard, numpy and ml_dtypes wheels, DATA_DIR (pre-training
 #                          TFRecords, optional; at most about 30 MB) and setup.sh; carried
@@ -69,7 +69,7 @@ done
 find . -name __pycache__ -type d -prune -exec rm -rf {} +
 tar cf - . | zstd -q -12 --long=27 -T0 -o "$out/bundle.tar.zst"
 cd "$out"
-split -b 58M -d -a 2 bundle.tar.zst part
+split -b 53M -d -a 2 bundle.tar.zst part
 for p in part*; do mkdir -p "c${p#part}" && mv "$p" "c${p#part}/"; done
 mkdir -p clast
 cp whl/zstandard-*.whl whl/numpy-*.whl whl/ml_dtypes-*.whl clast/

@@ -67,8 +67,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
                     whole_word_masking: bool = False, gradient_accumulation_steps: int = 1,
                     clip_norm: float | None = 1.0, precision: str = "float32",
-                    jit_compile: bool = False, xla_cache: bool = True,
-                    on_nonfinite: str = "stop",
+                    jit_compile: bool = False, steps_per_call: int | None = None,
+                    xla_cache: bool = True, on_nonfinite: str = "stop",
                     max_restores: int = 3, two_stage_steps: int | None = None,
                     device_name: str | None = None, log=print) -> dict:
     """Pre-train an ELECTRA (or a variant); returns the last loop's and evaluation's figures.
@@ -97,6 +97,11 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
       clip_norm: global-norm clipping (None: off).
       precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
       jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      steps_per_call: with jit_compile, steps one compiled program runs (see
+        `trainer.PretrainingTrainer`): on a GPU each call ends with the host waiting for
+        the device, so fewer calls keep the device busy. Default: steps_per_loop with XLA
+        on one replica; 1 with several replicas (their all-reduce stays one per call) or
+        on TPUs (whose whole loop is compiled anyway).
       xla_cache: with jit_compile, keep the compiled programs in `<model_dir>/xla_cache/`
         so that a rerun (a resume) loads them instead of compiling again; needs
         `xla_cache.stage()` before TensorFlow starts, as the script does (see
@@ -128,8 +133,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          dry_run, init_checkpoint, num_train_steps, train_batch_size, max_seq_length,
          steps_per_loop, checkpoint_every, keep_checkpoints, eval_every, eval_steps, mask_prob,
          max_predictions_per_seq, whole_word_masking, gradient_accumulation_steps, clip_norm,
-         precision, jit_compile, xla_cache, on_nonfinite, max_restores, two_stage_steps,
-         device_name, log, **_):
+         precision, jit_compile, steps_per_call, xla_cache, on_nonfinite, max_restores,
+         two_stage_steps, device_name, log, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
     strategy = strategies.create_strategy(strategy, tpu)
@@ -154,6 +159,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             f"TRAIN_BATCH_SIZE={train_batch_size} does not split into {replicas} replicas x "
             f"{gradient_accumulation_steps} micro-batches; use a multiple of "
             f"{replicas * gradient_accumulation_steps}")
+    steps_per_call = _steps_per_call(steps_per_call, steps_per_loop, jit_compile, strategy)
     task_id, chief = strategies.worker_info(strategy)
 
     with strategy.scope():
@@ -218,7 +224,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         model, optimizer, strategy, iterator, state, global_batch_size=train_batch_size,
         seq_length=max_seq_length, local_replicas=local_replicas,
         accumulation_steps=gradient_accumulation_steps, clip_norm=clip_norm,
-        loss_scale=loss_scale, jit_compile=jit_compile,
+        loss_scale=loss_scale, jit_compile=jit_compile, steps_per_call=steps_per_call,
         flops_per_example=model_info["train_flops_per_example_hardware"],
         peak_flops=model_info["peak_flops_per_second"],
         two_stage_steps=two_stage_steps if two_stage else None)
@@ -443,6 +449,25 @@ def _loop_lengths(steps_per_loop: int, boundary: int | None):
         return steps_per_loop
     return lambda step: (min(steps_per_loop, boundary - step) if step < boundary
                          else steps_per_loop)
+
+
+def _steps_per_call(value, steps_per_loop: int, jit_compile: bool, strategy) -> int:
+    """pretraining.steps_per_call, resolved (None: the default) and checked."""
+    several = strategy.num_replicas_in_sync > 1
+    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    if value is None:
+        return steps_per_loop if jit_compile and not several and not tpu else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserInputError(f"pretraining.steps_per_call={value!r} must be a positive integer")
+    if value > 1 and not jit_compile:
+        raise UserInputError(f"pretraining.steps_per_call={value} needs "
+                             "pretraining.jit_compile=True (without XLA each step is its own "
+                             "call anyway); set it to 1 or turn XLA on")
+    if value > 1 and (several or tpu):
+        raise UserInputError(
+            f"pretraining.steps_per_call={value} runs on one replica; this run has "
+            f"{strategy.num_replicas_in_sync} ({type(strategy).__name__}): set it to 1")
+    return value
 
 
 def _cluster_resolver(strategy):

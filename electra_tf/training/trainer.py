@@ -24,6 +24,14 @@ the step on the skip list. Under `mixed_float16` a dynamic loss scale (`LossScal
 multiplies the loss; gradients that overflow it halve the scale and skip the update, which
 is not counted as a bad step unless the loss itself is not finite.
 
+Under XLA one call of the compiled step can run several steps (`steps_per_call`, k): the
+loop takes k batches from the iterator, one after the other, and one compiled program runs
+the k steps in a while loop. On a GPU, TensorFlow lets a compiled program's successor start
+only once the device has finished it, so each call leaves the device idle while the host
+prepares the next (11-15 ms per call for base on an H200,
+benchmarks/results/gpu_h200_profile.md); k steps per call pay that once. The steps, their
+batches and their order are those of k single calls.
+
 Timings for throughput are taken around each loop of `steps_per_loop` steps (the first
 loop includes tracing and compiling).
 """
@@ -98,6 +106,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
       clip_norm: global-norm clipping of the summed gradients (None: no clipping).
       loss_scale: a LossScale under mixed_float16, else None.
       jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      steps_per_call: with jit_compile, steps one compiled call runs (see the module
+        docstring); a loop of n steps makes n // k such calls, then n % k single steps.
       phase: "joint", or a function step -> phase for two-stage training.
       flops_per_example: hardware FLOPs of one training example (for MFU), or None.
       peak_flops: the devices' total peak FLOP/s, or None when unknown.
@@ -113,7 +123,10 @@ class PretrainingTrainer(orbit.StandardTrainer):
                  accumulation_steps: int = 1, clip_norm: float | None = 1.0,
                  loss_scale: LossScale | None = None, jit_compile: bool = False,
                  flops_per_example: float | None = None, peak_flops: float | None = None,
-                 two_stage_steps: int | None = None, on_stage_switch=None):
+                 two_stage_steps: int | None = None, on_stage_switch=None,
+                 steps_per_call: int = 1):
+        if steps_per_call > 1 and not jit_compile:
+            raise ValueError("steps_per_call > 1 needs jit_compile")
         super().__init__(train_iterator, orbit.StandardTrainerOptions(
             use_tf_function=True, use_tf_while_loop=True))
         self.model, self.optimizer, self.strategy, self.state = model, optimizer, strategy, state
@@ -127,7 +140,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
         with strategy.scope():
             self.metrics = PretrainingMetrics()
             self.grad_norm = keras.metrics.Mean(name="grad_norm")
+        self.steps_per_call = steps_per_call
         self._replica_steps = {}
+        self._block_loop_fn = None
         self._loop_start = None
         self.last_loop = {}
 
@@ -146,6 +161,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         if phase != self.phase:
             self.phase = phase
             self._train_loop_fn = None  # orbit traces the loop again for the new phase
+            self._block_loop_fn = None
 
     def trace_loop(self):
         """Trace the loop of `steps_per_loop` steps now, not at the first loop. Two processes
@@ -153,12 +169,43 @@ class PretrainingTrainer(orbit.StandardTrainer):
         of XLA's persistent compilation cache; tracing before a checkpoint is restored
         makes a resumed run's step the first run's."""
         self._set_phase()
+        if self.steps_per_call > 1:
+            self._block_loop().get_concrete_function(self.train_dataset,
+                                                     tf.TensorSpec([], tf.int32))
+            return
         if self._train_loop_fn is None:
             self._train_loop_fn = self.create_train_loop_fn()
         self._train_loop_fn.get_concrete_function(self.train_dataset,
                                                   tf.TensorSpec([], tf.int32))
 
     # -- orbit hooks
+
+    def train(self, num_steps):
+        """orbit's entry point: `num_steps` steps, as num_steps // k calls of k steps each
+        and num_steps % k single steps (k = steps_per_call)."""
+        if self.steps_per_call == 1:
+            return super().train(num_steps)
+        self.train_loop_begin()
+        if self._train_iter is None:
+            self._train_iter = tf.nest.map_structure(iter, self.train_dataset)
+        calls, single = divmod(int(num_steps), self.steps_per_call)
+        if calls:
+            self._block_loop()(self._train_iter, tf.constant(calls, tf.int32))
+        if single:
+            if self._train_loop_fn is None:
+                self._train_loop_fn = self.create_train_loop_fn()
+            self._train_loop_fn(self._train_iter, tf.constant(single, tf.int32))
+        return self.train_loop_end()
+
+    def _block_loop(self):
+        if self._block_loop_fn is None:
+            self._block_loop_fn = tf.function(
+                orbit.utils.create_tf_while_loop_fn(self._train_block))
+        return self._block_loop_fn
+
+    def _train_block(self, iterator):
+        batches = [next(iterator) for _ in range(self.steps_per_call)]  # in this order
+        self.strategy.run(self._replica_block_fn(), args=(batches,))
 
     def train_loop_begin(self):
         self._set_phase()
@@ -206,6 +253,18 @@ class PretrainingTrainer(orbit.StandardTrainer):
                 fn = tf.function(fn, jit_compile=True)
             self._replica_steps[key] = fn
         return self._replica_steps[key]
+
+    def _replica_block_fn(self):
+        key = (self.phase, "block")
+        if key not in self._replica_steps:
+            self._replica_steps[key] = tf.function(self._replica_block, jit_compile=True)
+        return self._replica_steps[key]
+
+    def _replica_block(self, batches):
+        """The steps of `batches` (a list, one replica batch per step) in one program."""
+        stacked = {name: tf.stack([batch[name] for batch in batches]) for name in batches[0]}
+        for i in tf.range(len(batches)):
+            self._replica_step({name: value[i] for name, value in stacked.items()})
 
     def _replica_step(self, batch):
         context = tf.distribute.get_replica_context()
@@ -305,6 +364,18 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
 
     def eval_step(self, iterator):
         self.strategy.run(self._replica_step, args=(next(iterator),))
+
+    def _replica_block_fn(self):
+        key = (self.phase, "block")
+        if key not in self._replica_steps:
+            self._replica_steps[key] = tf.function(self._replica_block, jit_compile=True)
+        return self._replica_steps[key]
+
+    def _replica_block(self, batches):
+        """The steps of `batches` (a list, one replica batch per step) in one program."""
+        stacked = {name: tf.stack([batch[name] for batch in batches]) for name in batches[0]}
+        for i in tf.range(len(batches)):
+            self._replica_step({name: value[i] for name, value in stacked.items()})
 
     def _replica_step(self, batch):
         context = tf.distribute.get_replica_context()
