@@ -309,10 +309,19 @@ def test_dropout_rate_scale_and_gradient(shape):
     if x.size > 1_000_000:  # 2.1M draws: the dropped fraction within 4 standard deviations
         dropped = 1 - kept.mean()
         assert abs(dropped - 6554 / 65536) < 4 * np.sqrt(0.09 / x.size)
-        # both 16-bit halves of each draw are used: the two halves drop independently
+        # both 16-bit halves of each draw are used: neighbours drop independently
         flat = kept.reshape(-1)
-        both = np.mean(~flat[: x.size // 2] & ~flat[x.size // 2:])
+        both = np.mean(~flat[0::2] & ~flat[1::2])
         assert abs(both - 0.1 ** 2) < 0.002
+    # The mask is the draws' 16-bit halves in the CPU's (little-endian) order against the
+    # threshold: element 2i from draw i's low half, 2i + 1 from its high half.
+    from electra_tf.modeling.layers import _AUTO_SELECT, dropout_key
+    words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[(x.size + 1) // 2], key=dropout_key(tf.constant([3, 4])),
+        counter=tf.zeros([2], tf.uint64), alg=tf.constant(_AUTO_SELECT, tf.int32),
+        dtype=tf.uint32).numpy()
+    halves = np.stack([words & 0xFFFF, words >> 16], axis=1).reshape(-1)[:x.size]
+    np.testing.assert_array_equal(kept.reshape(-1), halves >= 6554)
     np.testing.assert_array_equal(dropout(x, 1.0, seed=tf.constant([3, 4])).numpy(), 0 * x)
 
 

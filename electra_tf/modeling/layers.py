@@ -171,8 +171,11 @@ def dropout(inputs, rate: float, seed, replica_id=None):
     is `rate` to within 1/65536 (0.1000061 for 0.1). TensorFlow's own
     `stateless_dropout` draws a 32-bit float per element; on CPU the random numbers are what
     dropout costs (a Philox draw costs the same per bit), so half the bits halve it. Each
-    uint32 draw keeps two elements, one in each half of the flattened tensor; only uint32 and
-    bool arithmetic, so XLA compiles it for every device. The bits come from `seed` and
+    uint32 draw keeps two neighbouring elements of the flattened tensor: its two 16-bit
+    halves, read by a bitcast in the device's byte order (low half first on CPUs and
+    GPUs), which costs nothing where splitting the draw by shifts and masks and
+    concatenating the halves cost a fifth of the dropout on a CPU. Only integer and bool
+    operations, so XLA compiles it for every device. The bits come from `seed` and
     `replica_id` through `dropout_key` (counter 0).
     """
     threshold = round(rate * 65536)
@@ -183,10 +186,8 @@ def dropout(inputs, rate: float, seed, replica_id=None):
         shape=tf.reshape((size + 1) // 2, [1]), key=dropout_key(seed, replica_id),
         counter=tf.zeros([2], tf.uint64), alg=tf.constant(_AUTO_SELECT, tf.int32),
         dtype=tf.uint32)
-    cut = tf.constant(threshold, tf.uint32)
-    keep = tf.concat([tf.bitwise.right_shift(bits, tf.constant(16, tf.uint32)) >= cut,
-                      tf.bitwise.bitwise_and(bits, tf.constant(0xFFFF, tf.uint32)) >= cut], 0)
-    keep = tf.reshape(keep[:size], tf.shape(inputs))
+    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])
+    keep = tf.reshape(halves[:size] >= tf.constant(threshold, tf.uint16), tf.shape(inputs))
     return inputs * (tf.cast(keep, inputs.dtype) * (65536 / (65536 - threshold)))
 
 
