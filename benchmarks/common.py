@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -199,6 +200,12 @@ def run_recorded(command: list[str], commands: list[str]):
     commands.append(shown(command))
     print("$ " + commands[-1], flush=True)
     subprocess.run(command, cwd=REPO, check=True)
+
+
+def site(name: str) -> str:
+    """A TensorFlow op's name without its numbers, so that one site sums a kind of op over
+    layers and copies: 'a_1/layer_4_1/mul_2:Mul' -> 'a/layer/mul:Mul'."""
+    return re.sub(r"_\d+(?=[/:_]|$)", "", name)
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

@@ -72,11 +72,6 @@ def op_events(logdir: str) -> list[tuple[str, float]]:
     return events
 
 
-def site(name: str) -> str:
-    """An op event's name without its numbers: 'a_1/layer_4_1/mul_2:Mul' -> 'a/layer/mul:Mul'."""
-    return re.sub(r"_\d+(?=[/:_]|$)", "", name)
-
-
 def main(argv):
     del argv
     import tensorflow as tf
@@ -109,7 +104,7 @@ def main(argv):
     for name, seconds in events:
         op_type = name.rsplit(":", 1)[1]
         by_type[op_type] += seconds / FLAGS.profile_steps
-        by_site[site(name)] += seconds / FLAGS.profile_steps
+        by_site[common.site(name)] += seconds / FLAGS.profile_steps
         by_op[name] += seconds / FLAGS.profile_steps
         count[op_type] += 1
     total = sum(by_type.values())

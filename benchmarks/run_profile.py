@@ -104,19 +104,24 @@ def category(kernel: str) -> str:
     return CATEGORIES[2]
 
 
-def device_events(logdir: str, lines_seen: list | None = None) -> list[tuple[str, int, int]]:
-    """(name, start_ps, duration_ps) of every event on the profile's GPU planes (kernels and
-    memory copies), start times on one clock; the planes' line names go to `lines_seen`."""
+def device_events(logdir: str, lines_seen: list | None = None) -> list[tuple]:
+    """(name, start_ps, duration_ps, site) of every event on the profile's GPU planes
+    (kernels and memory copies), start times on one clock. An XLA kernel's site is the
+    TensorFlow op most of its fused HLO instructions came from (`common.site`: layer and
+    copy numbers left out), read from the HLO the profile holds; other events' site is
+    their name. The planes' line names go to `lines_seen`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
     events = []
     for path in glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True):
         space = xplane_pb2.XSpace()
         with open(path, "rb") as f:
             space.ParseFromString(f.read())
+        sites = _hlo_sites(space)
         for plane in space.planes:
             if not plane.name.startswith("/device:GPU:"):
                 continue
             names = {k: m.name for k, m in plane.event_metadata.items()}
+            stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
             for line in plane.lines:
                 if lines_seen is not None:
                     lines_seen.append(f"{plane.name}: {line.name} ({len(line.events)})")
@@ -125,15 +130,46 @@ def device_events(logdir: str, lines_seen: list | None = None) -> list[tuple[str
                     continue
                 base = line.timestamp_ns * 1000
                 for event in line.events:
-                    events.append((names.get(event.metadata_id, "?"),
-                                   base + event.offset_ps, event.duration_ps))
+                    name = names.get(event.metadata_id, "?")
+                    hlo_op = next((stat_names.get(stat.ref_value, "") or stat.str_value
+                                   for stat in event.stats
+                                   if stat_names.get(stat.metadata_id) == "hlo_op"), None)
+                    events.append((name, base + event.offset_ps, event.duration_ps,
+                                   sites.get(hlo_op, name)))
     return events
+
+
+def _hlo_sites(space) -> dict:
+    """{HLO instruction name: its site} for the compiled programs a profile holds (TensorFlow
+    stores each program's HLO with its trace)."""
+    from tensorflow.compiler.xla.service import hlo_pb2
+    sites = {}
+    for plane in space.planes:
+        if plane.name != "/host:metadata":
+            continue
+        for metadata in plane.event_metadata.values():
+            for stat in metadata.stats:
+                if not stat.bytes_value:
+                    continue
+                proto = hlo_pb2.HloProto()
+                proto.ParseFromString(stat.bytes_value)
+                computations = {c.id: c for c in proto.hlo_module.computations}
+                for computation in proto.hlo_module.computations:
+                    for instruction in computation.instructions:
+                        ops = [instruction.metadata.op_name] + [
+                            inner.metadata.op_name
+                            for called in instruction.called_computation_ids
+                            for inner in computations[called].instructions]
+                        ops = [common.site(op) for op in ops if op]
+                        if ops:
+                            sites[instruction.name] = collections.Counter(ops).most_common(1)[0][0]
+    return sites
 
 
 def busy_ps(events) -> int:
     """The length of the union of the events' intervals."""
     total, end = 0, None
-    for _, start, duration in sorted(events, key=lambda e: e[1]):
+    for _, start, duration, _ in sorted(events, key=lambda e: e[1]):
         stop = start + duration
         if end is None or start > end:
             total += duration
@@ -146,14 +182,16 @@ def busy_ps(events) -> int:
 
 def kernel_summary(events, steps: int, loop_seconds: float) -> dict:
     """Per-step milliseconds by kernel and by category, and the GPU's busy share."""
-    by_kernel, count = collections.Counter(), collections.Counter()
-    for name, _, duration in events:
+    by_kernel, count, by_site = (collections.Counter(), collections.Counter(),
+                                 collections.Counter())
+    for name, _, duration, site in events:
         by_kernel[name] += duration * 1e-9 / steps
+        by_site[site] += duration * 1e-9 / steps
         count[name] += 1
     by_category = collections.Counter()
     for name, ms in by_kernel.items():
         by_category[category(name)] += ms
-    span = (max(s + d for _, s, d in events) - min(s for _, s, _ in events)) if events else 0
+    span = (max(s + d for _, s, d, _ in events) - min(e[1] for e in events)) if events else 0
     return {"steps": steps, "loop_ms_per_step": loop_seconds * 1e3 / steps,
             "events_per_step": len(events) / steps,
             "kernel_ms_per_step": sum(by_kernel.values()),
@@ -162,7 +200,8 @@ def kernel_summary(events, steps: int, loop_seconds: float) -> dict:
             "by_category": {c: by_category.get(c, 0.0) for c in CATEGORIES},
             "kernels": [{"name": name, "category": category(name), "ms_per_step": ms,
                          "calls_per_step": count[name] / steps}
-                        for name, ms in by_kernel.most_common()]}
+                        for name, ms in by_kernel.most_common()],
+            "sites": [{"site": site, "ms_per_step": ms} for site, ms in by_site.most_common()]}
 
 
 class _Barrier:
@@ -341,6 +380,13 @@ def report(result: dict) -> str:
             [[k["name"][:90], k["category"], f"{k['ms_per_step']:.2f}",
               f"{k['calls_per_step']:g}", f"{k['ms_per_step'] / total:.1%}"]
              for k in profile["kernels"][:FLAGS.top]]) + "\n"
+        text += ("\nThe same kernel time by the TensorFlow op each kernel mostly came from "
+                 "(layer and copy numbers left out; `gradient_tape/` is the backward pass):"
+                 "\n\n")
+        text += common.markdown_table(
+            ["TensorFlow op", "ms/step", "share"],
+            [[s["site"][:110], f"{s['ms_per_step']:.2f}", f"{s['ms_per_step'] / total:.1%}"]
+             for s in profile["sites"][:FLAGS.top]]) + "\n"
     elif FLAGS.profile:
         text += "\nThe profile holds no GPU events (no GPU, or CUPTI missing).\n"
     resumed = result.get("resumed")
