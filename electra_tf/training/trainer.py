@@ -365,18 +365,6 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
     def eval_step(self, iterator):
         self.strategy.run(self._replica_step, args=(next(iterator),))
 
-    def _replica_block_fn(self):
-        key = (self.phase, "block")
-        if key not in self._replica_steps:
-            self._replica_steps[key] = tf.function(self._replica_block, jit_compile=True)
-        return self._replica_steps[key]
-
-    def _replica_block(self, batches):
-        """The steps of `batches` (a list, one replica batch per step) in one program."""
-        stacked = {name: tf.stack([batch[name] for batch in batches]) for name in batches[0]}
-        for i in tf.range(len(batches)):
-            self._replica_step({name: value[i] for name, value in stacked.items()})
-
     def _replica_step(self, batch):
         context = tf.distribute.get_replica_context()
         batch = _replica_slice(batch, context, self.local_replicas)
