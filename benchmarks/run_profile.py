@@ -237,10 +237,21 @@ class _Barrier:
             self.lock = None
 
 
-def bindings(num_train_steps: int, checkpoint_every: int) -> list[str]:
+def loop_numbers() -> tuple[int, int]:
+    """(the profiled loop's number, the last loop's): loops count from 1, the first
+    compiles, then --timed_loops, then (with --profile) the profiled one, then one more."""
+    profiled_loop = 1 + FLAGS.timed_loops + (1 if FLAGS.profile else 0)
+    return profiled_loop, profiled_loop + 1
+
+
+def bindings() -> list[str]:
+    """The run's gin bindings, the same for the run and its resumption: the last loop's
+    steps, and a checkpoint after the profiled loop (where the run stops)."""
+    profiled_loop, last_loop = loop_numbers()
     return [f"TRAIN_BATCH_SIZE = {FLAGS.batch_size}", f"MAX_SEQ_LENGTH = {FLAGS.seq_length}",
-            f"NUM_TRAIN_STEPS = {num_train_steps}", f"STEPS_PER_LOOP = {FLAGS.loop_steps}",
-            f"CHECKPOINT_EVERY = {checkpoint_every}",
+            f"NUM_TRAIN_STEPS = {last_loop * FLAGS.loop_steps}",
+            f"STEPS_PER_LOOP = {FLAGS.loop_steps}",
+            f"CHECKPOINT_EVERY = {profiled_loop * FLAGS.loop_steps}",
             f"pretraining.precision = '{FLAGS.precision}'",
             f"pretraining.jit_compile = {FLAGS.jit_compile}", *FLAGS.bindings]
 
@@ -253,9 +264,8 @@ def profiled_run(model_dir: str, data: str, barrier: _Barrier) -> dict:
     from electra_tf.training import pretraining
 
     loop = FLAGS.loop_steps
-    profiled_loop = 1 + FLAGS.timed_loops + (1 if FLAGS.profile else 0)  # its number
-    last_loop = profiled_loop + 1
-    gin_files.parse([FLAGS.gin_file], bindings(last_loop * loop, profiled_loop * loop))
+    profiled_loop, last_loop = loop_numbers()
+    gin_files.parse([FLAGS.gin_file], bindings())
     loops = []
     trace_dir = tempfile.mkdtemp(prefix="run_profile_trace_")
     barrier_info = {}
@@ -316,13 +326,10 @@ def profiled_run(model_dir: str, data: str, barrier: _Barrier) -> dict:
 def resumed_run(model_dir: str, data: str) -> dict:
     """The same run resumed by a new process of scripts/run_pretraining.py: seconds to its
     first loop's line and to its end."""
-    loop = FLAGS.loop_steps
-    last_loop = 1 + FLAGS.timed_loops + (1 if FLAGS.profile else 0) + 1
     command = [sys.executable, os.path.join(common.REPO, "scripts", "run_pretraining.py"),
                f"--gin_file={FLAGS.gin_file}", f"--model_dir={model_dir}",
                f"--train_data={data}", "--seed=0"]
-    command += [f"--gin_bindings={b}" for b in bindings(last_loop * loop,
-                                                        (last_loop - 1) * loop)]
+    command += [f"--gin_bindings={b}" for b in bindings()]
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
