@@ -13,7 +13,9 @@ the discriminator's embeddings; dropout 0.1 and training mode everywhere):
 - ours: `electra_tf.modeling.pretrainer.ElectraPretrainer`, objective electra, sharing
   embeddings, sampling by inverse CDF (`tensors.sample_from_logits`: the distribution the
   official code's and the PyTorch step's Gumbel-max sampling draws from); a `tf.function` step (GradientTape, `keras.optimizers.AdamW`), and the same
-  step with `jit_compile=True` (XLA), reported as `ours (XLA)`.
+  step with `jit_compile=True` (XLA), reported as `ours (XLA)`. `ours_plain` is `ours` with
+  ELECTRA_TF_XLA_ELEMENTWISE=0: the GELU and dropout masks as TensorFlow's separate
+  elementwise kernels (`electra_tf.modeling.layers.xla_elementwise`).
 - pytorch: transformers' `ElectraForMaskedLM` generator and `ElectraForPreTraining`
   discriminator, the generator using the discriminator's embedding module and its LM head
   tied to the word embeddings; MLM logits at the masked positions only (as the official
@@ -53,10 +55,14 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 
-FRAMEWORKS = ("ours", "ours_xla", "ours_run", "pytorch", "model_garden")
-LABELS = {"ours": "ours (tf.function)", "ours_xla": "ours (tf.function, XLA)",
+FRAMEWORKS = ("ours", "ours_plain", "ours_xla", "ours_run", "pytorch", "model_garden")
+LABELS = {"ours": "ours (tf.function)",
+          "ours_plain": "ours (tf.function, no XLA elementwise functions)",
+          "ours_xla": "ours (tf.function, XLA)",
           "ours_run": "ours (full run: input pipeline + trainer)",
           "pytorch": "transformers PyTorch", "model_garden": "TF Model Garden"}
+# electra_tf.modeling.layers.XLA_ELEMENTWISE_ENV (the parent process does not import TF).
+XLA_ELEMENTWISE_ENV = "ELECTRA_TF_XLA_ELEMENTWISE"
 # Goals of the comparison: ours / PyTorch and ours / Model Garden.
 GOALS = {"pytorch": 1.5, "model_garden": 1.2}
 MASK_ID, CLS_ID, SEP_ID = 103, 101, 102
@@ -539,7 +545,7 @@ def run_worker() -> int:
             json.dump(result, f, indent=1)
         return 0
     start = time.perf_counter()
-    if name in ("ours", "ours_xla"):
+    if name in ("ours", "ours_plain", "ours_xla"):
         step, facts = build_ours(batch, size, jit_compile=name == "ours_xla")
     elif name == "model_garden":
         step, facts = build_model_garden(batch, size)
@@ -602,6 +608,8 @@ def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | Non
     command += [f"--{f}={FLAGS[f].value}" for f in passed]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "USE_TF": "0", "USE_TORCH": "1",
            "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+    if name == "ours_plain":
+        env[XLA_ELEMENTWISE_ENV] = "0"
     print(f"{LABELS[name]}, {size}: building, warming up, timing", flush=True)
     proc = subprocess.run(command, env=env, cwd=common.REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
@@ -741,7 +749,7 @@ def main(argv):
     ratios = []
     for size in FLAGS.sizes:
         by_name = {r["name"]: r for r in results if r["size"] == size}
-        for ours in ("ours", "ours_xla", "ours_run"):
+        for ours in ("ours", "ours_plain", "ours_xla", "ours_run"):
             for base in ("pytorch", "model_garden"):
                 if ours in by_name and base in by_name:
                     ratio = by_name[ours]["examples_per_s"] / by_name[base]["examples_per_s"]
@@ -779,6 +787,11 @@ def main(argv):
         *(["The headline is `ours (tf.function)`: the same kind of step as Model Garden's "
            "(tf.function, no XLA); `ours (tf.function, XLA)` is the same step with "
            "jit_compile=True."] if {"ours", "ours_xla"} & set(FLAGS.frameworks) else []),
+        *(["`ours (tf.function, no XLA elementwise functions)` is `ours` with "
+           f"{XLA_ELEMENTWISE_ENV}=0: the GELU and the dropout masks as TensorFlow's separate "
+           "elementwise kernels instead of small XLA-compiled functions "
+           "(electra_tf.modeling.layers.xla_elementwise)."]
+          if "ours_plain" in FLAGS.frameworks else []),
         "PyTorch: transformers ElectraForMaskedLM + ElectraForPreTraining, embeddings "
         "shared, eager, torch threads = cores; MLM logits "
         + ("at all positions (ElectraForMaskedLM.forward)." if FLAGS.torch_full_mlm_logits

@@ -750,3 +750,73 @@ def test_mixed_precision_matches_float32(policy):
     np.testing.assert_allclose(out16["discriminator_logits"].numpy(),
                                out32["discriminator_logits"].numpy(), atol=tolerance)
     assert float(out16["loss"]) == pytest.approx(float(out32["loss"]), rel=tolerance)
+
+
+def _function_names(concrete):
+    return {f.signature.name for f in concrete.graph.as_graph_def().library.function}
+
+
+def test_xla_gelu_equals_gelu_and_training_layers_use_it(monkeypatch):
+    """The XLA-compiled GELU: values and gradient equal `gelu`'s; GeluDense takes it in
+    training (its gradients equal inference's path) and not in inference, inside an
+    XLA-compiled step or with ELECTRA_TF_XLA_ELEMENTWISE=0."""
+    from electra_tf.modeling.layers import GeluDense, gelu, xla_gelu
+    x = tf.constant(np.concatenate([np.linspace(-12, 12, 2001), [0.0, 40.0, -40.0]]),
+                    tf.float32)
+    upstream = tf.constant(np.random.default_rng(3).normal(size=x.shape), tf.float32)
+    results = []
+    for fn in (xla_gelu, gelu):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x)
+        results.append((y.numpy(), tape.gradient(y, x, output_gradients=upstream).numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6, atol=1e-6)
+
+    layer = GeluDense(16)
+    inputs = tf.constant(np.random.default_rng(4).normal(size=(3, 5, 8)), tf.float32)
+    layer.build(inputs.shape)
+
+    def step(training):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            loss = tf.reduce_sum(layer(inputs, training=training) ** 2)
+        return [loss] + tape.gradient(loss, [inputs, layer.kernel, layer.bias])
+
+    graphs = {}
+    for name, training, jit in [("train", True, False), ("infer", False, False),
+                                ("train_xla", True, True)]:
+        fn = tf.function(lambda training=training: step(training), jit_compile=jit)
+        graphs[name] = (fn(), _function_names(fn.get_concrete_function()))
+    for a, b in zip(graphs["train"][0], graphs["infer"][0]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-6)
+    assert any("_gelu_forward" in f for f in graphs["train"][1])
+    assert any("_gelu_backward" in f for f in graphs["train"][1])
+    assert not any("_gelu_" in f for f in graphs["infer"][1] | graphs["train_xla"][1])
+    monkeypatch.setenv("ELECTRA_TF_XLA_ELEMENTWISE", "0")
+    plain = tf.function(lambda: step(True)).get_concrete_function()
+    assert not any("_gelu_" in f for f in _function_names(plain))
+
+
+def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
+    """Dropout's mask applied by the XLA-compiled loop gives the same outputs and gradients,
+    bit for bit, as TensorFlow's separate kernels."""
+    from electra_tf.modeling.layers import dropout
+    x = tf.random.stateless_normal((6, 4, 33, 17), seed=[5, 6])
+    upstream = tf.random.stateless_normal(x.shape, seed=[7, 8])
+
+    @tf.function
+    def masked():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = dropout(x, 0.1, seed=tf.constant([3, 4]))
+        return y, tape.gradient(y, x, output_gradients=upstream)
+
+    fused = [t.numpy() for t in masked()]
+    assert any("_keep_scaled" in f for f in _function_names(masked.get_concrete_function()))
+    monkeypatch.setenv("ELECTRA_TF_XLA_ELEMENTWISE", "0")
+    masked = tf.function(masked.python_function)
+    assert not any("_keep_scaled" in f for f in _function_names(masked.get_concrete_function()))
+    for a, b in zip(fused, masked()):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert 0.05 < np.mean(fused[0] == 0) < 0.15
