@@ -173,9 +173,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
             self._block_loop().get_concrete_function(self.train_dataset,
                                                      tf.TensorSpec([], tf.int32))
             return
-        if self._train_loop_fn is None:
-            self._train_loop_fn = self.create_train_loop_fn()
-        self._train_loop_fn.get_concrete_function(self.train_dataset,
+        self._single_loop().get_concrete_function(self.train_dataset,
                                                   tf.TensorSpec([], tf.int32))
 
     # -- orbit hooks
@@ -192,10 +190,14 @@ class PretrainingTrainer(orbit.StandardTrainer):
         if calls:
             self._block_loop()(self._train_iter, tf.constant(calls, tf.int32))
         if single:
-            if self._train_loop_fn is None:
-                self._train_loop_fn = self.create_train_loop_fn()
-            self._train_loop_fn(self._train_iter, tf.constant(single, tf.int32))
+            self._single_loop()(self._train_iter, tf.constant(single, tf.int32))
         return self.train_loop_end()
+
+    def _single_loop(self):
+        """orbit's loop of one step per call (the attribute orbit's own `train` fills)."""
+        if self._train_loop_fn is None:
+            self._train_loop_fn = self.create_train_loop_fn()
+        return self._train_loop_fn
 
     def _block_loop(self):
         if self._block_loop_fn is None:
