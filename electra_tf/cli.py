@@ -32,6 +32,8 @@ def run(main):
             import tensorflow as tf
             tf.get_logger().setLevel("WARNING")
         try:
+            from electra_tf.modeling.layers import xla_elementwise_setting
+            xla_elementwise_setting()  # a bad ELECTRA_TF_XLA_ELEMENTWISE fails here, as one line
             return main(argv)
         except UserInputError as e:
             # gin appends "In call to configurable ..." lines; the first line is the message.

@@ -796,6 +796,11 @@ def test_xla_gelu_equals_gelu_and_training_layers_use_it(monkeypatch):
     monkeypatch.setenv("ELECTRA_TF_XLA_ELEMENTWISE", "0")
     plain = tf.function(lambda: step(True)).get_concrete_function()
     assert not any("_gelu_" in f for f in _function_names(plain))
+    from electra_tf.errors import UserInputError
+    monkeypatch.setenv("ELECTRA_TF_XLA_ELEMENTWISE", "false")
+    with pytest.raises(UserInputError, match=r"ELECTRA_TF_XLA_ELEMENTWISE='false' is neither "
+                                             r"1 \(the default"):
+        step(True)
 
 
 def test_xla_dropout_mask_equals_tensorflows(monkeypatch):

@@ -510,7 +510,7 @@ def test_a_collapsed_discriminator_is_reported_once():
 
 
 @pytest.mark.parametrize("case", ["unknown_binding", "unknown_file", "length_mismatch",
-                                  "no_data", "batch_split"])
+                                  "no_data", "batch_split", "xla_elementwise_env"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
     model_dir = tmp_path / "model"
     args = {
@@ -520,6 +520,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "length_mismatch": script_args(model_dir, data, "MAX_SEQ_LENGTH = 64"),
         "no_data": script_args(model_dir, str(tmp_path / "none" / "*.tfrecord")),
         "batch_split": script_args(model_dir, data, "pretraining.gradient_accumulation_steps = 3"),
+        "xla_elementwise_env": script_args(model_dir, data),
     }[case]
     expected = {
         "unknown_binding": r"--gin_bindings='pretrainer.hiden_size = 3': .*hiden_size",
@@ -527,8 +528,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "length_mismatch": r"says max_seq_length=128 but the run uses 64; set MAX_SEQ_LENGTH=128",
         "no_data": r"data .*none/\*.tfrecord matches no file",
         "batch_split": r"TRAIN_BATCH_SIZE=8 does not split into 1 replicas x 3 micro-batches",
+        "xla_elementwise_env": r"ELECTRA_TF_XLA_ELEMENTWISE='false' is neither 1 .* nor 0 "
+                               r"\(off\); set one of them",
     }[case]
-    process = script(*args)
+    process = script(*args, env={"ELECTRA_TF_XLA_ELEMENTWISE": "false"}
+                     if case == "xla_elementwise_env" else None)
     out, err = process.communicate(timeout=300)
     assert process.returncode == 1
     assert len(err.strip().splitlines()) == 1, err

@@ -22,6 +22,7 @@ import tensorflow as tf
 from keras import ops
 from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig
 
 
@@ -53,10 +54,21 @@ def gelu(x):
 XLA_ELEMENTWISE_ENV = "ELECTRA_TF_XLA_ELEMENTWISE"
 
 
+def xla_elementwise_setting() -> bool:
+    """ELECTRA_TF_XLA_ELEMENTWISE read: 1 or unset is on, 0 off, anything else an error
+    (the scripts check it before they start, `electra_tf.cli`)."""
+    value = os.environ.get(XLA_ELEMENTWISE_ENV, "1")
+    if value not in ("0", "1"):
+        raise UserInputError(f"{XLA_ELEMENTWISE_ENV}={value!r} is neither 1 (the default: "
+                             "XLA-compiled GELU and dropout masks) nor 0 (off); set one of them")
+    return value == "1"
+
+
 def xla_elementwise() -> bool:
     """Whether the GELU and the dropout masks' application being traced run as XLA-compiled
     functions: yes unless the graph is already compiled by XLA as a whole (it fuses them by
-    itself there) or the environment sets ELECTRA_TF_XLA_ELEMENTWISE=0.
+    itself there) or the environment sets ELECTRA_TF_XLA_ELEMENTWISE=0 (1 or unset: on;
+    anything else is an error).
 
     Without XLA, TensorFlow runs each elementwise op of a chain as its own kernel, a pass
     over memory each; XLA compiles the chain into one loop. On 2 Xeon cores that takes the
@@ -68,7 +80,7 @@ def xla_elementwise() -> bool:
     TensorFlow's. Used in training only, so inference and exported SavedModels hold no
     XLA-compiled functions.
     """
-    if os.environ.get(XLA_ELEMENTWISE_ENV, "1") == "0":
+    if not xla_elementwise_setting():
         return False
     return not GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
