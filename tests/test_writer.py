@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import CHINESE_VOCAB, DATA, ROOT, UNCASED_VOCAB
+from electra_tf.errors import UserInputError
 
 SCRIPT = os.path.join(ROOT, "scripts", "build_pretraining_data.py")
 TWO_NOVELS = ",".join(os.path.join(DATA, "corpus", n)
@@ -194,3 +195,76 @@ def test_remote_filesystem_paths_build_the_same_bytes(tmp_path):
     for shard in local["shards"]:
         with tf.io.gfile.GFile(f"{remote}/out/{shard['file']}", "rb") as f:
             assert f.read() == (tmp_path / "out" / shard["file"]).read_bytes()
+
+
+def _write_jsonl(path, field, records=40):
+    from conftest import corpus_lines
+    lines = corpus_lines(records * 10)
+    path.write_text("".join(json.dumps({field: "\n".join(lines[i:i + 10])}) + "\n"
+                            for i in range(0, len(lines), 10)))
+
+
+def test_wrong_text_field_fails_first_and_the_suggested_fix_then_builds(tmp_path):
+    corpus_file = tmp_path / "c.jsonl"
+    _write_jsonl(corpus_file, "body")
+    out = tmp_path / "out"
+    args = [f"--input={corpus_file}", f"--output_dir={out}", "--input_format=jsonl"]
+    result = build(*args, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {corpus_file}: record 1 has no field 'text' (fields: body); pass "
+        "--text_field=NAME"]
+    assert not out.exists()
+    fixed = build(*args, "--text_field=body")
+    assert fixed.stdout.splitlines()[-1].startswith("wrote ")
+    assert json.load(open(out / "metadata.json"))["build_config"]["text_field"] == "body"
+
+    # Every input's first record is checked before anything is written, not only the first
+    # file's, and an existing --output_dir is left as it was.
+    _write_jsonl(tmp_path / "d.jsonl", "content")
+    result = build(f"--input={corpus_file},{tmp_path}/d.jsonl", f"--output_dir={tmp_path}/two",
+                   "--input_format=jsonl", "--text_field=body", check=False)
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path}/d.jsonl: record 1 has no field 'body' (fields: content); pass "
+        "--text_field=NAME"]
+    assert not (tmp_path / "two").exists()
+
+
+def test_bad_input_found_while_building_leaves_nothing(tmp_path, monkeypatch):
+    """A UserInputError from a shard (past the up-front checks) removes what the build began;
+    a complete shard from before keeps its build state, so a rerun still resumes."""
+    from electra_tf.data import corpus, writer
+    corpus_file = tmp_path / "c.jsonl"
+    _write_jsonl(corpus_file, "body")
+    monkeypatch.setattr(corpus, "check_jsonl", lambda *_: None)
+    quiet = {"show_progress": False, "log": lambda *_: None, "input_format": "jsonl",
+             "num_workers": 1}
+    with pytest.raises(UserInputError, match="record 1 has no field 'text'"):
+        writer.build_pretraining_data(str(corpus_file), UNCASED_VOCAB, str(tmp_path / "out"),
+                                      **quiet)
+    assert not (tmp_path / "out").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(UserInputError):
+        writer.build_pretraining_data(str(corpus_file), UNCASED_VOCAB, str(existing), **quiet)
+    assert os.listdir(existing) == []
+
+    # The second file fails after the first file's shard is complete.
+    _write_jsonl(tmp_path / "a.jsonl", "text")
+    both = f"{tmp_path}/a.jsonl,{corpus_file}"
+    with pytest.raises(UserInputError, match="c.jsonl: record 1"):
+        writer.build_pretraining_data(both, UNCASED_VOCAB, str(existing), **quiet)
+    assert sorted(os.listdir(existing)) == [".build", "pretrain_data-00000-of-00002.tfrecord"]
+
+
+def test_state_of_a_build_stopped_before_its_first_shard_does_not_bind(tmp_path):
+    """What an earlier version left on bad input (or a crash before any shard completed):
+    build state with other settings and a partial shard, and nothing to resume."""
+    out = tmp_path / "out"
+    (out / ".build").mkdir(parents=True)
+    (out / ".build" / "config.json").write_text(json.dumps({"text_field": "other"}))
+    (out / "pretrain_data-00000-of-00002.tfrecord.tmp-0123").write_bytes(b"")
+    result = build(f"--input={TWO_NOVELS}", f"--output_dir={out}")
+    assert "resuming" not in result.stdout
+    assert sorted(os.listdir(out)) == ["metadata.json", "pretrain_data-00000-of-00002.tfrecord",
+                                       "pretrain_data-00001-of-00002.tfrecord"]

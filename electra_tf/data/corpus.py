@@ -227,25 +227,51 @@ def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "te
         yield document
 
 
+def check_jsonl(path: str, text_field: str):
+    """Raises UserInputError unless the first record of JSONL file `path` has `text_field`.
+
+    Reads one line: the cheap check that a build can make of every input before it writes
+    anything (read_documents makes the same check as it reads).
+    """
+    for number, line in enumerate(_lines(Piece(path), b"\n", ReadStats()), 1):
+        if line.strip():
+            _check_first_record(path, number, line, text_field)
+            return
+
+
+def _check_first_record(path: str, number: int, line: str, text_field: str) -> dict:
+    """The first record of a file must be valid: later malformed ones are skipped, but a
+    first one without `text_field` means the flag is wrong, not the record."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict) or text_field not in record:
+        keys = ", ".join(sorted(record)) if isinstance(record, dict) else "none"
+        raise UserInputError(
+            f"{path}: record {number} has no field '{text_field}' (fields: "
+            f"{keys}); pass --text_field=NAME")
+    return record
+
+
 def _jsonl_documents(piece: Piece, text_field: str, stats: ReadStats) -> Iterator[list[str]]:
-    checked_field = False
+    # Only a piece that starts its file sees the file's first record.
+    first = piece.start == 0
     for number, line in enumerate(_lines(piece, b"\n", stats), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            stats.bad_json_lines += 1
-            continue
-        if not isinstance(record, dict) or text_field not in record:
-            if not checked_field:
-                keys = ", ".join(sorted(record)) if isinstance(record, dict) else "none"
-                raise UserInputError(
-                    f"{piece.path}: record {number} has no field '{text_field}' (fields: "
-                    f"{keys}); pass --text_field=NAME")
-            stats.bad_json_lines += 1
-            continue
-        checked_field = True
+        if first:
+            record = _check_first_record(piece.path, number, line, text_field)
+            first = False
+        else:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                stats.bad_json_lines += 1
+                continue
+            if not isinstance(record, dict) or text_field not in record:
+                stats.bad_json_lines += 1
+                continue
         text = record[text_field]
         if not isinstance(text, str):
             stats.bad_json_lines += 1

@@ -12,6 +12,7 @@ exist and builds the rest. `metadata.json` is written last, so its presence mean
 data set is complete. All paths go through tf.io.gfile, so gs:// works.
 """
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import gc
@@ -250,8 +251,11 @@ class _Progress:
         print(("\r" + line) if self._tty else line, end="" if self._tty else "\n",
               file=sys.stderr, flush=True)
 
-    def close(self):
-        self.update(0, 0, force=True)
+    def close(self, failed: bool = False):
+        """Shows the final state, or after a failure only ends the bar's line (so that an
+        error message starts its own)."""
+        if not failed:
+            self.update(0, 0, force=True)
         if self.enabled and self._tty:
             print(file=sys.stderr)
 
@@ -279,6 +283,11 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
         raise UserInputError(f"--num_shards={num_shards} must be at least 1")
     tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
     files = corpus.expand_inputs(input_patterns)
+    if input_format == corpus.JSONL:
+        # Each file's first record, before anything is written: a wrong --text_field
+        # fails here, not in a worker.
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda path: corpus.check_jsonl(path, text_field), files))
     pieces = corpus.plan_pieces(files, piece_bytes)
     total = sum(corpus.input_bytes(p) for p in pieces)
     if total == 0:
@@ -298,19 +307,36 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
     return config, assignment, total
 
 
+def _complete_shards(output_dir: str) -> list[str]:
+    """Shard files (of any build) that were completed: renamed from their temporary name."""
+    if not tf.io.gfile.isdir(output_dir):
+        return []
+    return [n for n in tf.io.gfile.listdir(output_dir)
+            if n.startswith("pretrain_data-") and ".tmp-" not in n]
+
+
+def _remove_temporaries(output_dir: str):
+    for name in tf.io.gfile.listdir(output_dir):
+        if ".tmp-" in name:
+            tf.io.gfile.remove(os.path.join(output_dir, name))
+
+
 def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     """True if output_dir already holds this exact build, complete. Raises on a mismatch."""
     saved = None
-    for path in (os.path.join(output_dir, METADATA_FILE),
-                 os.path.join(output_dir, STATE_DIR, "config.json")):
+    built = _complete_shards(output_dir)
+    metadata_path = os.path.join(output_dir, METADATA_FILE)
+    state_path = os.path.join(output_dir, STATE_DIR, "config.json")
+    # Build state without a complete shard holds nothing to resume (a build that stopped
+    # before its first shard), so it does not bind this build's settings.
+    for path in (metadata_path, state_path) if built else (metadata_path,):
         if tf.io.gfile.exists(path):
             with tf.io.gfile.GFile(path) as f:
                 saved = json.load(f)
             saved = saved.get("build_config", saved)
             break
     if saved is None:
-        if tf.io.gfile.exists(output_dir) and any(
-                n.startswith("pretrain_data-") for n in tf.io.gfile.listdir(output_dir)):
+        if built:
             raise UserInputError(
                 f"--output_dir={output_dir} holds TFRecords from an unknown build; use a new "
                 "--output_dir or empty it")
@@ -355,9 +381,7 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     tf.io.gfile.makedirs(state_dir)
     _atomic_write_text(os.path.join(state_dir, "config.json"),
                        json.dumps(dataclasses.asdict(config), indent=1))
-    for name in tf.io.gfile.listdir(output_dir):
-        if ".tmp-" in name:  # left by an interrupted run
-            tf.io.gfile.remove(os.path.join(output_dir, name))
+    _remove_temporaries(output_dir)  # left by an interrupted run
 
     names = [shard_name(i, config.num_shards, config.compression)
              for i in range(config.num_shards)]
@@ -376,7 +400,18 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     workers = max(1, min(num_workers, len(todo)))
     log(f"building {len(todo)} shards from {len(config.inputs)} files "
         f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")
-    _run(todo, config, workers, progress)
+    try:
+        _run(todo, config, workers, progress)
+    except UserInputError:
+        # Bad input is a clean failure, not a crash: leave no partial shard, and no build
+        # state unless complete shards need it to resume (a crash keeps it all).
+        progress.close(failed=True)
+        _remove_temporaries(output_dir)
+        if not _complete_shards(output_dir):
+            tf.io.gfile.rmtree(state_dir)
+            if created_output_dir:
+                tf.io.gfile.rmtree(output_dir)
+        raise
     progress.close()
     try:
         return _finish(output_dir, config, names)
