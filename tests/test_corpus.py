@@ -52,6 +52,17 @@ def test_jsonl_documents_bad_records_and_missing_field(tmp_path):
     with pytest.raises(UserInputError, match=r"record 1 has no field 'body' \(fields: id, text\)"
                                              r"; pass --text_field=NAME"):
         _read(path, input_format="jsonl", text_field="body")
+    # A first line that is not JSON at all: plain text read as JSONL.
+    plain = tmp_path / "plain.txt"
+    plain.write_text("\nJust a sentence.\n{\"text\": \"a record\"}\n")
+    with pytest.raises(UserInputError) as info:
+        _read(plain, input_format="jsonl")
+    assert str(info.value) == (f"{plain}: line 2 is not a JSON object, as "
+                               "--input_format=jsonl needs; for plain text pass "
+                               "--input_format=text")
+    with pytest.raises(UserInputError, match="line 2 is not a JSON object"):
+        corpus.check_jsonl(str(plain), "text")
+    corpus.check_jsonl(str(path), "text")
 
 
 def test_invalid_utf8_is_replaced_and_counted(tmp_path):

@@ -127,7 +127,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
 
 
 @pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",
-                                  "blank_text", "tiny_length"])
+                                  "blank_text", "tiny_length", "plain_text_as_jsonl"])
 def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
     out = tmp_path / "out"
     args = [f"--input={TWO_NOVELS}", f"--output_dir={out}"]
@@ -150,6 +150,12 @@ def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
         (tmp_path / "blank.txt").write_text("\n\n   \n\n")
         args[0] = f"--input={tmp_path}/blank.txt"
         expected = f"error: input {tmp_path}/blank.txt holds no text (0 examples)"
+    elif case == "plain_text_as_jsonl":
+        (tmp_path / "plain.txt").write_text("A sentence.\nAnother one.\n")
+        args[0] = f"--input={tmp_path}/plain.txt"
+        args.append("--input_format=jsonl")
+        expected = (f"error: {tmp_path}/plain.txt: line 1 is not a JSON object, as "
+                    "--input_format=jsonl needs; for plain text pass --input_format=text")
     elif case == "tiny_length":
         args.append("--max_seq_length=4")
         expected = "error: --max_seq_length=4 is too small; use at least 8"

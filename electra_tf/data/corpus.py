@@ -202,7 +202,8 @@ def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "te
     """Yields the documents of a piece, each a list of non-empty lines.
 
     Invalid UTF-8 is replaced (U+FFFD) and counted in `stats`; malformed JSONL records are
-    skipped and counted. A JSONL file whose first record lacks `text_field` is an error.
+    skipped and counted. A JSONL file whose first record is not a JSON object or lacks
+    `text_field` is an error.
     """
     if input_format not in INPUT_FORMATS:
         raise UserInputError(
@@ -228,7 +229,8 @@ def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "te
 
 
 def check_jsonl(path: str, text_field: str):
-    """Raises UserInputError unless the first record of JSONL file `path` has `text_field`.
+    """Raises UserInputError unless the first record of JSONL file `path` is a JSON object
+    with `text_field`.
 
     Reads one line: the cheap check that a build can make of every input before it writes
     anything (read_documents makes the same check as it reads).
@@ -241,16 +243,20 @@ def check_jsonl(path: str, text_field: str):
 
 def _check_first_record(path: str, number: int, line: str, text_field: str) -> dict:
     """The first record of a file must be valid: later malformed ones are skipped, but a
-    first one without `text_field` means the flag is wrong, not the record."""
+    first one that is not JSON, or lacks `text_field`, means a flag is wrong, not the
+    record."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
         record = None
-    if not isinstance(record, dict) or text_field not in record:
-        keys = ", ".join(sorted(record)) if isinstance(record, dict) else "none"
+    if not isinstance(record, dict):
+        raise UserInputError(
+            f"{path}: line {number} is not a JSON object, as --input_format=jsonl needs; for "
+            "plain text pass --input_format=text")
+    if text_field not in record:
         raise UserInputError(
             f"{path}: record {number} has no field '{text_field}' (fields: "
-            f"{keys}); pass --text_field=NAME")
+            f"{', '.join(sorted(record))}); pass --text_field=NAME")
     return record
 
 
