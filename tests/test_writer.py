@@ -274,3 +274,38 @@ def test_state_of_a_build_stopped_before_its_first_shard_does_not_bind(tmp_path)
     assert "resuming" not in result.stdout
     assert sorted(os.listdir(out)) == ["metadata.json", "pretrain_data-00000-of-00002.tfrecord",
                                        "pretrain_data-00001-of-00002.tfrecord"]
+
+
+def test_lower_case_must_suit_the_vocab(tmp_path):
+    from conftest import corpus_lines
+    from electra_tf import vocab_learning
+    lines = corpus_lines(3000)
+    cased = tmp_path / "cased.txt"
+    vocab_learning.write_vocab(vocab_learning.learn_vocab(lines, 600, lower_case=False),
+                               str(cased))
+    (tmp_path / "c.txt").write_text("\n".join(lines) + "\n")
+    args = [f"--input={tmp_path}/c.txt", f"--output_dir={tmp_path}/out"]
+
+    result = build(*args, f"--vocab_file={cased}", check=False)
+    assert result.returncode == 1
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"error: vocab file {cased} is cased (")
+    assert errors[0].endswith("but --lower_case=true lower-cases the text, so they would never "
+                             "occur; pass --lower_case=false (or use an uncased vocab)")
+    assert not (tmp_path / "out").exists()
+
+    result = build(*args, "--lower_case=false", check=False)  # the uncased BERT vocab
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: vocab file {UNCASED_VOCAB} is uncased (0 of its 26,930 tokens with letters "
+        "have capitals) but --lower_case=false keeps the text's capitals, so capitalised "
+        "words would become [UNK]; drop --lower_case=false (or use a cased vocab)"]
+    assert not (tmp_path / "out").exists()
+
+    build(*args, f"--vocab_file={cased}", "--lower_case=false")
+    _, records = read_records(tmp_path / "out")
+    ids = tf.io.parse_example(records, {"input_ids": tf.io.FixedLenFeature([128], tf.int64)})
+    vocab = open(cased, encoding="utf-8").read().split("\n")
+    assert vocab.index("The") in ids["input_ids"].numpy()
+    assert json.load(open(tmp_path / "out" / "metadata.json"))["lower_case"] is False

@@ -43,6 +43,10 @@ WORD_SEGMENTERS = ("none", "jieba")
 BYTES_PER_WORKER = 32 << 20
 _TOKENIZE_LINES = 4096  # lines per tokenizer call: large enough to amortise op dispatch
 _REPORT_SECONDS = 0.5
+# A vocab is cased when at least this share of its tokens with letters have capitals,
+# uncased below the second share (see _check_case).
+_CASED_SHARE = 0.01
+_UNCASED_SHARE = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +264,35 @@ class _Progress:
             print(file=sys.stderr)
 
 
+def _check_case(vocab: list[str], vocab_file: str, lower_case: bool):
+    """Raises if --lower_case does not suit the vocab.
+
+    Of a vocab's tokens with letters, a cased one (BERT cased, learn_vocab
+    --lower_case=false) has about a tenth with capitals ("The", "##A"), an uncased one none
+    or a stray few (BERT's Chinese vocab: "<S>", "<T>"). Lower-cased text never produces a
+    capitalised token; text that keeps its capitals finds few in an uncased vocab, and a
+    word that starts with one becomes [UNK]. Vocabs in between are left alone.
+    """
+    words = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+    with_letters = sum(any(c.lower() != c.upper() for c in t) for t in words)
+    capitalised = [t for t in words if t.lower() != t]
+    if not with_letters:
+        return  # a script without case: lower-casing changes nothing
+    share = (f"{len(capitalised):,} of its {with_letters:,} tokens with letters have "
+             "capitals")
+    if lower_case and len(capitalised) >= _CASED_SHARE * with_letters:
+        examples = [t for t in capitalised if len(t.lstrip("#")) > 1] or capitalised
+        raise UserInputError(
+            f"vocab file {vocab_file} is cased ({share}, e.g. "
+            f"{', '.join(examples[:3])}) but --lower_case=true lower-cases the text, so "
+            "they would never occur; pass --lower_case=false (or use an uncased vocab)")
+    if not lower_case and len(capitalised) < _UNCASED_SHARE * with_letters:
+        raise UserInputError(
+            f"vocab file {vocab_file} is uncased ({share}) but --lower_case=false keeps the "
+            "text's capitals, so capitalised words would become [UNK]; drop "
+            "--lower_case=false (or use a cased vocab)")
+
+
 def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, seed,
                        lower_case, strip_accents, input_format, text_field,
                        one_document_per_line, compression, piece_bytes, word_segmenter):
@@ -282,6 +315,7 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
     if num_shards is not None and num_shards < 1:
         raise UserInputError(f"--num_shards={num_shards} must be at least 1")
     tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
+    _check_case(tokenizer.vocab, vocab_file, lower_case)
     files = corpus.expand_inputs(input_patterns)
     if input_format == corpus.JSONL:
         # Each file's first record, before anything is written: a wrong --text_field
