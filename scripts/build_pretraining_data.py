@@ -44,7 +44,7 @@ flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
 
 def main(argv):
     del argv
-    metadata = writer.build_pretraining_data(
+    writer.build_pretraining_data(
         FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
         max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,
         strip_accents=FLAGS.strip_accents, num_workers=FLAGS.num_workers,
@@ -52,11 +52,6 @@ def main(argv):
         text_field=FLAGS.text_field, one_document_per_line=FLAGS.one_document_per_line,
         compression=FLAGS.compression, piece_bytes=FLAGS.piece_mb << 20,
         word_segmenter=FLAGS.word_segmenter, show_progress=FLAGS.progress)
-    print(f"wrote {metadata['num_examples']} examples ({metadata['num_tokens']} tokens) in "
-          f"{len(metadata['shards'])} shards to {FLAGS.output_dir}")
-    if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
-        print(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
-              f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")
     return 0
 
 

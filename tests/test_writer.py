@@ -112,8 +112,13 @@ def test_killed_build_resumes_and_finishes_only_missing_shards(tmp_path):
     assert f"resuming: {len(built)} of 8 shards already built" in result.stdout
     assert shard_bytes(out) == reference
     assert not [n for n in os.listdir(out) if ".tmp-" in n]
+    assert result.stdout.splitlines()[-1].startswith(f"wrote {len(read_records(out)[1])} "
+                                                     f"examples (")
     again = build(*args, f"--output_dir={out}")
-    assert "already complete; nothing to do" in again.stdout
+    metadata = json.load(open(out / "metadata.json"))
+    assert again.stdout.splitlines() == [
+        f"{out} is already complete: {metadata['num_examples']} examples "
+        f"({metadata['num_tokens']} tokens) in 8 shards; nothing to do"]
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
@@ -309,3 +314,16 @@ def test_lower_case_must_suit_the_vocab(tmp_path):
     vocab = open(cased, encoding="utf-8").read().split("\n")
     assert vocab.index("The") in ids["input_ids"].numpy()
     assert json.load(open(tmp_path / "out" / "metadata.json"))["lower_case"] is False
+
+
+def test_more_shards_than_input_pieces_is_a_note(tmp_path):
+    from conftest import corpus_lines
+    lines = corpus_lines(600)
+    for i in range(3):
+        (tmp_path / f"part{i}.txt").write_text("\n".join(lines[i::3]) + "\n")
+    result = build(f"--input={tmp_path}/part*.txt", f"--output_dir={tmp_path}/out",
+                   "--num_shards=5")
+    assert result.stdout.splitlines()[0] == (
+        "note: --num_shards=5 is more than the 3 input pieces (a shard holds whole pieces: "
+        "files, or --piece_mb parts of large plain files); writing 3 shards")
+    assert len(read_records(tmp_path / "out")[0]) == 3

@@ -399,16 +399,22 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     `num_shards` defaults to the number of input pieces (and never exceeds it).
     `num_workers` defaults to one per core, at most one per BYTES_PER_WORKER of input; the
     output does not depend on it. `word_segmenter="jieba"` segments Chinese words and writes a `word_start` feature that
-    whole-word masking uses.
+    whole-word masking uses. What it did (or that the data set was already complete) is
+    reported through `log`.
     """
     config, assignment, total_bytes = _validate_and_plan(
         input_patterns, vocab_file, max_seq_length, num_shards, seed, lower_case,
         strip_accents, input_format, text_field, one_document_per_line, compression,
         piece_bytes, word_segmenter)
     if _check_resumable(output_dir, config):
-        log(f"{output_dir} is already complete; nothing to do")
         with tf.io.gfile.GFile(os.path.join(output_dir, METADATA_FILE)) as f:
-            return json.load(f)
+            metadata = json.load(f)
+        log(f"{output_dir} is already complete: {_summary(metadata)}; nothing to do")
+        return metadata
+    if num_shards is not None and num_shards > config.num_shards:
+        log(f"note: --num_shards={num_shards} is more than the {config.num_shards} input "
+            "pieces (a shard holds whole pieces: files, or --piece_mb parts of large plain "
+            f"files); writing {config.num_shards} shards")
 
     created_output_dir = not tf.io.gfile.exists(output_dir)
     state_dir = os.path.join(output_dir, STATE_DIR)
@@ -448,11 +454,22 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
         raise
     progress.close()
     try:
-        return _finish(output_dir, config, names)
+        metadata = _finish(output_dir, config, names)
     except UserInputError:
         if created_output_dir:
             tf.io.gfile.rmtree(output_dir)
         raise
+    log(f"wrote {_summary(metadata)} to {output_dir}")
+    if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
+        log(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
+            f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")
+    return metadata
+
+
+def _summary(metadata: dict) -> str:
+    shards = len(metadata["shards"])
+    return (f"{metadata['num_examples']} examples ({metadata['num_tokens']} tokens) in "
+            f"{shards} shard{'' if shards == 1 else 's'}")
 
 
 def _run(todo, config: BuildConfig, workers: int, progress: _Progress):
