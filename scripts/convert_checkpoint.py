@@ -6,7 +6,8 @@
     # HuggingFace directories (ElectraForPreTraining [+ ElectraForMaskedLM], or a BERT):
     python scripts/convert_checkpoint.py --source=hf --input=DISCRIMINATOR_DIR \
         [--generator_input=GENERATOR_DIR] --output_dir=out/imported
-    # a model dir of ours to HuggingFace: OUT/discriminator and OUT/generator
+    # a model dir of ours to HuggingFace: OUT/discriminator and, if it has a masked-LM
+    # generator, OUT/generator
     python scripts/convert_checkpoint.py --source=native --input=out/my_run --target=hf \
         --output_dir=out/hf
 
@@ -47,7 +48,7 @@ def main(argv):
         if FLAGS.source != "native":
             raise UserInputError("--target=hf converts one of our model dirs: pass "
                                  "--source=native --input=MODEL_DIR")
-        for directory in converters.export_hf(FLAGS.input, FLAGS.output_dir):
+        for directory in converters.export_hf(FLAGS.input, FLAGS.output_dir, log=print):
             print(f"wrote {directory}")
         return 0
     if FLAGS.source == "native":

@@ -19,6 +19,8 @@ from conftest import ROOT, pretrain
 from electra_tf.errors import UserInputError
 from electra_tf.export import converters
 from electra_tf.export.huggingface import hf_config
+from electra_tf.modeling.config import EncoderConfig, generator_config
+from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training.checkpoints import load_pretrainer
 
 TOLERANCE = 1e-4
@@ -218,6 +220,35 @@ def test_real_bert_minilm_imports_into_the_encoder(tmp_path):
     ours = loaded.model.discriminator(ids, mask, segments).numpy()
     real = mask.astype(bool)
     assert np.max(np.abs(ours[real] - expected.numpy()[real])) <= TOLERANCE
+
+
+def test_hf_export_says_what_transformers_does_not_get(tmp_path):
+    config = EncoderConfig(vocab_size=120, hidden_size=32, num_layers=1, num_heads=1,
+                           intermediate_size=64, embedding_size=32, max_position_embeddings=64)
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    for name, model in (
+            ("electric", ElectraPretrainer(config, generator_config(config, 0.5),
+                                           objective="electric")),
+            ("uniform", ElectraPretrainer(config, uniform_generator=True))):
+        converters.write_model_dir(model, str(tmp_path / name), vocab, True, 64, source="test")
+    electric = subprocess.run([sys.executable, SCRIPT, "--source=native", "--target=hf",
+                               f"--input={tmp_path}/electric", f"--output_dir={tmp_path}/hf"],
+                              capture_output=True, text=True)
+    assert electric.returncode == 0, electric.stderr
+    assert electric.stdout.splitlines() == [
+        "note: Electric's discriminator head is an energy: discriminator/ holds it as "
+        "ElectraForPreTraining's logits, but the replaced probability is sigmoid(logits + "
+        "log q(token | context) + log(p / (1 - p))), q Electric's two-tower cloze model, "
+        "which transformers has no class for and which is not written (no generator/); "
+        "export_saved_model.py --kind=discriminator serves that probability",
+        f"wrote {tmp_path}/hf/discriminator"]
+    assert sorted(os.listdir(tmp_path / "hf")) == ["discriminator"]
+    lines = []
+    written = converters.export_hf(str(tmp_path / "uniform"), str(tmp_path / "hf2"),
+                                   log=lines.append)
+    assert written == [str(tmp_path / "hf2" / "discriminator")]
+    assert lines == ["note: no generator/: this model sampled its replacements uniformly (it "
+                     "has no masked-LM generator)"]
 
 
 def test_hf_import_errors_name_the_tensor(tmp_path):

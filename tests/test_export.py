@@ -48,6 +48,14 @@ def model_dir(austen_data, tmp_path_factory):
     return str(directory)
 
 
+@pytest.fixture(scope="module")
+def electric_dir(austen_data, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("electric")
+    pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"), ["NUM_TRAIN_STEPS = 2"],
+             files=("tiny.gin", "ablations/electric.gin"))
+    return str(directory)
+
+
 def _ids(loaded, texts):
     """The ids the serving signature builds, by the tokenizer: [CLS] text [SEP], padded."""
     tok = loaded.tokenizer()
@@ -107,6 +115,44 @@ def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir,
         expected = model.discriminator(*args).numpy()
         np.testing.assert_allclose(out["ids_sequence_output"][mask], expected[mask], atol=1e-5)
         np.testing.assert_allclose(out["text_cls_output"], expected[:, 0], atol=1e-5)
+
+
+def test_electric_discriminator_serves_the_probability_training_scores(electric_dir, tmp_path):
+    """Electric's discriminator head is an energy; training scores a token with
+    sigmoid(energy + log q(token | context) + log(p / (1 - p))), q the two-tower cloze model.
+    The export (both signatures) and the detector give that, on the same input."""
+    path = saved_model.export(electric_dir, str(tmp_path), "electric", "discriminator")
+    loaded = load_pretrainer(electric_dir)
+    model = loaded.model
+    assert model.objective == "electric"
+    ids = _ids(loaded, TEXTS)
+    np.savez(tmp_path / "ids.npz", **ids)
+    subprocess.run([sys.executable, "-c", LOADER, path, str(tmp_path / "ids.npz"),
+                    str(tmp_path / "out.npz")], check=True, capture_output=True,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    out = dict(np.load(tmp_path / "out.npz"))
+    # Training's logits on this input: no slot masked, so the corrupted input is the input.
+    b = len(TEXTS)
+    batch = {k: tf.constant(v) for k, v in ids.items()}
+    batch.update(masked_lm_positions=tf.zeros([b, 1], tf.int32),
+                 masked_lm_ids=tf.zeros([b, 1], tf.int32), masked_lm_weights=tf.zeros([b, 1]))
+    expected = model(batch, step=0, training=False)["discriminator_logits"].numpy()
+    mask = ids["input_mask"].astype(bool)
+    np.testing.assert_allclose(out["ids_replaced_logits"][mask], expected[mask], atol=1e-4)
+    probability = 1 / (1 + np.exp(-expected)) * mask
+    np.testing.assert_allclose(out["text_replaced_probability"], probability, atol=1e-5)
+    # Not the energy's sigmoid alone (~0.5 for every token after a short run).
+    energy = model.discriminator_predictions(model.discriminator(
+        *[batch[k] for k in ("input_ids", "input_mask", "segment_ids")])).numpy()
+    assert np.min(np.abs(expected - energy)[mask]) > 1.0
+    # The detector prints the same, from the export and from the model dir.
+    script = os.path.join(ROOT, "scripts", "detect_replaced.py")
+    n = int(mask[0].sum())
+    for source in (f"--saved_model={path}", f"--model_dir={electric_dir}"):
+        result = subprocess.run([sys.executable, script, source, TEXTS[0]],
+                                capture_output=True, text=True, check=True)
+        printed = [float(line.split()[1]) for line in result.stdout.splitlines()[1:]]
+        np.testing.assert_allclose(printed, probability[0, 1:n - 1], atol=6e-4)
 
 
 def test_saved_model_cli_warmup_records_and_models_config(model_dir, tmp_path):

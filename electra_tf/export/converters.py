@@ -234,16 +234,21 @@ def _lower_case_of(directory: str) -> bool:
     return True
 
 
-def export_hf(model_dir: str, output_dir: str) -> list[str]:
+def export_hf(model_dir: str, output_dir: str, log=lambda *_: None) -> list[str]:
     """Writes a model dir's networks as transformers directories: output_dir/discriminator
-    (ElectraForPreTraining) and output_dir/generator (ElectraForMaskedLM), each with
-    config.json, model.safetensors and the vocab; returns the directories written."""
+    (ElectraForPreTraining) and, when the model has a single-tower masked-LM generator,
+    output_dir/generator (ElectraForMaskedLM), each with config.json, model.safetensors and
+    the vocab; returns the directories written. What transformers cannot hold (no
+    generator, an objective without a replaced-token head, Electric's energy head) is
+    said in one `log` line each."""
     from safetensors.numpy import save_file
 
     from electra_tf.training.checkpoints import load_pretrainer
     loaded = load_pretrainer(model_dir)
     model = loaded.model
     discriminator, generator = huggingface.export_hf_state_dicts(model)
+    for note in _hf_notes(model):
+        log(f"note: {note}")
     written = []
     for name, state, config, architecture in (
             ("discriminator", discriminator, model.discriminator_config,
@@ -268,6 +273,26 @@ def export_hf(model_dir: str, output_dir: str) -> list[str]:
         tf.io.gfile.rename(temporary, directory)
         written.append(directory)
     return written
+
+
+def _hf_notes(model: ElectraPretrainer) -> list[str]:
+    """What export_hf leaves out or writes with another meaning than transformers'."""
+    notes = []
+    if model.objective == "electric":
+        notes.append(
+            "Electric's discriminator head is an energy: discriminator/ holds it as "
+            "ElectraForPreTraining's logits, but the replaced probability is sigmoid(logits + "
+            "log q(token | context) + log(p / (1 - p))), q Electric's two-tower cloze model, "
+            "which transformers has no class for and which is not written (no generator/); "
+            "export_saved_model.py --kind=discriminator serves that probability")
+    elif model.generator is None:
+        notes.append("no generator/: this model sampled its replacements uniformly (it has "
+                     "no masked-LM generator)")
+    if model.discriminator_predictions is None:
+        notes.append(f"objective {model.objective} trains no replaced-token head: "
+                     "discriminator/ holds the encoder only (load it with ElectraModel or an "
+                     "ElectraFor* fine-tuning class)")
+    return notes
 
 
 # ------------------------------------------------------------------------------ model dirs

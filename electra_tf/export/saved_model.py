@@ -18,7 +18,9 @@ Signatures:
                    padded to the batch's longest (L)
     discriminator  tokens string [b, L], replaced_probability float32 [b, L],
                    input_mask int32 [b, L] ("[MASK]" written in the text becomes the mask
-                   token, for these three kinds)
+                   token, for these three kinds). Electric: the probability its training
+                   scores, sigmoid(energy + log q(token | context) + log(p / (1 - p))), q
+                   the two-tower cloze model exported with it, p the masking probability
     generator      tokens [b, L], input_mask [b, L], mask_positions int32 [b, M] (-1:
                    none), top_k_tokens string [b, M, k], top_k_probabilities float32 [b, M, k]
                    (M: the most [MASK]s in a text of the batch)
@@ -42,7 +44,8 @@ Signatures:
                    2.0) also answerable_probability float32 [b], and no answer when
                    1 - it exceeds the fine-tuning's no_answer_threshold
   predict_ids      input_ids, input_mask, segment_ids: int32 [b, L] ->
-                   replaced_logits [b, L] | mlm_logits [b, L, V] | sequence_output [b, L, H]
+                   replaced_logits [b, L] (the sigmoid's argument above) | mlm_logits
+                   [b, L, V] | sequence_output [b, L, H]
                    | task: logits [b, C] (regression [b, 1], tagging [b, L, C]) or
                    start_logits, end_logits [b, L] (+ answerable_logits [b])
 
@@ -169,13 +172,31 @@ class ServingModule(_TextModule):
         model = self.model
         if self.kind == "discriminator":
             hidden = model.discriminator(input_ids, input_mask, segment_ids, training=False)
-            return {"replaced_logits": model.discriminator_predictions(hidden)}
+            logits = model.discriminator_predictions(hidden)
+            if model.objective == "electric":
+                logits += self._electric_noise_logits(input_ids, input_mask, segment_ids)
+            return {"replaced_logits": logits}
         if self.kind == "generator":
             hidden = model.generator(input_ids, input_mask, segment_ids, training=False)
             return {"mlm_logits": model.generator_predictions(
                 hidden, model.generator.embeddings.word_embeddings)}
         return {"sequence_output": tf.cast(model.discriminator(
             input_ids, input_mask, segment_ids, training=False), tf.float32)}
+
+    def _electric_noise_logits(self, input_ids, input_mask, segment_ids):
+        """log q(token | context) + log(p / (1 - p)) [b, L]: what Electric's training adds
+        to the discriminator's energy before the sigmoid (`pretrainer.electric`), q the
+        two-tower cloze model of the same checkpoint. Training conditions q on the original
+        text; here it can only read the text given."""
+        model = self.model
+        left = model.generator_ltr(input_ids, input_mask, segment_ids, training=False)
+        right = model.generator_rtl(input_ids, input_mask, segment_ids, training=False)
+        # Position i reads the left tower at i - 1 and the right tower at i + 1, as training.
+        context = tf.concat([tf.roll(left, 1, axis=1), tf.roll(right, -1, axis=1)], -1)
+        cloze_logits = model.generator_predictions(
+            context, model.generator_ltr.embeddings.word_embeddings)      # [b, L, V]
+        log_q = tf.gather(tf.nn.log_softmax(cloze_logits), input_ids, batch_dims=2)
+        return log_q + math.log(model.mask_prob / (1 - model.mask_prob))
 
     def _serve_text(self, text):
         input_ids, input_mask, segment_ids = self.encode(text)
