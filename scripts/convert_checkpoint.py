@@ -13,7 +13,11 @@
 
 The imported model dir works with export_saved_model.py, run_finetuning.py and, for
 continued pre-training, run_pretraining.py --init_checkpoint (with
---gin_file=OUTPUT_DIR/operative_config.gin after the size file).
+--gin_file=OUTPUT_DIR/operative_config.gin after the size file). Parts the source does not
+hold (a BERT's or ElectraModel's replaced-token head, the generator without
+--generator_input) are freshly initialised: a note names them, model_info.json records
+them, and export and detect_replaced.py refuse to serve them until the model dir has been
+pre-trained further.
 """
 
 import os
@@ -68,6 +72,12 @@ def main(argv):
     if result["skipped"]:
         print(f"skipped {len(result['skipped'])} tensors that are not weights of the networks: "
               + ", ".join(result["skipped"][:8]) + (" ..." if len(result["skipped"]) > 8 else ""))
+    if result["not_imported"]:
+        print("note: not in the source, so freshly initialised (random until pre-trained "
+              "further): " + " and ".join(converters.NOT_IMPORTED[part]
+                                          for part in result["not_imported"])
+              + "; export and detect_replaced.py refuse them until then (recorded in "
+              "model_info.json: not_imported)")
     return 0
 
 

@@ -35,9 +35,10 @@ def main(argv):
                                  "pass EXPORT_DIR/MODEL_NAME/VERSION of an export")
         serve = tf.saved_model.load(FLAGS.saved_model).signatures["serving_default"]
     else:
-        from electra_tf.export.saved_model import ServingModule
+        from electra_tf.export.saved_model import ServingModule, check_imported
         from electra_tf.training.checkpoints import load_pretrainer
         loaded = load_pretrainer(FLAGS.model_dir)
+        check_imported(loaded, FLAGS.model_dir, "discriminator", script="detect")
         serve = ServingModule(loaded.model, "discriminator", loaded.vocab_file,
                               loaded.max_seq_length, loaded.lower_case,
                               loaded.strip_accents).serving_default

@@ -17,7 +17,7 @@ import transformers
 
 from conftest import ROOT, pretrain
 from electra_tf.errors import UserInputError
-from electra_tf.export import converters
+from electra_tf.export import converters, saved_model
 from electra_tf.export.huggingface import hf_config
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
@@ -191,6 +191,18 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
     disc_back, gen_back = _ours(back, ids, mask, segments)
     np.testing.assert_array_equal(disc_back, disc)
     np.testing.assert_array_equal(gen_back, gen)
+    # Without --generator_input the generator is fresh: recorded, and not exported.
+    result = converters.import_hf(str(tmp_path / "hf" / "discriminator"), str(tmp_path / "disc"))
+    assert result["not_imported"] == ["generator"] and result["skipped"] == []
+    with pytest.raises(UserInputError) as error:
+        saved_model.export(str(tmp_path / "disc"), str(tmp_path / "serving"), kind="generator")
+    assert str(error.value) == (
+        f"{tmp_path}/disc was imported without a generator: it is freshly initialised, so its "
+        "outputs are random; import one (convert_checkpoint.py --generator_input=an "
+        f"ElectraForMaskedLM dir), pre-train it first (run_pretraining.py --init_checkpoint="
+        f"{tmp_path}/disc) or export --kind=encoder")
+    saved_model.check_imported(load_pretrainer(str(tmp_path / "disc")), str(tmp_path / "disc"),
+                               "discriminator")  # its head was imported
 
 
 def _minilm_dir():
@@ -201,7 +213,7 @@ def _minilm_dir():
 def test_real_bert_minilm_imports_into_the_encoder(tmp_path):
     source = _minilm_dir()
     result = converters.import_hf(source, str(tmp_path / "minilm"))
-    assert "discriminator_predictions" in result["skipped"][0]
+    assert result["not_imported"] == ["discriminator_predictions", "generator"]
     loaded = load_pretrainer(str(tmp_path / "minilm"))
     config = json.load(open(os.path.join(source, "config.json")))
     assert loaded.model.discriminator_config.num_heads == config["num_attention_heads"] == 12
@@ -220,6 +232,68 @@ def test_real_bert_minilm_imports_into_the_encoder(tmp_path):
     ours = loaded.model.discriminator(ids, mask, segments).numpy()
     real = mask.astype(bool)
     assert np.max(np.abs(ours[real] - expected.numpy()[real])) <= TOLERANCE
+
+
+def _tiny_bert(directory, vocab_size=120):
+    """A BertForPreTraining directory (pooler and BERT's heads included) with a vocab."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=64)
+    transformers.BertForPreTraining(config).save_pretrained(directory)
+    _vocab(directory / "vocab.txt", vocab_size)
+    return str(directory)
+
+
+def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
+    source = _tiny_bert(tmp_path / "bert")
+    out = str(tmp_path / "imported")
+    ok = subprocess.run([sys.executable, SCRIPT, "--source=hf", f"--input={source}",
+                         f"--output_dir={out}"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    lines = ok.stdout.splitlines()
+    assert lines[0].startswith(f"wrote {out}: discriminator ") and len(lines) == 3
+    from safetensors.numpy import load_file
+    heads = sorted(k for k in load_file(os.path.join(source, "model.safetensors"))
+                   if k.startswith(("bert.pooler.", "cls.")))  # BERT's pooler and heads
+    assert len(heads) > 8 and lines[1] == (
+        f"skipped {len(heads)} tensors that are not weights of the networks: "
+        + ", ".join(heads[:8]) + " ...")
+    assert lines[2] == (
+        "note: not in the source, so freshly initialised (random until pre-trained further): "
+        "the replaced-token head (discriminator_predictions) and the generator (its layers "
+        "and masked-LM head); export and detect_replaced.py refuse them until then (recorded "
+        "in model_info.json: not_imported)")
+    info = json.load(open(os.path.join(out, "model_info.json")))
+    assert info["not_imported"] == ["discriminator_predictions", "generator"]
+    assert info["imported_checkpoint"] == "ckpt-1"
+    # Export of the random parts stops with one line; the encoder is what was imported.
+    serving = str(tmp_path / "serving")
+    with pytest.raises(UserInputError) as error:
+        saved_model.export(out, serving, kind="discriminator")
+    assert str(error.value) == (
+        f"{out} was imported without a replaced-token head (discriminator_predictions): it is "
+        "freshly initialised, so its outputs are random; pre-train it first "
+        f"(run_pretraining.py --init_checkpoint={out}) or export --kind=encoder")
+    with pytest.raises(UserInputError, match=f"^{out} was imported without a generator: "):
+        saved_model.export(out, serving, kind="generator")
+    assert not os.path.exists(serving)
+    detect = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "detect_replaced.py"),
+                             f"--model_dir={out}", "the license is granted"],
+                            capture_output=True, text=True)
+    assert detect.returncode == 1 and detect.stdout == ""
+    assert detect.stderr.strip().splitlines() == [
+        f"error: {out} was imported without a replaced-token head (discriminator_predictions): "
+        "it is freshly initialised, so its outputs are random; pre-train it first "
+        f"(run_pretraining.py --init_checkpoint={out})"]
+    saved_model.export(out, serving, kind="encoder")
+    # The marker is the imported checkpoint's: a later one (pre-training went on) has trained
+    # those parts.
+    loaded = load_pretrainer(out)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=loaded.model), out, None).save(
+        checkpoint_number=3)
+    for kind in ("discriminator", "generator"):
+        saved_model.check_imported(load_pretrainer(out), out, kind)
 
 
 def test_hf_export_says_what_transformers_does_not_get(tmp_path):

@@ -35,6 +35,11 @@ from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, descri
 
 DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "data", "vocab", "bert_uncased.txt")
+# The parts of a pretrainer an import can leave freshly initialised (model_info.json's
+# `not_imported`), as a user reads them.
+NOT_IMPORTED = {
+    "discriminator_predictions": "the replaced-token head (discriminator_predictions)",
+    "generator": "the generator (its layers and masked-LM head)"}
 # TF1 tensors that are not weights of the networks.
 _SKIPPED = re.compile(r"(^global_step$|/adam_[mv]$|^generator_predictions/temperature$)")
 
@@ -138,7 +143,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     huggingface.load_hf_state_dicts(model, discriminator, generator or None)
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
                            source=f"tf1:{checkpoint}")
-    return {"model_info": info, "skipped": skipped}
+    return {"model_info": info, "skipped": skipped, "not_imported": []}
 
 
 # ------------------------------------------------------------------------------ HuggingFace
@@ -173,18 +178,20 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     return config, state
 
 
-def _as_electra(config: dict, state: dict) -> dict:
-    """A BERT state dict (BertModel, BertForMaskedLM, ...) in ELECTRA encoder names: the
-    same encoder, "bert." -> "electra."; the pooler and BERT's heads are left out."""
+def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
+    """(a BERT state dict (BertModel, BertForMaskedLM, ...) in ELECTRA encoder names: the
+    same encoder, "bert." -> "electra."; the names of what is left out: the pooler and
+    BERT's heads). Other state dicts pass as they are."""
     if config.get("model_type") != "bert":
-        return state
-    out = {}
-    for name, value in state.items():
-        name = name[len("bert."):] if name.startswith("bert.") else name
+        return state, []
+    out, skipped = {}, []
+    for full_name, value in state.items():
+        name = full_name[len("bert."):] if full_name.startswith("bert.") else full_name
         if name.startswith(("pooler.", "cls.")):
+            skipped.append(full_name)
             continue
         out["electra." + name] = value
-    return out
+    return out, sorted(skipped)
 
 
 def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None = None,
@@ -192,10 +199,15 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
               max_seq_length: int = 512, generator_hidden_fraction: float = 0.25) -> dict:
     """Imports transformers directories into a model dir: an `ElectraForPreTraining` (or
     `ElectraModel`, or a BERT checkpoint: the encoder only) and optionally an
-    `ElectraForMaskedLM` generator. Without a generator (or a replaced-token head), those
-    parts start from a fresh initialisation (a generator of `generator_hidden_fraction`)."""
+    `ElectraForMaskedLM` generator; returns {"model_info", "skipped", "not_imported"}.
+
+    Without a generator (or a replaced-token head), those parts start from a fresh
+    initialisation (a generator of `generator_hidden_fraction`): random until pre-trained
+    further. They are listed in `not_imported` and in model_info.json, where
+    `saved_model.check_imported` (export, detection) finds them.
+    """
     disc_hf, disc_state = read_hf_dir(discriminator_dir)
-    disc_state = _as_electra(disc_hf, disc_state)
+    disc_state, skipped = _as_electra(disc_hf, disc_state)
     disc_config = huggingface.config_from_hf(disc_hf)
     gen_state = None
     if generator_dir:
@@ -220,10 +232,11 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
                                                                    "vocab.txt")) else None)
     if lower_case is None:
         lower_case = _lower_case_of(discriminator_dir)
+    not_imported = ([] if has_head else ["discriminator_predictions"]) + (
+        [] if gen_state is not None else ["generator"])
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
-                           source=f"hf:{discriminator_dir}")
-    return {"model_info": info, "skipped": [] if has_head else
-            ["discriminator_predictions (not in the source: freshly initialised)"]}
+                           source=f"hf:{discriminator_dir}", not_imported=not_imported)
+    return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
 
 
 def _lower_case_of(directory: str) -> bool:
@@ -335,9 +348,15 @@ def gin_bindings(model: ElectraPretrainer) -> str:
 
 
 def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str | None,
-                    lower_case: bool, max_seq_length: int, source: str) -> dict:
+                    lower_case: bool, max_seq_length: int, source: str,
+                    not_imported=()) -> dict:
     """Writes `model` as a model dir (checkpoint ckpt-1, operative_config.gin,
-    model_info.json), refusing to overwrite a dir that already holds a checkpoint."""
+    model_info.json), refusing to overwrite a dir that already holds a checkpoint.
+
+    model_info.json records the parts the source did not hold (`not_imported`, names of
+    NOT_IMPORTED: freshly initialised) and `imported_checkpoint`, the checkpoint they are
+    random in: a later checkpoint of continued pre-training has trained them.
+    """
     vocab_file = vocab_file or DEFAULT_VOCAB
     vocab = tokenization.load_vocab(vocab_file)
     if len(vocab) != model.discriminator_config.vocab_size:
@@ -354,12 +373,13 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
                     train_batch_size=0, num_train_steps=0)
     info.update(vocab_file=vocab_file if "://" in vocab_file else os.path.abspath(vocab_file),
                 vocab_size=len(vocab), lower_case=lower_case, strip_accents=lower_case,
-                source=source)
+                source=source, not_imported=list(not_imported))
     temporary = f"{output_dir.rstrip('/')}.tmp-{os.getpid()}"
     if tf.io.gfile.exists(temporary):
         tf.io.gfile.rmtree(temporary)
     tf.io.gfile.makedirs(temporary)
-    tf.train.Checkpoint(model=model).save(os.path.join(temporary, "ckpt"))
+    saved = tf.train.Checkpoint(model=model).save(os.path.join(temporary, "ckpt"))
+    info["imported_checkpoint"] = os.path.basename(saved)
     for name, text in ((OPERATIVE_CONFIG, config), (MODEL_INFO, json.dumps(info, indent=2))):
         with tf.io.gfile.GFile(os.path.join(temporary, name), "w") as f:
             f.write(text)

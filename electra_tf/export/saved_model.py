@@ -482,6 +482,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         module = TaskServingModule(loaded.model, loaded.info, loaded.vocab_file)
     else:
         loaded = load_pretrainer(model_dir, vocab_file)
+        check_imported(loaded, model_dir, kind)
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
     temporary = os.path.join(export_dir, model_name, f".tmp-{version}-{os.getpid()}")
@@ -499,6 +500,30 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
             tf.io.gfile.rmtree(temporary)
     write_models_config(export_dir, model_name)
     return target
+
+
+def check_imported(loaded, model_dir: str, kind: str, script: str = "export"):
+    """Raises UserInputError when `kind` ("discriminator" or "generator") would serve a part
+    that convert_checkpoint.py did not import but initialised afresh (model_info.json's
+    `not_imported`) and that has not been pre-trained since: the model dir's latest
+    checkpoint is still the imported one (`imported_checkpoint`). `script`: "export" or
+    "detect", for the fix the message names."""
+    info = loaded.info
+    part = {"discriminator": "discriminator_predictions", "generator": "generator"}.get(kind)
+    if (part not in info.get("not_imported", ())
+            or os.path.basename(loaded.checkpoint) != info.get("imported_checkpoint")):
+        return
+    what = {"discriminator_predictions": "replaced-token head (discriminator_predictions)",
+            "generator": "generator"}[part]
+    fixes = [f"pre-train it first (run_pretraining.py --init_checkpoint={model_dir})"]
+    if part == "generator":
+        fixes.insert(0, "import one (convert_checkpoint.py --generator_input=an "
+                        "ElectraForMaskedLM dir)")
+    if script == "export":
+        fixes.append("export --kind=encoder")
+    fix = " or ".join([", ".join(fixes[:-1]), fixes[-1]] if len(fixes) > 1 else fixes)
+    raise UserInputError(f"{model_dir} was imported without a {what}: it is freshly "
+                         f"initialised, so its outputs are random; {fix}")
 
 
 def _write_warmup(directory: str, model_name: str, input_names=("text",)):
