@@ -1,4 +1,4 @@
-"""Imports the released ELECTRA checkpoints and HuggingFace models; exports to HuggingFace.
+r"""Imports the released ELECTRA checkpoints and HuggingFace models; exports to HuggingFace.
 
     # the official TF1 checkpoint (both networks in one file), e.g. electra_base:
     python scripts/convert_checkpoint.py --source=tf1 \

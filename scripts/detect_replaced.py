@@ -1,4 +1,4 @@
-"""Shows which tokens a discriminator judges replaced, from a SavedModel or a model dir.
+r"""Shows which tokens a discriminator judges replaced, from a SavedModel or a model dir.
 
     python scripts/detect_replaced.py --saved_model=out/serving/electra/1 \
         "The quick brown fox jumps over the lazy dog" "The quick red fox runs over the lazy dog"
@@ -38,14 +38,19 @@ def main(argv):
         from electra_tf.export.saved_model import ServingModule, check_imported
         from electra_tf.training.checkpoints import load_pretrainer
         loaded = load_pretrainer(FLAGS.model_dir)
+        if loaded.model.discriminator_predictions is None:
+            raise UserInputError(f"--model_dir={FLAGS.model_dir} was pre-trained with objective "
+                                 f"{loaded.model.objective}, which trains no replaced-token "
+                                 "head to detect with; pass a model dir pre-trained with "
+                                 "electra, electra_15 or electric")
         check_imported(loaded, FLAGS.model_dir, "discriminator", script="detect")
         serve = ServingModule(loaded.model, "discriminator", loaded.vocab_file,
                               loaded.max_seq_length, loaded.lower_case,
                               loaded.strip_accents).serving_default
     out = serve(text=tf.constant(sentences))
     if "replaced_probability" not in out:
-        raise UserInputError("this SavedModel is not a discriminator (export with "
-                             "--kind=discriminator)")
+        raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "
+                             "export one with export_saved_model.py --kind=discriminator")
     for i, sentence in enumerate(sentences):
         print(sentence)
         for token, probability, real in zip(out["tokens"][i].numpy(),

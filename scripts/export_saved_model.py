@@ -1,4 +1,4 @@
-"""Exports a trained model as a TF Serving SavedModel (raw-text and token-id signatures).
+r"""Exports a trained model as a TF Serving SavedModel (raw-text and token-id signatures).
 
     python scripts/export_saved_model.py --model_dir=out/small --export_dir=out/serving \
         --model_name=electra --kind=discriminator [--version=1]
@@ -27,7 +27,8 @@ flags.DEFINE_string("model_dir", None, "A pre-training model dir (run_pretrainin
                     "convert_checkpoint.py wrote it) or, with --kind=task, a fine-tuning "
                     "output dir (run_finetuning.py's) or one of its trial_K dirs.")
 flags.DEFINE_string("export_dir", None, "Where EXPORT_DIR/MODEL_NAME/VERSION goes.")
-flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving.")
+flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving: letters, "
+                    "digits, '_', '-' and '.', starting with a letter or digit.")
 flags.DEFINE_enum("kind", "discriminator", list(saved_model.KINDS), "Which network to serve "
                   "(task: a fine-tuned model).")
 flags.DEFINE_string("trial", None, "--kind=task with a fine-tuning output dir: the trial to "

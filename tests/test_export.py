@@ -202,6 +202,24 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, tmp_pat
     assert lines[10] == "The quick red fox runs" and len(lines) == 16
 
 
+def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen_data,
+                                                                         tmp_path):
+    pretrain(tmp_path / "mlm", os.path.join(austen_data[0], "*.tfrecord"),
+             ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'mlm'"])
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "detect_replaced.py"),
+         f"--model_dir={tmp_path}/mlm", "the license is granted"], capture_output=True, text=True)
+    assert process.returncode == 1
+    assert process.stderr.strip().splitlines() == [
+        f"error: --model_dir={tmp_path}/mlm was pre-trained with objective mlm, which trains no "
+        "replaced-token head to detect with; pass a model dir pre-trained with electra, "
+        "electra_15 or electric"]
+    with pytest.raises(UserInputError, match="^objective mlm trains no replaced-token head; use "
+                                             "--kind=generator or encoder$"):
+        saved_model.export(str(tmp_path / "mlm"), str(tmp_path / "serving"), "x")
+    assert not os.path.exists(tmp_path / "serving")
+
+
 def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
     with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=2"):
@@ -219,6 +237,18 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     assert process.stderr.strip().splitlines() == [
         f"error: {tmp_path}/nothing has no operative_config.gin; pass a model dir written by "
         "run_pretraining.py or convert_checkpoint.py"]
+    assert not os.path.exists(tmp_path / "x")
+    # A model name TF Serving's config would reject stops before anything is written.
+    with pytest.raises(UserInputError, match="--model_name='electra 2' is not a TF Serving"):
+        saved_model.export(model_dir, str(tmp_path / "x"), "electra 2", "discriminator")
+    process = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "export_saved_model.py"),
+         f"--model_dir={model_dir}", f"--export_dir={tmp_path}/x", "--model_name=bad name/x"],
+        capture_output=True, text=True)
+    assert process.returncode == 1
+    assert process.stderr.strip().splitlines() == [
+        "error: --model_name='bad name/x' is not a TF Serving model name: use letters, digits, "
+        "'_', '-' and '.' only, starting with a letter or digit"]
     assert not os.path.exists(tmp_path / "x")
     info = json.loads(open(os.path.join(model_dir, "model_info.json")).read())
     assert info["lower_case"] is True and os.path.isabs(info["vocab_file"])

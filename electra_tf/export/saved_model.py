@@ -57,6 +57,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 
 import keras
 import numpy as np
@@ -75,6 +76,8 @@ WARMUP_PAIRS = (("Who jumps over the lazy dog?", "The quick brown fox jumps over
                 ("What does ELECTRA train?", "ELECTRA pre-trains text encoders as "
                  "discriminators rather than generators."))
 MODELS_CONFIG = "models.config"
+# A name TF Serving's model config takes, and a plain directory name.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 IDS_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name=name)
                  for name in ("input_ids", "input_mask", "segment_ids")]
 
@@ -142,8 +145,9 @@ class ServingModule(_TextModule):
             raise UserInputError("this model has no masked-LM generator to export (objective "
                                  f"{model.objective}); use --kind=discriminator or encoder")
         if kind == "discriminator" and model.discriminator_predictions is None:
+            others = "generator or encoder" if model.generator is not None else "encoder"
             raise UserInputError(f"objective {model.objective} trains no replaced-token head; "
-                                 "use --kind=encoder")
+                                 f"use --kind={others}")
         super().__init__(f"electra_{kind}", vocab_file, max_seq_length, lower_case,
                          strip_accents)
         self.model, self.kind, self.top_k = model, kind, top_k
@@ -461,6 +465,10 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     from electra_tf.training.checkpoints import load_pretrainer
     if kind not in KINDS:
         raise UserInputError(f"--kind={kind} is not one of {', '.join(KINDS)}")
+    if not MODEL_NAME.fullmatch(model_name):
+        raise UserInputError(f"--model_name={model_name!r} is not a TF Serving model name: use "
+                             "letters, digits, '_', '-' and '.' only, starting with a letter "
+                             "or digit")
     if kind != "task" and any(tf.io.gfile.exists(os.path.join(model_dir, name))
                               for name in (RESULTS, TASK_INFO)):
         raise UserInputError(f"{model_dir} is a fine-tuning output dir; export its model with "
