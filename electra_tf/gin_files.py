@@ -6,6 +6,7 @@ after the files. A mistake (an unknown file, configurable or parameter, a syntax
 is one UserInputError naming the file or binding.
 """
 
+import difflib
 import os
 
 import gin
@@ -48,12 +49,39 @@ def parse(files: list[str], bindings: list[str]) -> None:
                                      "the name (see the files in gin/)") from None
     finally:
         os.chdir(cwd)
+    example = os.path.relpath(paths[0], os.path.dirname(GIN_DIR)) if paths else "gin/"
     for binding in bindings:
         try:
             gin.parse_config(binding)
         except (ValueError, SyntaxError, KeyError) as e:
-            raise UserInputError(f"--gin_bindings={binding!r}: {_first_line(e)}; check the "
-                                 "name against the gin files (e.g. gin/small.gin)") from None
+            message = _first_line(e)
+            if message.startswith("malformed node or string"):
+                raise UserInputError(
+                    f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
+                    "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
+                    from None
+            raise UserInputError(f"--gin_bindings={binding!r}: {message}; check the name "
+                                 f"against the gin files (e.g. {example})") from None
+    _check_macros_used(bindings, example)
+
+
+def _check_macros_used(bindings: list[str], example: str) -> None:
+    """A binding that sets a macro no gin file or binding uses (`NUM_TRAIN_STEP=3` for
+    NUM_TRAIN_STEPS) is a misspelling gin itself accepts, as the definition of a new macro:
+    stop on it instead of running with the value it was meant to change."""
+    config = gin.config._CONFIG  # gin has no public view of the parsed bindings
+    defined = {scope for scope, selector in config if selector == "gin.macro"}
+    used = {ref.scoped_selector.rsplit("/", 1)[0]
+            for ref in gin.config.iterate_references(config)
+            if ref.scoped_selector.endswith("/gin.macro")}
+    for binding in bindings:
+        name = binding.split("=", 1)[0].strip()
+        if name in defined and name not in used:
+            close = difflib.get_close_matches(name, sorted(used), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise UserInputError(
+                f"--gin_bindings={binding!r}: no gin file uses the macro {name}; {hint}the "
+                f"macros in use: {', '.join(sorted(used))} (see {example})")
 
 
 def _first_line(error: Exception) -> str:

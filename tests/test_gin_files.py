@@ -1,0 +1,30 @@
+"""Reading gin files and bindings: every mistake is one UserInputError naming the binding."""
+
+import pytest
+
+from electra_tf import gin_files
+from electra_tf.errors import UserInputError
+from electra_tf.finetune import runner  # noqa: F401  (registers the fine-tuning configurables)
+from electra_tf.training import pretraining  # noqa: F401  (registers the configurables)
+
+
+def test_a_misspelled_macro_is_an_error_naming_the_macro_it_meant():
+    # gin itself takes NUM_TRAIN_STEP=3 as a new macro and runs with NUM_TRAIN_STEPS' value.
+    with pytest.raises(UserInputError, match=r"^--gin_bindings='NUM_TRAIN_STEP=3': no gin file "
+                       r"uses the macro NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\? the "
+                       r"macros in use: CHECKPOINT_EVERY, .*NUM_TRAIN_STEPS.* \(see gin/tiny.gin\)"):
+        gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEP=3"])
+    with pytest.raises(UserInputError, match=r"LEARNING_RATES=1e-4.*did you mean LEARNING_RATE\? "
+                       r".*\(see gin/finetune/tiny.gin\)"):
+        gin_files.parse(["finetune/tiny.gin"], ["LEARNING_RATES=1e-4"])
+    # Macros the files use, and one a later binding uses, are fine.
+    gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEPS=3", "STEPS=2", "STEPS_PER_LOOP=%STEPS"])
+
+
+def test_a_value_that_is_not_a_literal_and_an_unknown_name_say_which():
+    with pytest.raises(UserInputError, match=r"^--gin_bindings='NUM_TRAIN_STEPS=abc': the value "
+                       r"is not a Python literal; write a number, .*quoted string"):
+        gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEPS=abc"])
+    with pytest.raises(UserInputError, match=r"^--gin_bindings='finetuning.nope=1': .*nope.*; "
+                       r"check the name against the gin files \(e.g. gin/finetune/small.gin\)"):
+        gin_files.parse(["finetune/small.gin"], ["finetuning.nope=1"])
