@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, SMALL, pretrain as run
+from electra_tf.errors import UserInputError
 from electra_tf.training import pretraining
 
 SCRIPT = os.path.join(ROOT, "scripts", "run_pretraining.py")
@@ -509,8 +510,17 @@ def test_a_collapsed_discriminator_is_reported_once():
 # ------------------------------------------------------------------------------ bad input
 
 
+def test_tpu_strategy_without_a_tpu_says_which_flag(monkeypatch):
+    from electra_tf.training import strategies
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    with pytest.raises(UserInputError, match=r"^--strategy=tpu found no TPU \(.*\); pass "
+                       r"--tpu=NAME \(the TPU's name or grpc:// address, or --tpu=local"):
+        strategies.create_strategy("tpu")
+
+
 @pytest.mark.parametrize("case", ["unknown_binding", "unknown_file", "length_mismatch",
-                                  "no_data", "batch_split", "xla_elementwise_env"])
+                                  "no_data", "batch_split", "xla_elementwise_env",
+                                  "misspelled_macro", "unknown_objective"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
     model_dir = tmp_path / "model"
     args = {
@@ -521,6 +531,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "no_data": script_args(model_dir, str(tmp_path / "none" / "*.tfrecord")),
         "batch_split": script_args(model_dir, data, "pretraining.gradient_accumulation_steps = 3"),
         "xla_elementwise_env": script_args(model_dir, data),
+        "misspelled_macro": script_args(model_dir, data, "NUM_TRAIN_STEP = 3"),
+        # Raised inside a gin configurable, which appends lines of its own to the message.
+        "unknown_objective": script_args(model_dir, data, "OBJECTIVE = 'electrra'"),
     }[case]
     expected = {
         "unknown_binding": r"--gin_bindings='pretrainer.hiden_size = 3': .*hiden_size",
@@ -530,6 +543,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "batch_split": r"TRAIN_BATCH_SIZE=8 does not split into 1 replicas x 3 micro-batches",
         "xla_elementwise_env": r"ELECTRA_TF_XLA_ELEMENTWISE='false' is neither 1 .* nor 0 "
                                r"\(off\); set one of them",
+        "misspelled_macro": r"--gin_bindings='NUM_TRAIN_STEP = 3': no gin file uses the macro "
+                            r"NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\?",
+        "unknown_objective": r"objective='electrra' is not one of electra, mlm, ",
     }[case]
     process = script(*args, env={"ELECTRA_TF_XLA_ELEMENTWISE": "false"}
                      if case == "xla_elementwise_env" else None)

@@ -9,6 +9,8 @@ derived from its discriminator with the official rounding: hidden size
 
 import dataclasses
 
+from electra_tf.errors import UserInputError
+
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
@@ -44,12 +46,12 @@ class EncoderConfig:
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of "
-                             f"num_heads={self.num_heads}; pick sizes that divide")
+            raise UserInputError(f"hidden_size={self.hidden_size} is not a multiple of "
+                                 f"num_heads={self.num_heads}; pick sizes that divide")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+                raise UserInputError(f"{name}={getattr(self, name)} must be at least 1")
 
     @property
     def embedding_width(self) -> int:
@@ -79,7 +81,7 @@ GENERATOR_FRACTIONS = {"tiny": 0.25, "small": 0.25, "base": 1 / 3, "large": 0.25
 def encoder_config(size: str, **overrides) -> EncoderConfig:
     """The named size with any field overridden, e.g. `encoder_config("small", vocab_size=8000)`."""
     if size not in SIZES:
-        raise ValueError(f"unknown model size '{size}'; choose one of {', '.join(SIZES)}")
+        raise UserInputError(f"unknown model size '{size}'; choose one of {', '.join(SIZES)}")
     return EncoderConfig(**{**SIZES[size], **overrides})
 
 
@@ -91,8 +93,8 @@ def generator_config(discriminator: EncoderConfig, hidden_fraction: float = 0.25
     the generator projects them to its own hidden size.
     """
     if not 0 < hidden_fraction <= 1 or not 0 < layers_fraction <= 1:
-        raise ValueError(f"generator fractions must be in (0, 1]; got hidden_fraction="
-                         f"{hidden_fraction}, layers_fraction={layers_fraction}")
+        raise UserInputError(f"generator fractions must be in (0, 1]; got hidden_fraction="
+                             f"{hidden_fraction}, layers_fraction={layers_fraction}")
     hidden = int(round(discriminator.hidden_size * hidden_fraction))
     return dataclasses.replace(
         discriminator, hidden_size=hidden, intermediate_size=4 * hidden,

@@ -4,6 +4,7 @@ size when the embedding size differs, and a stack of transformer blocks."""
 import keras
 from keras import ops
 
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.modeling.layers import (Embeddings, TransformerBlock,
                                         default_initializer)
@@ -56,7 +57,7 @@ class Encoder(keras.layers.Layer):
         self.config = config
         self.attention = attention
         if embeddings is not None and embeddings.config.embedding_width != config.embedding_width:
-            raise ValueError(
+            raise UserInputError(
                 f"shared embeddings are {embeddings.config.embedding_width} wide but this "
                 f"encoder expects embedding_size={config.embedding_width}")
         with keras.name_scope(self.name):

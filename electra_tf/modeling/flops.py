@@ -45,6 +45,7 @@ Example:
 
 import re
 
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig
 
 DROPOUT_FLOPS = 4
@@ -162,8 +163,8 @@ def num_predictions(seq_length: int, mask_prob: float = 0.15,
     int((mask_prob + 0.005) * seq_length) (electra_tf.data.masking.default_max_predictions)."""
     n = int((mask_prob + 0.005) * seq_length) if max_predictions is None else max_predictions
     if not 1 <= n <= seq_length:
-        raise ValueError(f"the number of masked slots ({n}) must be in [1, seq_length="
-                         f"{seq_length}]; check mask_prob={mask_prob} and max_predictions")
+        raise UserInputError(f"the number of masked slots ({n}) must be in [1, seq_length="
+                             f"{seq_length}]; check mask_prob={mask_prob} and max_predictions")
     return n
 
 
@@ -174,15 +175,15 @@ def forward_flops_per_example(discriminator: EncoderConfig, generator: EncoderCo
     """FLOPs of one training forward pass (dropout on) per example: the networks and heads
     the objective runs. See `train_flops_per_example` for what each objective counts."""
     if objective not in OBJECTIVES:
-        raise ValueError(f"objective={objective!r} is not one of {', '.join(OBJECTIVES)}")
+        raise UserInputError(f"objective={objective!r} is not one of {', '.join(OBJECTIVES)}")
     for name, config in (("discriminator", discriminator), ("generator", generator)):
         if config is not None and seq_length > config.max_position_embeddings:
-            raise ValueError(f"seq_length={seq_length} exceeds the {name}'s "
-                             f"max_position_embeddings={config.max_position_embeddings}; "
-                             "use a shorter sequence or a larger position table")
+            raise UserInputError(f"seq_length={seq_length} exceeds the {name}'s "
+                                 f"max_position_embeddings={config.max_position_embeddings}; "
+                                 "use a shorter sequence or a larger position table")
     if objective == "electric" and generator is None:
-        raise ValueError("objective='electric' needs its two-tower generator: pass "
-                         "generator=generator_config(discriminator, fraction)")
+        raise UserInputError("objective='electric' needs its two-tower generator: pass "
+                             "generator=generator_config(discriminator, fraction)")
     n = num_predictions(seq_length, mask_prob, max_predictions)
     length = seq_length
 
@@ -263,10 +264,10 @@ def inference_flops_per_example(config: EncoderConfig, seq_length: int,
     every token, no loss), or "none" (the sequence output only).
     """
     if head not in INFERENCE_HEADS:
-        raise ValueError(f"head={head!r} is not one of {', '.join(INFERENCE_HEADS)}")
+        raise UserInputError(f"head={head!r} is not one of {', '.join(INFERENCE_HEADS)}")
     if seq_length > config.max_position_embeddings:
-        raise ValueError(f"seq_length={seq_length} exceeds max_position_embeddings="
-                         f"{config.max_position_embeddings}; use a shorter sequence")
+        raise UserInputError(f"seq_length={seq_length} exceeds max_position_embeddings="
+                             f"{config.max_position_embeddings}; use a shorter sequence")
     total = encoder_flops(config, seq_length, False, dense_embedding_lookup)
     if head == "discriminator":
         total += discriminator_head_flops(config, seq_length)
@@ -359,7 +360,7 @@ def peak_flops_per_second(device_description: str, precision: str,
     (bfloat16 on V100 and T4, float16 and float32 on TPUs).
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+        raise UserInputError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
     text = _normalise(device_description)
     for fragment in sorted(PEAK_FLOPS, key=len, reverse=True):
         if re.search(rf"(?<![a-z0-9]){re.escape(_normalise(fragment))}(?![a-z0-9])", text):

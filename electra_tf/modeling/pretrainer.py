@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.modeling.encoder import Encoder
 from electra_tf.modeling.layers import DiscriminatorHead, MaskedLMHead, initializer
@@ -129,23 +130,23 @@ class ElectraPretrainer(keras.Model):
         _check_choice("algorithm", algorithm, ALGORITHMS)
         needs_generator = objective != "mlm" and not uniform_generator
         if needs_generator and generator is None and sharing != "all":
-            raise ValueError(f"objective={objective} needs a generator config; pass "
-                             "generator=generator_config(discriminator, fraction)")
+            raise UserInputError(f"objective={objective} needs a generator config; pass "
+                                 "generator=generator_config(discriminator, fraction)")
         if sharing == "all" and generator is not None and generator != discriminator:
-            raise ValueError("sharing='all' makes generator and discriminator one network; "
-                             "use a generator of the discriminator's size (fraction 1.0)")
+            raise UserInputError("sharing='all' makes generator and discriminator one network; "
+                                 "use a generator of the discriminator's size (fraction 1.0)")
         if algorithm == "two_stage" and (generator is None or sharing == "all"
                                          or dataclasses.replace(generator, embedding_size=None)
                                          != dataclasses.replace(discriminator,
                                                                 embedding_size=None)):
-            raise ValueError("algorithm='two_stage' initialises the discriminator from the "
-                             "generator: use a generator of the discriminator's size "
-                             "(fraction 1.0) and sharing 'embeddings' or 'none'")
+            raise UserInputError("algorithm='two_stage' initialises the discriminator from the "
+                                 "generator: use a generator of the discriminator's size "
+                                 "(fraction 1.0) and sharing 'embeddings' or 'none'")
         if algorithm != "joint" and objective != "electra":
-            raise ValueError(f"algorithm={algorithm} is defined for objective='electra'")
+            raise UserInputError(f"algorithm={algorithm} is defined for objective='electra'")
         if objective == "electric" and sharing == "all":
-            raise ValueError("Electric's generator is a two-tower cloze model; it cannot share "
-                             "all weights with the discriminator: use sharing 'embeddings'")
+            raise UserInputError("Electric's generator is a two-tower cloze model; it cannot share "
+                                 "all weights with the discriminator: use sharing 'embeddings'")
         if discriminator_weight is None:
             discriminator_weight = 1.0 if objective in ("replace_mlm", "all_tokens_mlm") else 50.0
         self.discriminator_config = discriminator
@@ -310,8 +311,9 @@ class ElectraPretrainer(keras.Model):
         weights (same shape); shared embeddings are already the same variables."""
         targets, sources = self.discriminator.weights, self.generator.weights
         if [v.shape for v in targets] != [v.shape for v in sources]:
-            raise ValueError("the generator's weights do not match the discriminator's in shape "
-                             "(different embedding sizes?); two_stage needs equal shapes")
+            raise UserInputError("the generator's weights do not match the discriminator's in "
+                                 "shape (different embedding sizes?); two_stage needs equal "
+                                 "shapes")
         for target, source in zip(targets, sources):
             if target is not source:
                 target.assign(source)
@@ -319,7 +321,7 @@ class ElectraPretrainer(keras.Model):
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(choices)}")
+        raise UserInputError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
 # ------------------------------------------------------------------------------ objectives

@@ -27,6 +27,8 @@ import gin
 import keras
 import tensorflow as tf
 
+from electra_tf.errors import UserInputError
+
 try:  # whether a graph is compiled with XLA (jit_compile, TPUs); TensorFlow has no public API
     from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 except ImportError:  # pragma: no cover - then every update takes the written-out path
@@ -68,20 +70,20 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, learning_rate: float, num_train_steps: int, warmup_steps: int,
                  warmup: str = "multiply"):
         if warmup not in WARMUPS:
-            raise ValueError(f"warmup={warmup!r} is not a known schedule; use one of "
-                             f"{', '.join(WARMUPS)}")
+            raise UserInputError(f"warmup={warmup!r} is not a known schedule; use one of "
+                                 f"{', '.join(WARMUPS)}")
         if learning_rate < 0:
-            raise ValueError(f"learning_rate={learning_rate} is negative; pass the peak "
-                             "learning rate, a number >= 0")
+            raise UserInputError(f"learning_rate={learning_rate} is negative; pass the peak "
+                                 "learning rate, a number >= 0")
         if num_train_steps <= 0:
-            raise ValueError(f"num_train_steps={num_train_steps} must be positive; set it to "
-                             "the number of optimizer steps of the run")
+            raise UserInputError(f"num_train_steps={num_train_steps} must be positive; set it to "
+                                 "the number of optimizer steps of the run")
         if warmup_steps < 0:
-            raise ValueError(f"warmup_steps={warmup_steps} is negative; use 0 for no warmup")
+            raise UserInputError(f"warmup_steps={warmup_steps} is negative; use 0 for no warmup")
         if warmup == "then_decay" and warmup_steps > num_train_steps:
-            raise ValueError(f"warmup_steps={warmup_steps} exceeds num_train_steps="
-                             f"{num_train_steps}; with warmup='then_decay' the warmup must fit "
-                             "in the run")
+            raise UserInputError(f"warmup_steps={warmup_steps} exceeds num_train_steps="
+                                 f"{num_train_steps}; with warmup='then_decay' the warmup must fit "
+                                 "in the run")
         self.learning_rate = float(learning_rate)
         self.num_train_steps = int(num_train_steps)
         self.warmup_steps = int(warmup_steps)
@@ -181,8 +183,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
             learning_rate = float(learning_rate)
         super().__init__(learning_rate, weight_decay=None, **kwargs)
         if weight_decay_rate < 0:
-            raise ValueError(f"weight_decay_rate={weight_decay_rate} is negative; use 0 for "
-                             "no weight decay")
+            raise UserInputError(f"weight_decay_rate={weight_decay_rate} is negative; use 0 for "
+                                 "no weight decay")
         if isinstance(exclude_from_weight_decay, str):
             exclude_from_weight_decay = (exclude_from_weight_decay,)
         self.beta_1 = beta_1
@@ -443,8 +445,8 @@ def layerwise_lr_multipliers(encoder, decay: float, official: bool = False) -> d
       official: use the official exponents.
     """
     if not 0 < decay <= 1:
-        raise ValueError(f"layer-wise decay={decay} must be in (0, 1]; the paper uses 0.8 "
-                         "(0.9 for Large), 1.0 turns it off")
+        raise UserInputError(f"layer-wise decay={decay} must be in (0, 1]; the paper uses 0.8 "
+                             "(0.9 for Large), 1.0 turns it off")
     n = len(encoder.blocks)
     extra = 1 if official else 0
     groups = [(encoder.embeddings, n + 1 + extra)]
@@ -483,13 +485,14 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
     step, then starts again (warmup, decay) over the remaining steps.
     """
     if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer name={name!r} is unknown; use one of {', '.join(OPTIMIZERS)}")
+        raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
+                             f"{', '.join(OPTIMIZERS)}")
     if restart_at is None:
         schedule = LinearWarmupLinearDecay(learning_rate, num_train_steps, warmup_steps, warmup)
     else:
         if not 0 < restart_at < num_train_steps:
-            raise ValueError(f"restart_at={restart_at} must be inside the run (0, "
-                             f"num_train_steps={num_train_steps})")
+            raise UserInputError(f"restart_at={restart_at} must be inside the run (0, "
+                                 f"num_train_steps={num_train_steps})")
         schedule = RestartedSchedule(
             LinearWarmupLinearDecay(learning_rate, restart_at, min(warmup_steps, restart_at),
                                     warmup),

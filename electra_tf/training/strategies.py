@@ -53,7 +53,12 @@ def _create(name: str, tpu: str | None) -> tf.distribute.Strategy:
                 "--strategy=multi_worker_mirrored needs the TF_CONFIG environment variable "
                 "describing the cluster and this worker's index; set it on every worker")
         return tf.distribute.MultiWorkerMirroredStrategy()
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+    except ValueError as e:  # no --tpu and nothing in the environment names one
+        raise UserInputError(
+            f"--strategy=tpu found no TPU ({str(e).strip()}); pass --tpu=NAME (the TPU's "
+            "name or grpc:// address, or --tpu=local on a TPU VM)") from None
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)

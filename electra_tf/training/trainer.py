@@ -43,6 +43,7 @@ import numpy as np
 import orbit
 import tensorflow as tf
 
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.metrics import PretrainingMetrics
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training.strategies import sum_over_replicas
@@ -126,7 +127,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
                  two_stage_steps: int | None = None, on_stage_switch=None,
                  steps_per_call: int = 1):
         if steps_per_call > 1 and not jit_compile:
-            raise ValueError("steps_per_call > 1 needs jit_compile")
+            raise UserInputError(f"pretraining.steps_per_call={steps_per_call} needs "
+                                 "pretraining.jit_compile=True (the steps run as one XLA "
+                                 "program); set steps_per_call=1 without XLA")
         super().__init__(train_iterator, orbit.StandardTrainerOptions(
             use_tf_function=True, use_tf_while_loop=True))
         self.model, self.optimizer, self.strategy, self.state = model, optimizer, strategy, state
