@@ -186,6 +186,26 @@ def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path)
         pipeline.validate_data(files, 128, full_scan=True)
 
 
+def test_data_without_metadata_is_checked_against_the_vocab(austen_data, tmp_path):
+    """Official-format data has no metadata.json: a vocab smaller than the data's ids is
+    caught from each file's first record, before a run starts (not as an embedding lookup
+    error mid-run)."""
+    directory, _ = austen_data
+    name = sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord"))[0]
+    shutil.copy(os.path.join(directory, name), tmp_path / name)
+    files = [str(tmp_path / name)]
+    first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(files))).numpy())
+    top = max(first.features.feature["input_ids"].int64_list.value)
+    vocab = tmp_path / "vocab.txt"
+    lines = open(UNCASED_VOCAB, encoding="utf-8").read().splitlines()
+    vocab.write_text("\n".join(lines[:top + 1]) + "\n", encoding="utf-8")
+    pipeline.validate_data(files, 128, str(vocab))  # every id of the first record fits
+    vocab.write_text("\n".join(lines[:top]) + "\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=f"data file {tmp_path}/{name} holds token id "
+                       f"{top}, beyond the {top:,} tokens of {vocab}; use the vocab"):
+        pipeline.validate_data(files, 128, str(vocab))
+
+
 def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path):
     from conftest import chinese_reviews
     from electra_tf.data.writer import build_pretraining_data

@@ -70,7 +70,7 @@ def read_metadata(files: list[str]) -> dict | None:
     return None
 
 
-def _first_record(path: str) -> tf.train.Example:
+def _first_record(path: str, data_flag: str) -> tf.train.Example:
     dataset = tf.data.TFRecordDataset(path, compression_type=_compression_of(path))
     try:
         for record in dataset.take(1):
@@ -78,36 +78,42 @@ def _first_record(path: str) -> tf.train.Example:
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
         raise UserInputError(
             f"data file {path} is corrupt ({e.message.splitlines()[0]}); rebuild it or remove "
-            "it from --train_data") from None
+            f"it from {data_flag}") from None
     except Exception as e:  # a protobuf DecodeError: the record is not a tf.train.Example
         raise UserInputError(
-            f"data file {path} holds records that are not tf.train.Example ({e}); point the "
-            "data flag at pre-training TFRecords") from None
+            f"data file {path} holds records that are not tf.train.Example ({e}); point "
+            f"{data_flag} at pre-training TFRecords") from None
     raise UserInputError(f"data file {path} holds no records; rebuild it or remove it")
 
 
 def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None = None,
-                  full_scan: bool = False) -> dict:
+                  full_scan: bool = False, *, length_flag: str = "MAX_SEQ_LENGTH",
+                  data_flag: str = "--train_data") -> dict:
     """Checks data against the run's config; returns what it learned.
 
     Checks: the files exist and start with a readable tf.train.Example holding the
     features with length max_seq_length; metadata.json (if present) agrees on
-    max_seq_length, vocab size and vocab hash. With full_scan, every record's checksum is
-    read too (a pass over all data). Raises UserInputError naming the file and the fix.
+    max_seq_length, vocab size and vocab hash; with a vocab, each file's first record holds
+    no token id beyond it (what data without metadata.json can be checked by). With
+    full_scan, every record's checksum is read too (a pass over all data). Raises UserInputError naming the file and the fix.
+
+    The fixes the errors suggest name the caller's settings: `length_flag` for the sequence
+    length (a gin macro in training, a flag in scripts/inspect_pretraining_data.py) and
+    `data_flag` for the data.
 
     Returns {"premasked": bool, "max_predictions": int or None, "word_starts": bool,
     "metadata": dict or None}; word_starts says the records carry word boundaries.
     """
     metadata = read_metadata(files)
+    vocab = tokenization.load_vocab(vocab_file) if vocab_file is not None else None
     if metadata is not None:
         where = metadata["_path"]
         if metadata["max_seq_length"] != max_seq_length:
             raise UserInputError(
                 f"{where} says max_seq_length={metadata['max_seq_length']} but the run uses "
-                f"{max_seq_length}; set MAX_SEQ_LENGTH={metadata['max_seq_length']} or rebuild "
+                f"{max_seq_length}; set {length_flag}={metadata['max_seq_length']} or rebuild "
                 "the data")
-        if vocab_file is not None:
-            vocab = tokenization.load_vocab(vocab_file)
+        if vocab is not None:
             if metadata["vocab_size"] != len(vocab):
                 raise UserInputError(
                     f"{where} was built with a vocab of {metadata['vocab_size']} tokens but "
@@ -122,7 +128,7 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
     for path in files:
         if tf.io.gfile.stat(path).length == 0:
             raise UserInputError(f"data file {path} is empty; rebuild it or remove it")
-        example = _first_record(path)
+        example = _first_record(path, data_flag)
         names = set(example.features.feature)
         missing = [n for n in FEATURES if n not in names]
         if missing:
@@ -133,7 +139,14 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
         if length != max_seq_length:
             raise UserInputError(
                 f"data file {path} has sequences of length {length} but the run uses "
-                f"max_seq_length={max_seq_length}; set MAX_SEQ_LENGTH={length} or rebuild")
+                f"max_seq_length={max_seq_length}; set {length_flag}={length} or rebuild")
+        if vocab is not None:  # data without metadata.json: its first record's ids
+            ids = [i for n in ("input_ids", "masked_lm_ids") if n in names
+                   for i in example.features.feature[n].int64_list.value]
+            if ids and max(ids) >= len(vocab):
+                raise UserInputError(
+                    f"data file {path} holds token id {max(ids)}, beyond the {len(vocab):,} "
+                    f"tokens of {vocab_file}; use the vocab the data was built with")
         word_starts = word_starts and WORD_START in names
         this_premasked = all(n in names for n in PREMASKED_FEATURES)
         if premasked is not None and this_premasked != premasked:
@@ -163,7 +176,8 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                         seed: int = 0, is_training: bool = True,
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10000, cycle_length: int = 8,
-                        validate: bool = True) -> tf.data.Dataset:
+                        validate: bool = True, length_flag: str = "MAX_SEQ_LENGTH",
+                        data_flag: str = "--train_data") -> tf.data.Dataset:
     """A dataset of masked pre-training batches.
 
     Args:
@@ -182,6 +196,8 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       input_context: from distribute_datasets_from_function.
       shuffle_buffer_size, cycle_length: tf.data knobs.
       validate: check data against config first (validate_data).
+      length_flag, data_flag: the caller's names for max_seq_length and file_pattern, for
+        the fixes validate_data's errors suggest.
 
     Yields dicts: input_ids, input_mask, segment_ids int32 [B, L]; masked_lm_positions,
     masked_lm_ids int32 [B, N]; masked_lm_weights float32 [B, N]; example_index int64 [B],
@@ -189,7 +205,8 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     and the generator's samples).
     """
     files = list_files(file_pattern)
-    info = (validate_data(files, max_seq_length, vocab_file) if validate
+    info = (validate_data(files, max_seq_length, vocab_file, length_flag=length_flag,
+                          data_flag=data_flag) if validate
             else {"premasked": False, "max_predictions": None, "word_starts": False})
     tokenizer_vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(tokenizer_vocab)}
