@@ -36,14 +36,15 @@ def main(argv):
     length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")
     if length is None:
         raise UserInputError(f"{FLAGS.data} has no metadata.json; pass --max_seq_length")
-    if metadata:
-        print(f"{metadata['_path']}: {metadata['num_examples']} examples, "
-              f"{metadata['num_tokens']} tokens, {len(metadata['shards'])} shards, "
-              f"max_seq_length {length}, vocab {metadata['vocab_size']}")
     tokenizer = Tokenizer(FLAGS.vocab_file)
     dataset = pipeline.pretraining_dataset(
         FLAGS.data, FLAGS.num_examples, length, FLAGS.vocab_file, mask_prob=FLAGS.mask_prob,
-        whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000)
+        whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000,
+        length_flag="--max_seq_length", data_flag="--data")
+    if metadata:  # after the checks, so that a mismatch is the only thing printed
+        print(f"{metadata['_path']}: {metadata['num_examples']} examples, "
+              f"{metadata['num_tokens']} tokens, {len(metadata['shards'])} shards, "
+              f"max_seq_length {length}, vocab {metadata['vocab_size']}")
     batch = {k: v.numpy() for k, v in next(iter(dataset)).items()}
     for i in range(FLAGS.num_examples):
         real = batch["input_mask"][i].sum()

@@ -1,0 +1,78 @@
+"""scripts/inspect_pretraining_data.py: what it shows, and errors that name its own flags."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from conftest import ROOT, UNCASED_VOCAB, corpus_lines
+
+SCRIPT = os.path.join(ROOT, "scripts", "inspect_pretraining_data.py")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from electra_tf.data.writer import build_pretraining_data
+    directory = tmp_path_factory.mktemp("inspect")
+    (directory / "c.txt").write_text("\n".join(corpus_lines(1500)) + "\n")
+    metadata = build_pretraining_data(str(directory / "c.txt"), UNCASED_VOCAB,
+                                      str(directory / "data"), max_seq_length=64,
+                                      num_workers=1, show_progress=False, log=lambda *_: None)
+    return directory / "data", metadata
+
+
+def inspect(*args):
+    return subprocess.run([sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}", *args],
+                          capture_output=True, text=True)
+
+
+def test_shows_masked_examples(data):
+    directory, metadata = data
+    result = inspect(f"--data={directory}/*.tfrecord", "--num_examples=2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (f"{directory}/metadata.json: {metadata['num_examples']} examples, "
+                        f"{metadata['num_tokens']} tokens, 1 shards, max_seq_length 64, "
+                        "vocab 30522")
+    inputs = [line for line in lines if line.startswith("  input:  ")]
+    assert len(inputs) == 2
+    assert all(line.split()[1] == "[CLS]" and line.split()[-1] == "[SEP]" for line in inputs)
+    assert all("[MASK]" in line for line in inputs)
+
+
+def _error(result):
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_errors_name_its_own_flags(data, tmp_path):
+    directory, _ = data
+    assert _error(inspect(f"--data={directory}/*.tfrecord", "--max_seq_length=128")) == (
+        f"error: {directory}/metadata.json says max_seq_length=64 but the run uses 128; set "
+        "--max_seq_length=64 or rebuild the data")
+
+    # Without metadata.json the records themselves are checked.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(directory / "pretrain_data-00000-of-00001.tfrecord", bare / "a.tfrecord")
+    assert _error(inspect(f"--data={bare}/*.tfrecord", "--max_seq_length=128")) == (
+        f"error: data file {bare}/a.tfrecord has sequences of length 64 but the run uses "
+        "max_seq_length=128; set --max_seq_length=64 or rebuild")
+
+    (bare / "b.tfrecord").write_bytes(b"this is not a tfrecord file at all" * 10)
+    error = _error(inspect(f"--data={bare}/*.tfrecord", "--max_seq_length=64"))
+    assert error.startswith(f"error: data file {bare}/b.tfrecord is corrupt (")
+    assert error.endswith("); rebuild it or remove it from --data")
+
+    (bare / "b.tfrecord").unlink()
+    with tf.io.TFRecordWriter(str(bare / "c.tfrecord")) as writer:
+        writer.write(b"\x08\x96\x01 not an example")
+    error = _error(inspect(f"--data={bare}/*.tfrecord", "--max_seq_length=64"))
+    assert error.startswith(f"error: data file {bare}/c.tfrecord holds records that are not "
+                            "tf.train.Example (")
+    assert error.endswith("); point --data at pre-training TFRecords")
