@@ -10,12 +10,41 @@ import gc
 import os
 import sys
 
-if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
+_QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+if _QUIET:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if os.path.exists("/dev/nvidiactl") else "3"
 
 from absl import app  # noqa: E402
 
 from electra_tf.errors import UserInputError  # noqa: E402
+
+
+def _absorb_first_xla_log():
+    """Compile one trivial XLA function with the process's stderr closed.
+
+    XLA logs "Compiled cluster using XLA!" at its first compilation, through absl logging,
+    which TF_CPP_MIN_LOG_LEVEL does not reach, preceded by absl's warning that logging was
+    never initialised: two lines in every training run (training compiles small XLA
+    functions even on a CPU, `layers.xla_elementwise`). Both are printed once per process,
+    so a first compilation here, on the CPU, with file descriptor 2 pointed at /dev/null,
+    takes them. It starts TensorFlow's runtime, so not under --strategy=multi_worker_mirrored,
+    whose collective ops must be configured before that.
+    """
+    from absl import flags
+    if "strategy" in flags.FLAGS and flags.FLAGS.strategy == "multi_worker_mirrored":
+        return
+    import tensorflow as tf
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        with tf.device("/CPU:0"):
+            tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(0.0)).numpy()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def run(main):
@@ -31,6 +60,8 @@ def run(main):
             logging.set_verbosity(logging.WARNING)
             import tensorflow as tf
             tf.get_logger().setLevel("WARNING")
+        if _QUIET:
+            _absorb_first_xla_log()
         try:
             from electra_tf.modeling.layers import xla_elementwise_setting
             xla_elementwise_setting()  # a bad ELECTRA_TF_XLA_ELEMENTWISE fails here, as one line

@@ -171,6 +171,8 @@ def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
                       "--seed=7")
     out, err = straight.communicate(timeout=600)
     assert straight.returncode == 0, err
+    # Nothing on stderr: not XLA's "Compiled cluster using XLA!" (cli._absorb_first_xla_log).
+    assert err == "", err
     killed = script(*script_args(tmp_path / "killed", data, *more), "--deterministic",
                     "--seed=7")
     _wait_for(str(tmp_path / "killed" / "ckpt-4.index"), killed)
