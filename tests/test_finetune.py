@@ -54,7 +54,8 @@ def init(model_dir):
     return runner.load_initialization(model_dir)
 
 
-def finetune(task, out, init, bindings=(), num_trials=1, seed=0, strategy=None, **files):
+def finetune(task, out, init, bindings=(), num_trials=1, seed=0, strategy=None, log=None,
+             **files):
     """tasks.load + run_finetuning in this process under finetune/tiny.gin + bindings."""
     import gin
 
@@ -65,7 +66,7 @@ def finetune(task, out, init, bindings=(), num_trials=1, seed=0, strategy=None, 
                                             "finetuning.eval_batch_size = 32"] + list(bindings))
     try:
         return runner.run_finetuning(data, init, str(out), num_trials=num_trials, seed=seed,
-                                     log=lambda *_: None, strategy=strategy)
+                                     log=log or (lambda *_: None), strategy=strategy)
     finally:
         gin.clear_config()
 
@@ -320,9 +321,13 @@ def test_glue_formats_and_submission_files(tmp_path, init):
     cola = tmp_path / "CoLA"
     _glue(cola, "train.tsv", None, [("src", label(r), "", r["text"]) for r in rows[:24]])
     _glue(cola, "dev.tsv", None, [("src", label(r), "", r["text"]) for r in rows[24:40]])
+    lines = []
     results = finetune("cola", tmp_path / "cola", init, ["finetuning.max_train_steps = 2"],
-                       data_dir=str(cola))
+                       data_dir=str(cola), log=lines.append)
     assert results["metric"] == "mcc"
+    # The cap shows as the cap, not as the epochs it cuts short.
+    assert re.search(r"24 training examples \(24 features\), 2 steps of 8 "
+                     r"\(max_train_steps=2 of [\d.]+ epochs' \d+\)", "\n".join(lines))
     predicted = [r[1] for r in read_tsv(tmp_path / "cola" / "trial_0" / "dev_predictions.tsv")[1:]]
     gold = [int(label(r)) for r in rows[24:40]]
     cola_mcc = results["median"]["mcc"]

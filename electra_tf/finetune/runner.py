@@ -171,10 +171,12 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if n_train == 0:
         raise UserInputError(f"{task_data.train.path} gave no training examples; check it")
     steps = max(1, math.ceil(n_train * epochs / train_batch_size))
-    if max_train_steps:
-        steps = min(steps, int(max_train_steps))
+    span = f"{epochs:g} epochs"
+    if max_train_steps and int(max_train_steps) < steps:
+        span = f"max_train_steps={int(max_train_steps)} of {epochs:g} epochs' {steps}"
+        steps = int(max_train_steps)
     log(f"{task.name}: {len(task_data.train.examples)} training examples "
-        f"({n_train} features), {steps} steps of {train_batch_size} ({epochs:g} epochs), "
+        f"({n_train} features), {steps} steps of {train_batch_size} ({span}), "
         f"from {init.source}")
 
     tf.io.gfile.makedirs(model_dir)
