@@ -234,6 +234,7 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     preempted_at = max(saved)
     assert 0 < preempted_at < 400 and preempted_at % 2 == 0  # a loop boundary
     assert f"preempted (SIGTERM): saved a checkpoint at step {preempted_at}" in out
+    assert "deprecated" not in err, err  # TensorFlow's own total_run_calls warning
     rerun = script(*script_args(tmp_path, data, f"NUM_TRAIN_STEPS = {preempted_at + 2}",
                                 "CHECKPOINT_EVERY = 1000"))
     out, err = rerun.communicate(timeout=300)

@@ -32,6 +32,7 @@ import keras
 import numpy as np
 import orbit
 import tensorflow as tf
+from tensorflow.python.util import deprecation  # silence(): no public equivalent
 
 from electra_tf import tokenization
 from electra_tf.data import masking, pipeline
@@ -279,8 +280,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 exit_fn=monitor.preempted))
 
     def save_if_preempted(_):
-        preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
-                                                check_interval=False)
+        # Its save reads TensorFlow's own deprecated total_run_calls, whose 6-line warning
+        # would be all a preempted run prints besides our line.
+        with deprecation.silence():
+            preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
+                                                    check_interval=False)
 
     publish = [lambda _: cache.publish()] if cache else []
     orbit.controller._log = _orbit_log  # pylint: disable=protected-access
