@@ -258,6 +258,7 @@ def test_classification_learns_and_results_json(tmp_path, init):
     for trial in (0, 1):
         table = read_tsv(tmp_path / "out" / f"trial_{trial}" / "dev_predictions.tsv")
         assert table[0] == ["id", "prediction", "label"]
+        assert [row[0] for row in table[1:]] == [str(n) for n in range(2, 34)]  # line numbers
         assert [row[2] for row in table[1:]] == [r["sentiment"] for r in rows]
         predicted = [row[1] for row in table[1:]]
         assert set(predicted) <= {"negative", "positive"}
@@ -276,12 +277,14 @@ def test_regression_jsonl_scores_match_predictions(tmp_path, init):
     jsonl.write_text("".join(json.dumps({"sentence": r["text"], "score": float(r["rating"])})
                              + "\n" for r in rows[:64]), encoding="utf-8")
     dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps({"sentence": r["text"], "score": float(r["rating"])})
-                           + "\n" for r in rows[64:104]), encoding="utf-8")
+    dev.write_text("".join(json.dumps({"id": f"review-{i}", "sentence": r["text"],
+                                       "score": float(r["rating"])}) + "\n"
+                           for i, r in enumerate(rows[64:104])), encoding="utf-8")
     results = finetune("regression", tmp_path / "out", init, ["NUM_EPOCHS = 1"],
                        train_file=str(jsonl), dev_file=str(dev), text_column="sentence",
                        label_column="score")
     table = read_tsv(tmp_path / "out" / "trial_0" / "dev_predictions.tsv")[1:]
+    assert [row[0] for row in table] == [f"review-{i}" for i in range(40)]  # the id field
     predicted = [float(row[1]) for row in table]
     gold = [float(r["rating"]) for r in rows[64:104]]
     np.testing.assert_allclose([float(row[2]) for row in table], gold, rtol=1e-5)

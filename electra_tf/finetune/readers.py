@@ -24,7 +24,8 @@ TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "json
 class Example:
     """One sentence (or pair) example. `label` is the label as written (a string for
     classification, a float for regression), None in unlabelled test files; `guid` names
-    it in predictions (a GLUE test file's index, else the row number)."""
+    it in predictions (a GLUE test file's index, a table's `id` column, else the row
+    number)."""
     text_a: str
     text_b: str | None
     label: str | float | None
@@ -122,7 +123,8 @@ def read_table(path: str, text_column: str = "text", text_b_column: str | None =
     """Examples from a CSV/TSV (header row) or JSONL file.
 
     `labelled=False` (a test file) reads labels only if the column is there. Regression
-    labels must be numbers.
+    labels must be numbers. An example's guid (its name in the predictions files) is the
+    file's `id` column where it has one, else its line number.
     """
     rows, columns = _rows(path)
     if not rows:
@@ -152,7 +154,9 @@ def read_table(path: str, text_column: str = "text", text_b_column: str | None =
                 raise UserInputError(f"{path} line {number} has no label in column "
                                      f"'{label_column}'; fill it in or drop the row")
             label = _parse_label(label, kind, path, number)
-        examples.append(Example(texts[0], texts[1], label, str(number)))
+        guid = row.get("id")
+        examples.append(Example(texts[0], texts[1], label,
+                                str(number) if guid in (None, "") else str(guid)))
     return examples
 
 
