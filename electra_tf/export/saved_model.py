@@ -177,8 +177,10 @@ class ServingModule(_TextModule):
         if self.kind == "discriminator":
             hidden = model.discriminator(input_ids, input_mask, segment_ids, training=False)
             logits = model.discriminator_predictions(hidden)
-            if model.objective == "electric":
-                logits += self._electric_noise_logits(input_ids, input_mask, segment_ids)
+            if model.objective == "electric":  # training conditions q on the original
+                # text; serving can only read the text given
+                logits += model.noise_logits(
+                    model.cloze_logits(input_ids, input_mask, segment_ids), input_ids)
             return {"replaced_logits": logits}
         if self.kind == "generator":
             hidden = model.generator(input_ids, input_mask, segment_ids, training=False)
@@ -186,21 +188,6 @@ class ServingModule(_TextModule):
                 hidden, model.generator.embeddings.word_embeddings)}
         return {"sequence_output": tf.cast(model.discriminator(
             input_ids, input_mask, segment_ids, training=False), tf.float32)}
-
-    def _electric_noise_logits(self, input_ids, input_mask, segment_ids):
-        """log q(token | context) + log(p / (1 - p)) [b, L]: what Electric's training adds
-        to the discriminator's energy before the sigmoid (`pretrainer.electric`), q the
-        two-tower cloze model of the same checkpoint. Training conditions q on the original
-        text; here it can only read the text given."""
-        model = self.model
-        left = model.generator_ltr(input_ids, input_mask, segment_ids, training=False)
-        right = model.generator_rtl(input_ids, input_mask, segment_ids, training=False)
-        # Position i reads the left tower at i - 1 and the right tower at i + 1, as training.
-        context = tf.concat([tf.roll(left, 1, axis=1), tf.roll(right, -1, axis=1)], -1)
-        cloze_logits = model.generator_predictions(
-            context, model.generator_ltr.embeddings.word_embeddings)      # [b, L, V]
-        log_q = tf.gather(tf.nn.log_softmax(cloze_logits), input_ids, batch_dims=2)
-        return log_q + math.log(model.mask_prob / (1 - model.mask_prob))
 
     def _serve_text(self, text):
         input_ids, input_mask, segment_ids = self.encode(text)

@@ -251,6 +251,23 @@ class ElectraPretrainer(keras.Model):
         labels = tf.cast(tf.not_equal(fake, original), tf.int32)
         return fake, labels, written, original
 
+    def cloze_logits(self, input_ids, input_mask, segment_ids, training=False):
+        """Electric's two-tower cloze model: logits [B, L, V] for each position's token from
+        its context. Position i reads the left tower at i - 1 and the right tower at i + 1,
+        so it never sees its own token; the ends wrap around (they are [CLS] and [SEP],
+        never scored)."""
+        left = self.generator_ltr(input_ids, input_mask, segment_ids, training=training)
+        right = self.generator_rtl(input_ids, input_mask, segment_ids, training=training)
+        context = ops.concatenate([ops.roll(left, 1, axis=1), ops.roll(right, -1, axis=1)], -1)
+        return self.generator_predictions(context, self.generator_ltr.embeddings.word_embeddings)
+
+    def noise_logits(self, cloze_logits, ids):
+        """log q(ids) + log(p / (1 - p)) [B, L], q the cloze model's softmax and p the
+        masking probability: what Electric adds to the discriminator's energy before the
+        sigmoid (noise-contrastive estimation), in training and in serving."""
+        return (_token_log_prob(cloze_logits, ids)
+                + math.log(self.mask_prob / (1 - self.mask_prob)))
+
     def discriminate(self, fake, batch, training):
         sequence = self.discriminator(fake, batch["input_mask"], batch["segment_ids"],
                                       training=training)
@@ -414,14 +431,8 @@ def electric(model, batch, step, training, phase, norms):
     energy model trained with noise-contrastive estimation against that noise distribution:
     logit = head(h) + log q(token) + log(p / (1 - p)), p the masking probability."""
     original = model.original_ids(batch)
-    mask, segments = batch["input_mask"], batch["segment_ids"]
-    left = model.generator_ltr(original, mask, segments, training=training)
-    right = model.generator_rtl(original, mask, segments, training=training)
-    # Position i reads the left tower at i - 1 and the right tower at i + 1, so it never
-    # sees its own token. Ends wrap around; they are [CLS] and [SEP], never scored.
-    context = ops.concatenate([ops.roll(left, 1, axis=1), ops.roll(right, -1, axis=1)], -1)
-    cloze_logits = model.generator_predictions(
-        context, model.generator_ltr.embeddings.word_embeddings)  # [B, L, V]
+    mask = batch["input_mask"]
+    cloze_logits = model.cloze_logits(original, mask, batch["segment_ids"], training)
     candidates = tf.cast(mask, tf.float32) * tf.cast(
         (original != model.cls_id) & (original != model.sep_id), tf.float32)
     cloze = masked_lm_loss(cloze_logits, original, candidates, norms["candidates"])
@@ -429,8 +440,7 @@ def electric(model, batch, step, training, phase, norms):
     sampled = model.sample(logits, batch, step)
     fake, labels, _, _ = model.corrupt(batch, sampled)
     energy = model.discriminator_predictions(model.discriminate(fake, batch, training))
-    log_q = tf.stop_gradient(_token_log_prob(cloze_logits, fake))
-    disc_logits = energy + log_q + math.log(model.mask_prob / (1 - model.mask_prob))
+    disc_logits = energy + tf.stop_gradient(model.noise_logits(cloze_logits, fake))
     weights = tf.cast(mask, tf.float32)
     disc = replaced_token_loss(disc_logits, labels, weights, norms["tokens"])
     return {"loss": model.combine(cloze, disc, norms), "generator_loss": cloze,
