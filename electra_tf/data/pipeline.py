@@ -95,7 +95,8 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
     features with length max_seq_length; metadata.json (if present) agrees on
     max_seq_length, vocab size and vocab hash; with a vocab, each file's first record holds
     no token id beyond it (what data without metadata.json can be checked by). With
-    full_scan, every record's checksum is read too (a pass over all data). Raises UserInputError naming the file and the fix.
+    full_scan, every record's checksum is read too (a pass over all data). Raises
+    UserInputError naming the file and the fix.
 
     The fixes the errors suggest name the caller's settings: `length_flag` for the sequence
     length (a gin macro in training, a flag in scripts/inspect_pretraining_data.py) and

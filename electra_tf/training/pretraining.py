@@ -147,7 +147,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     vocab_file = _vocab_file(vocab_file, info, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     if eval_data:
-        pipeline.validate_data(pipeline.list_files(eval_data), max_seq_length, vocab_file)
+        pipeline.validate_data(pipeline.list_files(eval_data), max_seq_length, vocab_file,
+                               data_flag="--eval_data")
     vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(vocab)}
 
