@@ -12,7 +12,8 @@ def test_a_misspelled_macro_is_an_error_naming_the_macro_it_meant():
     # gin itself takes NUM_TRAIN_STEP=3 as a new macro and runs with NUM_TRAIN_STEPS' value.
     with pytest.raises(UserInputError, match=r"^--gin_bindings='NUM_TRAIN_STEP=3': no gin file "
                        r"uses the macro NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\? the "
-                       r"macros in use: CHECKPOINT_EVERY, .*NUM_TRAIN_STEPS.* \(see gin/tiny.gin\)"):
+                       r"macros in use: CHECKPOINT_EVERY, .*NUM_TRAIN_STEPS.* "
+                       r"\(see gin/tiny.gin\)"):
         gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEP=3"])
     with pytest.raises(UserInputError, match=r"LEARNING_RATES=1e-4.*did you mean LEARNING_RATE\? "
                        r".*\(see gin/finetune/tiny.gin\)"):
