@@ -1,4 +1,4 @@
-"""Turns raw text into sharded pre-training TFRecords (official ELECTRA format).
+r"""Turns raw text into sharded pre-training TFRecords (official ELECTRA format).
 
     python scripts/build_pretraining_data.py --input='corpus/*.txt.gz' \
         --vocab_file=data/vocab/bert_uncased.txt --output_dir=out/data --num_workers=8

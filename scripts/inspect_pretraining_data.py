@@ -1,4 +1,4 @@
-"""Shows what the model will see: random masked pre-training examples from TFRecords, decoded.
+r"""Shows what the model will see: random masked pre-training examples from TFRecords, decoded.
 
     python scripts/inspect_pretraining_data.py --data='out/data/*.tfrecord' \
         --vocab_file=data/vocab/bert_uncased.txt --num_examples=2

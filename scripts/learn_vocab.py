@@ -1,4 +1,4 @@
-"""Learns a WordPiece vocab.txt of exactly --vocab_size tokens (BERT's layout) from a corpus.
+r"""Learns a WordPiece vocab.txt of exactly --vocab_size tokens (BERT's layout) from a corpus.
 
     python scripts/learn_vocab.py --input='corpus/*.txt.gz' --output=out/vocab.txt \
         --vocab_size=30522

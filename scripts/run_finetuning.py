@@ -1,4 +1,4 @@
-"""Fine-tunes a pre-trained discriminator on a task, over several seeds.
+r"""Fine-tunes a pre-trained discriminator on a task, over several seeds.
 
     python scripts/run_finetuning.py --task=sst2 --init_checkpoint=out/small \
         --data_dir=glue/SST-2 --model_dir=out/sst2 --num_trials=5

@@ -1,4 +1,4 @@
-"""Pre-trains an ELECTRA generator + discriminator (or one of the paper's variants).
+r"""Pre-trains an ELECTRA generator + discriminator (or one of the paper's variants).
 
     python scripts/run_pretraining.py --gin_file=small.gin --model_dir=out/small \
         --train_data='out/data/*.tfrecord' [--eval_data=...] [--strategy=mirrored]
