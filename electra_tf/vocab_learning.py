@@ -62,7 +62,11 @@ def read_lines(inputs: str | list[str], input_format: str = corpus.TEXT,
     if input_format not in corpus.INPUT_FORMATS:
         raise UserInputError(
             f"--input_format={input_format} is not one of {', '.join(corpus.INPUT_FORMATS)}")
-    pieces = corpus.plan_pieces(corpus.expand_inputs(inputs))
+    files = corpus.expand_inputs(inputs)
+    if input_format == corpus.TEXT:  # JSONL read as text fails here, before any reading
+        for path in files:
+            corpus.check_text(path)
+    pieces = corpus.plan_pieces(files)
     stats = stats if stats is not None else CorpusStats()
     return _read_lines(pieces, input_format, text_field, max_lines, stats)
 

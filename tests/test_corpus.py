@@ -65,6 +65,22 @@ def test_jsonl_documents_bad_records_and_missing_field(tmp_path):
     corpus.check_jsonl(str(path), "text")
 
 
+def test_jsonl_read_as_text_is_caught_by_its_name_and_first_line(tmp_path):
+    records = tmp_path / "c.jsonl.gz"
+    with gzip.open(records, "wt", encoding="utf-8") as f:
+        f.write("\n" + json.dumps({"body": "A record."}) + "\n")
+    with pytest.raises(UserInputError) as info:
+        corpus.check_text(str(records))
+    assert str(info.value) == (f"{records} is JSONL (its first line is a JSON object) but is "
+                               "read as plain text; pass --input_format=jsonl (and "
+                               "--text_field=NAME if its text is not in 'text')")
+    # Text that only looks like JSON, or JSON that is not JSONL's objects, is text.
+    for name, first in (("notes.txt", '{"a": 1}'), ("list.json", "[1, 2]"),
+                        ("prose.jsonl", "{not json")):
+        (tmp_path / name).write_text(first + "\n")
+        corpus.check_text(str(tmp_path / name))
+
+
 def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     path = tmp_path / "c.txt"
     path.write_bytes(b"good line\nbad \xff\xfe line\n\nok\n")

@@ -132,7 +132,8 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
 
 
 @pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",
-                                  "blank_text", "tiny_length", "plain_text_as_jsonl"])
+                                  "blank_text", "tiny_length", "plain_text_as_jsonl",
+                                  "jsonl_as_text"])
 def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
     out = tmp_path / "out"
     args = [f"--input={TWO_NOVELS}", f"--output_dir={out}"]
@@ -161,6 +162,11 @@ def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
         args.append("--input_format=jsonl")
         expected = (f"error: {tmp_path}/plain.txt: line 1 is not a JSON object, as "
                     "--input_format=jsonl needs; for plain text pass --input_format=text")
+    elif case == "jsonl_as_text":
+        (tmp_path / "c.jsonl").write_text('{"text": "A sentence."}\n')
+        args[0] = f"--input={tmp_path}/c.jsonl"
+        expected = (f"error: {tmp_path}/c.jsonl is JSONL (its first line is a JSON object) but "
+                    "is read as plain text; pass --input_format=jsonl")
     elif case == "tiny_length":
         args.append("--max_seq_length=4")
         expected = "error: --max_seq_length=4 is too small; use at least 8"

@@ -18,6 +18,7 @@ import io
 import json
 import lzma
 import os
+import re
 from collections.abc import Iterator
 
 import tensorflow as tf
@@ -238,6 +239,27 @@ def check_jsonl(path: str, text_field: str):
     for number, line in enumerate(_lines(Piece(path), b"\n", ReadStats()), 1):
         if line.strip():
             _check_first_record(path, number, line, text_field)
+            return
+
+
+def check_text(path: str):
+    """Raises UserInputError if `path`, read as plain text, is JSONL: a name ending in .jsonl
+    or .json (before any compression suffix) whose first line is a JSON object, which as
+    text would train on its braces and field names."""
+    name = re.sub(r"\.(gz|bz2|xz)$", "", os.path.basename(path))
+    if not name.endswith((".jsonl", ".json")):
+        return
+    for line in _lines(Piece(path), b"\n", ReadStats()):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                return
+            if isinstance(record, dict):
+                raise UserInputError(
+                    f"{path} is JSONL (its first line is a JSON object) but is read as plain "
+                    "text; pass --input_format=jsonl (and --text_field=NAME if its text is "
+                    "not in 'text')")
             return
 
 

@@ -317,11 +317,12 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
     tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
     _check_case(tokenizer.vocab, vocab_file, lower_case)
     files = corpus.expand_inputs(input_patterns)
-    if input_format == corpus.JSONL:
-        # Each file's first record, before anything is written: a wrong --text_field
-        # fails here, not in a worker.
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda path: corpus.check_jsonl(path, text_field), files))
+    # Each file's first record, before anything is written: a wrong --text_field or
+    # --input_format fails here, not in a worker.
+    check = ((lambda path: corpus.check_jsonl(path, text_field))
+             if input_format == corpus.JSONL else corpus.check_text)
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(check, files))
     pieces = corpus.plan_pieces(files, piece_bytes)
     total = sum(corpus.input_bytes(p) for p in pieces)
     if total == 0:
