@@ -28,10 +28,12 @@ def _absorb_first_xla_log():
     functions even on a CPU, `layers.xla_elementwise`). Both are printed once per process,
     so a first compilation here, on the CPU, with file descriptor 2 pointed at /dev/null,
     takes them. It starts TensorFlow's runtime, so not under --strategy=multi_worker_mirrored,
-    whose collective ops must be configured before that.
+    whose collective ops must be configured before that, nor --strategy=tpu, which connects
+    to the TPU system first. (The program lands in the XLA compilation cache's scratch
+    directory, if one is staged; `xla_cache.attach` leaves it out of the model dir.)
     """
     from absl import flags
-    if "strategy" in flags.FLAGS and flags.FLAGS.strategy == "multi_worker_mirrored":
+    if "strategy" in flags.FLAGS and flags.FLAGS.strategy in ("multi_worker_mirrored", "tpu"):
         return
     import tensorflow as tf
     sys.stderr.flush()

@@ -116,13 +116,16 @@ def attach(model_dir: str, strategy: tf.distribute.Strategy, log=print) -> Cache
         model_dir = os.path.abspath(model_dir)
     directory = os.path.join(model_dir, SUBDIRECTORY, host_key())
     _remove_abandoned_temporaries(directory)
+    # What this process compiled before the run (the scripts' start-up, electra_tf.cli) is
+    # not the run's program: never saved in the model dir.
+    earlier = {os.path.basename(p) for p in glob.glob(os.path.join(scratch, "*.pb"))}
     loaded = []
     for path in _remove_incomplete(directory, log):
         name = os.path.basename(path)
         tf.io.gfile.copy(path, os.path.join(scratch, name), overwrite=True)
         loaded.append(name)
     cache = Cache(scratch, directory, log)
-    cache.published.update(loaded)
+    cache.published.update(loaded + sorted(earlier))
     log(f"XLA compilation cache: {directory} ({len(loaded)} compiled "
         f"program{'' if len(loaded) == 1 else 's'} from earlier runs"
         + ("; TensorFlow logs 'Error parsing text-format' as it loads one: harmless, it "
