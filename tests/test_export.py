@@ -72,16 +72,22 @@ def _ids(loaded, texts):
     return {"input_ids": input_ids, "input_mask": mask, "segment_ids": np.zeros_like(mask)}
 
 
-@pytest.mark.parametrize("kind", ["discriminator", "generator", "encoder"])
-def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir, tmp_path, kind):
-    path = saved_model.export(model_dir, str(tmp_path), "electra", kind)
+def _serve_in_a_fresh_process(model_dir, tmp_path, name, kind):
+    """Exports `kind`, then serves TEXTS through both signatures in a new process (LOADER):
+    (the SavedModel's path, the loaded model dir, TEXTS' ids, the signatures' outputs)."""
+    path = saved_model.export(model_dir, str(tmp_path), name, kind)
     loaded = load_pretrainer(model_dir)
     ids = _ids(loaded, TEXTS)
     np.savez(tmp_path / "ids.npz", **ids)
     subprocess.run([sys.executable, "-c", LOADER, path, str(tmp_path / "ids.npz"),
                     str(tmp_path / "out.npz")], check=True, capture_output=True,
                    env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    out = dict(np.load(tmp_path / "out.npz"))
+    return path, loaded, ids, dict(np.load(tmp_path / "out.npz"))
+
+
+@pytest.mark.parametrize("kind", ["discriminator", "generator", "encoder"])
+def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir, tmp_path, kind):
+    _, loaded, ids, out = _serve_in_a_fresh_process(model_dir, tmp_path, "electra", kind)
     # The raw-text signature tokenized exactly as the tokenizer does.
     np.testing.assert_array_equal(out["text_input_mask"], ids["input_mask"])
     tokens = np.array([[loaded.tokenizer().vocab[i] if m else "" for i, m in zip(r, mr)]
@@ -121,16 +127,10 @@ def test_electric_discriminator_serves_the_probability_training_scores(electric_
     """Electric's discriminator head is an energy; training scores a token with
     sigmoid(energy + log q(token | context) + log(p / (1 - p))), q the two-tower cloze model.
     The export (both signatures) and the detector give that, on the same input."""
-    path = saved_model.export(electric_dir, str(tmp_path), "electric", "discriminator")
-    loaded = load_pretrainer(electric_dir)
+    path, loaded, ids, out = _serve_in_a_fresh_process(electric_dir, tmp_path, "electric",
+                                                       "discriminator")
     model = loaded.model
     assert model.objective == "electric"
-    ids = _ids(loaded, TEXTS)
-    np.savez(tmp_path / "ids.npz", **ids)
-    subprocess.run([sys.executable, "-c", LOADER, path, str(tmp_path / "ids.npz"),
-                    str(tmp_path / "out.npz")], check=True, capture_output=True,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    out = dict(np.load(tmp_path / "out.npz"))
     # Training's logits on this input: no slot masked, so the corrupted input is the input.
     b = len(TEXTS)
     batch = {k: tf.constant(v) for k, v in ids.items()}
