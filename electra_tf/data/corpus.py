@@ -236,10 +236,17 @@ def check_jsonl(path: str, text_field: str):
     Reads one line: the cheap check that a build can make of every input before it writes
     anything (read_documents makes the same check as it reads).
     """
+    first = _first_line(path)
+    if first is not None:
+        _check_first_record(path, *first, text_field)
+
+
+def _first_line(path: str) -> tuple[int, str] | None:
+    """(number, text) of `path`'s first non-blank line, None if it has none."""
     for number, line in enumerate(_lines(Piece(path), b"\n", ReadStats()), 1):
         if line.strip():
-            _check_first_record(path, number, line, text_field)
-            return
+            return number, line
+    return None
 
 
 def check_text(path: str):
@@ -249,18 +256,15 @@ def check_text(path: str):
     name = re.sub(r"\.(gz|bz2|xz)$", "", os.path.basename(path))
     if not name.endswith((".jsonl", ".json")):
         return
-    for line in _lines(Piece(path), b"\n", ReadStats()):
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                return
-            if isinstance(record, dict):
-                raise UserInputError(
-                    f"{path} is JSONL (its first line is a JSON object) but is read as plain "
-                    "text; pass --input_format=jsonl (and --text_field=NAME if its text is "
-                    "not in 'text')")
-            return
+    first = _first_line(path)
+    try:
+        record = json.loads(first[1]) if first is not None else None
+    except json.JSONDecodeError:
+        return
+    if isinstance(record, dict):
+        raise UserInputError(
+            f"{path} is JSONL (its first line is a JSON object) but is read as plain text; "
+            "pass --input_format=jsonl (and --text_field=NAME if its text is not in 'text')")
 
 
 def _check_first_record(path: str, number: int, line: str, text_field: str) -> dict:
