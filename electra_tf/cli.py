@@ -49,11 +49,13 @@ def _absorb_first_xla_log():
         os.close(null)
 
 
-def run(main):
+def run(main, trains: bool = False):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
     Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
-    print what a user needs.
+    print what a user needs. `trains`: the script trains (it compiles XLA functions), so
+    XLA's first log lines are taken at start-up (`_absorb_first_xla_log`); the others do
+    not pay for that compilation.
     """
 
     def guarded(argv):
@@ -62,7 +64,7 @@ def run(main):
             logging.set_verbosity(logging.WARNING)
             import tensorflow as tf
             tf.get_logger().setLevel("WARNING")
-        if _QUIET:
+        if trains and _QUIET:
             _absorb_first_xla_log()
         try:
             from electra_tf.modeling.layers import xla_elementwise_setting

@@ -88,4 +88,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, trains=True)

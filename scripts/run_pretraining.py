@@ -59,4 +59,4 @@ FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
     xla_cache.stage()  # before app.run: TensorFlow reads its cache flag when it starts
-    cli.run(main)
+    cli.run(main, trains=True)
