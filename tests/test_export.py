@@ -56,6 +56,14 @@ def electric_dir(austen_data, tmp_path_factory):
     return str(directory)
 
 
+def _script_error(script, *args) -> list[str]:
+    """The stderr lines of scripts/`script` run with `args`, which must exit with 1."""
+    process = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args],
+                             capture_output=True, text=True)
+    assert process.returncode == 1, process.stderr
+    return process.stderr.strip().splitlines()
+
+
 def _ids(loaded, texts):
     """The ids the serving signature builds, by the tokenizer: [CLS] text [SEP], padded."""
     tok = loaded.tokenizer()
@@ -206,11 +214,8 @@ def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen
                                                                          tmp_path):
     pretrain(tmp_path / "mlm", os.path.join(austen_data[0], "*.tfrecord"),
              ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'mlm'"])
-    process = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "detect_replaced.py"),
-         f"--model_dir={tmp_path}/mlm", "the license is granted"], capture_output=True, text=True)
-    assert process.returncode == 1
-    assert process.stderr.strip().splitlines() == [
+    assert _script_error("detect_replaced.py", f"--model_dir={tmp_path}/mlm",
+                         "the license is granted") == [
         f"error: --model_dir={tmp_path}/mlm was pre-trained with objective mlm, which trains no "
         "replaced-token head to detect with; pass a model dir pre-trained with electra, "
         "electra_15 or electric"]
@@ -229,24 +234,16 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     with pytest.raises(UserInputError, match="has no operative_config.gin"):
         saved_model.export(str(tmp_path), str(tmp_path), "other", "encoder")
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]  # nothing half-written
-    process = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "export_saved_model.py"),
-         f"--model_dir={tmp_path}/nothing", f"--export_dir={tmp_path}/x"],
-        capture_output=True, text=True)
-    assert process.returncode == 1
-    assert process.stderr.strip().splitlines() == [
+    assert _script_error("export_saved_model.py", f"--model_dir={tmp_path}/nothing",
+                         f"--export_dir={tmp_path}/x") == [
         f"error: {tmp_path}/nothing has no operative_config.gin; pass a model dir written by "
         "run_pretraining.py or convert_checkpoint.py"]
     assert not os.path.exists(tmp_path / "x")
     # A model name TF Serving's config would reject stops before anything is written.
     with pytest.raises(UserInputError, match="--model_name='electra 2' is not a TF Serving"):
         saved_model.export(model_dir, str(tmp_path / "x"), "electra 2", "discriminator")
-    process = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "export_saved_model.py"),
-         f"--model_dir={model_dir}", f"--export_dir={tmp_path}/x", "--model_name=bad name/x"],
-        capture_output=True, text=True)
-    assert process.returncode == 1
-    assert process.stderr.strip().splitlines() == [
+    assert _script_error("export_saved_model.py", f"--model_dir={model_dir}",
+                         f"--export_dir={tmp_path}/x", "--model_name=bad name/x") == [
         "error: --model_name='bad name/x' is not a TF Serving model name: use letters, digits, "
         "'_', '-' and '.' only, starting with a letter or digit"]
     assert not os.path.exists(tmp_path / "x")
@@ -572,12 +569,8 @@ def test_bad_task_exports_fail_with_one_clear_line(task_exports, model_dir, tmp_
     with pytest.raises(UserInputError, match="holds no fine-tuned weights .*save_model = True"):
         saved_model.export(str(unsaved), str(tmp_path), "x", "task")
     assert sorted(os.listdir(tmp_path)) == ["unsaved"]  # nothing half-written
-    process = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "export_saved_model.py"),
-         f"--model_dir={source}", f"--export_dir={tmp_path}/x", "--kind=discriminator"],
-        capture_output=True, text=True)
-    assert process.returncode == 1
-    assert process.stderr.strip().splitlines() == [
+    assert _script_error("export_saved_model.py", f"--model_dir={source}",
+                         f"--export_dir={tmp_path}/x", "--kind=discriminator") == [
         f"error: {source} is a fine-tuning output dir; export its model with --kind=task "
         "(--kind=discriminator takes a pre-training model dir)"]
     assert not os.path.exists(tmp_path / "x")
