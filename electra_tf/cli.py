@@ -3,7 +3,7 @@
 Import this module before TensorFlow. On a machine without an NVIDIA GPU, the CUDA build
 of TensorFlow logs a "failed call to cuInit" error at import; with nothing useful to say
 there, its C++ logging is silenced so that an error we print is the only line. Set
-TF_CPP_MIN_LOG_LEVEL yourself to override.
+TF_CPP_MIN_LOG_LEVEL yourself to override (0 also shows XLA's first log lines, below).
 """
 
 import gc
@@ -13,6 +13,8 @@ import sys
 _QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
 if _QUIET:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if os.path.exists("/dev/nvidiactl") else "3"
+# INFO lines hidden (by us or by the user's own setting): XLA's first ones are taken too.
+_HIDE_INFO = os.environ["TF_CPP_MIN_LOG_LEVEL"].strip() not in ("", "0")
 
 from absl import app  # noqa: E402
 
@@ -64,7 +66,7 @@ def run(main, trains: bool = False):
             logging.set_verbosity(logging.WARNING)
             import tensorflow as tf
             tf.get_logger().setLevel("WARNING")
-        if trains and _QUIET:
+        if trains and _HIDE_INFO:
             _absorb_first_xla_log()
         try:
             from electra_tf.modeling.layers import xla_elementwise_setting
