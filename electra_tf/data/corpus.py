@@ -257,8 +257,10 @@ def check_text(path: str):
     if not name.endswith((".jsonl", ".json")):
         return
     first = _first_line(path)
+    if first is None:
+        return
     try:
-        record = json.loads(first[1]) if first is not None else None
+        record = json.loads(first[1])
     except json.JSONDecodeError:
         return
     if isinstance(record, dict):
