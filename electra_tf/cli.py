@@ -21,34 +21,59 @@ from absl import app  # noqa: E402
 from electra_tf.errors import UserInputError  # noqa: E402
 
 
+# XLA's first log lines (below), and a filter that drops them from a stream, passes the rest,
+# and ends at a fatal log line (absl's "F0000 ..." or TensorFlow's "<date> <time>: F ...")
+# with that line: what follows it is Python's crash dump of the abort, which says no more.
+_XLA_FIRST_LINES = (b"WARNING: All log messages before absl::InitializeLog()",
+                    b"] Compiled cluster using XLA!")
+_DROP_XLA_FIRST_LINES = ("import re, sys\n"
+                         f"drop = {_XLA_FIRST_LINES!r}\n"
+                         "fatal = re.compile(rb'^(F\\d{4} |\\S+ \\S+: F )')\n"
+                         "for line in sys.stdin.buffer:\n"
+                         "    if not any(d in line for d in drop):\n"
+                         "        sys.stdout.buffer.write(line)\n"
+                         "        sys.stdout.buffer.flush()\n"
+                         "    if fatal.match(line):\n"
+                         "        sys.stdin.buffer.read()\n"
+                         "        break\n")
+
+
 def _absorb_first_xla_log():
-    """Compile one trivial XLA function with the process's stderr closed.
+    """Compile one trivial XLA function with the process's stderr filtered.
 
     XLA logs "Compiled cluster using XLA!" at its first compilation, through absl logging,
     which TF_CPP_MIN_LOG_LEVEL does not reach, preceded by absl's warning that logging was
     never initialised: two lines in every training run (training compiles small XLA
     functions even on a CPU, `layers.xla_elementwise`). Both are printed once per process,
-    so a first compilation here, on the CPU, with file descriptor 2 pointed at /dev/null,
-    takes them. It starts TensorFlow's runtime, so not under --strategy=multi_worker_mirrored,
-    whose collective ops must be configured before that, nor --strategy=tpu, which connects
-    to the TPU system first. (The program lands in the XLA compilation cache's scratch
-    directory, if one is staged; `xla_cache.attach` leaves it out of the model dir.)
+    so a first compilation here, on the CPU, with file descriptor 2 piped through a small
+    process that drops exactly those two lines, takes them. Everything else passes: above
+    all XLA's fatal line for a bad XLA_FLAGS (parsed at this first compilation), which it
+    prints just before aborting the process, so that only a filter outside the process can
+    still forward it. It starts TensorFlow's runtime, so not under
+    --strategy=multi_worker_mirrored, whose collective ops must be configured before that,
+    nor --strategy=tpu, which connects to the TPU system first. (The program lands in the
+    XLA compilation cache's scratch directory, if one is staged; `xla_cache.attach` leaves it
+    out of the model dir.)
     """
     from absl import flags
     if "strategy" in flags.FLAGS and flags.FLAGS.strategy in ("multi_worker_mirrored", "tpu"):
         return
+    import subprocess
+
     import tensorflow as tf
     sys.stderr.flush()
     saved = os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
+    drop = subprocess.Popen([sys.executable, "-S", "-E", "-c", _DROP_XLA_FIRST_LINES],
+                            stdin=subprocess.PIPE, stdout=saved)
     try:
-        os.dup2(null, 2)
+        os.dup2(drop.stdin.fileno(), 2)
         with tf.device("/CPU:0"):
             tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(0.0)).numpy()
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-        os.close(null)
+        drop.stdin.close()
+        drop.wait()
 
 
 def run(main, trains: bool = False):

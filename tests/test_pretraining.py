@@ -516,6 +516,20 @@ def test_a_collapsed_discriminator_is_reported_once():
 # ------------------------------------------------------------------------------ bad input
 
 
+def test_a_bad_xla_flags_gives_xlas_one_line_and_writes_nothing(tmp_path, data):
+    """XLA parses XLA_FLAGS at the process's first compilation and aborts on a bad one. That
+    compilation is cli._absorb_first_xla_log's, whose stderr filter takes XLA's first log
+    lines: it must pass XLA's fatal line (and not Python's crash dump after it)."""
+    model_dir = tmp_path / "model"
+    process = script(*script_args(model_dir, data), env={"XLA_FLAGS": "--xla_no_such_flag=1"})
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == -signal.SIGABRT, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Unknown flag in XLA_FLAGS: --xla_no_such_flag=1" in lines[0], err
+    assert not os.path.exists(model_dir)
+
+
 def test_tpu_strategy_without_a_tpu_says_which_flag(monkeypatch):
     from electra_tf.training import strategies
     monkeypatch.delenv("TPU_NAME", raising=False)
