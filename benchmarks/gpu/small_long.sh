@@ -1,0 +1,36 @@
+#!/bin/bash
+# The device side of the next lease for issue 7: ELECTRA-Small alone, three times the
+# fourth lease's budget (24,000 steps of batch 128: 3.1e16 FLOPs; the paper's 10,000-step
+# warmup), with a checkpoint every 8,000 steps (1.0e16 FLOPs, the budget of the pair in
+# gpu_small_transfer_oi.md) for benchmarks/finetune_pretrained.py --along_runs. Otherwise the
+# pair's settings: small.gin, bf16, XLA with cuBLAS GEMMs, official initialisation, the
+# study's seq-128 TFRecords (shards 0-8). About 400 s on an H100 at 7,780 examples/s, plus
+# the compile. One call of the device tool after the staging calls (make_tf_bundle.sh's
+# pieces in /tmp/chunks, the TFRecords in /tmp/data128), carrying .gpu/clast; a run cut by
+# LIMIT_S saves a checkpoint and the same call again resumes it. Results: the console log in
+# $OUT; the weights of every checkpoint in /tmp/export/electra_3e16 (about 170 MB): send it
+# back with `bash benchmarks/gpu/send_back.sh /tmp/export/electra_3e16 FIRST`, FIRST = 0, 4,
+# 8, one call each, right after this one (the machine is given back 30 s after a call ends).
+#
+# A rehearsal on a CPU (no bundle, tiny model, a few steps):
+#   REHEARSAL=1 SIZE_GIN=tiny.gin STEPS=6 EVERY=2 WARMUP=2 LOOP=2 \
+#     DATA='benchmarks/.cache/austen_128/*' OUT=/tmp/out PATH=.venv/bin:$PATH \
+#     bash benchmarks/gpu/small_long.sh
+set -u
+name=electra_3e16
+if [ -z "${REHEARSAL:-}" ]; then
+  mkdir -p /tmp/chunks && bash .gpu/clast/setup.sh || exit 1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/nvidia/cuda_nvcc/bin:$PATH \
+    XLA_FLAGS="--xla_gpu_cuda_data_dir=/tmp/site/nvidia/cuda_nvcc --xla_gpu_enable_triton_gemm=false" \
+    TF_FORCE_GPU_ALLOW_GROWTH=true
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv
+fi
+export PYTHONUNBUFFERED=1
+EXPORT_ALL=1 bash benchmarks/gpu/pretrain_and_export.sh $name "${LIMIT_S:-540}" \
+  "${DATA:-/tmp/data128/pretrain_data-0000[0-8]-*}" /tmp/export \
+  NUM_TRAIN_STEPS=${STEPS:-24000} WARMUP_STEPS=${WARMUP:-10000} \
+  CHECKPOINT_EVERY=${EVERY:-8000} STEPS_PER_LOOP=${LOOP:-100} > /dev/null 2>&1
+cp /tmp/export/pretrain_$name.log "$OUT/"
+grep -E "^step [0-9]+/" /tmp/export/pretrain_$name.log | awk 'NR % 20 == 1'
+tail -n 4 /tmp/export/pretrain_$name.log
+cat /tmp/export/$name/checkpoint; du -sh /tmp/export/$name
