@@ -1,7 +1,8 @@
 """What did pre-training put into the encoder? Linear probes of frozen features: a logistic
-regression on the [CLS] output, on the mean-pooled output and on the mean of the input word
-embeddings, trained on a labelled set's training sentences and scored on its dev sentences,
-for pre-trained model dirs against the same shapes randomly initialised. Also how alike the
+regression on the [CLS] output, on the mean-pooled output (of the top layer and of every
+layer below it) and on the mean of the input word embeddings, trained on a labelled set's
+training sentences and scored on its dev sentences, for pre-trained model dirs against the
+same shapes randomly initialised. Also how alike the
 dev sentences' mean-pooled vectors are (mean cosine; near 1 means the encoder maps every
 sentence to about the same vector), and how evenly [CLS] attends over the sentence in each
 layer (the entropy of its attention over the real tokens, averaged over heads, divided by
@@ -76,6 +77,25 @@ def probe(init_dir: str, random_init: bool) -> dict:
         return {"cls": np.concatenate(cls), "mean": np.concatenate(mean),
                 "embeddings": np.concatenate(bag)}
 
+    def layer_means(f) -> np.ndarray:
+        """The mean over real tokens of each layer's output, [layers + 1, N, H]: the
+        (projected) embedding block's first, then each transformer block's."""
+        from electra_tf.modeling.encoder import attention_bias
+        encoder, means = model.encoder, []
+        for i in range(0, len(f["input_ids"]), 256):
+            ids, mask = f["input_ids"][i:i + 256], f["input_mask"][i:i + 256]
+            x = encoder.embeddings(ids, f["segment_ids"][i:i + 256], training=False)
+            if encoder.embeddings_project is not None:
+                x = encoder.embeddings_project(x)
+            bias = attention_bias(mask, encoder.attention)
+            weights = mask[..., None].astype(np.float32)
+            batch = [(np.asarray(x) * weights).sum(1) / weights.sum(1)]
+            for block in encoder.blocks:
+                x = block(x, bias, training=False)
+                batch.append((np.asarray(x) * weights).sum(1) / weights.sum(1))
+            means.append(np.stack(batch))
+        return np.concatenate(means, axis=1)
+
     def cls_attention_evenness(f) -> list[float]:
         """Per layer: the mean over sentences and heads of [CLS]'s attention entropy over
         the real tokens divided by log(real length)."""
@@ -108,10 +128,19 @@ def probe(init_dir: str, random_init: bool) -> dict:
                                                            data["train"]["label_ids"])
         accuracy[view] = float((classifier.predict(dev_views[view])
                                 == data["dev"]["label_ids"]).mean())
+    train_layers, dev_layers = layer_means(data["train"]), layer_means(data["dev"])
+    # The top layer's mean is the "mean" view: the same forward pass, layer by layer.
+    np.testing.assert_allclose(dev_layers[-1], dev_views["mean"], rtol=1e-4, atol=1e-4)
+    per_layer = []
+    for layer_train, layer_dev in zip(train_layers, dev_layers):
+        classifier = LogisticRegression(max_iter=3000).fit(layer_train,
+                                                           data["train"]["label_ids"])
+        per_layer.append(float((classifier.predict(layer_dev)
+                                == data["dev"]["label_ids"]).mean()))
     vectors = dev_views["mean"][:1000]
     vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     return {"init": os.path.relpath(init_dir, common.REPO), "random_init": random_init,
-            "source": init.source, "accuracy": accuracy,
+            "source": init.source, "accuracy": accuracy, "mean_per_layer": per_layer,
             "mean_cosine": float((vectors @ vectors.T).mean()),
             "cls_attention_evenness": cls_attention_evenness(data["dev"]),
             "embedding_norm": float(np.linalg.norm(table, axis=1).mean())}
@@ -119,6 +148,7 @@ def probe(init_dir: str, random_init: bool) -> dict:
 
 def main(argv):
     del argv
+    import numpy as np
     missing = [d for d in FLAGS.init if not os.path.isdir(d)]
     if missing:
         print(f"error: no model dir {missing[0]}; run benchmarks/finetune_study.py first or "
@@ -140,6 +170,15 @@ def main(argv):
         ["encoder", "[CLS] output", "mean-pooled output", "mean input embedding",
          "mean cosine of dev vectors", "mean embedding norm",
          "[CLS] attention evenness per layer"], rows)
+    layer_rows = [[r["init"] + (" — random init" if r["random_init"] else ""),
+                   *(f"{a:.1%}" for a in r["mean_per_layer"]),
+                   f"{max(r['mean_per_layer']):.1%} (layer "
+                   f"{int(np.argmax(r['mean_per_layer']))})"] for r in results]
+    depth = len(results[0]["mean_per_layer"]) - 1
+    table += ("\n\nThe mean-pooled probe at every depth (0: the embedding block's output, "
+              "projected to the hidden size where the encoder has a projection; k: "
+              "transformer layer k's output):\n\n" + common.markdown_table(
+                  ["encoder", *map(str, range(depth + 1)), "best"], layer_rows))
     notes = [f"Logistic regression (scikit-learn, L2, C=1) on frozen features of "
              f"{os.path.relpath(FLAGS.train_file, common.REPO)}, dev accuracy on "
              f"{os.path.relpath(FLAGS.dev_file, common.REPO)}; seq {FLAGS.max_seq_length}.",
