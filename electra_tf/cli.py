@@ -21,21 +21,23 @@ from absl import app  # noqa: E402
 from electra_tf.errors import UserInputError  # noqa: E402
 
 
-# XLA's first log lines (below), and a filter that drops them from a stream, passes the rest,
-# and ends at a fatal log line (absl's "F0000 ..." or TensorFlow's "<date> <time>: F ...")
-# with that line: what follows it is Python's crash dump of the abort, which says no more.
-_XLA_FIRST_LINES = (b"WARNING: All log messages before absl::InitializeLog()",
-                    b"] Compiled cluster using XLA!")
-_DROP_XLA_FIRST_LINES = ("import re, sys\n"
-                         f"drop = {_XLA_FIRST_LINES!r}\n"
-                         "fatal = re.compile(rb'^(F\\d{4} |\\S+ \\S+: F )')\n"
-                         "for line in sys.stdin.buffer:\n"
-                         "    if not any(d in line for d in drop):\n"
-                         "        sys.stdout.buffer.write(line)\n"
-                         "        sys.stdout.buffer.flush()\n"
-                         "    if fatal.match(line):\n"
-                         "        sys.stdin.buffer.read()\n"
-                         "        break\n")
+# The program of the process that filters stderr during _absorb_first_xla_log: it drops
+# XLA's two first log lines, passes every other line, and stops after a fatal log line
+# (absl's "F0000 ..." or TensorFlow's "<date> <time>: F ..."), dropping what follows it:
+# Python's crash dump of the abort, which says no more.
+_DROP_XLA_FIRST_LINES = r"""
+import re, sys
+drop = (b"WARNING: All log messages before absl::InitializeLog()",
+        b"] Compiled cluster using XLA!")
+fatal = re.compile(rb"^(F\d{4} |\S+ \S+: F )")
+for line in sys.stdin.buffer:
+    if not any(d in line for d in drop):
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+    if fatal.match(line):
+        sys.stdin.buffer.read()
+        break
+"""
 
 
 def _absorb_first_xla_log():
