@@ -26,10 +26,11 @@ from electra_tf.errors import UserInputError  # noqa: E402
 # (absl's "F0000 ..." or TensorFlow's "<date> <time>: F ..."), dropping what follows it:
 # Python's crash dump of the abort, which says no more.
 _DROP_XLA_FIRST_LINES = r"""
-import re, sys
+import re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; this ends at EOF
 drop = (b"WARNING: All log messages before absl::InitializeLog()",
         b"] Compiled cluster using XLA!")
-fatal = re.compile(rb"^(F\d{4} |\S+ \S+: F )")
+fatal = re.compile(rb"^(F\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: F )")
 for line in sys.stdin.buffer:
     if not any(d in line for d in drop):
         sys.stdout.buffer.write(line)
@@ -65,8 +66,12 @@ def _absorb_first_xla_log():
     import tensorflow as tf
     sys.stderr.flush()
     saved = os.dup(2)
-    drop = subprocess.Popen([sys.executable, "-S", "-E", "-c", _DROP_XLA_FIRST_LINES],
-                            stdin=subprocess.PIPE, stdout=saved)
+    try:  # -I: no user site, no PYTHON* variables, not the working directory on sys.path
+        drop = subprocess.Popen([sys.executable, "-I", "-S", "-c", _DROP_XLA_FIRST_LINES],
+                                stdin=subprocess.PIPE, stdout=saved)
+    except BaseException:
+        os.close(saved)
+        raise
     try:
         os.dup2(drop.stdin.fileno(), 2)
         with tf.device("/CPU:0"):

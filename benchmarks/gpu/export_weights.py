@@ -32,7 +32,7 @@ def main(model_dir: str, output_dir: str, vocab_file: str | None = None,
     weights = tf.train.Checkpoint(model=loaded.model)
     manager = tf.train.CheckpointManager(weights, output_dir, max_to_keep=len(paths))
     for path in paths:  # oldest first, so that the manager's latest is the run's latest
-        weights.read(path).expect_partial()
+        checkpoints.read_weights(loaded.model, path, OPERATIVE_CONFIG)
         manager.save(checkpoint_number=int(path.rsplit("-", 1)[1]))
         print(f"wrote the weights of {path} to {output_dir}")
     for name in (OPERATIVE_CONFIG, MODEL_INFO):

@@ -14,8 +14,9 @@
 name=$1; limit=$2; data=$3; out=$4; shift 4
 bindings=()
 for b in "$@"; do bindings+=(--gin_bindings="$b"); done
-xla_flags=$(echo ${XLA_FLAGS:-} ${XLA_EXTRA:-})  # XLA aborts on a blank XLA_FLAGS
-if [ -n "$xla_flags" ]; then export XLA_FLAGS=$xla_flags; else unset XLA_FLAGS; fi
+read -ra xla_flags <<< "${XLA_FLAGS:-} ${XLA_EXTRA:-}"  # words, not globbed
+if [ ${#xla_flags[@]} -gt 0 ]; then export XLA_FLAGS="${xla_flags[*]}"
+else unset XLA_FLAGS; fi  # XLA aborts on a blank XLA_FLAGS
 export PYTHONUNBUFFERED=1
 mkdir -p "$out"
 start=$(date +%s)

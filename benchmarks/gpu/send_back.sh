@@ -13,12 +13,17 @@
 set -euo pipefail
 dir=$(realpath "$1"); name=$(basename "$dir"); first=${2:-0}
 archive=/tmp/send_back/$name.tar.zst
-if [ ! -s "$archive.done" ]; then
-  mkdir -p /tmp/send_back && rm -f "$archive".*
+# Made once per folder: a .done file naming another folder (of the same name) makes it anew.
+if [ "$(head -n 1 "$archive.done" 2>/dev/null)" != "$dir" ]; then
+  mkdir -p /tmp/send_back && rm -f "$archive" "$archive".*
   tar cf - -C "$(dirname "$dir")" "$name" | python3 -c "import sys; sys.path.insert(0, '/tmp/zst'); import zstandard; zstandard.ZstdCompressor(level=10, threads=8).copy_stream(sys.stdin.buffer, sys.stdout.buffer)" > "$archive"
   split -b 15M -d -a 2 "$archive" "$archive."
-  sha256sum "$archive" > "$archive.done"
+  { echo "$dir"; sha256sum "$archive"; } > "$archive.done"
 fi
 pieces=("$archive".[0-9][0-9])
+if [ "$first" -ge ${#pieces[@]} ]; then
+  echo "FIRST=$first: $name has only ${#pieces[@]} pieces (0 to $(( ${#pieces[@]} - 1 )))" >&2; exit 2
+fi
 for (( i = first; i < first + 4 && i < ${#pieces[@]}; i++ )); do cp "${pieces[$i]}" "$OUT/"; done
-echo "$name: ${#pieces[@]} pieces in all, sent $first to $(( i - 1 ))"; cat "$archive.done"; ls -l "$OUT"
+echo "$name: ${#pieces[@]} pieces in all, sent $first to $(( i - 1 ))"; tail -n 1 "$archive.done"
+ls -l "$OUT"

@@ -6,11 +6,14 @@
 # pair's settings: small.gin, bf16, XLA with cuBLAS GEMMs, official initialisation, the
 # study's seq-128 TFRecords (shards 0-8). About 400 s on an H100 at 7,780 examples/s, plus
 # the compile. One call of the device tool after the staging calls (make_tf_bundle.sh's
-# pieces in /tmp/chunks, the TFRecords in /tmp/data128), carrying .gpu/clast; a run cut by
-# LIMIT_S saves a checkpoint and the same call again resumes it. Results: the console log in
-# $OUT; the weights of every checkpoint in /tmp/export/electra_3e16 (about 170 MB): send it
+# pieces in /tmp/chunks, the TFRecords in /tmp/data128; 92 s for the fourth lease's 14),
+# carrying .gpu/clast; a run cut by LIMIT_S (default 520 s, inside the call's 600) saves a
+# checkpoint and the same call again resumes it. Results: the console log in $OUT; the
+# weights of every checkpoint in /tmp/export/electra_3e16 (about 170 MB for three): send it
 # back with `bash benchmarks/gpu/send_back.sh /tmp/export/electra_3e16 FIRST`, FIRST = 0, 4,
-# 8, one call each, right after this one (the machine is given back 30 s after a call ends).
+# 8, ... (one call each, as many as the first call's "N pieces in all" says; a resumed run
+# adds its SIGTERM checkpoint), right after this one (the machine is given back 30 s after a
+# call ends). In all, with the staging, about 700 of the lease's 900 s.
 #
 # A rehearsal on a CPU (no bundle, tiny model, a few steps):
 #   REHEARSAL=1 SIZE_GIN=tiny.gin STEPS=6 EVERY=2 WARMUP=2 LOOP=2 \
@@ -26,11 +29,13 @@ if [ -z "${REHEARSAL:-}" ]; then
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv
 fi
 export PYTHONUNBUFFERED=1
-EXPORT_ALL=1 bash benchmarks/gpu/pretrain_and_export.sh $name "${LIMIT_S:-540}" \
+mkdir -p "$OUT"
+# The console (the run's lines, then the export's) straight into $OUT: it comes back even if
+# the call is cut.
+EXPORT_ALL=1 bash benchmarks/gpu/pretrain_and_export.sh $name "${LIMIT_S:-520}" \
   "${DATA:-/tmp/data128/pretrain_data-0000[0-8]-*}" /tmp/export \
   NUM_TRAIN_STEPS=${STEPS:-24000} WARMUP_STEPS=${WARMUP:-10000} \
-  CHECKPOINT_EVERY=${EVERY:-8000} STEPS_PER_LOOP=${LOOP:-100} > /dev/null 2>&1
-cp /tmp/export/pretrain_$name.log "$OUT/"
-grep -E "^step [0-9]+/" /tmp/export/pretrain_$name.log | awk 'NR % 20 == 1'
-tail -n 4 /tmp/export/pretrain_$name.log
+  CHECKPOINT_EVERY=${EVERY:-8000} STEPS_PER_LOOP=${LOOP:-100} >> "$OUT/small_long_$name.log" 2>&1
+grep -E "^step [0-9]+/" "$OUT/small_long_$name.log" | awk 'NR % 20 == 1'
+tail -n 6 "$OUT/small_long_$name.log"
 cat /tmp/export/$name/checkpoint; du -sh /tmp/export/$name
