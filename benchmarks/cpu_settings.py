@@ -17,7 +17,8 @@ benchmarks/reference_curves.py's (scripts/run_pretraining.py on the Austen recor
 shard) with the variant's bindings (VARIANTS). examples/s is the median of the run's own
 `throughput/examples_per_second` over its loops after the first (which traces and
 compiles the step); it times the whole training loop, input pipeline included, not
-evaluation or checkpoints. Results: benchmarks/results/cpu_settings.{json,md,png}.
+evaluation or checkpoints. Results: benchmarks/results/cpu_settings.{json,md,png}
+(or --results_name).
 """
 
 import os
@@ -34,6 +35,8 @@ import reference_curves  # noqa: E402  (its train() and flags: steps, batch, eva
 flags.DEFINE_list("sizes", ["tiny", "small"], "Model sizes (gin/<size>.gin).")
 flags.DEFINE_list("variants", ["float32", "mixed_bfloat16"], "Settings to run (VARIANTS: "
                   "also xla, mixed_bfloat16_xla); the first is the reference of the ratios.")
+flags.DEFINE_string("results_name", "cpu_settings",
+                    "benchmarks/results/<name>.{json,md,png}: name it after the host kind.")
 FLAGS = flags.FLAGS
 
 BF16 = "pretraining.precision='mixed_bfloat16'"
@@ -107,7 +110,7 @@ def main(argv):
     body = common.markdown_table(
         ["size", "variant", "steps", "examples/s", f"vs {reference}",
          *[f"eval {title}" for _, title in COMPARED], "largest training-AUC gap"], rows)
-    body += ("\n\n![curves](cpu_settings.png)\n\n"
+    body += (f"\n\n![curves]({FLAGS.results_name}.png)\n\n"
              f"- Each run: reference_curves.py's settings (batch {FLAGS.batch_size} x 128, "
              "LR 2e-4, Adam with bias correction, warmup 100, seed 0, Austen records), "
              f"plus the variant's bindings ({VARIANTS_TEXT}); eval: the held-out sixth "
@@ -118,8 +121,8 @@ def main(argv):
              f"size's {reference} run: the same initial weights, data, masks and random "
              "keys, so the runs part only through rounding (which can flip a generator "
              "sample, and then grows).\n")
-    common.write_results("cpu_settings", record, body)
-    plot(runs, os.path.join(common.RESULTS_DIR, "cpu_settings.png"))
+    common.write_results(FLAGS.results_name, record, body)
+    plot(runs, os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}.png"))
     print(body)
 
 
