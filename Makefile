@@ -18,8 +18,9 @@ $(STAMP): setup.py
 
 install: $(STAMP)
 
+# --durations: the log names the slowest tests, to keep the suite inside CI's budget.
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 # The main job on the embedded default data: build TFRecords from the Austen novels, show
 # a masked example, pre-train a tiny ELECTRA for a few minutes on the CPU (five shards to
