@@ -8,12 +8,16 @@
 # the compile. One call of the device tool after the staging calls (make_tf_bundle.sh's
 # pieces in /tmp/chunks, the TFRecords in /tmp/data128; 92 s for the fourth lease's 14),
 # carrying .gpu/clast; a run cut by LIMIT_S (default 520 s, inside the call's 600) saves a
-# checkpoint and the same call again resumes it. Results: the console log in $OUT; the
-# weights of every checkpoint in /tmp/export/electra_3e16 (about 170 MB for three): send it
-# back with `bash benchmarks/gpu/send_back.sh /tmp/export/electra_3e16 FIRST`, FIRST = 0, 4,
-# 8, ... (one call each, as many as the first call's "N pieces in all" says; a resumed run
-# adds its SIGTERM checkpoint), right after this one (the machine is given back 30 s after a
-# call ends). In all, with the staging, about 700 of the lease's 900 s.
+# checkpoint and the same call again resumes it. Results, in this call's $OUT: the console
+# log and the latest checkpoint's weights with the TensorBoard run (/tmp/export/electra_3e16_last,
+# at most 4 pieces of 15 MiB; join them as send_back.sh says). The weights of every
+# checkpoint stay in /tmp/export/electra_3e16 (about 170 MB for three): send them back with
+# `bash benchmarks/gpu/send_back.sh /tmp/export/electra_3e16 FIRST`, FIRST = 0, 4, 8, ...
+# (one call each, as many as its first call's "N pieces in all" says), right after this one:
+# the machine is given back 30 s after a call ends, reply and next call included, which the
+# fifth lease's first send_back.sh call missed after this 520-s call (it lost all three
+# checkpoints; hence the latest now comes back with the run). In all, with the staging,
+# about 700 of the lease's 900 s.
 #
 # A rehearsal on a CPU (no bundle, tiny model, a few steps):
 #   REHEARSAL=1 SIZE_GIN=tiny.gin STEPS=6 EVERY=2 WARMUP=2 LOOP=2 \
@@ -39,3 +43,11 @@ EXPORT_ALL=1 bash benchmarks/gpu/pretrain_and_export.sh $name "${LIMIT_S:-520}" 
 grep -E "^step [0-9]+/" "$OUT/small_long_$name.log" | awk 'NR % 20 == 1'
 tail -n 6 "$OUT/small_long_$name.log"
 cat /tmp/export/$name/checkpoint; du -sh /tmp/export/$name
+# The latest checkpoint, on its own, as a model dir of its own, back with this call.
+latest=$(sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' /tmp/export/$name/checkpoint)
+last=/tmp/export/${name}_last
+rm -rf "$last" && mkdir -p "$last" && cp /tmp/export/$name/"$latest".* \
+  /tmp/export/$name/operative_config.gin /tmp/export/$name/model_info.json "$last"/ \
+  && cp -r /tmp/export/$name/train "$last"/ \
+  && printf 'model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n' "$latest" "$latest" \
+    > "$last/checkpoint" && bash benchmarks/gpu/send_back.sh "$last" 0
