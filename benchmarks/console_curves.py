@@ -1,0 +1,122 @@
+"""Pre-training curves from scripts/run_pretraining.py's console lines, for runs whose
+TensorBoard runs did not come back (a lent GPU machine's call returns its console log first,
+benchmarks/results/gpu_h100.md): the total, generator and discriminator losses and the
+examples/s of each run against its step, as a PNG, with the losses at chosen steps as a table.
+
+    .venv/bin/python benchmarks/console_curves.py --results_name=NAME \\
+        --title="..." LABEL=LOG [LABEL=LOG ...]
+
+Each LOG holds lines such as
+`step 2100/24000 | loss 24.7587 (generator 6.5503, discriminator 0.3642) | 8151.8 examples/s | ...`
+(a resumed run's log repeats steps: the last line of a step wins).
+Results: benchmarks/results/NAME.{json,md,png}.
+"""
+
+import os
+import re
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app, flags  # noqa: E402
+
+import common  # noqa: E402
+
+flags.DEFINE_string("results_name", None, "benchmarks/results/<name>.{json,md,png}.")
+flags.DEFINE_string("title", "Pre-training curves from console logs", "The plot's title.")
+flags.DEFINE_list("at_steps", [], "Steps shown in the table (default: 10 evenly spaced).")
+flags.DEFINE_string("notes", "", "A paragraph after the table.")
+flags.mark_flag_as_required("results_name")
+FLAGS = flags.FLAGS
+
+LINE = re.compile(r"^step (\d+)/(\d+) \| loss (\S+) \(generator (\S+), discriminator (\S+)\)"
+                  r" \| (\S+) examples/s")
+SHOWN = [("loss", "total loss"), ("generator", "generator (MLM) loss"),
+         ("discriminator", "discriminator (RTD) loss"), ("examples_per_second", "examples/s")]
+
+
+def parse(text: str, name: str = "log") -> dict:
+    """{step: {loss, generator, discriminator, examples_per_second}} and the run's total
+    steps from a console log; a log without step lines is an error naming it."""
+    points, total = {}, None
+    for line in text.splitlines():
+        match = LINE.match(line)
+        if match:
+            step, total = int(match[1]), int(match[2])
+            points[step] = dict(zip(("loss", "generator", "discriminator", "examples_per_second"),
+                                    map(float, match.groups()[2:])))
+    if not points:
+        raise ValueError(f"{name}: no 'step N/T | loss ...' lines; pass the console log "
+                         "of scripts/run_pretraining.py")
+    return {"num_train_steps": total, "points": dict(sorted(points.items()))}
+
+
+def value_at(points: dict, step: int, key: str) -> float | None:
+    """The value logged at `step` (None where the run has no line there)."""
+    return points[step][key] if step in points else None
+
+
+def plot(runs: dict, path: str, title: str):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for axis, (key, panel_title) in zip(axes.flat, SHOWN):
+        for label, run in runs.items():
+            steps = list(run["points"])
+            axis.plot(steps, [run["points"][s][key] for s in steps], label=label)
+        axis.set_title(panel_title)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    axes.flat[0].legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    temporary = f"{path}.{os.getpid()}.tmp"  # a rename: never a half-written PNG
+    figure.savefig(temporary, dpi=110, format="png")
+    os.replace(temporary, path)
+
+
+def main(argv):
+    specs = argv[1:]
+    if not specs or any("=" not in s for s in specs):
+        raise SystemExit("console_curves.py: pass LABEL=LOG for each run, e.g. "
+                         "'ELECTRA-Small=benchmarks/results/gpu_small_pretrain_electra_oi.log'")
+    runs = {}
+    for spec in specs:
+        label, path = spec.split("=", 1)
+        if not os.path.isfile(path):
+            raise SystemExit(f"{path}: no such file; pass the console log of a pre-training run")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            try:
+                runs[label] = parse(f.read(), path) | {"log": os.path.relpath(path, common.REPO)}
+            except ValueError as e:
+                raise SystemExit(str(e))
+    last = max(max(run["points"]) for run in runs.values())
+    steps = ([int(s) for s in FLAGS.at_steps] if FLAGS.at_steps
+             else sorted({round(last * i / 10) for i in range(1, 11)}))
+    rows = []
+    for step in steps:
+        row = [f"{step:,}"]
+        for run in runs.values():
+            values = [value_at(run["points"], step, k) for k in ("generator", "discriminator")]
+            row.append(" / ".join("-" if v is None else f"{v:.3f}" for v in values))
+        rows.append(row)
+    png = os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}.png")
+    plot(runs, png, FLAGS.title)
+    record = {"title": FLAGS.title, "run": common.run_info(), "runs": runs,
+              "plots": [os.path.basename(png)]}
+    body = ("Generator / discriminator loss (each the mean over the loop that ends at the "
+            "step) from the console logs:\n\n"
+            + common.markdown_table(["step"] + list(runs), rows) + "\n\n"
+            + "".join(f"- {label}: `{run['log']}` ({run['num_train_steps']:,} steps)\n"
+                      for label, run in runs.items())
+            + f"\nPlot: `{os.path.basename(png)}`.\n\n"
+            + (FLAGS.notes.strip() + "\n" if FLAGS.notes.strip() else ""))
+    json_path, md_path = common.write_results(FLAGS.results_name, record, body)
+    print(body)
+    print(f"wrote {json_path}, {md_path} and {png}")
+
+
+if __name__ == "__main__":
+    app.run(main)
