@@ -16,19 +16,24 @@ import os
 import re
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 
-flags.DEFINE_string("results_name", None, "benchmarks/results/<name>.{json,md,png}.")
-flags.DEFINE_string("title", "Pre-training curves from console logs", "The plot's title.")
-flags.DEFINE_list("at_steps", [], "Steps shown in the table (default: 10 evenly spaced).")
-flags.DEFINE_string("notes", "", "A paragraph after the table.")
-flags.mark_flag_as_required("results_name")
 FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """The command's flags, defined when it runs rather than at import: the tests import
+    this module beside other benchmarks that define the same names."""
+    flags.DEFINE_string("results_name", None, "benchmarks/results/<name>.{json,md,png}.")
+    flags.DEFINE_string("title", "Pre-training curves from console logs", "The plot's title.")
+    flags.DEFINE_list("at_steps", [], "Steps shown in the table (default: 10 evenly spaced).")
+    flags.DEFINE_string("notes", "", "A paragraph after the table.")
+    flags.mark_flag_as_required("results_name")
+
 
 LINE = re.compile(r"^step (\d+)/(\d+) \| loss (\S+) \(generator (\S+), discriminator (\S+)\)"
                   r" \| (\S+) examples/s")
@@ -119,4 +124,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Set here, not at import (it would reach every later subprocess of the importer):
+    # common.run_info imports TensorFlow, whose start-up lines are of no use here.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define_flags()
     app.run(main)
