@@ -243,6 +243,31 @@ def write_results(name: str, record: dict, markdown_body: str,
     return json_path, md_path
 
 
+def plot_panels(panels: list, lines: list, path: str, title: str, xlabel: str):
+    """A 2 x 2 PNG of training curves: a panel per (tag, panel title) of `panels`, and in
+    each a line per (label, matplotlib style, colour, {tag: [(step, value)]}) of `lines`
+    that has the tag. Written under another name and renamed: never half a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for axis, (tag, panel_title) in zip(axes.flat, panels):
+        for label, style, colour, curves in lines:
+            if curves.get(tag):
+                steps, values = zip(*curves[tag])
+                axis.plot(steps, values, style, color=colour, markersize=3, label=label)
+        axis.set_title(panel_title)
+        axis.set_xlabel(xlabel)
+        axis.grid(alpha=0.3)
+    axes.flat[0].legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    temporary = f"{path}.{os.getpid()}.tmp"
+    figure.savefig(temporary, dpi=110, format="png")
+    plt.close(figure)
+    os.replace(temporary, path)
+
+
 AUSTEN_VOCAB = os.path.join(REPO, "data", "vocab", "bert_uncased.txt")
 
 

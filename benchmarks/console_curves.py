@@ -63,23 +63,10 @@ def value_at(points: dict, step: int, key: str) -> float | None:
 
 
 def plot(runs: dict, path: str, title: str):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for axis, (key, panel_title) in zip(axes.flat, SHOWN):
-        for label, run in runs.items():
-            steps = list(run["points"])
-            axis.plot(steps, [run["points"][s][key] for s in steps], label=label)
-        axis.set_title(panel_title)
-        axis.set_xlabel("step")
-        axis.grid(alpha=0.3)
-    axes.flat[0].legend()
-    figure.suptitle(title)
-    figure.tight_layout()
-    temporary = f"{path}.{os.getpid()}.tmp"  # a rename: never a half-written PNG
-    figure.savefig(temporary, dpi=110, format="png")
-    os.replace(temporary, path)
+    lines = [(label, "-", None, {key: [(step, values[key]) for step, values in
+                                       run["points"].items()] for key, _ in SHOWN})
+             for label, run in runs.items()]
+    common.plot_panels(SHOWN, lines, path, title, "step")
 
 
 def main(argv):

@@ -70,9 +70,10 @@ def plot(runs: dict, path: str):
     styles = dict(zip(FLAGS.variants, ["-", "--", ":", "-."]))
     lines = [(f"{size} {variant}", styles[variant], colours[size], run["train"])
              for (size, variant), run in runs.items()]
-    reference_curves.plot_panels(
+    common.plot_panels(
         [(tag, f"{title} (training)") for tag, title in COMPARED[2:] + COMPARED[:1]], lines,
-        path, "Pre-training on a CPU: bfloat16 and XLA against float32, same seed and data")
+        path, "Pre-training on a CPU: bfloat16 and XLA against float32, same seed and data",
+        "step (batch %d, seq 128)" % FLAGS.batch_size)
 
 
 def main(argv):

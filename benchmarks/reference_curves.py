@@ -71,33 +71,13 @@ def train(name: str, gin_file: str, steps: int, data_dir: str, extra=()) -> dict
             "eval": read_scalars(os.path.join(model_dir, "eval"))}
 
 
-def plot_panels(panels: list, lines: list, path: str, title: str):
-    """A 2 x 2 PNG of training curves: a panel per (tag, panel title) of `panels`, and in
-    each a line per (label, matplotlib style, colour, {tag: [(step, value)]}) of `lines`
-    that has the tag."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for axis, (tag, panel_title) in zip(axes.flat, panels):
-        for label, style, colour, curves in lines:
-            if curves.get(tag):
-                steps, values = zip(*curves[tag])
-                axis.plot(steps, values, style, color=colour, markersize=3, label=label)
-        axis.set_title(panel_title)
-        axis.set_xlabel("step (batch %d, seq 128)" % FLAGS.batch_size)
-        axis.grid(alpha=0.3)
-    axes.flat[0].legend()
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-
-
 def plot(runs: dict, path: str):
     colours = {"tiny": "tab:blue", "small": "tab:orange"}
     lines = [(f"{name} {split}", style, colours.get(name), run[split])
              for name, run in runs.items() for split, style in (("train", "-"), ("eval", "o--"))]
-    plot_panels(SHOWN, lines, path, "ELECTRA reference curves on the Austen sample corpus (CPU)")
+    common.plot_panels(SHOWN, lines, path,
+                       "ELECTRA reference curves on the Austen sample corpus (CPU)",
+                       "step (batch %d, seq 128)" % FLAGS.batch_size)
 
 
 def main(argv):
