@@ -24,7 +24,7 @@ def _u32(value: int) -> tf.Tensor:
     return tf.constant(value & 0xFFFFFFFF, tf.uint32)
 
 
-def _fmix32(h: tf.Tensor) -> tf.Tensor:
+def fmix32(h: tf.Tensor) -> tf.Tensor:
     """MurmurHash3's finaliser: a bijective, well-mixed uint32 -> uint32 map."""
     h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, _u32(16)))
     h = h * _u32(_M1)
@@ -43,13 +43,13 @@ def hash_bits(seed: int, stream: int, example_index: tf.Tensor, slot: tf.Tensor)
       slot: int32 [B, K] (or broadcastable), e.g. token positions.
     Returns: uint32 [B, K].
     """
-    key = _fmix32(_u32(seed) ^ _u32(stream * _GOLDEN))
+    key = fmix32(_u32(seed) ^ _u32(stream * _GOLDEN))
     index = tf.cast(example_index, tf.uint64)
     low = tf.cast(tf.bitwise.bitwise_and(index, tf.constant(0xFFFFFFFF, tf.uint64)), tf.uint32)
     high = tf.cast(tf.bitwise.right_shift(index, tf.constant(32, tf.uint64)), tf.uint32)
-    h = _fmix32(key ^ low)
-    h = _fmix32(h ^ (high + _u32(_GOLDEN)))[:, None]
-    return _fmix32(h ^ tf.cast(slot, tf.uint32) * _u32(_GOLDEN))
+    h = fmix32(key ^ low)
+    h = fmix32(h ^ (high + _u32(_GOLDEN)))[:, None]
+    return fmix32(h ^ tf.cast(slot, tf.uint32) * _u32(_GOLDEN))
 
 
 def hash_uniform(seed, stream, example_index, slot) -> tf.Tensor:
