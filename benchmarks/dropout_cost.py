@@ -1,7 +1,7 @@
 """What dropout costs in the pre-training train step, and what other ways to draw its masks
 would: the same step with each dropout, timed in one process, round after round.
 
-    .venv/bin/python benchmarks/dropout_cost.py                   # small, CPU, ~10 minutes
+    .venv/bin/python benchmarks/dropout_cost.py                   # small, CPU, ~12 minutes
     .venv/bin/python benchmarks/dropout_cost.py --jit_compile --precision=mixed_bfloat16 \\
         --size=base --batch_size=128 --results_name=dropout_cost_gpu_base   # on a GPU
 
@@ -17,9 +17,10 @@ while it traces):
 - none: every dropout rate 0 (what the step costs without dropout).
 
 The variants' steps run in turn, `--steps_per_round` steps each per round, over `--rounds`
-rounds, so a shared machine's slow spells fall on all of them; the table gives each
-variant's median step and its median ratio to `ours` over the rounds (the first round,
-which runs the graphs' first optimisations, is left out).
+rounds (each after waiting for the machine to be quiet), so a shared machine's slow spells
+fall on all of them; the table gives each variant's median step and its median ratio to
+`ours` over the rounds with those ratios' quartiles (the first round, which runs the graphs'
+first optimisations, is left out).
 
 Results: benchmarks/results/<--results_name>.{json,md} (default dropout_cost).
 """
@@ -131,6 +132,7 @@ def main(argv):
         print(f"{name}: built, first two steps {time.perf_counter() - start:.1f} s", flush=True)
     times = {name: [] for name in steps}
     for r in range(FLAGS.rounds):
+        common.wait_for_quiet(FLAGS.max_wait_quiet_s)
         for name, step in steps.items():
             start = time.perf_counter()
             for i in range(FLAGS.steps_per_round):
@@ -141,20 +143,27 @@ def main(argv):
     kept = {name: t[1:] if len(t) > 1 else t for name, t in times.items()}
     results = []
     for name, t in kept.items():
-        ratio = statistics.median(a / b for a, b in zip(t, kept["ours"]))
+        ratios = [a / b for a, b in zip(t, kept["ours"])]
+        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         results.append({"variant": name, "ms_per_step": statistics.median(t) * 1e3,
-                        "ratio_to_ours": ratio, "all_ms": [x * 1e3 for x in times[name]]})
-        print(f"{name}: {results[-1]['ms_per_step']:,.0f} ms a step, {ratio:.3f}x ours")
+                        "ratio_to_ours": statistics.median(ratios),
+                        "ratio_quartiles": [quartiles[0], quartiles[2]],
+                        "all_ms": [x * 1e3 for x in times[name]]})
+        print(f"{name}: {results[-1]['ms_per_step']:,.0f} ms a step, "
+              f"{results[-1]['ratio_to_ours']:.3f}x ours (quartiles "
+              f"{quartiles[0]:.3f}-{quartiles[2]:.3f})")
     none = next((x for x in results if x["variant"] == "none"), None)
     rows = []
     for x in results:
         share = "-"
         if none and x["variant"] != "none":
             share = f"{1 - none['ratio_to_ours'] / x['ratio_to_ours']:.1%}"
+        low, high = x["ratio_quartiles"]
         rows.append([x["variant"], f"{x['ms_per_step']:,.0f}", f"{x['ratio_to_ours']:.3f}x",
-                     share])
+                     f"{low:.3f}-{high:.3f}", share])
     table = common.markdown_table(["dropout", "ms/step (median)", "step time / ours (median "
-                                   "over rounds)", "dropout's share of the step"], rows)
+                                   "over rounds)", "the rounds' ratios, quartiles",
+                                   "dropout's share of the step"], rows)
     device = facts.get("device", "cpu")
     notes = [
         f"ELECTRA-{FLAGS.size.capitalize()}'s train step as `benchmarks/model_step.py` builds "
@@ -164,8 +173,10 @@ def main(argv):
         + f", on {'the CPU' if device == 'cpu' else device}; dropout 0.1 at each of the "
         "model's dropouts, swapped while the step traces.",
         f"{FLAGS.rounds} rounds of {FLAGS.steps_per_round} steps of each variant in turn, in "
-        "one process; the first round is left out. 'step time / ours' is the median over "
-        "the rounds of each round's ratio; 'dropout's share' is 1 - (none / variant).",
+        "one process, each round after waiting for other processes to use under 0.25 cores; "
+        "the first round is left out. 'step time / ours' is the median over the rounds of "
+        "each round's ratio, with the quartiles of those ratios beside it (a difference "
+        "inside them is noise); 'dropout's share' is 1 - (none / variant) of the medians.",
         "Variants: ours = the library's dropout (16-bit Philox draws; outside XLA the mask "
         "applied by an XLA-compiled loop); hashed = masks hashed from a key and each "
         "element's index, recomputed in the backward pass (`hashed_dropout`); tf_stateless "
@@ -191,7 +202,7 @@ if __name__ == "__main__":
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA (as on a GPU or TPU).")
     flags.DEFINE_list("variants", list(VARIANTS), "Dropouts to time: " + ", ".join(VARIANTS))
     flags.DEFINE_integer("rounds", 8, "Rounds of each variant's steps in turn.")
-    flags.DEFINE_integer("steps_per_round", 2, "Steps of a variant per round.")
+    flags.DEFINE_integer("steps_per_round", 3, "Steps of a variant per round.")
     flags.FLAGS.set_default("results_name", "dropout_cost")
     del model_step
     app.run(main)

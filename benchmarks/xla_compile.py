@@ -50,6 +50,8 @@ import common  # noqa: E402
 import model_step  # noqa: E402  (the steps, the batch and their flags)
 
 flags.DEFINE_string("compile_worker", None, "Internal: the implementation a worker compiles.")
+flags.DEFINE_enum("dropout", "library", ["library", "hashed"], "Our steps' dropout: the "
+                  "library's, or dropout_cost.py's hashed-mask candidate swapped in.")
 FLAGS = flags.FLAGS
 FLAGS.set_default("frameworks", ["ours", "ours_trainer", "model_garden"])
 FLAGS.set_default("steps", 3)
@@ -106,6 +108,10 @@ def run_worker() -> int:
     with np.load(FLAGS.batch_file) as data:
         batch = {k: data[k] for k in data.files}
     name, size = FLAGS.compile_worker, FLAGS.worker_size
+    if FLAGS.dropout == "hashed":
+        import dropout_cost
+        from electra_tf.modeling import layers
+        layers.dropout = dropout_cost.hashed_dropout
     start = time.perf_counter()
     if name == "ours":
         step, facts = model_step.build_ours(batch, size, jit_compile=True)
@@ -147,7 +153,7 @@ def run_worker() -> int:
 
 def run_child(name: str, size: str, batch_file: str, workdir: str, repeat: int) -> dict | None:
     result_file = os.path.join(workdir, f"{name}_{size}_{repeat}.json")
-    passed = ("steps", "seed", "max_predictions", "seq_length", "precision")
+    passed = ("steps", "seed", "max_predictions", "seq_length", "precision", "dropout")
     command = [sys.executable, os.path.abspath(__file__), f"--compile_worker={name}",
                f"--worker_size={size}", f"--batch_file={batch_file}",
                f"--result_file={result_file}"]
@@ -233,7 +239,10 @@ def main(argv):
         "discriminator, mlm + 50 * disc, backward, Keras' AdamW; dropout 0.1 on) and the "
         "trainer's step (the same model; our AdamWeightDecay, global-norm clipping, metrics, "
         "non-finite checks), each `tf.function(jit_compile=True)`, each implementation in "
-        "its own process.",
+        "its own process."
+        + (" Our steps' dropout: `benchmarks/dropout_cost.py`'s hashed-mask candidate "
+           "(`--dropout=hashed`) in place of the library's." if FLAGS.dropout == "hashed"
+           else ""),
         "HLO instructions: of the unoptimised module XLA is handed. Lowering: tracing the "
         "step and lowering it to that HLO. Compile: the first call less the median of the "
         f"{FLAGS.steps} calls after it. Medians over {FLAGS.repeats} processes each. The "
@@ -248,7 +257,7 @@ def main(argv):
               "run": common.run_info(),
               "settings": {f: FLAGS[f].value for f in (
                   "sizes", "frameworks", "batch_size", "seq_length", "max_predictions",
-                  "steps", "repeats", "seed", "precision")},
+                  "steps", "repeats", "seed", "precision", "dropout")},
               "results": results, "ratios": ratios, "failed": failed}
     body = table + "\n\n" + ratio_table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     paths = common.write_results(FLAGS.results_name, record, body)
