@@ -214,12 +214,13 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def replace_atomically(path: str, write):
-    """Calls write(file) on a temporary file of this process, then renames it to `path`: a
-    reader (another study sharing the work dir) never sees it half written, and an
-    interrupted write leaves the old file."""
+def replace_atomically(path: str, write, binary: bool = False):
+    """Calls write(file) on a temporary file of this process (text, or bytes with `binary`),
+    then renames it to `path`: a reader (another study sharing the work dir) never sees it
+    half written, and an interrupted write leaves the old file."""
     temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", newline="", encoding="utf-8") as f:
+    with (open(temporary, "wb") if binary
+          else open(temporary, "w", newline="", encoding="utf-8")) as f:
         write(f)
     os.replace(temporary, path)
 
@@ -246,7 +247,7 @@ def write_results(name: str, record: dict, markdown_body: str,
 def plot_panels(panels: list, lines: list, path: str, title: str, xlabel: str):
     """A 2 x 2 PNG of training curves: a panel per (tag, panel title) of `panels`, and in
     each a line per (label, matplotlib style, colour, {tag: [(step, value)]}) of `lines`
-    that has the tag. Written under another name and renamed: never half a PNG."""
+    that has the tag. Written by replace_atomically: never half a PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -262,10 +263,8 @@ def plot_panels(panels: list, lines: list, path: str, title: str, xlabel: str):
     axes.flat[0].legend()
     figure.suptitle(title)
     figure.tight_layout()
-    temporary = f"{path}.{os.getpid()}.tmp"
-    figure.savefig(temporary, dpi=110, format="png")
+    replace_atomically(path, lambda f: figure.savefig(f, dpi=110, format="png"), binary=True)
     plt.close(figure)
-    os.replace(temporary, path)
 
 
 AUSTEN_VOCAB = os.path.join(REPO, "data", "vocab", "bert_uncased.txt")

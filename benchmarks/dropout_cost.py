@@ -39,6 +39,7 @@ import tensorflow as tf  # noqa: E402
 
 import common  # noqa: E402
 
+from electra_tf.modeling import layers  # noqa: E402
 from electra_tf.stateless import fmix32  # noqa: E402
 
 VARIANTS = ("ours", "hashed", "tf_stateless", "none")
@@ -79,13 +80,12 @@ _xla_keep_scaled = tf.function(_keep_scaled, jit_compile=True, autograph=False)
 def hashed_dropout(inputs, rate: float, seed, replica_id=None):
     """Inverted dropout keeping an element when its hashed bits are at least
     round(rate * 2^32), scaled by 2^32 / (2^32 - that); the gradient recomputes the mask."""
-    from electra_tf.modeling.layers import xla_elementwise
     threshold = round(rate * 2 ** 32)
     if threshold >= 2 ** 32:
         return tf.zeros_like(inputs)
     key = hashed_key(seed, replica_id)
     scale = 2 ** 32 / (2 ** 32 - threshold)
-    keep_scaled = _xla_keep_scaled if xla_elementwise() else _traced_keep_scaled
+    keep_scaled = _xla_keep_scaled if layers.xla_elementwise() else _traced_keep_scaled
 
     @tf.custom_gradient
     def apply(x):
@@ -103,7 +103,6 @@ def tf_stateless_dropout(inputs, rate: float, seed, replica_id=None):
 def main(argv):
     del argv
     import model_step
-    from electra_tf.modeling import layers
 
     FLAGS = model_step.FLAGS
     unknown = [v for v in FLAGS.variants if v not in VARIANTS]
