@@ -4,10 +4,12 @@
     -> shuffle examples -> enumerate (stream index) -> batch (drop remainder)
     -> parse -> dynamic masking (masking.py) -> prefetch
 
-Everything is deterministic for a seed (parallel stages keep their order), and the iterator
-is a trackable object: put it in a tf.train.Checkpoint and a resumed run continues with the
-same examples *and* the same masks, because the masks are keyed by each example's index in
-the stream, which the iterator state carries.
+Everything is deterministic for a seed (parallel stages keep their order; the shuffles also
+key on TensorFlow's global seed, as every tf.data shuffle does, which `run_pretraining` sets
+to the same seed before it builds the pipeline), and the iterator is a trackable object: put
+it in a tf.train.Checkpoint and a resumed run continues with the same examples *and* the
+same masks, because the masks are keyed by each example's index in the stream, which the
+iterator state carries.
 
 Records may be ours or the official builder's (input_ids, input_mask, segment_ids), or
 pre-masked BERT records (also masked_lm_positions/ids/weights), which pass through as they
@@ -192,7 +194,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       whole_word_masking: select whole words: "##" pieces go with their word, or, when the
         records carry `word_start` (Chinese data built with --word_segmenter), the
         segmenter's words.
-      seed: keys shuffling and masking.
+      seed: keys shuffling and masking. The shuffles' order also depends on TensorFlow's
+        global seed (tf.data combines the two); `run_pretraining` sets it to `seed` first
+        (`keras.utils.set_random_seed`), so do the same to reproduce a run's order.
       is_training: repeat and shuffle; otherwise one ordered pass.
       input_context: from distribute_datasets_from_function.
       shuffle_buffer_size, cycle_length: tf.data knobs.
