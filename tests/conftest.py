@@ -46,6 +46,15 @@ def pytest_configure(config):
         cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
+@pytest.fixture(autouse=True)
+def no_gin_config_left():
+    """Each test leaves no gin bindings behind: a parse that failed half-way keeps the files
+    it had read bound, and a later test in the same process would run with them."""
+    yield
+    import gin
+    gin.clear_config()
+
+
 @pytest.fixture(scope="session")
 def mirrored_strategy():
     """The process's MirroredStrategy over the 2 logical CPUs (one for all tests: two over

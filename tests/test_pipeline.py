@@ -31,6 +31,7 @@ def assert_same(a, b):
 
 def test_batches_have_the_documented_structure(austen_data):
     directory, _ = austen_data
+    tf.random.set_seed(1)  # the shuffles key on the global seed too (as the run sets it)
     batch = next(iter(dataset(directory, seed=1)))
     assert {k: (tuple(v.shape), v.dtype.name) for k, v in batch.items()} == {
         "input_ids": ((16, 128), "int32"), "input_mask": ((16, 128), "int32"),

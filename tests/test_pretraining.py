@@ -245,6 +245,23 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
 
 
+def test_an_in_process_run_puts_back_the_sigterm_handler(tmp_path, data):
+    """During a run SIGTERM only flags a save for its loop (PreemptionCheckpointHandler);
+    after it, in a notebook or any longer process, the handler from before is back."""
+    def handler(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 2"])
+        assert signal.getsignal(signal.SIGTERM) is handler
+        with pytest.raises(ValueError, match="not finite"):
+            run(tmp_path / "nan", data, ["LEARNING_RATE = 1e30", "WARMUP_STEPS = 0"])
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     run(tmp_path / "a", data)
     run(tmp_path / "b", data, ["NUM_TRAIN_STEPS = 2"], init_checkpoint=str(tmp_path / "a"))

@@ -24,7 +24,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import signal
 import sys
+import threading
 
 from absl import logging as absl_logging
 import gin
@@ -120,14 +122,20 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     max_restores=max_restores)
     _check_choice("pretraining.precision", precision, PRECISIONS)
     _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
-    # The run sets Keras' global precision policy; put it back afterwards (tests and
-    # notebooks run several things in one process). Op determinism, once on, stays on for
-    # the process: TensorFlow has no public switch to turn it off.
+    # The run sets Keras' global precision policy and, through PreemptionCheckpointHandler,
+    # the process's SIGTERM handler (which only flags the signal for the run's loop, and
+    # holds the run's model): put both back afterwards (tests and notebooks run several
+    # things in one process; after the run a SIGTERM must end the process again). Op
+    # determinism, once on, stays on for the process: TensorFlow has no public switch to
+    # turn it off.
     policy = keras.mixed_precision.dtype_policy()
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         return _run(**locals())
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, deterministic,
