@@ -245,16 +245,27 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
 
 
-def test_an_in_process_run_puts_back_the_sigterm_handler(tmp_path, data):
-    """During a run SIGTERM only flags a save for its loop (PreemptionCheckpointHandler);
-    after it, in a notebook or any longer process, the handler from before is back."""
+def test_an_in_process_run_puts_back_what_it_set_for_the_process(tmp_path, data):
+    """During a run SIGTERM only flags a save for its loop (PreemptionCheckpointHandler),
+    and the run sets Keras' precision policy and (--deterministic) op determinism; after
+    it, in a notebook or any longer process, the handler, policy and determinism from
+    before are back, on success and on error."""
+    import keras
+    from tensorflow.python.framework import config
+
     def handler(signum, frame):
         pass
 
+    assert not config.is_op_determinism_enabled()
     before = signal.signal(signal.SIGTERM, handler)
     try:
-        run(tmp_path, data, ["NUM_TRAIN_STEPS = 2"])
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 2", "pretraining.precision = 'mixed_bfloat16'"],
+            deterministic=True)
         assert signal.getsignal(signal.SIGTERM) is handler
+        assert keras.mixed_precision.dtype_policy().name == "float32"
+        assert not config.is_op_determinism_enabled()
+        with open(tmp_path / "operative_config.gin") as f:  # the run did run with both
+            assert "pretraining.precision = 'mixed_bfloat16'" in f.read()
         with pytest.raises(ValueError, match="not finite"):
             run(tmp_path / "nan", data, ["LEARNING_RATE = 1e30", "WARMUP_STEPS = 0"])
         assert signal.getsignal(signal.SIGTERM) is handler

@@ -34,7 +34,9 @@ import keras
 import numpy as np
 import orbit
 import tensorflow as tf
-from tensorflow.python.util import deprecation  # silence(): no public equivalent
+# Not in the public API: silence() and turning op determinism back off.
+from tensorflow.python.framework import config as _determinism
+from tensorflow.python.util import deprecation
 
 from electra_tf import tokenization
 from electra_tf.data import masking, pipeline
@@ -122,18 +124,21 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     max_restores=max_restores)
     _check_choice("pretraining.precision", precision, PRECISIONS)
     _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
-    # The run sets Keras' global precision policy and, through PreemptionCheckpointHandler,
-    # the process's SIGTERM handler (which only flags the signal for the run's loop, and
-    # holds the run's model): put both back afterwards (tests and notebooks run several
-    # things in one process; after the run a SIGTERM must end the process again). Op
-    # determinism, once on, stays on for the process: TensorFlow has no public switch to
-    # turn it off.
+    # The run sets Keras' global precision policy, op determinism (--deterministic) and,
+    # through PreemptionCheckpointHandler, the process's SIGTERM handler (which only flags
+    # the signal for the run's loop, and holds the run's model): put all three back
+    # afterwards (tests and notebooks run several things in one process; after the run a
+    # SIGTERM must end the process again, and a later run without --deterministic must not
+    # pay for determinism). The global random seed stays as the run set it.
     policy = keras.mixed_precision.dtype_policy()
+    determinism = _determinism.is_op_determinism_enabled()
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         return _run(**locals())
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
+        if not determinism and _determinism.is_op_determinism_enabled():
+            _determinism.disable_op_determinism()
         if sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, sigterm)
 
