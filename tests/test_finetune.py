@@ -270,6 +270,52 @@ def test_classification_learns_and_results_json(tmp_path, init):
     assert not [p for p in os.listdir(tmp_path / "out") if p.endswith((".tmp", ".partial"))]
 
 
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_fine_tuning_learns_and_keeps_float32_weights(tmp_path, init, precision):
+    """finetuning.precision: the 32 reviews are learnt as in float32; the saved weights are
+    float32; under float16 every step whose gradients overflowed was skipped and halved the
+    loss scale (2^15 at the start, no growth in so few steps); the process's policy is back."""
+    import keras
+    import tensorflow as tf
+    rows = movie_rows()[:32]
+    train = write_csv(tmp_path / "train.csv", ["sentiment", "review"],
+                      [(r["sentiment"], r["text"]) for r in rows])
+    lines = []
+    results = finetune("classification", tmp_path / "out", init,
+                       ["LEARNING_RATE = 2e-3", "NUM_EPOCHS = 12", "LAYERWISE_LR_DECAY = 1.0",
+                        f"finetuning.precision = '{precision}'"],
+                       train_file=train, dev_file=train, text_column="review",
+                       label_column="sentiment", log=lines.append)
+    assert keras.mixed_precision.dtype_policy().name == "float32"
+    assert results["hyperparameters"]["precision"] == precision
+    assert results["median"]["accuracy"] == 1.0
+    trial = results["trials"][0]
+    if precision == "mixed_float16":
+        assert trial["final_loss_scale"] == 2.0 ** (15 - trial["skipped_steps"])
+        assert 0 < trial["skipped_steps"] < results["num_train_steps"] // 4
+        last_step = [line for line in lines if line.startswith("  step ")][-1]
+        assert last_step.endswith(f"| loss scale {trial['final_loss_scale']:g}, "
+                                  f"{trial['skipped_steps']} skipped")
+    else:
+        assert "skipped_steps" not in trial and "loss scale" not in " ".join(lines)
+    reader = tf.train.load_checkpoint(str(tmp_path / "out" / "trial_0" / "model" / "ckpt"))
+    dtypes = {v for k, v in reader.get_variable_to_dtype_map().items()
+              if k.startswith("model/") and "OPTIMIZER" not in k}
+    assert dtypes == {tf.float32}
+
+
+def test_an_unknown_precision_fails_before_training(tmp_path, init):
+    from electra_tf.errors import UserInputError
+    rows = movie_rows()[:8]
+    train = write_csv(tmp_path / "train.csv", ["sentiment", "review"],
+                      [(r["sentiment"], r["text"]) for r in rows])
+    with pytest.raises(UserInputError, match=r"finetuning.precision='bfloat16' is not one of "
+                                             r"float32, mixed_bfloat16, mixed_float16"):
+        finetune("classification", tmp_path / "out", init, ["finetuning.precision = 'bfloat16'"],
+                 train_file=train, dev_file=train, text_column="review",
+                 label_column="sentiment")
+    assert not os.path.exists(tmp_path / "out")
+
 def test_regression_jsonl_scores_match_predictions(tmp_path, init):
     from scipy import stats
     rows = movie_rows()

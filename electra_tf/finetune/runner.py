@@ -16,6 +16,7 @@ fine-tuned weights (`model/ckpt`) and `task_info.json`. Each file is written und
 temporary name and renamed, and a trial's folder appears only once it is complete.
 """
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -32,8 +33,10 @@ from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
 from electra_tf.finetune import metrics, squad, tasks
 from electra_tf.finetune.models import TaskModel
+from electra_tf.modeling import flops
 from electra_tf.modeling.config import SIZES, EncoderConfig, encoder_config
 from electra_tf.training import optimization, strategies
+from electra_tf.training.trainer import LossScale
 
 RESULTS = "results.json"
 TASK_INFO = "task_info.json"
@@ -116,6 +119,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    max_query_length: int = 64, max_answer_length: int = 30,
                    n_best_size: int = 20, no_answer_threshold: float = 0.5,
                    log_every: int | None = None, save_model: bool = True,
+                   precision: str = "float32",
                    strategy: tf.distribute.Strategy | None = None) -> dict:
     """Fine-tune `num_trials` times (seeds seed, seed+1, ...) and write results.json.
 
@@ -138,6 +142,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         extractive QA (see `squad`).
       log_every: steps between loss lines (default: 10 lines per trial).
       save_model: write each trial's fine-tuned weights.
+      precision: Keras' policy for the trials: float32, mixed_bfloat16 (TPUs, Ampere and
+        later GPUs) or mixed_float16 (dynamic loss scaling; a step whose gradients overflow
+        is skipped). The weights stay float32; the process's own policy is put back after.
       strategy: a MirroredStrategy or MultiWorkerMirroredStrategy
         (`strategies.create_strategy`) to split each batch over its replicas; the update
         equals one device's on the whole batch. None: the default device.
@@ -146,6 +153,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     """
     if num_trials < 1:
         raise UserInputError(f"--num_trials={num_trials} must be at least 1")
+    if precision not in flops.PRECISIONS:
+        raise UserInputError(f"finetuning.precision={precision!r} is not one of "
+                             f"{', '.join(flops.PRECISIONS)}")
     if max_seq_length > init.config.max_position_embeddings:
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} exceeds the encoder's "
                              f"{init.config.max_position_embeddings} positions; lower it")
@@ -181,36 +191,43 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
 
     tf.io.gfile.makedirs(model_dir)
     trials = []
-    for trial in range(num_trials):
-        trial_seed = seed + trial
-        started = time.time()
-        with strategy.scope():
-            model, optimizer = build_trial(
-                init, adapter.head, adapter.num_outputs, trial_seed, steps, learning_rate,
-                layerwise_lr_decay, official_layerwise_decay, warmup_proportion, head_dropout,
-                adapter.answerability, aggregate_gradients=False)
-        loss = _train(model, optimizer, adapter, train, steps, train_batch_size, trial_seed,
-                      clip_norm, log_every or max(1, steps // 10), log, strategy)
-        dev, outputs = {}, {}
-        for i, split in enumerate(adapter.dev_splits):
-            predicted = _predict(model, split.features, eval_batch_size)
-            scores = adapter.score(split, predicted, n_best_size=n_best_size,
-                                   max_answer_length=max_answer_length,
-                                   no_answer_threshold=no_answer_threshold)
-            suffix = "" if i == 0 else "_" + split.name.removeprefix("dev_")
-            dev.update({k + suffix: v for k, v in scores.items()})
-            outputs[split.name] = predicted
-        test_outputs = {s.name: _predict(model, s.features, eval_batch_size)
-                        for s in adapter.test_splits}
-        trial_dir = os.path.join(model_dir, f"trial_{trial}")
-        _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
-                     max_seq_length, max_query_length, trial_seed,
-                     dict(n_best_size=n_best_size, max_answer_length=max_answer_length,
-                          no_answer_threshold=no_answer_threshold), save_model)
-        trials.append({"seed": trial_seed, "dev": dev, "final_train_loss": loss,
-                       "seconds": round(time.time() - started, 1)})
-        log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
-            f"{k} {v:.4f}" for k, v in dev.items()))
+    with _precision_policy(precision):
+        for trial in range(num_trials):
+            trial_seed = seed + trial
+            started = time.time()
+            with strategy.scope():
+                model, optimizer = build_trial(
+                    init, adapter.head, adapter.num_outputs, trial_seed, steps, learning_rate,
+                    layerwise_lr_decay, official_layerwise_decay, warmup_proportion,
+                    head_dropout, adapter.answerability, aggregate_gradients=False)
+                loss_scale = LossScale() if precision == "mixed_float16" else None
+            loss, skipped = _train(model, optimizer, adapter, train, steps, train_batch_size,
+                                   trial_seed, clip_norm, log_every or max(1, steps // 10), log,
+                                   strategy, loss_scale)
+            dev, outputs = {}, {}
+            for i, split in enumerate(adapter.dev_splits):
+                predicted = _predict(model, split.features, eval_batch_size)
+                scores = adapter.score(split, predicted, n_best_size=n_best_size,
+                                       max_answer_length=max_answer_length,
+                                       no_answer_threshold=no_answer_threshold)
+                suffix = "" if i == 0 else "_" + split.name.removeprefix("dev_")
+                dev.update({k + suffix: v for k, v in scores.items()})
+                outputs[split.name] = predicted
+            test_outputs = {s.name: _predict(model, s.features, eval_batch_size)
+                            for s in adapter.test_splits}
+            trial_dir = os.path.join(model_dir, f"trial_{trial}")
+            _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
+                         max_seq_length, max_query_length, trial_seed,
+                         dict(n_best_size=n_best_size, max_answer_length=max_answer_length,
+                              no_answer_threshold=no_answer_threshold), save_model)
+            record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
+                      "seconds": round(time.time() - started, 1)}
+            if loss_scale is not None:  # steps skipped for overflowing gradients
+                record.update(skipped_steps=skipped,
+                              final_loss_scale=float(loss_scale.scale.numpy()))
+            trials.append(record)
+            log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
+                f"{k} {v:.4f}" for k, v in dev.items()))
     results = summarize(task.name, task.metric, trials)
     results.update(
         init_checkpoint=init.source, num_train_examples=len(task_data.train.examples),
@@ -219,10 +236,21 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              num_epochs=epochs, max_seq_length=max_seq_length,
                              layerwise_lr_decay=layerwise_lr_decay,
                              official_layerwise_decay=official_layerwise_decay,
-                             warmup_proportion=warmup_proportion))
+                             warmup_proportion=warmup_proportion, precision=precision))
     _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
     return results
+
+
+@contextlib.contextmanager
+def _precision_policy(precision: str):
+    """Keras' global policy set to `precision` inside, put back after."""
+    before = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy(before)
 
 
 def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, steps: int,
@@ -289,14 +317,22 @@ def _signature(features: dict) -> dict:
 
 
 def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_norm,
-           log_every, log, strategy) -> float:
+           log_every, log, strategy, loss_scale=None) -> tuple[float, int]:
     """`steps` AdamW steps over shuffled batches; returns the mean loss of the last
-    `log_every` steps. Each replica takes an equal slice of every batch; its loss is
-    weighted by its share of the batch's loss denominator (examples, or tagged tokens), the
-    gradients are summed over replicas, then clipped by their global norm and applied: the
-    update of one device running the whole batch."""
+    `log_every` steps and the number of steps skipped. Each replica takes an equal slice of
+    every batch; its loss is weighted by its share of the batch's loss denominator
+    (examples, or tagged tokens), the gradients are summed over replicas, then clipped by
+    their global norm and applied: the update of one device running the whole batch. With
+    a `LossScale` (mixed_float16) the loss is scaled before the gradients and they are
+    unscaled after; a step whose gradients overflow is skipped and the scale halves."""
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
+
+    def apply(grads, finite):
+        if loss_scale is None:
+            optimizer.apply(grads, variables)
+        else:
+            optimizer.apply_gradients(zip(grads, variables), where=finite)
 
     def replica_step(batch):
         context = tf.distribute.get_replica_context()
@@ -304,26 +340,33 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         total = strategies.sum_over_replicas(context, count)
         with tf.GradientTape() as tape:
             loss = adapter.loss(model(batch, training=True), batch) * (count / total)
+            scaled = loss if loss_scale is None else loss * loss_scale.scale
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(tape.gradient(loss, variables), variables)]
+                 for g, v in zip(tape.gradient(scaled, variables), variables)]
         grads = strategies.sum_over_replicas(context, grads)
         loss = strategies.sum_over_replicas(context, loss)
+        finite = tf.constant(True)
+        if loss_scale is not None:
+            grads = [g / loss_scale.scale for g in grads]
+            finite = tf.math.is_finite(tf.linalg.global_norm(grads))
         if clip_norm:
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         if replicas == 1 or tf.__internal__.distribute.strategy_supports_no_merge_call():
-            optimizer.apply(grads, variables)
+            apply(grads, finite)
         else:
-            context.merge_call(lambda distribution, g: distribution.extended.call_for_each_replica(
-                lambda g: optimizer.apply(g, variables), args=(g,)), args=(grads,))
-        return loss
+            context.merge_call(lambda distribution, g, f: distribution.extended
+                               .call_for_each_replica(apply, args=(g, f)), args=(grads, finite))
+        if loss_scale is not None:
+            loss_scale.update(finite)
+        return loss, finite
 
     if replicas == 1:
         step = tf.function(replica_step, input_signature=[_signature(features)])
     else:
         @tf.function(reduce_retracing=True)
         def step(batch):
-            losses = strategy.run(replica_step, args=(batch,))
-            return strategy.experimental_local_results(losses)[0]
+            results = strategy.run(replica_step, args=(batch,))
+            return tuple(strategy.experimental_local_results(r)[0] for r in results)
 
     def distribute(batch):
         if replicas == 1:
@@ -337,18 +380,23 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     n = len(features["input_ids"])
     order = np.empty(0, np.int64)  # the data order: one permutation per epoch, batches
     recent, last = [], float("nan")  # may span two epochs (as the official repeat+shuffle)
+    skipped = 0
     for s in range(steps):
         while len(order) < batch_size:
             order = np.concatenate([order, rng.permutation(n)])
         index, order = order[:batch_size], order[batch_size:]
-        recent.append(float(step(distribute(_batch(features, index)))))
+        loss, applied = step(distribute(_batch(features, index)))
+        recent.append(float(loss))
+        skipped += not bool(applied)
         if not np.isfinite(recent[-1]):
             raise UserInputError(f"the loss is {recent[-1]} at step {s + 1}; lower "
                                  "LEARNING_RATE (or check the labels)")
         if (s + 1) % log_every == 0 or s + 1 == steps:
             last, recent = float(np.mean(recent)), []
-            log(f"  step {s + 1}/{steps} | loss {last:.4f}")
-    return last
+            log(f"  step {s + 1}/{steps} | loss {last:.4f}"
+                + (f" | loss scale {float(loss_scale.scale.numpy()):g}, {skipped} skipped"
+                   if loss_scale is not None else ""))
+    return last, skipped
 
 
 def _predict(model, features: dict, batch_size: int) -> dict:
