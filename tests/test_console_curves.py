@@ -6,14 +6,11 @@ import subprocess
 import sys
 
 import pytest
-from absl import flags
 
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-_ENVIRONMENT, _FLAGS = dict(os.environ), set(flags.FLAGS)
 import console_curves  # noqa: E402
-_IMPORT_CHANGED = (dict(os.environ) != _ENVIRONMENT, set(flags.FLAGS) != _FLAGS)
 
 LOG = """XLA compilation cache: /tmp/run/xla_cache (0 compiled programs from earlier runs)
 step 100/300 | loss 34.0689 (generator 10.2844, discriminator 0.4757) | 191.3 examples/s | MFU 0.2% | ETA 4h26m
@@ -58,10 +55,3 @@ def test_bad_arguments_give_one_line_and_write_nothing(tmp_path, args, message):
     assert len(lines) == 1 and message.format(empty=empty) in lines[0], done.stderr
     assert not [f for f in os.listdir(os.path.join(ROOT, "benchmarks", "results"))
                 if f.startswith(name)]
-
-
-def test_importing_it_leaves_the_environment_and_the_flags_alone():
-    # An inherited TF_CPP_MIN_LOG_LEVEL would reach every later subprocess of the test run,
-    # letting TensorFlow's start-up lines through the one-line errors; flags defined at
-    # import would clash with the other benchmarks' (zh_pos_study's --results_name).
-    assert _IMPORT_CHANGED == (False, False)
