@@ -304,6 +304,46 @@ def test_mixed_precision_fine_tuning_learns_and_keeps_float32_weights(tmp_path, 
     assert dtypes == {tf.float32}
 
 
+def test_xla_fine_tuning_trains_the_weights_of_the_uncompiled_step(tmp_path, init,
+                                                                    mirrored_strategy):
+    """finetuning.jit_compile: XLA compiles the forward and backward pass of batches cut to
+    a multiple of 32 tokens (padding the attention masks out); with dropout off the weights
+    end as the uncompiled step's, on one device and on 2 replicas."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from electra_tf.finetune import runner
+    quiet = dataclasses.replace(init, config=dataclasses.replace(
+        init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
+    rows = movie_rows()[:24]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"],
+                      [(r["sentiment"], r["text"]) for r in rows])
+    weights = {}
+    for name, jit, strategy in (("plain", False, None), ("xla", True, None),
+                                ("xla_mirrored", True, mirrored_strategy)):
+        results = finetune("classification", tmp_path / name, quiet,
+                           ["NUM_EPOCHS = 2", "LEARNING_RATE = 1e-3",
+                            "finetuning.head_dropout = 0.0", f"finetuning.jit_compile = {jit}"],
+                           strategy=strategy, train_file=train, dev_file=train)
+        assert results["hyperparameters"]["jit_compile"] is jit
+        reader = tf.train.load_checkpoint(str(tmp_path / name / "trial_0" / "model" / "ckpt"))
+        weights[name] = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+                         if n.startswith("model/") and "OPTIMIZER_SLOT" not in n}
+    assert len(weights["plain"]) > 20
+    for name in ("xla", "xla_mirrored"):
+        assert weights[name].keys() == weights["plain"].keys()
+        for key in weights["plain"]:
+            np.testing.assert_allclose(weights[name][key], weights["plain"][key], rtol=1e-4,
+                                       atol=2e-5, err_msg=f"{name}: {key}")
+    features = {"input_ids": np.ones((3, 48), np.int32),
+                "input_mask": (np.arange(48) < np.array([[5], [20], [40]])).astype(np.int32),
+                "label_ids": np.arange(3)}
+    assert runner._batch(features, np.array([0, 1]), 32)["input_ids"].shape == (2, 32)
+    assert runner._batch(features, np.array([0, 2]), 32)["input_mask"].shape == (2, 48)
+    assert runner._batch(features, np.array([0, 1]))["input_ids"].shape == (2, 20)
+    assert runner._batch(features, np.array([2]), 32)["label_ids"].tolist() == [2]
+
 def test_an_unknown_precision_fails_before_training(tmp_path, init):
     from electra_tf.errors import UserInputError
     rows = movie_rows()[:8]

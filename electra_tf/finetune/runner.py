@@ -119,7 +119,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    max_query_length: int = 64, max_answer_length: int = 30,
                    n_best_size: int = 20, no_answer_threshold: float = 0.5,
                    log_every: int | None = None, save_model: bool = True,
-                   precision: str = "float32",
+                   precision: str = "float32", jit_compile: bool = False,
                    strategy: tf.distribute.Strategy | None = None) -> dict:
     """Fine-tune `num_trials` times (seeds seed, seed+1, ...) and write results.json.
 
@@ -145,6 +145,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       precision: Keras' policy for the trials: float32, mixed_bfloat16 (TPUs, Ampere and
         later GPUs) or mixed_float16 (dynamic loss scaling; a step whose gradients overflow
         is skipped). The weights stay float32; the process's own policy is put back after.
+      jit_compile: compile each step's forward and backward pass with XLA (GPUs, where the
+        uncompiled step is bound by kernel launches). Batches are then padded to a multiple
+        of 32 tokens, so that XLA compiles one program per 32 tokens of length, not one per
+        length.
       strategy: a MirroredStrategy or MultiWorkerMirroredStrategy
         (`strategies.create_strategy`) to split each batch over its replicas; the update
         equals one device's on the whole batch. None: the default device.
@@ -203,7 +207,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 loss_scale = LossScale() if precision == "mixed_float16" else None
             loss, skipped = _train(model, optimizer, adapter, train, steps, train_batch_size,
                                    trial_seed, clip_norm, log_every or max(1, steps // 10), log,
-                                   strategy, loss_scale)
+                                   strategy, loss_scale, jit_compile)
             dev, outputs = {}, {}
             for i, split in enumerate(adapter.dev_splits):
                 predicted = _predict(model, split.features, eval_batch_size)
@@ -236,7 +240,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              num_epochs=epochs, max_seq_length=max_seq_length,
                              layerwise_lr_decay=layerwise_lr_decay,
                              official_layerwise_decay=official_layerwise_decay,
-                             warmup_proportion=warmup_proportion, precision=precision))
+                             warmup_proportion=warmup_proportion, precision=precision,
+                             jit_compile=jit_compile))
     _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
     return results
@@ -306,9 +311,14 @@ def table(results: dict) -> str:
 # ------------------------------------------------------------------------------ loop
 
 
-def _batch(features: dict, index: np.ndarray) -> dict:
-    """Rows `index` of the features, cut to the longest sequence among them."""
-    length = int(features["input_mask"][index].sum(axis=1).max())
+LENGTH_MULTIPLE = 32  # under XLA, training batches are cut to a multiple of this many tokens
+
+
+def _batch(features: dict, index: np.ndarray, multiple: int = 1) -> dict:
+    """Rows `index` of the features, cut to the longest sequence among them rounded up to
+    a multiple of `multiple` (at most the features' length)."""
+    longest = int(features["input_mask"][index].sum(axis=1).max())
+    length = min(features["input_mask"].shape[1], -(-longest // multiple) * multiple)
     return {k: (v[index][:, :length] if v.ndim == 2 else v[index]) for k, v in features.items()}
 
 
@@ -317,14 +327,16 @@ def _signature(features: dict) -> dict:
 
 
 def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_norm,
-           log_every, log, strategy, loss_scale=None) -> tuple[float, int]:
+           log_every, log, strategy, loss_scale=None, jit_compile=False) -> tuple[float, int]:
     """`steps` AdamW steps over shuffled batches; returns the mean loss of the last
     `log_every` steps and the number of steps skipped. Each replica takes an equal slice of
     every batch; its loss is weighted by its share of the batch's loss denominator
     (examples, or tagged tokens), the gradients are summed over replicas, then clipped by
     their global norm and applied: the update of one device running the whole batch. With
     a `LossScale` (mixed_float16) the loss is scaled before the gradients and they are
-    unscaled after; a step whose gradients overflow is skipped and the scale halves."""
+    unscaled after; a step whose gradients overflow is skipped and the scale halves. With
+    `jit_compile` XLA compiles the forward and backward pass (the replicas' all-reduce and
+    the update stay outside it, so any strategy runs it)."""
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
 
@@ -334,15 +346,23 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         else:
             optimizer.apply_gradients(zip(grads, variables), where=finite)
 
+    def gradients(batch, weight):
+        """This replica's loss, times `weight` (its share of the batch), and gradients."""
+        with tf.GradientTape() as tape:
+            loss = adapter.loss(model(batch, training=True), batch) * weight
+            scaled = loss if loss_scale is None else loss * loss_scale.scale
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(tape.gradient(scaled, variables), variables)]
+        return loss, grads
+
+    if jit_compile:
+        gradients = tf.function(gradients, jit_compile=True)
+
     def replica_step(batch):
         context = tf.distribute.get_replica_context()
         count = adapter.loss_count(batch)
         total = strategies.sum_over_replicas(context, count)
-        with tf.GradientTape() as tape:
-            loss = adapter.loss(model(batch, training=True), batch) * (count / total)
-            scaled = loss if loss_scale is None else loss * loss_scale.scale
-        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(tape.gradient(scaled, variables), variables)]
+        loss, grads = gradients(batch, count / total)
         grads = strategies.sum_over_replicas(context, grads)
         loss = strategies.sum_over_replicas(context, loss)
         finite = tf.constant(True)
@@ -385,7 +405,8 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         while len(order) < batch_size:
             order = np.concatenate([order, rng.permutation(n)])
         index, order = order[:batch_size], order[batch_size:]
-        loss, applied = step(distribute(_batch(features, index)))
+        loss, applied = step(distribute(_batch(features, index,
+                                               LENGTH_MULTIPLE if jit_compile else 1)))
         recent.append(float(loss))
         skipped += not bool(applied)
         if not np.isfinite(recent[-1]):
