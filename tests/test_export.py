@@ -363,7 +363,9 @@ def task_exports(tmp_path_factory):
     pairs = [(rows[42]["text"], rows[43]["text"]), (LONG, "Short."), ("Short.", LONG),
              (LONG, LONG + " again"), ("", "")]
     sentences = [_words(rows[44]["text"]), ["Mr", "\u0301", "Darcy", "smiled", "."],
-                 ["Word"] * 60, ["ﬁne", "Ünïcödé", "中文"]]
+                 ["Word"] * 60, ["ﬁne", "Ünïcödé", "中文"],
+                 # 11 pieces that do not fit after 40 words, then words that would
+                 ["Word"] * 40 + ["supercalifragilisticexpialidocious", "c", "d"]]
     questions = [("What is the first word?", rows[45]["text"]),
                  (rows[46]["text"] + "? " + LONG, rows[47]["text"]),
                  ("Who?", LONG), ("What is the first word?", "")]
@@ -451,7 +453,8 @@ def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):
 def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
     run, out = task_exports["runs"]["tagging"], task_exports["outputs"]["tagging"]
     text, ids, (_, positions, cut) = task_exports["inputs"]["tagging"]
-    assert run["labels"] == ["CAP", "O"] and cut == 60 - (L - 2)  # whole words that fit
+    # Whole words that fit: 60 - 46 of the 60 "Word"s, and the last 3 of the fifth sentence.
+    assert run["labels"] == ["CAP", "O"] and cut == 60 - (L - 2) + 3
     expected = _expected(task_exports, "tagging")["logits"]
     mask = ids["input_mask"].astype(bool)
     np.testing.assert_array_equal(out["serving_default__input_mask"], ids["input_mask"])
@@ -473,6 +476,8 @@ def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
         assert out["serving_default__word_tags"][n][:len(words)].tolist() == [
             labels[tag_ids[n, p]] if p >= 0 else "" for p in positions[n, :len(words)]]
     assert vocab[ids["input_ids"][1, 2]] == "[UNK]"  # a word that normalises away
+    # Words after the first that does not fit are cut too: a prefix, as serving keeps.
+    assert positions[4, 39] == 40 and positions[4, 40:43].tolist() == [-1, -1, -1]
 
 
 def test_task_qa_question_context_answer_and_answerability(task_exports):

@@ -176,6 +176,27 @@ def test_readers_csv_tsv_jsonl_agree_and_keep_string_labels(tmp_path):
     assert ratings[0].label == pytest.approx(float(rows[0]["rating"]))
 
 
+def test_tsv_files_plain_or_quoted_keep_every_row_and_quote(tmp_path):
+    """A plain TSV (GLUE's kind) takes a double quote as a character: a text opening with
+    one does not swallow the tabs and lines after it. A TSV quoted as Python's csv and
+    pandas write it (fields with quotes, tabs or line breaks wrapped, quotes doubled) is
+    read back to its texts."""
+    from electra_tf.finetune import readers
+    plain = tmp_path / "plain.tsv"
+    plain.write_text('text\tlabel\n"Meh, boring\tneg\nA solid film, fine"\tpos\n'
+                     '"Wow" is great\tpos\nok\tneg\n', encoding="utf-8")
+    examples = readers.read_table(str(plain))
+    assert [(e.text_a, e.label) for e in examples] == [
+        ('"Meh, boring', "neg"), ('A solid film, fine"', "pos"), ('"Wow" is great', "pos"),
+        ("ok", "neg")]
+    texts = ['He said "hi"', 'a\ttab and "quotes"', "two\nlines", "plain"]
+    quoted = write_csv(tmp_path / "quoted.tsv", ["text", "label"],
+                       [(t, "pos") for t in texts], delimiter="\t")
+    assert [e.text_a for e in readers.read_table(quoted)] == texts
+    assert [e.text_a for e in readers.read_table(write_csv(
+        tmp_path / "one.tsv", ["text", "label"], [(texts[0], "pos")], delimiter="\t"))] == [
+        texts[0]]
+
 def test_conll_reader(tmp_path):
     from electra_tf.finetune import readers
     path = tmp_path / "x.txt"

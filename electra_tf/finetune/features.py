@@ -58,7 +58,8 @@ def encode_tagging(tokenizer: Tokenizer, sentences, max_seq_length: int,
     """Features of tagged sentences: `label_ids` [N, L] (the tag id at each word's first
     piece), `label_weights` [N, L] (1 there), and `word_positions` [N, max words] (the
     position of each word's first piece, -1 for words cut off or beyond the sentence).
-    Also returns the count of words that did not fit."""
+    A sentence keeps the whole words that fit, up to the first that does not (the exported
+    tagger's truncation). Also returns the count of words that did not fit."""
     words = [w for s in sentences for w in s.words]
     pieces = tokenizer.encode(words) if words else []
     index = {label: i for i, label in enumerate(labels)}
@@ -68,10 +69,12 @@ def encode_tagging(tokenizer: Tokenizer, sentences, max_seq_length: int,
     cut, k = 0, 0
     for n, sentence in enumerate(sentences):
         ids, tags, weights = [tokenizer.cls_id], [0], [0]
+        full = False  # from the first word that does not fit, every word is cut (a prefix)
         for w in range(len(sentence.words)):
             word_pieces = pieces[k] or [tokenizer.unk_id]  # a word that normalises away
             k += 1
-            if len(ids) + len(word_pieces) > max_seq_length - 1:
+            full = full or len(ids) + len(word_pieces) > max_seq_length - 1
+            if full:
                 cut += 1
                 continue
             positions[n, w] = len(ids)

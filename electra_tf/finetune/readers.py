@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import sys
 
 import tensorflow as tf
@@ -53,6 +54,25 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if lines and not lines[-1] else lines
 
 
+_QUOTED_FIELD = re.compile(r'"(?:[^"]|"")*"')
+
+
+def _plain_tsv(text: str) -> bool:
+    """Whether a TSV file is plain (GLUE's kind: a double quote is an ordinary character)
+    rather than quoted as Python's csv, pandas and spreadsheets write it (a field holding a
+    quote, tab or line break is wrapped in quotes, its quotes doubled). Read quoted, a
+    plain file's text opening with a quote would run over tabs and lines to the next one.
+    Plain: every line splits on tabs into the header's number of fields, and some field
+    holding a quote is not one wrapped field."""
+    lines = [line for line in _lines(text) if line.strip()]
+    if not lines:
+        return False
+    width = len(lines[0].split("\t"))
+    fields = [line.split("\t") for line in lines]
+    return (all(len(row) == width for row in fields)
+            and any('"' in f and not _QUOTED_FIELD.fullmatch(f) for row in fields for f in row))
+
+
 def table_format(path: str) -> str:
     """csv, tsv or jsonl, from the file's extension."""
     ext = os.path.splitext(path)[1].lower()
@@ -88,7 +108,9 @@ def _rows(path: str):
             rows.append((number, row))
             columns.update(row)
         return rows, sorted(columns)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t")
+    plain = fmt == "tsv" and _plain_tsv(text)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t",
+                        quoting=csv.QUOTE_NONE if plain else csv.QUOTE_MINIMAL)
     try:
         header = next(reader)
     except StopIteration:
