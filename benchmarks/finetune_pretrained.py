@@ -224,7 +224,7 @@ def main(argv):
                    f"--dev_file={dev_csv}", *task_flags[1:], f"--num_trials={FLAGS.num_trials}",
                    "--seed=0", f"--gin_file={FLAGS.finetune_gin}",
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
-                   "--gin_bindings=finetuning.save_model=False", *extra]
+                   "--gin_bindings=finetuning.save_model=False", "--overwrite", *extra]
         result = None if FLAGS.refinetune else common.earlier_finetuning(
             out, init, FLAGS.num_trials, n, FLAGS.finetune_bindings, bool(extra))
         if result is None:

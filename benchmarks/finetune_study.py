@@ -171,7 +171,7 @@ def main(argv):
                    f"--init_checkpoint={init}", f"--train_file={train_csv}",
                    f"--dev_file={dev_csv}", f"--model_dir={out}",
                    f"--num_trials={FLAGS.num_trials}", "--gin_file=finetune/tiny.gin",
-                   "--gin_bindings=finetuning.save_model=False",
+                   "--gin_bindings=finetuning.save_model=False", "--overwrite",
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings], *extra]
         result = None if FLAGS.refinetune else common.earlier_finetuning(
             out, init, FLAGS.num_trials, len(train_rows), FLAGS.finetune_bindings, bool(extra))

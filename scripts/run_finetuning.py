@@ -31,6 +31,8 @@ flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's 
                     "convert_checkpoint.py's) or a ckpt-N prefix in one; 'none' for a "
                     "randomly initialised encoder of --model_size.")
 flags.DEFINE_string("model_dir", None, "Where results.json, predictions and weights go.")
+flags.DEFINE_bool("overwrite", False, "Replace the run --model_dir already holds (its "
+                  "results.json and trial_K folders); without it such a dir is refused.")
 flags.DEFINE_string("data_dir", None, "A named task's folder (e.g. GLUE's SST-2), or a folder "
                     "with train/dev[/test] .csv/.tsv/.jsonl (.txt for tagging).")
 flags.DEFINE_string("train_file", None, "Training file (instead of --data_dir).")
@@ -63,6 +65,7 @@ flags.mark_flags_as_required(["task", "init_checkpoint", "model_dir"])
 def main(argv):
     del argv
     task = tasks.get_task(FLAGS.task)
+    runner.check_model_dir(FLAGS.model_dir, FLAGS.overwrite)
     # Files first: a bad file fails before a model is loaded or anything is written.
     data = tasks.load(task, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
@@ -77,7 +80,8 @@ def main(argv):
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
     strategy = strategies.create_strategy(FLAGS.strategy)
     results = runner.run_finetuning(data, init, FLAGS.model_dir, num_trials=FLAGS.num_trials,
-                                    seed=FLAGS.seed, strategy=strategy)
+                                    seed=FLAGS.seed, strategy=strategy,
+                                    overwrite=FLAGS.overwrite)
     metric = results["metric"]
     print(f"done: {task.name} dev {metric} median {results['median'][metric]:.4f} over "
           f"{FLAGS.num_trials} trial(s); results in "

@@ -55,7 +55,7 @@ def init(model_dir):
 
 
 def finetune(task, out, init, bindings=(), num_trials=1, seed=0, strategy=None, log=None,
-             **files):
+             overwrite=False, **files):
     """tasks.load + run_finetuning in this process under finetune/tiny.gin + bindings."""
     import gin
 
@@ -66,7 +66,8 @@ def finetune(task, out, init, bindings=(), num_trials=1, seed=0, strategy=None, 
                                             "finetuning.eval_batch_size = 32"] + list(bindings))
     try:
         return runner.run_finetuning(data, init, str(out), num_trials=num_trials, seed=seed,
-                                     log=log or (lambda *_: None), strategy=strategy)
+                                     log=log or (lambda *_: None), strategy=strategy,
+                                     overwrite=overwrite)
     finally:
         gin.clear_config()
 
@@ -766,6 +767,14 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
     assert results["median"]["accuracy"] == 1.0
     table = read_tsv(out / "trial_0" / "dev_predictions.tsv")
     assert [r[2] for r in table[1:]] == [names[label] for label, _ in picked]
+    # The same command again is refused before anything is loaded: the run stays whole.
+    before = (out / "results.json").read_bytes()
+    again = subprocess.run(result.args, capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir={out} already holds a fine-tuning run (results.json, trial_0); "
+        "pass --overwrite to replace it, or choose another --model_dir")
+    assert (out / "results.json").read_bytes() == before
 
 
 # ------------------------------------------------------------------------------ bad input
@@ -821,6 +830,29 @@ def test_missing_column_and_unknown_label_name_the_file_and_the_fix(tmp_path):
         tasks.load(task, train_file=good, dev_file=dev, label_column="sentiment",
                    text_b_column="review")
 
+
+def test_overwrite_replaces_the_whole_earlier_run(tmp_path, init):
+    """--overwrite deletes the earlier run's results.json and trial folders before training,
+    so the dir never holds scores of one run beside trials of another."""
+    from electra_tf.errors import UserInputError
+    rows = movie_rows()[:16]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"],
+                      [(r["sentiment"], r["text"]) for r in rows])
+    out = tmp_path / "out"
+    quick = ["finetuning.max_train_steps = 1", "finetuning.save_model = False"]
+    finetune("classification", out, init, quick, num_trials=3, train_file=train,
+             dev_file=train)
+    with pytest.raises(UserInputError, match=r"already holds a fine-tuning run \(results.json, "
+                                             r"trial_0, trial_1, \.\.\.\); pass --overwrite"):
+        finetune("classification", out, init, quick, train_file=train, dev_file=train)
+    (out / "notes.txt").write_text("mine")
+    results = finetune("classification", out, init, quick, seed=5, overwrite=True,
+                       train_file=train, dev_file=train)
+    assert [t["seed"] for t in results["trials"]] == [5]
+    assert json.loads((out / "results.json").read_text())["trials"][0]["seed"] == 5
+    assert sorted(os.listdir(out)) == ["notes.txt", "results.json", "trial_0"]
+    info = json.loads((out / "trial_0" / "task_info.json").read_text())
+    assert info["seed"] == 5
 
 def test_bad_inputs_in_process(tmp_path):
     from electra_tf.errors import UserInputError

@@ -261,7 +261,8 @@ def _finetune(job: Job):
                                       random_init=job.value("random_init") == "")
     gin_files.parse(job.values("gin_file"), job.values("gin_bindings"))
     runner.run_finetuning(data, init, job.value("model_dir"),
-                          num_trials=int(job.value("num_trials")), seed=int(job.value("seed")))
+                          num_trials=int(job.value("num_trials")), seed=int(job.value("seed")),
+                          overwrite=job.value("overwrite") == "")
 
 
 def _build_data(job: Job):
@@ -280,7 +281,7 @@ IN_PROCESS = {
     "scripts/run_finetuning.py": (_finetune, {"task", "init_checkpoint", "model_dir",
                                               "train_file", "dev_file", "label_column",
                                               "num_trials", "seed", "gin_file",
-                                              "gin_bindings", "random_init"}),
+                                              "gin_bindings", "random_init", "overwrite"}),
     "scripts/build_pretraining_data.py": (_build_data, {"input", "vocab_file", "output_dir",
                                                         "max_seq_length", "num_workers",
                                                         "progress"}),
@@ -607,6 +608,7 @@ def finetuning_job(scale: Scale, init: str, model_dir: str, train_csv: str, dev_
                  ("gin_file", scale.finetune_gin)]
     job_flags += [("gin_bindings", b) for b in (*scale.finetune_bindings,
                                                 "finetuning.save_model=False")]
+    job_flags.append(("overwrite", ""))  # an interrupted job's trials are redone
     if random_init:
         job_flags.append(("random_init", ""))
     return Job("scripts/run_finetuning.py", job_flags)

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 
 import gin
@@ -107,9 +108,9 @@ def default_gin_file(config: EncoderConfig) -> str:
 
 
 @gin.configurable("finetuning", denylist=["task_data", "init", "model_dir", "num_trials",
-                                          "seed", "log"])
+                                          "seed", "log", "overwrite"])
 def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: str,
-                   num_trials: int = 1, seed: int = 0, log=print, *,
+                   num_trials: int = 1, seed: int = 0, log=print, *, overwrite: bool = False,
                    learning_rate: float = 1e-4, train_batch_size: int = 32,
                    num_epochs: float | None = None, max_seq_length: int = 128,
                    layerwise_lr_decay: float = 0.8, official_layerwise_decay: bool = False,
@@ -127,6 +128,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       task_data: the task and its examples (`tasks.load`).
       init: the encoder to start from (`load_initialization`).
       model_dir: where results, predictions and weights go.
+      overwrite: replace the run a model dir already holds (its results.json and trial_K
+        folders, deleted first); without it such a dir is refused.
       learning_rate: peak learning rate (of the top layer and the head).
       train_batch_size, max_seq_length: the batch and the sequence length.
       num_epochs: passes over the training set; None: the paper's for the task (3; 10 for
@@ -157,6 +160,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     """
     if num_trials < 1:
         raise UserInputError(f"--num_trials={num_trials} must be at least 1")
+    earlier = check_model_dir(model_dir, overwrite)
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
                              f"{', '.join(flops.PRECISIONS)}")
@@ -193,6 +197,12 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         f"({n_train} features), {steps} steps of {train_batch_size} ({span}), "
         f"from {init.source}")
 
+    for name in earlier:  # results.json first: a run stopped now leaves no stale scores
+        path = os.path.join(model_dir, name)
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
     tf.io.gfile.makedirs(model_dir)
     trials = []
     with _precision_policy(precision):
@@ -245,6 +255,25 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
     return results
+
+
+_TRIAL_DIR = re.compile(r"trial_\d+(\.partial)?")
+
+
+def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
+    """What an earlier run left in `model_dir` (results.json first, then its trial
+    folders), for `overwrite` to delete; without `overwrite` such a dir is an error."""
+    if not tf.io.gfile.isdir(model_dir):
+        return []
+    names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
+    earlier = ([RESULTS] if RESULTS in names else []) + sorted(
+        n for n in names if _TRIAL_DIR.fullmatch(n))
+    if earlier and not overwrite:
+        raise UserInputError(
+            f"--model_dir={model_dir} already holds a fine-tuning run ({', '.join(earlier[:3])}"
+            f"{', ...' if len(earlier) > 3 else ''}); pass --overwrite to replace it, or "
+            "choose another --model_dir")
+    return earlier
 
 
 @contextlib.contextmanager
