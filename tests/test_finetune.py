@@ -251,6 +251,40 @@ def test_task_heads_start_as_the_official_ones():
     assert query.std() == pytest.approx(0.02 * 0.8796, rel=0.1)
 
 
+@pytest.mark.parametrize("head", ["sentence", "span"])
+def test_task_heads_compute_in_float32_under_mixed_bfloat16(head):
+    """A regression score or a span logit in bfloat16 keeps 8 bits (STS-B scores in steps
+    of 1/32): the heads take the encoder's output as float32 and compute in float32."""
+    import keras
+
+    from electra_tf.finetune.models import TaskModel
+    from electra_tf.modeling.config import encoder_config
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = TaskModel(encoder_config("tiny", vocab_size=100), head, 1, answerability=True)
+        ids = np.random.default_rng(0).integers(1, 100, (64, 16)).astype(np.int32)
+        features = {"input_ids": ids, "input_mask": np.ones_like(ids),
+                    "segment_ids": np.zeros_like(ids)}
+        outputs = model(features, training=False)
+        sequence = model.encoder(ids, features["input_mask"], features["segment_ids"])
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert sequence.dtype == "bfloat16"  # the encoder does run in bfloat16
+    hidden = np.asarray(sequence, np.float32)
+    kernel, bias = (np.asarray(w) for w in model.output_layer.weights)
+    if head == "sentence":
+        expected = hidden[:, 0] @ kernel + bias
+        np.testing.assert_allclose(outputs["logits"], expected, rtol=1e-5, atol=1e-6)
+        assert len(np.unique(outputs["logits"])) == 64  # no bfloat16 ties
+    else:
+        expected = hidden @ kernel + bias
+        np.testing.assert_allclose(outputs["start_logits"], expected[..., 0], rtol=1e-5,
+                                   atol=1e-6)
+        kernel, bias = (np.asarray(w) for w in model.answerable_layer.weights)
+        np.testing.assert_allclose(outputs["answerable_logits"],
+                                   (hidden[:, 0] @ kernel + bias)[:, 0], rtol=1e-5, atol=1e-6)
+
 # ------------------------------------------------------------------------------ sentence tasks
 
 

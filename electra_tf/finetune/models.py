@@ -48,31 +48,35 @@ class TaskModel(keras.Model):
         # -- layers
         self.encoder = Encoder(config, name="electra")
         with keras.name_scope("task_head"):
-            self.dropout = Dropout(head_dropout)
+            self.dropout = Dropout(head_dropout, dtype="float32")
             # The official heads are dense layers without an initializer: Glorot uniform.
+            # They compute in float32 under a mixed policy too: in bfloat16 a regression
+            # score or a span logit would keep 8 bits (STS-B scores in steps of 1/32).
             self.output_layer = keras.layers.Dense(
                 2 if head == "span" else num_outputs, kernel_initializer=default_initializer(),
-                name="output")
+                dtype="float32", name="output")
             self.output_layer.build((None, config.hidden_size))
             self.answerable_layer = None
             if answerability:
                 self.answerable_layer = keras.layers.Dense(
-                    1, kernel_initializer=default_initializer(), name="answerable")
+                    1, kernel_initializer=default_initializer(), dtype="float32",
+                    name="answerable")
                 self.answerable_layer.build((None, config.hidden_size))
         self.built = True
 
     def call(self, features, training=False):
         sequence = self.encoder(features["input_ids"], features["input_mask"],
                                 features["segment_ids"], training=training)  # [B, L, H]
+        sequence = ops.cast(sequence, "float32")  # the heads' input, as they compute
         if self.head == "sentence":
             cls = self.dropout(sequence[:, 0], training=training)
-            return {"logits": ops.cast(self.output_layer(cls), "float32")}
+            return {"logits": self.output_layer(cls)}
         if self.head == "token":
             hidden = self.dropout(sequence, training=training)
-            return {"logits": ops.cast(self.output_layer(hidden), "float32")}
-        logits = ops.cast(self.output_layer(sequence), "float32")  # [B, L, 2]
+            return {"logits": self.output_layer(hidden)}
+        logits = self.output_layer(sequence)  # [B, L, 2]
         outputs = {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
         if self.answerable_layer is not None:
             cls = self.dropout(sequence[:, 0], training=training)
-            outputs["answerable_logits"] = ops.cast(self.answerable_layer(cls), "float32")[:, 0]
+            outputs["answerable_logits"] = self.answerable_layer(cls)[:, 0]
         return outputs
