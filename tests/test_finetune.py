@@ -84,8 +84,10 @@ def test_sentence_metrics_match_sklearn_and_scipy():
         y, p = rng.integers(0, classes, 200), rng.integers(0, classes, 200)
         assert metrics.accuracy(y, p) == pytest.approx(sklearn.accuracy_score(y, p))
         assert metrics.matthews_corrcoef(y, p) == pytest.approx(sklearn.matthews_corrcoef(y, p))
-        assert metrics.macro_f1(y, p, classes) == pytest.approx(
-            sklearn.f1_score(y, p, average="macro"))
+        assert metrics.macro_f1(y, p) == pytest.approx(sklearn.f1_score(y, p, average="macro"))
+        # A class neither labelled nor predicted has no F1 to average (perfect: 1).
+        kept = y != classes - 1
+        assert metrics.macro_f1(y[kept], y[kept]) == 1.0
     assert metrics.f1(y, p, positive=1) == pytest.approx(
         sklearn.f1_score(y, p, labels=[1], average="macro"))
     x = rng.normal(size=100)
@@ -911,3 +913,44 @@ def test_bad_inputs_in_process(tmp_path):
         tasks.get_task("sst3")
     with pytest.raises(UserInputError, match="has no train file"):
         tasks.load(tasks.get_task("rte"), data_dir=str(tmp_path))
+
+
+def test_more_bad_inputs_fail_before_training_with_one_line(tmp_path):
+    """A GLUE dev file with no examples, --test_file beside --data_dir (which has its own),
+    a non-numeric answer_start, a test file's sentence tagged on some lines only."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import readers, squad, tasks
+    sst = tmp_path / "SST-2"
+    _glue(sst, "train.tsv", ["sentence", "label"], [("Lovely film.", "1"), ("Dull.", "0")])
+    _glue(sst, "dev.tsv", ["sentence", "label"], [])
+    with pytest.raises(UserInputError, match=r"^.*SST-2/dev.tsv holds no examples; check the "
+                                             r"file$"):
+        tasks.load(tasks.get_task("sst2"), data_dir=str(sst))
+    _glue(sst, "dev.tsv", ["sentence", "label"], [("Fine.", "1")])
+    assert len(tasks.load(tasks.get_task("sst2"), data_dir=str(sst)).dev[0].examples) == 1
+    with pytest.raises(UserInputError, match=r"^pass either --data_dir or --train_file/"
+                                             r"--dev_file\[/--test_file\], not both"):
+        tasks.load(tasks.get_task("classification"), data_dir=str(sst),
+                   test_file=str(sst / "dev.tsv"))
+    qa = tmp_path / "squad.json"
+    qa.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Emma smiled.", "qas": [
+        {"id": "q1", "question": "Who?", "answers": [{"text": "Emma",
+                                                      "answer_start": "first"}]}]}]}]}))
+    with pytest.raises(UserInputError, match=r"squad.json: question 'q1' has answer_start "
+                                             r"'first', not a character offset"):
+        squad.read_squad(str(qa), training=True)
+    # A test file needs no answers.
+    qa.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Emma smiled.", "qas": [
+        {"id": "q1", "question": "Who smiled?"}]}]}]}))
+    test = squad.read_squad(str(qa), training=False, labelled=False)
+    assert [(e.qid, e.answers) for e in test] == [("q1", [])]
+    with pytest.raises(UserInputError, match="not in the SQuAD format"):
+        squad.read_squad(str(qa), training=False)  # a dev file does
+    tags = tmp_path / "test.txt"
+    tags.write_text("Emma\nsmiled\n\nAnne B-PER\nwent\nhome O\n")
+    with pytest.raises(UserInputError, match=r"test.txt line 5 has no tag but other lines of "
+                                             r"its sentence \(from line 4\) have one"):
+        readers.read_conll(str(tags), labelled=False)
+    tags.write_text("Emma\nsmiled\n\nAnne B-PER\nwent O\n")
+    assert [s.tags for s in readers.read_conll(str(tags), labelled=False)] == [
+        None, ["B-PER", "O"]]

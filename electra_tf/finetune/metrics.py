@@ -35,10 +35,12 @@ def f1(labels, predictions, positive=1) -> float:
     return _f1_of(np.asarray(labels), np.asarray(predictions), positive)
 
 
-def macro_f1(labels, predictions, num_classes: int) -> float:
-    """The unweighted mean of every class's F1 (classes 0..num_classes-1)."""
+def macro_f1(labels, predictions) -> float:
+    """The unweighted mean of the F1 of every class that is a label or a prediction
+    (scikit-learn's average="macro"; a class that is neither has no F1 to average)."""
     labels, predictions = np.asarray(labels), np.asarray(predictions)
-    return float(np.mean([_f1_of(labels, predictions, c) for c in range(num_classes)]))
+    classes = np.union1d(labels, predictions)
+    return float(np.mean([_f1_of(labels, predictions, c) for c in classes]))
 
 
 def matthews_corrcoef(labels, predictions) -> float:

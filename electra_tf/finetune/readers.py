@@ -267,17 +267,22 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
     """Sentences of a CoNLL-style file: a token per line, whitespace-separated columns (the
     word first, the tag in `tag_column`, default the last), blank lines between sentences,
     `-DOCSTART-` lines ignored. `labelled=False` keeps only the words if a line has just one
-    column."""
+    column (on every line of a sentence or on none)."""
     with _open(path) as f:
         lines = _lines(f.read())
-    sentences, words, tags, start = [], [], [], 1
+    sentences, words, tags, untagged, start = [], [], [], [], 1
 
     def flush():
+        if tags and untagged:
+            raise UserInputError(f"{path} line {untagged[0]} has no tag but other lines of its "
+                                 f"sentence (from line {start}) have one; tag every line of a "
+                                 "sentence or none")
         if words:
             sentences.append(TaggedSentence(list(words), list(tags) if tags else None,
                                             str(start)))
         words.clear()
         tags.clear()
+        untagged.clear()
 
     for number, line in enumerate(lines, 1):
         fields = line.split()
@@ -291,6 +296,7 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
             start = number
         words.append(fields[0])
         if len(fields) == 1 and not labelled:
+            untagged.append(number)
             continue
         if len(fields) < 2 or not -len(fields) <= tag_column < len(fields) or tag_column == 0:
             raise UserInputError(f"{path} line {number} has no tag column ({line.strip()!r}); "

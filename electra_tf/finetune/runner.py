@@ -536,7 +536,7 @@ class _SentenceTask:
         if self.num_outputs == 2:
             scores["f1"] = metrics.f1(gold, predicted, positive=1)
         else:
-            scores["macro_f1"] = metrics.macro_f1(gold, predicted, self.num_outputs)
+            scores["macro_f1"] = metrics.macro_f1(gold, predicted)
         return scores
 
     def _value(self, p):

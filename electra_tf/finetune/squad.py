@@ -36,9 +36,10 @@ class QAExample:
     is_impossible: bool
 
 
-def read_squad(path: str, training: bool) -> list[QAExample]:
+def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExample]:
     """Questions of a SQuAD-format JSON file ({"data": [{"paragraphs": [{"context", "qas":
-    [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]})."""
+    [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}).
+    `labelled=False` (a test file): questions may have no answers."""
     if not tf.io.gfile.exists(path):
         raise UserInputError(f"{path} does not exist; check the path (--data_dir or "
                              "--train_file/--dev_file)")
@@ -56,7 +57,8 @@ def read_squad(path: str, training: bool) -> list[QAExample]:
                 context = paragraph["context"]
                 for qa in paragraph["qas"]:
                     impossible = bool(qa.get("is_impossible", False))
-                    answers = [] if impossible else qa["answers"]
+                    answers = ([] if impossible else qa["answers"] if labelled
+                               else qa.get("answers", []))
                     if training and not impossible and not answers:
                         raise KeyError("answers")
                     first = answers[0] if answers else None
@@ -69,6 +71,10 @@ def read_squad(path: str, training: bool) -> list[QAExample]:
         raise UserInputError(f"{path} is not in the SQuAD format (missing or malformed "
                              f"{e}); each question needs id, question and answers (or "
                              "is_impossible: true)") from None
+    except ValueError:  # int(answer_start)
+        raise UserInputError(f"{path}: question {qa.get('id')!r} has answer_start "
+                             f"{first.get('answer_start')!r}, not a character offset; fix it "
+                             "(an integer, where the answer starts in the context)") from None
     if not examples:
         raise UserInputError(f"{path} holds no questions; check the file")
     return examples

@@ -127,8 +127,9 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
          label_column: str | None = None, log=print) -> TaskData:
     """Reads a task's train, dev and (optional) test sets, checks them against each other
     (labels, columns) and returns them; nothing is trained or written before this passes."""
-    if data_dir and (train_file or dev_file):
-        raise UserInputError("pass either --data_dir or --train_file/--dev_file, not both")
+    if data_dir and (train_file or dev_file or test_file):
+        raise UserInputError("pass either --data_dir or --train_file/--dev_file[/--test_file], "
+                             "not both (--data_dir's own test file is used if it has one)")
     if not data_dir and not (train_file and dev_file):
         raise UserInputError(f"--task={task.name} needs --train_file and --dev_file (or "
                              "--data_dir holding train and dev files)")
@@ -159,7 +160,8 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         from electra_tf.finetune import squad
         train = squad.read_squad(train_file, training=True)
         dev = squad.read_squad(dev_file, training=False)
-        test = squad.read_squad(test_file, training=False) if test_file else None
+        test = (squad.read_squad(test_file, training=False, labelled=False) if test_file
+                else None)
         return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), None)
     columns = dict(text_column=text_column or "text", text_b_column=text_b_column,
                    label_column=label_column or "label", kind=task.kind)
@@ -187,6 +189,14 @@ def _task_data(task, train, dev, test, labels) -> TaskData:
     """TaskData from (file, examples) pairs; the test pair's file is None when there is none."""
     return TaskData(task, Split("train", *train), [Split("dev", *dev)],
                     [Split("test", *test)] if test[0] else [], labels)
+
+
+def _not_empty(path, examples, skipped):
+    """A GLUE file must hold examples (the other readers check their files themselves)."""
+    if not examples:
+        raise UserInputError(f"{path} holds no examples"
+                             + (f" ({skipped} malformed lines skipped)" if skipped else "")
+                             + "; check the file")
 
 
 def _generic_names(split):
@@ -217,13 +227,18 @@ def _load_glue(task, data_dir, train_file, dev_file, test_file, log) -> TaskData
         devs = [("dev", dev_file)]
         tests = [("test", test_file, task.submission)] if test_file else []
     train, skipped = readers.read_glue(train_file, fmt)
+    _not_empty(train_file, train, skipped)
     dev_splits = []
     for name, path in devs:
         examples, s = readers.read_glue(path, fmt)
+        _not_empty(path, examples, s)
         skipped += s
         dev_splits.append(Split(name, path, examples))
-    test_splits = [Split(name, path, readers.read_glue(path, fmt, test=True)[0], sub)
-                   for name, path, sub in tests]
+    test_splits = []
+    for name, path, sub in tests:
+        examples, s = readers.read_glue(path, fmt, test=True)
+        _not_empty(path, examples, s)
+        test_splits.append(Split(name, path, examples, sub))
     if skipped:
         log(f"skipped {skipped} malformed lines in the {fmt.directory} files (known in QQP)")
     return TaskData(task, Split("train", train_file, train), dev_splits, test_splits,
