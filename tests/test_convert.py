@@ -157,6 +157,18 @@ def test_tf1_cli_prints_what_it_skipped_and_refuses_bad_input(tmp_path):
     assert again.returncode == 1
     assert again.stderr.strip() == (f"error: --output_dir={tmp_path}/out already holds a "
                                     "checkpoint; use a new directory")
+    # A folder holding anything else (a folder of runs, notes) is refused too, and kept.
+    (tmp_path / "mine" / "small").mkdir(parents=True)
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    held = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/mine",
+               f"--vocab_file={vocab}", "--num_heads=1")
+    assert held.returncode == 1
+    assert held.stderr.strip() == (f"error: --output_dir={tmp_path}/mine is not empty (it holds "
+                                   "notes.txt, small); use a new directory")
+    assert sorted(os.listdir(tmp_path / "mine")) == ["notes.txt", "small"]
+    (tmp_path / "empty").mkdir()
+    assert run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/empty",
+               f"--vocab_file={vocab}", "--num_heads=1").returncode == 0
     wrong_vocab = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/o2",
                       f"--vocab_file={ROOT}/data/vocab/bert_uncased.txt")
     assert wrong_vocab.returncode == 1 and "has 30522 tokens but the checkpoint's embeddings " \
@@ -203,6 +215,24 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
         f"{tmp_path}/disc) or export --kind=encoder")
     saved_model.check_imported(load_pretrainer(str(tmp_path / "disc")), str(tmp_path / "disc"),
                                "discriminator")  # its head was imported
+    # An earlier export is never mixed with a new one (a stale generator/ beside it).
+    with pytest.raises(UserInputError, match=r"hf already holds an export \(discriminator/, "
+                                             r"generator/\); use a new directory"):
+        converters.export_hf(str(tmp_path / "run"), str(tmp_path / "hf"))
+    # Uncased with accents kept (build_pretraining_data.py --strip_accents=false): the
+    # exported tokenizer keeps them too, and an import reads it back.
+    info = json.loads((tmp_path / "run" / "model_info.json").read_text())
+    (tmp_path / "run" / "model_info.json").write_text(json.dumps({**info,
+                                                                  "strip_accents": False}))
+    converters.export_hf(str(tmp_path / "run"), str(tmp_path / "accents"))
+    accents = transformers.ElectraTokenizer.from_pretrained(tmp_path / "accents" / "discriminator")
+    ours = load_pretrainer(str(tmp_path / "run")).tokenizer()
+    text = "Café naïve résumé"
+    assert accents(text)["input_ids"] == [101] + ours.encode([text])[0] + [102]
+    assert accents(text)["input_ids"] != tokenizer(text)["input_ids"]  # the accents matter
+    converters.import_hf(str(tmp_path / "accents" / "discriminator"), str(tmp_path / "kept"))
+    kept = load_pretrainer(str(tmp_path / "kept"))
+    assert (kept.lower_case, kept.strip_accents) == (True, False)
 
 
 def _minilm_dir():
@@ -295,6 +325,47 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
     for kind in ("discriminator", "generator"):
         saved_model.check_imported(load_pretrainer(out), out, kind)
 
+
+def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):
+    """The hub's older BERTs name LayerNorm's weights gamma and beta (transformers renames
+    them on load); an ElectraModel (no "electra." prefix) imports with a generator dir."""
+    from safetensors.numpy import load_file, save_file
+    source = _tiny_bert(tmp_path / "bert")
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for name in ("config.json", "vocab.txt"):
+        (legacy / name).write_text((tmp_path / "bert" / name).read_text())
+    state = load_file(os.path.join(source, "model.safetensors"))
+    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+               .replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in state.items()}
+    assert sum(k.endswith("LayerNorm.gamma") for k in renamed) == 6  # 1 + 2 x 2 + MLM head
+    save_file(renamed, str(legacy / "model.safetensors"))
+    converters.import_hf(source, str(tmp_path / "a"))
+    converters.import_hf(str(legacy), str(tmp_path / "b"))
+    a, b = (load_pretrainer(str(tmp_path / d)).model.discriminator for d in "ab")
+    assert len(a.weights) == len(b.weights) > 20
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(x.numpy(), y.numpy(), err_msg=x.path)
+    torch.manual_seed(1)
+    config = transformers.ElectraConfig(vocab_size=120, embedding_size=32, hidden_size=32,
+                                        num_hidden_layers=1, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=64)
+    transformers.ElectraModel(config).save_pretrained(tmp_path / "electra")
+    _vocab(tmp_path / "electra" / "vocab.txt", 120)
+    for width in (8, 32):  # untied: as wide as its hidden size, as ours are, or not
+        transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+            vocab_size=120, embedding_size=width, hidden_size=8, num_hidden_layers=1,
+            num_attention_heads=1, intermediate_size=32,
+            max_position_embeddings=64)).save_pretrained(tmp_path / f"generator{width}")
+    result = converters.import_hf(str(tmp_path / "electra"), str(tmp_path / "c"),
+                                  generator_dir=str(tmp_path / "generator8"))
+    assert result["not_imported"] == ["discriminator_predictions"]
+    assert load_pretrainer(str(tmp_path / "c")).model.sharing == "none"
+    with pytest.raises(UserInputError, match=r"generator32 has word embeddings of its own .* 32 "
+                                             r"wide against its hidden size 8: "):
+        converters.import_hf(str(tmp_path / "electra"), str(tmp_path / "d"),
+                             generator_dir=str(tmp_path / "generator32"))
+    assert not os.path.exists(tmp_path / "d")
 
 def test_hf_export_says_what_transformers_does_not_get(tmp_path):
     config = EncoderConfig(vocab_size=120, hidden_size=32, num_layers=1, num_heads=1,

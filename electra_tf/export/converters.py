@@ -175,7 +175,14 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     else:
         raise UserInputError(f"{directory} has neither model.safetensors nor "
                              "pytorch_model.bin")
+    # Older checkpoints (the hub's bert-base-uncased among them) name LayerNorm's scale and
+    # offset gamma and beta; transformers renames them when it loads, and so do we.
+    state = {_LEGACY_NORM.sub(lambda m: ".weight" if m.group(1) == "gamma" else ".bias", k): v
+             for k, v in state.items()}
     return config, state
+
+
+_LEGACY_NORM = re.compile(r"(?<=LayerNorm)\.(gamma|beta)$")
 
 
 def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
@@ -212,10 +219,20 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     gen_state = None
     if generator_dir:
         gen_hf, gen_state = read_hf_dir(generator_dir)
+        gen_state, _ = _as_electra(gen_hf, gen_state)
         gen_config = huggingface.config_from_hf(gen_hf)
-        tied = np.array_equal(gen_state["electra.embeddings.word_embeddings.weight"],
-                              disc_state["electra.embeddings.word_embeddings.weight"])
+        table = huggingface.WORD_EMBEDDINGS
+        disc_table = disc_state.get(table, disc_state.get(table[len("electra."):]))
+        tied = (table in gen_state and disc_table is not None
+                and np.array_equal(gen_state[table], disc_table))
         sharing = "embeddings" if tied else "none"
+        if not tied and gen_config.embedding_width != gen_config.hidden_size:
+            raise UserInputError(
+                f"{generator_dir} has word embeddings of its own (not the discriminator's), "
+                f"{gen_config.embedding_width} wide against its hidden size "
+                f"{gen_config.hidden_size}: this project's untied generators embed at their "
+                "hidden size, so it cannot hold them; import the discriminator alone (without "
+                "--generator_input)")
     else:
         gen_config = generator_config(disc_config, generator_hidden_fraction)
         sharing = "embeddings"
@@ -230,21 +247,28 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     vocab_file = vocab_file or (os.path.join(discriminator_dir, "vocab.txt")
                                 if tf.io.gfile.exists(os.path.join(discriminator_dir,
                                                                    "vocab.txt")) else None)
-    if lower_case is None:
-        lower_case = _lower_case_of(discriminator_dir)
+    lower_case, strip_accents = _tokenizer_case_of(discriminator_dir, lower_case)
     not_imported = ([] if has_head else ["discriminator_predictions"]) + (
         [] if gen_state is not None else ["generator"])
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
-                           source=f"hf:{discriminator_dir}", not_imported=not_imported)
+                           source=f"hf:{discriminator_dir}", not_imported=not_imported,
+                           strip_accents=strip_accents)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
 
 
-def _lower_case_of(directory: str) -> bool:
+def _tokenizer_case_of(directory: str, lower_case: bool | None) -> tuple[bool, bool]:
+    """(lower_case, strip_accents) of a transformers directory's tokenizer_config.json
+    (BertTokenizer's: strip_accents None follows do_lower_case); `lower_case` given
+    overrides do_lower_case."""
+    config = {}
     path = os.path.join(directory, "tokenizer_config.json")
     if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
-            return bool(json.load(f).get("do_lower_case", True))
-    return True
+            config = json.load(f)
+    if lower_case is None:
+        lower_case = bool(config.get("do_lower_case", True))
+    strip_accents = config.get("strip_accents")
+    return lower_case, lower_case if strip_accents is None else bool(strip_accents)
 
 
 def export_hf(model_dir: str, output_dir: str, log=lambda *_: None) -> list[str]:
@@ -257,6 +281,11 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None) -> list[str]
     from safetensors.numpy import save_file
 
     from electra_tf.training.checkpoints import load_pretrainer
+    earlier = [n for n in ("discriminator", "generator")
+               if tf.io.gfile.exists(os.path.join(output_dir, n))]
+    if earlier:
+        raise UserInputError(f"--output_dir={output_dir} already holds an export "
+                             f"({', '.join(n + '/' for n in earlier)}); use a new directory")
     loaded = load_pretrainer(model_dir)
     model = loaded.model
     discriminator, generator = huggingface.export_hf_state_dicts(model)
@@ -279,10 +308,10 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None) -> list[str]
             json.dump(huggingface.hf_config(config, architecture), f, indent=2)
         tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
         with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
-            json.dump({"do_lower_case": loaded.lower_case, "tokenizer_class": "ElectraTokenizer",
+            json.dump({"do_lower_case": loaded.lower_case,
+                       "strip_accents": loaded.strip_accents,
+                       "tokenizer_class": "ElectraTokenizer",
                        "model_max_length": loaded.max_seq_length}, f, indent=2)
-        if tf.io.gfile.exists(directory):
-            tf.io.gfile.rmtree(directory)
         tf.io.gfile.rename(temporary, directory)
         written.append(directory)
     return written
@@ -349,9 +378,10 @@ def gin_bindings(model: ElectraPretrainer) -> str:
 
 def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str | None,
                     lower_case: bool, max_seq_length: int, source: str,
-                    not_imported=()) -> dict:
+                    not_imported=(), strip_accents: bool | None = None) -> dict:
     """Writes `model` as a model dir (checkpoint ckpt-1, operative_config.gin,
-    model_info.json), refusing to overwrite a dir that already holds a checkpoint.
+    model_info.json), refusing a dir that already holds anything (an empty one is used).
+    `strip_accents` None: as `lower_case` (BERT's rule).
 
     model_info.json records the parts the source did not hold (`not_imported`, names of
     NOT_IMPORTED: freshly initialised) and `imported_checkpoint`, the checkpoint they are
@@ -366,13 +396,19 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
     if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
         raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "
                              "directory")
+    if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
+        held = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(output_dir))
+        raise UserInputError(f"--output_dir={output_dir} is not empty (it holds "
+                             f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); use a "
+                             "new directory")
     max_seq_length = min(max_seq_length, model.discriminator_config.max_position_embeddings)
     config = gin_bindings(model)
     info = describe(model, seq_length=max_seq_length,
                     num_predictions=max(1, int(0.155 * max_seq_length)), mask_prob=0.15,
                     train_batch_size=0, num_train_steps=0)
     info.update(vocab_file=vocab_file if "://" in vocab_file else os.path.abspath(vocab_file),
-                vocab_size=len(vocab), lower_case=lower_case, strip_accents=lower_case,
+                vocab_size=len(vocab), lower_case=lower_case,
+                strip_accents=lower_case if strip_accents is None else strip_accents,
                 source=source, not_imported=list(not_imported))
     temporary = f"{output_dir.rstrip('/')}.tmp-{os.getpid()}"
     if tf.io.gfile.exists(temporary):
@@ -383,7 +419,7 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
     for name, text in ((OPERATIVE_CONFIG, config), (MODEL_INFO, json.dumps(info, indent=2))):
         with tf.io.gfile.GFile(os.path.join(temporary, name), "w") as f:
             f.write(text)
-    if tf.io.gfile.exists(output_dir):
+    if tf.io.gfile.exists(output_dir):  # empty (checked above)
         tf.io.gfile.rmtree(output_dir)
     tf.io.gfile.rename(temporary, output_dir)  # the `checkpoint` file's paths are relative
     return info
