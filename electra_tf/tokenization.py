@@ -41,9 +41,12 @@ SUFFIX_INDICATOR = "##"
 MAX_BYTES_PER_WORD = 100
 
 # BERT's _clean_text: \t \n \r become spaces; every other control or format character
-# (Unicode category C*), NUL and U+FFFD are deleted, joining the text around them.
+# (Unicode category C*), NUL and U+FFFD are deleted, joining the text around them. RE2 has
+# no class for unassigned code points (Cn), so C* is written as "none of the other
+# categories" (code points Unicode assigned after Python's unicodedata, 14.0 in Python
+# 3.11, are kept where BERT under that Python deletes them).
 _WHITESPACE_CONTROLS = r"[\t\n\r]"
-_DELETED = r"[\p{C}\x{FFFD}]"
+_DELETED = r"[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}]|\x{FFFD}"
 _NONSPACING_MARKS = r"\p{Mn}"
 
 

@@ -33,7 +33,11 @@ def main(argv):
         if not tf.io.gfile.exists(os.path.join(FLAGS.saved_model, "saved_model.pb")):
             raise UserInputError(f"--saved_model={FLAGS.saved_model} holds no saved_model.pb; "
                                  "pass EXPORT_DIR/MODEL_NAME/VERSION of an export")
-        serve = tf.saved_model.load(FLAGS.saved_model).signatures["serving_default"]
+        signatures = tf.saved_model.load(FLAGS.saved_model).signatures
+        serve = signatures.get("serving_default")
+        if serve is None or set(serve.structured_input_signature[1]) != {"text"}:
+            raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "
+                                 "export one with export_saved_model.py --kind=discriminator")
     else:
         from electra_tf.export.saved_model import ServingModule, check_imported
         from electra_tf.training.checkpoints import load_pretrainer

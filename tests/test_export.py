@@ -233,6 +233,11 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
         saved_model.export(model_dir, str(tmp_path), "other", "task")
     with pytest.raises(UserInputError, match="has no operative_config.gin"):
         saved_model.export(str(tmp_path), str(tmp_path), "other", "encoder")
+    for top_k in (0, 40000):
+        with pytest.raises(UserInputError, match=f"^--top_k={top_k} must be between 1 and the "
+                                                 "vocab's 30522 tokens$"):
+            saved_model.export(model_dir, str(tmp_path), "gen", "generator", top_k=top_k)
+    assert not os.path.exists(tmp_path / "gen")
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]  # nothing half-written
     assert _script_error("export_saved_model.py", f"--model_dir={tmp_path}/nothing",
                          f"--export_dir={tmp_path}/x") == [
@@ -479,6 +484,13 @@ def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
     # Words after the first that does not fit are cut too: a prefix, as serving keeps.
     assert positions[4, 39] == 40 and positions[4, 40:43].tolist() == [-1, -1, -1]
 
+
+def test_the_detector_refuses_a_task_export_in_one_line(task_exports):
+    """A fine-tuned pair model's signature takes text and text_b: not a discriminator."""
+    path = task_exports["paths"]["pair"]
+    assert _script_error("detect_replaced.py", f"--saved_model={path}", "a sentence") == [
+        f"error: --saved_model={path} is not a discriminator; export one with "
+        "export_saved_model.py --kind=discriminator"]
 
 def test_task_qa_question_context_answer_and_answerability(task_exports):
     out = task_exports["outputs"]["qa"]

@@ -17,6 +17,7 @@ HARD_TEXT = [
     "中文测试，你好！日本語のテキスト 한국어 텍스트",
     "ctrl\x00char\x07here\u200btab\tnew\nline\r\u00a0nbsp\u3000wide",
     "\ufffdbad\ufffd \ue000private\U000e0001tag",
+    "hello\u0378world \u03a0\u00fc\u0378 \U0001fffe\U000effff.",  # unassigned (Cn) too
     "emoji 😀👍🏽 and math ∑∫≈ $100.00 e-mail@x.com http://a.b/c?d=e don't",
     "a" * 99 + " " + "b" * 100 + " " + "c" * 101,
     "",

@@ -141,6 +141,10 @@ class ServingModule(_TextModule):
         if kind not in KINDS[:3]:
             raise UserInputError(f"--kind={kind} is not one of {', '.join(KINDS[:3])} for a "
                                  "pre-training model dir")
+        vocab_size = model.discriminator_config.vocab_size
+        if kind == "generator" and not 1 <= top_k <= vocab_size:
+            raise UserInputError(f"--top_k={top_k} must be between 1 and the vocab's "
+                                 f"{vocab_size} tokens")
         if kind == "generator" and model.generator is None:
             raise UserInputError("this model has no masked-LM generator to export (objective "
                                  f"{model.objective}); use --kind=discriminator or encoder")
