@@ -367,6 +367,31 @@ def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):
                              generator_dir=str(tmp_path / "generator32"))
     assert not os.path.exists(tmp_path / "d")
 
+def test_hf_import_keeps_token_types_and_layer_norm_epsilon(tmp_path):
+    """A BERT with one token type and LayerNorm epsilon 1e-5 (not BERT's 2 and 1e-12)
+    imports into a model dir that rebuilds with both: its hidden states are transformers'."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=64, type_vocab_size=1,
+                                     layer_norm_eps=1e-5)
+    bert = transformers.BertModel(config).eval()
+    bert.save_pretrained(tmp_path / "bert")
+    _vocab(tmp_path / "bert" / "vocab.txt", 120)
+    converters.import_hf(str(tmp_path / "bert"), str(tmp_path / "out"))
+    loaded = load_pretrainer(str(tmp_path / "out"))
+    shape = loaded.model.discriminator_config
+    assert (shape.type_vocab_size, shape.layer_norm_epsilon) == (1, 1e-5)
+    ids, mask, _ = _inputs(120, np.random.default_rng(3))
+    segments = np.zeros_like(ids)
+    with torch.no_grad():
+        expected = bert(input_ids=torch.from_numpy(ids).long(),
+                        attention_mask=torch.from_numpy(mask).long(),
+                        token_type_ids=torch.from_numpy(segments).long()).last_hidden_state
+    ours = loaded.model.discriminator(ids, mask, segments).numpy()
+    real = mask.astype(bool)
+    assert np.max(np.abs(ours[real] - expected.numpy()[real])) <= TOLERANCE
+
 def test_hf_export_says_what_transformers_does_not_get(tmp_path):
     config = EncoderConfig(vocab_size=120, hidden_size=32, num_layers=1, num_heads=1,
                            intermediate_size=64, embedding_size=32, max_position_embeddings=64)

@@ -354,7 +354,8 @@ def gin_bindings(model: ElectraPretrainer) -> str:
     d, g = model.discriminator_config, model.generator_config
     lines = [f"pretrainer.{field} = {getattr(d, field)!r}" for field in (
         "hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size",
-        "max_position_embeddings", "dropout_rate", "attention_dropout_rate")]
+        "max_position_embeddings", "dropout_rate", "attention_dropout_rate",
+        "type_vocab_size", "layer_norm_epsilon")]
     lines += [f"pretrainer.sharing = {model.sharing!r}",
               f"pretrainer.objective = {model.objective!r}"]
     if g is None:

@@ -13,6 +13,7 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
                      num_heads: int = 4, intermediate_size: int = 1024,
                      embedding_size: int | None = 128, max_position_embeddings: int = 512,
                      dropout_rate: float = 0.1, attention_dropout_rate: float = 0.1,
+                     type_vocab_size: int = 2, layer_norm_epsilon: float = 1e-12,
                      generator_hidden_fraction: float = 0.25,
                      generator_layers_fraction: float = 1.0, objective: str = "electra",
                      sharing: str = "embeddings", algorithm: str = "joint",
@@ -28,7 +29,8 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
         vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
         num_heads=num_heads, intermediate_size=intermediate_size,
         embedding_size=embedding_size, max_position_embeddings=max_position_embeddings,
-        dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate)
+        dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+        type_vocab_size=type_vocab_size, layer_norm_epsilon=layer_norm_epsilon)
     generator = None
     if objective != "mlm" and not uniform_generator:
         generator = generator_config(discriminator, generator_hidden_fraction,
