@@ -160,6 +160,15 @@ def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
     assert _error(bare, max_seq_length=256) == (
         f"data file {bare}/{name} has sequences of length 128 but the run uses "
         "max_seq_length=256; set MAX_SEQ_LENGTH=128 or rebuild")
+    # One run reads one kind of file: a GZIP one among plain ones would read as corrupt.
+    with tf.io.TFRecordWriter(str(bare / "z.tfrecord.gz"), "GZIP") as writer:
+        for record in tf.data.TFRecordDataset(os.path.join(directory, name)).take(2):
+            writer.write(record.numpy())
+    assert _error(bare) == (
+        f"--train_data mixes GZIP-compressed files ({bare}/z.tfrecord.gz) with plain ones "
+        f"({bare}/{name}); one run reads one kind: rebuild one set with the other's "
+        "--compression")
+    os.remove(bare / "z.tfrecord.gz")
 
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()

@@ -245,6 +245,40 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
 
 
+def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
+    """Each worker must run as many evaluation steps (one that runs out first would leave the
+    others in their all-reduce forever): the steps are what the poorest worker's share of
+    one pass holds, at most eval_steps; a held-out set under one batch is refused."""
+    from electra_tf.data import pipeline
+    files = pipeline.list_files(data)
+    counts = [sum(1 for _ in tf.data.TFRecordDataset(f)) for f in files]
+    assert len(files) >= 2 and min(counts) > 50
+    assert pipeline.batches_per_worker(data, 8, 1, 10 ** 6) == sum(counts) // 8
+    assert pipeline.batches_per_worker(data, 8, 1, 5) == 5
+    for workers in range(2, len(files) + 1):  # files sharded by worker
+        assert pipeline.batches_per_worker(data, 4, workers, 10 ** 6) == min(
+            sum(counts[i::workers]) // 4 for i in range(workers))
+    # Fewer files than workers: records sharded round robin.
+    assert pipeline.batches_per_worker(files[0], 4, 2, 10 ** 6) == counts[0] // 2 // 4
+    small = tmp_path / "small.tfrecord"
+    with tf.io.TFRecordWriter(str(small)) as writer:
+        for record in tf.data.TFRecordDataset(files[0]).take(20):
+            writer.write(record.numpy())
+    result, lines = run(tmp_path / "run", data, ["pretraining.eval_steps = 50"],
+                        eval_data=str(small))
+    assert ("eval: --eval_data gives 2 full batches of 8, fewer than pretraining.eval_steps=50; "
+            "each evaluation runs 2 steps") in lines
+    assert result["eval"]["loss/total"] > 0
+    tiny = tmp_path / "tiny.tfrecord"
+    with tf.io.TFRecordWriter(str(tiny)) as writer:
+        for record in tf.data.TFRecordDataset(files[0]).take(3):
+            writer.write(record.numpy())
+    with pytest.raises(UserInputError, match=r"^--eval_data=.*tiny.tfrecord holds fewer "
+                                             r"examples than one evaluation batch of 8 "
+                                             r"\(TRAIN_BATCH_SIZE=8\); hold out more"):
+        run(tmp_path / "tiny", data, eval_data=str(tiny))
+    assert not os.path.exists(tmp_path / "tiny")
+
 def test_an_in_process_run_puts_back_what_it_set_for_the_process(tmp_path, data):
     """During a run SIGTERM only flags a save for its loop (PreemptionCheckpointHandler),
     and the run sets Keras' precision policy and (--deterministic) op determinism; after
@@ -325,12 +359,15 @@ def _free_port():
 
 
 def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
+    """... and evaluate together: with eval_steps beyond the held-out records, each worker's
+    share of them (files sharded by worker, unequal) gives the steps both run."""
     workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         processes.append(script(
-            *script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 4"),
+            *script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 4",
+                         "pretraining.eval_steps = 100000"), f"--eval_data={data}",
             "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(tf_config)}))
     outputs = [p.communicate(timeout=600) for p in processes]
     for p, (out, err) in zip(processes, outputs):
@@ -339,6 +376,7 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     assert digests[0] == digests[1]
     assert os.path.exists(tmp_path / "model" / "ckpt-4.index")  # the chief wrote it
     assert not glob.glob(str(tmp_path / "model" / ".worker-*"))  # the other cleaned up
+    assert "each evaluation runs" in outputs[0][0] and "eval at step 4" in outputs[0][0]
 
 
 # ------------------------------------------------------------------------------ variants

@@ -125,6 +125,13 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
                 raise UserInputError(
                     f"{where} was built with a different vocab than {vocab_file} (sha256 "
                     "differs); use the vocab the data was built with")
+    compressed = sorted({_compression_of(f) == "GZIP" for f in files})
+    if len(compressed) > 1:
+        plain = next(f for f in files if not f.endswith(".gz"))
+        gzip = next(f for f in files if f.endswith(".gz"))
+        raise UserInputError(f"{data_flag} mixes GZIP-compressed files ({gzip}) with plain ones "
+                             f"({plain}); one run reads one kind: rebuild one set with the "
+                             "other's --compression")
     premasked = None
     max_predictions = None
     word_starts = True
@@ -284,6 +291,33 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """The input pipelines (workers) a strategy's replicas are fed by."""
+    local = (len(strategy.extended.worker_devices) if tf.distribute.has_strategy()
+             or strategy is not tf.distribute.get_strategy() else 1)
+    return max(1, strategy.num_replicas_in_sync // local)
+
+
+def batches_per_worker(file_pattern, batch_size: int, workers: int, limit: int) -> int:
+    """The full batches of `batch_size` examples (one worker's share of the global batch)
+    that the poorest of `workers` evaluation pipelines gets from one pass over the files,
+    counted up to `limit` (what an evaluation of `limit` steps would read anyway). Every
+    worker must run the same number of steps: one that runs out first would leave the
+    others waiting in their all-reduce."""
+    files = list_files(file_pattern)
+    compression = _compression_of(files[0])
+
+    def count(paths, cap):
+        records = tf.data.TFRecordDataset(paths, compression_type=compression).take(cap)
+        return int(records.reduce(np.int64(0), lambda n, _: n + 1))
+
+    needed = limit * batch_size
+    if workers > 1 and len(files) < workers:  # the records are sharded, round robin
+        return min(limit, count(files, needed * workers) // workers // batch_size)
+    return min(limit, min(count(files[i::workers], needed) // batch_size
+                          for i in range(workers)))
+
+
 def worker_dataset(strategy: tf.distribute.Strategy, global_batch_size: int, file_pattern,
                    worker_index: int = 0, **kwargs) -> tuple[tf.data.Dataset, int]:
     """This worker's pipeline under a strategy, and its number of local replicas.
@@ -294,9 +328,8 @@ def worker_dataset(strategy: tf.distribute.Strategy, global_batch_size: int, fil
     with exactly the next examples under any strategy.
     """
     replicas = strategy.num_replicas_in_sync
-    local = (len(strategy.extended.worker_devices) if tf.distribute.has_strategy()
-             or strategy is not tf.distribute.get_strategy() else 1)
-    workers = max(1, replicas // local)
+    workers = num_workers(strategy)
+    local = replicas // workers
     if global_batch_size % replicas:
         raise UserInputError(
             f"TRAIN_BATCH_SIZE={global_batch_size} does not divide over {replicas} replicas; "

@@ -176,6 +176,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             f"{replicas * gradient_accumulation_steps}")
     steps_per_call = _steps_per_call(steps_per_call, steps_per_loop, jit_compile, strategy)
     task_id, chief = strategies.worker_info(strategy)
+    if eval_data:
+        eval_steps = _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log)
 
     with strategy.scope():
         model = factory.build_pretrainer(vocab_size=len(vocab), seed=seed,
@@ -570,6 +572,26 @@ def _check_settings(**values):
     for name, value in values.items():
         if not isinstance(value, int) or value < 1:
             raise UserInputError(f"pretraining.{name}={value!r} must be a positive integer")
+
+
+def _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log) -> int:
+    """The evaluation's steps: `eval_steps`, or the full batches one pass over the held-out
+    records gives each worker if fewer (every worker runs as many steps: one that ran out
+    first would leave the others waiting); none is an error."""
+    workers = pipeline.num_workers(strategy)
+    share = train_batch_size // workers
+    batches = pipeline.batches_per_worker(eval_data, share, workers, eval_steps)
+    if batches == 0:
+        raise UserInputError(
+            f"--eval_data={eval_data} holds fewer examples than one evaluation batch of "
+            f"{share} (TRAIN_BATCH_SIZE={train_batch_size}"
+            + (f" over {workers} workers" if workers > 1 else "") + "); hold out more records "
+            "or leave --eval_data out")
+    if batches < eval_steps and chief:
+        log(f"eval: --eval_data gives {batches} full batches of {share}"
+            + (" on each worker" if workers > 1 else "") + f", fewer than pretraining."
+            f"eval_steps={eval_steps}; each evaluation runs {batches} steps")
+    return batches
 
 
 def _check_choice(name, value, choices):
