@@ -245,6 +245,22 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
 
 
+def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(tmp_path,
+                                                                               data):
+    """The checkpoint's data position counts batches of the first run's size: a rerun with
+    another TRAIN_BATCH_SIZE (or sequence length) stops with one line, and the model dir's
+    model_info.json and operative_config.gin still describe the run it holds."""
+    run(tmp_path, data, ["NUM_TRAIN_STEPS = 2"])
+    before = {name: (tmp_path / name).read_bytes()
+              for name in ("model_info.json", "operative_config.gin")}
+    with pytest.raises(UserInputError, match=r"holds a run with TRAIN_BATCH_SIZE=8 \(model_info"
+                                             r"\.json\), this one has 16; .* rerun with "
+                                             r"TRAIN_BATCH_SIZE=8, or start a new --model_dir"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "TRAIN_BATCH_SIZE = 16"])
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    result, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"])  # the same batch resumes
+    assert result["step"] == 4
+
 def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
     """Each worker must run as many evaluation steps (one that runs out first would leave the
     others in their all-reduce forever): the steps are what the poorest worker's share of

@@ -225,6 +225,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       # data without metadata.json (the official builder's) is uncased.
                       lower_case=metadata.get("lower_case", True),
                       strip_accents=metadata.get("strip_accents", metadata.get("lower_case", True)))
+    _check_resume(model_dir, model_info)
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if chief:
@@ -572,6 +573,28 @@ def _check_settings(**values):
     for name, value in values.items():
         if not isinstance(value, int) or value < 1:
             raise UserInputError(f"pretraining.{name}={value!r} must be a positive integer")
+
+
+def _check_resume(model_dir, model_info):
+    """A run resumes in the batches its checkpoint's data position counts: a model dir with
+    a checkpoint and another batch size, sequence length or number of masked positions is
+    refused before anything is written (its model_info.json would describe another run)."""
+    path = os.path.join(model_dir, MODEL_INFO)
+    if not tf.train.latest_checkpoint(model_dir) or not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        earlier = json.load(f)
+    if not earlier.get("train_batch_size"):  # an import (convert_checkpoint.py) trained none
+        return
+    for key, setting in (("train_batch_size", "TRAIN_BATCH_SIZE"),
+                         ("max_seq_length", "MAX_SEQ_LENGTH"),
+                         ("masked_positions", "pretraining.max_predictions_per_seq")):
+        if key in earlier and earlier[key] != model_info[key]:
+            raise UserInputError(
+                f"--model_dir={model_dir} holds a run with {setting}={earlier[key]} "
+                f"(model_info.json), this one has {model_info[key]}; its checkpoint's data "
+                f"position counts those batches: rerun with {setting}={earlier[key]}, or "
+                "start a new --model_dir")
 
 
 def _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log) -> int:
