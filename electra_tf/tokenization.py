@@ -57,13 +57,26 @@ def load_vocab(vocab_file: str) -> list[str]:
             f"vocab file {vocab_file} does not exist; pass --vocab_file=PATH to a WordPiece "
             "vocab (data/vocab/bert_uncased.txt ships with the project)")
     with tf.io.gfile.GFile(vocab_file, "rb") as f:
-        text = f.read().decode("utf-8")
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserInputError(f"vocab file {vocab_file} is not UTF-8 text (byte {e.start}); pass "
+                             "a WordPiece vocab, one token per line") from None
     vocab = text.split("\n")
     if vocab and vocab[-1] == "":
         vocab.pop()
     vocab = [token.rstrip("\r") for token in vocab]
     if not vocab:
         raise UserInputError(f"vocab file {vocab_file} is empty; pass a WordPiece vocab file")
+    if len(set(vocab)) < len(vocab):
+        seen = {}
+        for number, token in enumerate(vocab, 1):
+            if token in seen:
+                raise UserInputError(
+                    f"vocab file {vocab_file} line {number} repeats line {seen[token]} "
+                    f"({token!r}); a vocab holds each token once, one per line")
+            seen[token] = number
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise UserInputError(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import CHINESE_VOCAB, UNCASED_VOCAB
+from conftest import CHINESE_VOCAB, DATA, UNCASED_VOCAB
 from electra_tf.data import pipeline
 from electra_tf.errors import UserInputError
 
@@ -183,6 +183,42 @@ def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
         writer.write(tf.train.Example().SerializeToString())
     assert "lacks the features input_ids, input_mask, segment_ids" in _error(corrupt)
 
+
+def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
+    """Each of these raised a bare exception (or dropped a file silently) before."""
+    import gzip as gz
+
+    from electra_tf import tokenization
+    from electra_tf.data import corpus, writer
+    from electra_tf.training.optimization import LinearWarmupLinearDecay
+    directory, _ = austen_data
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("[PAD]\n[UNK]\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(UserInputError, match=r"latin1.txt is not UTF-8 text \(byte 15\)"):
+        tokenization.load_vocab(str(latin))
+    twice = tmp_path / "twice.txt"
+    twice.write_text("[PAD]\n[UNK]\nthe\n\nof\nthe\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"twice.txt line 6 repeats line 3 \('the'\); a vocab "
+                                             r"holds each token once"):
+        tokenization.load_vocab(str(twice))
+    assert _error(directory, mask_prob=1.5) == (
+        "MASK_PROB=1.5 must be between 0 and 1 (the paper: 0.15, 0.25 for large)")
+    assert _error(directory, max_predictions_per_seq=200) == (
+        "200 masked positions per sequence (pretraining.max_predictions_per_seq) do not fit "
+        "sequences of 128; use between 1 and 128")
+    with pytest.raises(UserInputError, match=r"^learning_rate='5e-4' is not a number; bind it "
+                                             r"without quotes"):
+        LinearWarmupLinearDecay("5e-4", 100, 10)
+    for piece_bytes in (0, -(1 << 20)):
+        with pytest.raises(UserInputError, match=r"cannot split a file; pass --piece_mb > 0"):
+            corpus.plan_pieces([os.path.join(DATA, "corpus", "emma.txt.gz")], piece_bytes)
+    whole = gz.decompress(open(os.path.join(DATA, "corpus", "emma.txt.gz"), "rb").read())
+    (tmp_path / "cut.txt.gz").write_bytes(gz.compress(whole)[:40000])
+    with pytest.raises(UserInputError, match=r"cut.txt.gz is truncated or corrupt \("):
+        writer.build_pretraining_data(str(tmp_path / "cut.txt.gz"), UNCASED_VOCAB,
+                                      str(tmp_path / "out"), num_workers=1,
+                                      show_progress=False, log=lambda *_: None)
+    assert not os.path.exists(tmp_path / "out")
 
 def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path):
     directory, _ = austen_data

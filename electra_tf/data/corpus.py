@@ -94,6 +94,9 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
 
 def plan_pieces(files: list[str], piece_bytes: int = PIECE_BYTES) -> list[Piece]:
     """Splits uncompressed files larger than piece_bytes into nominal byte ranges."""
+    if piece_bytes <= 0:
+        raise UserInputError(f"a piece of {piece_bytes} bytes cannot split a file; pass "
+                             "--piece_mb > 0")
     pieces = []
     for path in files:
         size = tf.io.gfile.stat(path).length
@@ -184,9 +187,13 @@ def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
     compression = _compression(piece.path)
     with _open_raw(piece.path) as raw:
         if compression:
-            for block in _blocks(compression(raw)):
-                stats.input_bytes = raw.tell()
-                yield from _block_lines(block, stats)
+            try:
+                for block in _blocks(compression(raw)):
+                    stats.input_bytes = raw.tell()
+                    yield from _block_lines(block, stats)
+            except (EOFError, OSError, ValueError) as e:  # gzip/bz2/lzma: truncated, corrupt
+                raise UserInputError(f"input {piece.path} is truncated or corrupt ({e}); "
+                                     "download or compress it again, or leave it out") from None
             stats.input_bytes = raw.tell()
             return
         start = _find_boundary(raw, piece.start, separator)

@@ -222,8 +222,16 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
             else {"premasked": False, "max_predictions": None, "word_starts": False})
     tokenizer_vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(tokenizer_vocab)}
+    if not 0 < mask_prob < 1:
+        raise UserInputError(f"MASK_PROB={mask_prob} must be between 0 and 1 (the paper: 0.15, "
+                             "0.25 for large)")
     num_predictions = (info["max_predictions"] or max_predictions_per_seq
                        or masking.default_max_predictions(max_seq_length, mask_prob))
+    if not 0 < num_predictions <= max_seq_length:
+        raise UserInputError(
+            f"{num_predictions} masked positions per sequence (pretraining."
+            f"max_predictions_per_seq) do not fit sequences of {max_seq_length}; use between 1 "
+            f"and {max_seq_length}")
 
     num_pipelines, pipeline_id = 1, 0
     if input_context is not None:

@@ -72,6 +72,9 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         if warmup not in WARMUPS:
             raise UserInputError(f"warmup={warmup!r} is not a known schedule; use one of "
                                  f"{', '.join(WARMUPS)}")
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
+            raise UserInputError(f"learning_rate={learning_rate!r} is not a number; bind it "
+                                 "without quotes, e.g. LEARNING_RATE = 5e-4")
         if learning_rate < 0:
             raise UserInputError(f"learning_rate={learning_rate} is negative; pass the peak "
                                  "learning rate, a number >= 0")
