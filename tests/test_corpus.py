@@ -90,21 +90,27 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
 
 
 @pytest.mark.parametrize("one_document_per_line", [False, True])
-def test_byte_range_pieces_never_split_or_repeat_documents(tmp_path, one_document_per_line):
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_byte_range_pieces_never_split_or_repeat_documents(tmp_path, one_document_per_line,
+                                                           newline):
+    """... in either line ending: a CRLF file's blank lines (\\r\\n\\r\\n) end documents
+    too, so its pieces split (it was read whole by the first piece, the others empty)."""
     rng = random.Random(0)
     docs = [[f"d{d} s{s} " + "x" * rng.randint(0, 30) for s in range(rng.randint(1, 5))]
             for d in range(400)]
-    text = "\n\n".join("\n".join(d) for d in docs) + "\n"
+    text = ("\n\n".join("\n".join(d) for d in docs) + "\n").replace("\n", newline)
     path = tmp_path / "big.txt"
-    path.write_text(text)
+    path.write_bytes(text.encode())
     whole = list(corpus.read_documents(corpus.Piece(str(path)),
                                        one_document_per_line=one_document_per_line))
     for piece_bytes in (7, 100, 1000, 4096):
         pieces = corpus.plan_pieces([str(path)], piece_bytes)
         assert len(pieces) == -(-len(text) // piece_bytes)
-        split = [d for p in pieces for d in
-                 corpus.read_documents(p, one_document_per_line=one_document_per_line)]
-        assert split == whole
+        per_piece = [list(corpus.read_documents(p, one_document_per_line=one_document_per_line))
+                     for p in pieces]
+        assert [d for piece in per_piece for d in piece] == whole
+        if piece_bytes >= 1000:  # a piece this long holds a document's end
+            assert all(per_piece[:-1]), [len(p) for p in per_piece]
     assert whole == (docs if not one_document_per_line else [[s] for d in docs for s in d])
 
 

@@ -333,3 +333,33 @@ def test_more_shards_than_input_pieces_is_a_note(tmp_path):
         "note: --num_shards=5 is more than the 3 input pieces (a shard holds whole pieces: "
         "files, or --piece_mb parts of large plain files); writing 3 shards")
     assert len(read_records(tmp_path / "out")[0]) == 3
+
+
+def test_shards_of_blank_inputs_are_recorded_empty_and_left_out_of_training(tmp_path):
+    """A folder with an empty and a blank-only file beside a novel: the shards those files
+    fill hold no examples; metadata.json says so, the build says so, and the pipeline
+    leaves them out (training refused them as empty data files before, rebuild or not)."""
+    from electra_tf.data import pipeline, writer
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.txt").write_bytes(gzip.open(os.path.join(DATA, "corpus",
+                                                          "persuasion.txt.gz")).read())
+    (inputs / "b.txt").write_bytes(b"")
+    (inputs / "c.txt").write_bytes(b"\n\n  \n")
+    lines = []
+    metadata = writer.build_pretraining_data(str(inputs / "*.txt"), UNCASED_VOCAB,
+                                             str(tmp_path / "out"), num_shards=3,
+                                             num_workers=1, show_progress=False,
+                                             log=lines.append)
+    counts = {shard["file"]: shard["num_examples"] for shard in metadata["shards"]}
+    empty = sorted(name for name, n in counts.items() if n == 0)
+    assert len(counts) == 3 and len(empty) == 2 and sum(counts.values()) > 500
+    assert lines[-1] == (f"note: 2 shard(s) hold no examples (their inputs hold no text: blank "
+                         f"files), e.g. {empty[0]}; training leaves them out (metadata.json "
+                         "says so)")
+    files = pipeline.list_files(str(tmp_path / "out" / "*.tfrecord"))
+    assert [os.path.basename(f) for f in files] == [n for n, c in sorted(counts.items()) if c]
+    pipeline.validate_data(files, 128, UNCASED_VOCAB)
+    batch = next(iter(pipeline.pretraining_dataset(str(tmp_path / "out"), 4, 128,
+                                                   UNCASED_VOCAB)))
+    assert batch["input_ids"].shape == (4, 128)

@@ -116,22 +116,31 @@ def input_bytes(piece: Piece) -> int:
 
 
 def _find_boundary(f, offset: int, separator: bytes) -> int:
-    """First p >= offset with p == 0 or data[p - len(separator):p] == separator."""
+    """First p >= offset with p == 0 or data[p - len(separator):p] == separator. A blank
+    line ends a document in either line ending: for b"\n\n", b"\n\r\n" (CRLF's) counts too
+    (else a CRLF file would never split, and its other pieces would come out empty)."""
     if offset <= 0:
         return 0
-    back = min(offset, len(separator))
-    f.seek(offset - back)
+    separators = (separator, b"\n\r\n") if separator == b"\n\n" else (separator,)
+    longest = max(len(s) for s in separators)
+    base = offset - min(offset, longest)
+    f.seek(base)
     window = b""
-    base = offset - back
     while True:
         chunk = f.read(_SEARCH_CHUNK)
         if not chunk:
             return base + len(window)
         window += chunk
-        i = window.find(separator)
-        if i >= 0:
-            return base + i + len(separator)
-        keep = len(separator) - 1
+        ends = []
+        for s in separators:
+            i = window.find(s)
+            while i >= 0 and base + i + len(s) < offset:
+                i = window.find(s, i + 1)
+            if i >= 0:
+                ends.append(base + i + len(s))
+        if ends:
+            return min(ends)
+        keep = longest - 1
         base += len(window) - keep
         window = window[len(window) - keep:]
 

@@ -53,7 +53,21 @@ def list_files(file_pattern: str | list[str]) -> list[str]:
                 "scripts/build_pretraining_data.py")
         files.update(m for m in matched
                      if not m.endswith(".json") and ".tmp-" not in os.path.basename(m))
-    return sorted(files)
+    return sorted(files - _empty_shards(files))
+
+
+def _empty_shards(files) -> set[str]:
+    """The files that their folder's metadata.json records with no examples: shards of the
+    builder whose inputs held no text (blank files), which the pipeline leaves out."""
+    empty = set()
+    for directory in {os.path.dirname(f) for f in files}:
+        path = os.path.join(directory, METADATA_FILE)
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                shards = json.load(f).get("shards", [])
+            empty.update(os.path.join(directory, shard["file"]) for shard in shards
+                         if shard.get("num_examples") == 0)
+    return empty
 
 
 def _compression_of(path: str) -> str:

@@ -461,6 +461,10 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
             tf.io.gfile.rmtree(output_dir)
         raise
     log(f"wrote {_summary(metadata)} to {output_dir}")
+    empty = [shard["file"] for shard in metadata["shards"] if shard["num_examples"] == 0]
+    if empty:
+        log(f"note: {len(empty)} shard(s) hold no examples (their inputs hold no text: blank "
+            f"files), e.g. {empty[0]}; training leaves them out (metadata.json says so)")
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
         log(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
             f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")
