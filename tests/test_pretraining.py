@@ -580,7 +580,16 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     assert all(np.all(np.isfinite(v)) for v in weights.values() if v.dtype.kind == "f")
     skip = checkpoint_values(str(tmp_path / "model" / "ckpt-8"))[
         "state/skip_steps/.ATTRIBUTES/VARIABLE_VALUE"]
-    assert skip.tolist() == [bad_step, -1, -1]
+    assert skip.tolist() == [bad_step] + [-1] * (pretraining.SKIP_CAPACITY - 1)
+    # After the limit, the natural next step: a rerun with more restores resumes the run.
+    result, lines = run(tmp_path / "model", path,
+                        ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",
+                         "pretraining.max_restores = 5"], vocab_file=UNCASED_VOCAB)
+    assert result["step"] == 8 and lines[0].startswith("resuming from ")
+    with pytest.raises(UserInputError, match=r"max_restores=65 exceeds the 64 skipped batches "
+                                             r"this run's checkpoints can record"):
+        run(tmp_path / "model", path, ["pretraining.max_restores = 65", "NUM_TRAIN_STEPS = 8"],
+            vocab_file=UNCASED_VOCAB)
 
 
 def test_a_collapsed_discriminator_is_reported_once():

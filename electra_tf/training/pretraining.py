@@ -199,7 +199,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             num_train_steps=num_train_steps, aggregate_gradients=False,
             restart_at=two_stage_steps if two_stage else None)
         optimizer.build(model.trainable_variables)
-        state = TrainState(max_restores)
+        state = TrainState(_skip_capacity(model_dir, max_restores))
         loss_scale = LossScale() if precision == "mixed_float16" else None
 
     data_options = dict(max_seq_length=max_seq_length, vocab_file=vocab_file,
@@ -573,6 +573,27 @@ def _check_settings(**values):
     for name, value in values.items():
         if not isinstance(value, int) or value < 1:
             raise UserInputError(f"pretraining.{name}={value!r} must be a positive integer")
+
+
+SKIP_CAPACITY = 64  # batches a run's checkpoints can record as skipped (max_restores' bound)
+_SKIP_STEPS = "state/skip_steps/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _skip_capacity(model_dir, max_restores) -> int:
+    """The length of the run's skipped-batch list: SKIP_CAPACITY for a new run, so that
+    pretraining.max_restores can change between reruns; a run begun before that has the
+    length its checkpoints hold (its max_restores then)."""
+    capacity = SKIP_CAPACITY
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest:
+        shape = tf.train.load_checkpoint(latest).get_variable_to_shape_map().get(_SKIP_STEPS)
+        capacity = shape[0] if shape else capacity
+    if max_restores > capacity:
+        raise UserInputError(
+            f"pretraining.max_restores={max_restores} exceeds the {capacity} skipped batches "
+            + ("this run's checkpoints can record; use at most that many, or start a new "
+               "--model_dir" if latest else "a run can record; use at most that many"))
+    return capacity
 
 
 def _check_resume(model_dir, model_info):
