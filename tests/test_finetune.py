@@ -200,6 +200,7 @@ def test_tsv_files_plain_or_quoted_keep_every_row_and_quote(tmp_path):
         tmp_path / "one.tsv", ["text", "label"], [(texts[0], "pos")], delimiter="\t"))] == [
         texts[0]]
 
+
 def test_conll_reader(tmp_path):
     from electra_tf.finetune import readers
     path = tmp_path / "x.txt"
@@ -402,6 +403,7 @@ def test_xla_fine_tuning_trains_the_weights_of_the_uncompiled_step(tmp_path, ini
     assert runner._batch(features, np.array([0, 1]))["input_ids"].shape == (2, 20)
     assert runner._batch(features, np.array([2]), 32)["label_ids"].tolist() == [2]
 
+
 def test_an_unknown_precision_fails_before_training(tmp_path, init):
     from electra_tf.errors import UserInputError
     rows = movie_rows()[:8]
@@ -413,6 +415,7 @@ def test_an_unknown_precision_fails_before_training(tmp_path, init):
                  train_file=train, dev_file=train, text_column="review",
                  label_column="sentiment")
     assert not os.path.exists(tmp_path / "out")
+
 
 def test_regression_jsonl_scores_match_predictions(tmp_path, init):
     from scipy import stats
@@ -889,6 +892,7 @@ def test_overwrite_replaces_the_whole_earlier_run(tmp_path, init):
     assert sorted(os.listdir(out)) == ["notes.txt", "results.json", "trial_0"]
     info = json.loads((out / "trial_0" / "task_info.json").read_text())
     assert info["seed"] == 5
+
 
 def test_bad_inputs_in_process(tmp_path):
     from electra_tf.errors import UserInputError

@@ -220,6 +220,7 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
                                       show_progress=False, log=lambda *_: None)
     assert not os.path.exists(tmp_path / "out")
 
+
 def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path):
     directory, _ = austen_data
     name = sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord"))[0]

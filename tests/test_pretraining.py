@@ -261,6 +261,7 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     result, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"])  # the same batch resumes
     assert result["step"] == 4
 
+
 def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
     """Each worker must run as many evaluation steps (one that runs out first would leave the
     others in their all-reduce forever): the steps are what the poorest worker's share of
@@ -294,6 +295,7 @@ def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
                                              r"\(TRAIN_BATCH_SIZE=8\); hold out more"):
         run(tmp_path / "tiny", data, eval_data=str(tiny))
     assert not os.path.exists(tmp_path / "tiny")
+
 
 def test_an_in_process_run_puts_back_what_it_set_for_the_process(tmp_path, data):
     """During a run SIGTERM only flags a save for its loop (PreemptionCheckpointHandler),
