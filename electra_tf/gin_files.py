@@ -36,6 +36,15 @@ def parse(files: list[str], bindings: list[str]) -> None:
     configurables must be imported (registered) first."""
     gin.clear_config()
     paths = [os.path.abspath(resolve(f)) for f in files]
+    ablations = os.path.join(GIN_DIR, "ablations") + os.sep
+    for i, path in enumerate(paths):
+        if path.startswith(ablations) and not any(
+                not p.startswith(ablations) for p in paths[:i]):
+            name = os.path.relpath(path, GIN_DIR)
+            raise UserInputError(
+                f"--gin_file={name} changes a model that a size file sets up (OBJECTIVE, the "
+                "generator), so it must come after one, or the size file's values win; give "
+                f"e.g. --gin_file=small.gin --gin_file={name}")
     # `include 'pretraining.gin'` in our files resolves against the working directory first
     # (gin logs an error for each miss before trying its search paths): read from gin/.
     cwd = os.getcwd()
@@ -63,6 +72,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
             raise UserInputError(f"--gin_bindings={binding!r}: {message}; check the name "
                                  f"against the gin files (e.g. {example})") from None
     _check_macros_used(bindings, example)
+    _check_macros_defined(example)
 
 
 def _check_macros_used(bindings: list[str], example: str) -> None:
@@ -82,6 +92,23 @@ def _check_macros_used(bindings: list[str], example: str) -> None:
             raise UserInputError(
                 f"--gin_bindings={binding!r}: no gin file uses the macro {name}; {hint}the "
                 f"macros in use: {', '.join(sorted(used))} (see {example})")
+
+
+def _check_macros_defined(example: str) -> None:
+    """A %MACRO that a gin file or binding uses but none defines fails only when the run
+    calls the configurable (a traceback from gin): stop on it here."""
+    config = gin.config._CONFIG
+    defined = {scope for scope, selector in config if selector == "gin.macro"}
+    for ref in gin.config.iterate_references(config):
+        if not ref.scoped_selector.endswith("/gin.macro"):
+            continue
+        name = ref.scoped_selector.rsplit("/", 1)[0]
+        if name not in defined:
+            close = difflib.get_close_matches(name, sorted(defined), n=1)
+            hint = f" (did you mean %{close[0]}?)" if close else ""
+            raise UserInputError(
+                f"%{name}{hint} is used but no gin file or --gin_bindings defines it; define "
+                f"it (--gin_bindings='{name}=...') or fix the name (see {example})")
 
 
 def _first_line(error: Exception) -> str:

@@ -29,3 +29,23 @@ def test_a_value_that_is_not_a_literal_and_an_unknown_name_say_which():
     with pytest.raises(UserInputError, match=r"^--gin_bindings='finetuning.nope=1': .*nope.*; "
                        r"check the name against the gin files \(e.g. gin/finetune/small.gin\)"):
         gin_files.parse(["finetune/small.gin"], ["finetuning.nope=1"])
+
+
+def test_an_ablation_file_must_follow_a_size_file():
+    """Before the size file (or alone) an ablation's OBJECTIVE was overwritten (or bound
+    nothing) and the run trained plain ELECTRA without a word."""
+    import gin
+    for files in (["ablations/mlm.gin", "small.gin"], ["ablations/electric.gin"]):
+        with pytest.raises(UserInputError, match=rf"^--gin_file={files[0]} changes a model that "
+                                                 r"a size file sets up .* give e.g. "
+                                                 rf"--gin_file=small.gin --gin_file={files[0]}$"):
+            gin_files.parse(files, [])
+    gin_files.parse(["small.gin", "ablations/mlm.gin"], [])
+    assert gin.query_parameter("%OBJECTIVE") == "mlm"
+
+
+def test_an_undefined_macro_is_an_error_naming_it():
+    with pytest.raises(UserInputError, match=r"^%NUM_TRAIN_STEP \(did you mean "
+                                             r"%NUM_TRAIN_STEPS\?\) is used but no gin file or "
+                                             r"--gin_bindings defines it"):
+        gin_files.parse(["tiny.gin"], ["pretraining.num_train_steps = %NUM_TRAIN_STEP"])

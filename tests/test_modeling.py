@@ -1,6 +1,7 @@
 """ELECTRA models and objectives: losses by hand, sampling, labels, gradient isolation,
 every sharing mode / objective / algorithm learning on real data, gin files, mixed precision."""
 
+import dataclasses
 import math
 import os
 
@@ -574,6 +575,29 @@ def test_bad_options_fail_with_one_clear_line():
         _model(algorithm="two_stage")
     with pytest.raises(ValueError, match="not a multiple of num_heads"):
         encoder_config("tiny", num_heads=3)
+    with pytest.raises(ValueError, match=r"^temperature=0 must be positive"):
+        _model(temperature=0)
+    with pytest.raises(ValueError, match=r"generator_weight and discriminator_weight must be "
+                                         r"positive"):
+        _model(learn_loss_weights=True, generator_weight=0.0)
+    # Two-stage copies an untied generator's embeddings (as wide as its hidden size) into
+    # the discriminator: with factorized embeddings (E != H) that fails at the switch.
+    factorized = dataclasses.replace(TINY, embedding_size=TINY.hidden_size // 2)
+    with pytest.raises(ValueError, match=r"two_stage' with sharing='none' copies the "
+                                         r"generator's embeddings"):
+        ElectraPretrainer(factorized, generator_config(factorized, 1.0), algorithm="two_stage",
+                          sharing="none")
+
+
+def test_an_untied_generator_is_described_as_built():
+    """sharing='none': the generator embeds at its own hidden size (the official e = h_g),
+    and its config (the FLOPs, model_info.json) says so."""
+    small = encoder_config("small", vocab_size=V)
+    model = ElectraPretrainer(small, generator_config(small, 0.25), sharing="none")
+    assert model.generator_config.embedding_width == model.generator_config.hidden_size == 64
+    assert model.generator.embeddings.word_embeddings.shape == (V, 64)
+    tied = ElectraPretrainer(small, generator_config(small, 0.25))
+    assert tied.generator_config.embedding_width == 128
 
 
 # ------------------------------------------------------------------------------ learning

@@ -135,6 +135,10 @@ class ElectraPretrainer(keras.Model):
         if sharing == "all" and generator is not None and generator != discriminator:
             raise UserInputError("sharing='all' makes generator and discriminator one network; "
                                  "use a generator of the discriminator's size (fraction 1.0)")
+        if needs_generator and generator is not None and sharing == "none":
+            # Untied, the generator embeds at its own hidden size (the official code's
+            # e = h_g); its config says so, for the FLOPs and model_info.json.
+            generator = dataclasses.replace(generator, embedding_size=None)
         if algorithm == "two_stage" and (generator is None or sharing == "all"
                                          or dataclasses.replace(generator, embedding_size=None)
                                          != dataclasses.replace(discriminator,
@@ -142,6 +146,20 @@ class ElectraPretrainer(keras.Model):
             raise UserInputError("algorithm='two_stage' initialises the discriminator from the "
                                  "generator: use a generator of the discriminator's size "
                                  "(fraction 1.0) and sharing 'embeddings' or 'none'")
+        if (algorithm == "two_stage" and sharing == "none"
+                and discriminator.embedding_width != discriminator.hidden_size):
+            raise UserInputError(
+                "algorithm='two_stage' with sharing='none' copies the generator's embeddings, "
+                f"as wide as its hidden size ({generator.hidden_size}), into the discriminator, "
+                f"whose embeddings are {discriminator.embedding_width} wide; set "
+                "pretrainer.embedding_size = None (embeddings as wide as the hidden size) or "
+                "keep sharing 'embeddings'")
+        if temperature <= 0:
+            raise UserInputError(f"temperature={temperature} must be positive (1.0: sample from "
+                                 "the generator's softmax)")
+        if learn_loss_weights and min(generator_weight, discriminator_weight or 1.0) <= 0:
+            raise UserInputError("learn_loss_weights starts from the loss weights' logs: "
+                                 "generator_weight and discriminator_weight must be positive")
         if algorithm != "joint" and objective != "electra":
             raise UserInputError(f"algorithm={algorithm} is defined for objective='electra'")
         if objective == "electric" and sharing == "all":
@@ -170,13 +188,12 @@ class ElectraPretrainer(keras.Model):
         elif sharing == "all":
             self.generator = self.discriminator
         elif objective == "electric":
-            gen = generator if shared else dataclasses.replace(generator, embedding_size=None)
-            self.generator_ltr = Encoder(gen, shared, "left_to_right", name="generator_ltr")
-            self.generator_rtl = Encoder(gen, self.generator_ltr.embeddings, "right_to_left",
-                                         name="generator_rtl")
+            self.generator_ltr = Encoder(generator, shared, "left_to_right",
+                                         name="generator_ltr")
+            self.generator_rtl = Encoder(generator, self.generator_ltr.embeddings,
+                                         "right_to_left", name="generator_rtl")
         else:
-            gen = generator if shared else dataclasses.replace(generator, embedding_size=None)
-            self.generator = Encoder(gen, shared, name="generator")
+            self.generator = Encoder(generator, shared, name="generator")
 
         # -- heads
         gen_shape = self.generator.config if self.generator is not None else (
