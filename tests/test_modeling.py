@@ -580,6 +580,9 @@ def test_bad_options_fail_with_one_clear_line():
     with pytest.raises(ValueError, match=r"generator_weight and discriminator_weight must be "
                                          r"positive"):
         _model(learn_loss_weights=True, generator_weight=0.0)
+    with pytest.raises(ValueError, match=r"generator_weight and discriminator_weight must be "
+                                         r"positive"):
+        _model(learn_loss_weights=True, discriminator_weight=0.0)
     # Two-stage copies an untied generator's embeddings (as wide as its hidden size) into
     # the discriminator: with factorized embeddings (E != H) that fails at the switch.
     factorized = dataclasses.replace(TINY, embedding_size=TINY.hidden_size // 2)

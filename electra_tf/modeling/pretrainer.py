@@ -157,7 +157,8 @@ class ElectraPretrainer(keras.Model):
         if temperature <= 0:
             raise UserInputError(f"temperature={temperature} must be positive (1.0: sample from "
                                  "the generator's softmax)")
-        if learn_loss_weights and min(generator_weight, discriminator_weight or 1.0) <= 0:
+        if learn_loss_weights and min(generator_weight, 1.0 if discriminator_weight is None
+                                      else discriminator_weight) <= 0:
             raise UserInputError("learn_loss_weights starts from the loss weights' logs: "
                                  "generator_weight and discriminator_weight must be positive")
         if algorithm != "joint" and objective != "electra":
