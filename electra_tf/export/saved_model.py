@@ -66,6 +66,7 @@ import tensorflow_text as tf_text
 
 from electra_tf import tokenization
 from electra_tf.errors import UserInputError
+from electra_tf.modeling.layers import precision_policy
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 
 KINDS = ("discriminator", "generator", "encoder", "task")
@@ -390,13 +391,9 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
     if size != config.vocab_size:
         raise UserInputError(f"{vocab_file} has {size} tokens but {trial_dir} was fine-tuned "
                              f"with {config.vocab_size}; pass the model's vocab")
-    policy = keras.mixed_precision.dtype_policy()
-    try:
-        keras.mixed_precision.set_dtype_policy("float32")
+    with precision_policy("float32"):
         model = TaskModel(config, info["head"], info["num_outputs"],
                           answerability=info["answerability"])
-    finally:
-        keras.mixed_precision.set_dtype_policy(policy)
     from electra_tf.training.checkpoints import read_weights
     read_weights(model, checkpoint, TASK_INFO)
     return FinetunedModel(model, info, trial_dir, vocab_file, note)

@@ -16,7 +16,6 @@ fine-tuned weights (`model/ckpt`) and `task_info.json`. Each file is written und
 temporary name and renamed, and a trial's folder appears only once it is complete.
 """
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -36,6 +35,7 @@ from electra_tf.finetune import metrics, squad, tasks
 from electra_tf.finetune.models import TaskModel
 from electra_tf.modeling import flops
 from electra_tf.modeling.config import SIZES, EncoderConfig, encoder_config
+from electra_tf.modeling.layers import precision_policy
 from electra_tf.training import optimization, strategies
 from electra_tf.training.trainer import LossScale
 
@@ -205,7 +205,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
             tf.io.gfile.remove(path)
     tf.io.gfile.makedirs(model_dir)
     trials = []
-    with _precision_policy(precision):
+    with precision_policy(precision):
         for trial in range(num_trials):
             trial_seed = seed + trial
             started = time.time()
@@ -274,17 +274,6 @@ def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
             f"{', ...' if len(earlier) > 3 else ''}); pass --overwrite to replace it, or "
             "choose another --model_dir")
     return earlier
-
-
-@contextlib.contextmanager
-def _precision_policy(precision: str):
-    """Keras' global policy set to `precision` inside, put back after."""
-    before = keras.mixed_precision.dtype_policy()
-    keras.mixed_precision.set_dtype_policy(precision)
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_dtype_policy(before)
 
 
 def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, steps: int,

@@ -14,6 +14,7 @@ variable has a unique path that names its network (`electra/layer_0/attention/qu
 `generator/layer_0/...`), which weight-decay exclusion and layer-wise learning rates key on.
 """
 
+import contextlib
 import math
 import os
 
@@ -120,6 +121,18 @@ def _xla_keep(x, bits, threshold: int, scale: float):
                 lambda dy: _keep_scaled(dy, bits, threshold, scale))
 
     return keep(x)
+
+
+@contextlib.contextmanager
+def precision_policy(name: str):
+    """Keras' global dtype policy set to `name` inside (the layers built there take it),
+    the process's own put back after."""
+    before = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy(before)
 
 
 def initializer(config: EncoderConfig):

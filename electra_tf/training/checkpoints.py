@@ -10,12 +10,12 @@ import json
 import os
 
 import gin
-import keras
 import tensorflow as tf
 
 from electra_tf import tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.modeling import factory
+from electra_tf.modeling.layers import precision_policy
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG
 
@@ -74,17 +74,15 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         raise UserInputError(f"{vocab_file} has {len(vocab)} tokens but {model_dir} was trained "
                              f"with {info['vocab_size']}; pass the model's vocab")
     ids = {t: i for i, t in enumerate(vocab)}
-    policy = keras.mixed_precision.dtype_policy()
     with gin.config_scope(None):
         gin.clear_config()
         gin.parse_config(config)
         try:
-            keras.mixed_precision.set_dtype_policy("float32")
-            model = factory.build_pretrainer(
-                vocab_size=len(vocab), cls_id=ids[tokenization.CLS_TOKEN],
-                sep_id=ids[tokenization.SEP_TOKEN])
+            with precision_policy("float32"):
+                model = factory.build_pretrainer(
+                    vocab_size=len(vocab), cls_id=ids[tokenization.CLS_TOKEN],
+                    sep_id=ids[tokenization.SEP_TOKEN])
         finally:
-            keras.mixed_precision.set_dtype_policy(policy)
             gin.clear_config()
     read_weights(model, checkpoint, "operative_config.gin")
     return LoadedModel(model=model, checkpoint=checkpoint, vocab_file=vocab_file,
