@@ -127,7 +127,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     Args:
       task_data: the task and its examples (`tasks.load`).
       init: the encoder to start from (`load_initialization`).
-      model_dir: where results, predictions and weights go.
+      model_dir: where results, predictions and weights go (with several workers, the
+        chief alone writes it).
       overwrite: replace the run a model dir already holds (its results.json and trial_K
         folders, deleted first); without it such a dir is refused.
       learning_rate: peak learning rate (of the top layer and the head).
@@ -197,13 +198,19 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         f"({n_train} features), {steps} steps of {train_batch_size} ({span}), "
         f"from {init.source}")
 
-    for name in earlier:  # results.json first: a run stopped now leaves no stale scores
+    # Several workers train together and predict alike; the chief alone writes the model
+    # dir (shared storage: two writers would delete each other's trial folders).
+    worker, chief = strategies.worker_info(strategy)
+    if not chief:
+        log(f"worker {worker}: the chief writes {model_dir}; this worker writes nothing")
+    for name in earlier if chief else ():  # results.json first: no stale scores if stopped
         path = os.path.join(model_dir, name)
         if tf.io.gfile.isdir(path):
             tf.io.gfile.rmtree(path)
         else:
             tf.io.gfile.remove(path)
-    tf.io.gfile.makedirs(model_dir)
+    if chief:
+        tf.io.gfile.makedirs(model_dir)
     trials = []
     with precision_policy(precision):
         for trial in range(num_trials):
@@ -229,11 +236,13 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size)
                             for s in adapter.test_splits}
-            trial_dir = os.path.join(model_dir, f"trial_{trial}")
-            _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
-                         max_seq_length, max_query_length, trial_seed,
-                         dict(n_best_size=n_best_size, max_answer_length=max_answer_length,
-                              no_answer_threshold=no_answer_threshold), save_model)
+            if chief:
+                _write_trial(os.path.join(model_dir, f"trial_{trial}"), model, adapter, outputs,
+                             test_outputs, init, task_data, max_seq_length, max_query_length,
+                             trial_seed, dict(n_best_size=n_best_size,
+                                              max_answer_length=max_answer_length,
+                                              no_answer_threshold=no_answer_threshold),
+                             save_model)
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
             if loss_scale is not None:  # steps skipped for overflowing gradients
@@ -252,7 +261,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              official_layerwise_decay=official_layerwise_decay,
                              warmup_proportion=warmup_proportion, precision=precision,
                              jit_compile=jit_compile))
-    _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
+    if chief:
+        _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
     return results
 
