@@ -308,6 +308,12 @@ def test_classification_learns_and_results_json(tmp_path, init):
     assert on_disk["task"] == "classification" and on_disk["metric"] == "accuracy"
     assert [t["seed"] for t in on_disk["trials"]] == [7, 8]
     assert on_disk["labels"] == ["negative", "positive"]
+    import hashlib
+    import pathlib
+    checkpoint = on_disk["init_checkpoint"] + ".index"
+    assert on_disk["inputs_sha256"] == {  # what the run read: dev = train here
+        name: hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+        for name, path in (("train", train), ("dev", train), ("init_checkpoint", checkpoint))}
     for key in ("accuracy", "mcc", "f1"):
         values = [t["dev"][key] for t in on_disk["trials"]]
         assert on_disk["median"][key] == pytest.approx(np.median(values))

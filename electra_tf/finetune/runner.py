@@ -17,6 +17,7 @@ temporary name and renamed, and a trial's folder appears only once it is complet
 """
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -253,7 +254,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 f"{k} {v:.4f}" for k, v in dev.items()))
     results = summarize(task.name, task.metric, trials)
     results.update(
-        init_checkpoint=init.source, num_train_examples=len(task_data.train.examples),
+        init_checkpoint=init.source, inputs_sha256=input_digests(task_data, init),
+        num_train_examples=len(task_data.train.examples),
         num_train_steps=steps, labels=task_data.labels,
         hyperparameters=dict(learning_rate=learning_rate, train_batch_size=train_batch_size,
                              num_epochs=epochs, max_seq_length=max_seq_length,
@@ -268,6 +270,27 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
 
 
 _TRIAL_DIR = re.compile(r"trial_\d+(\.partial)?")
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def input_digests(task_data: tasks.TaskData, init: Initialization) -> dict:
+    """What the run read, by split name (train, dev, test, ...; each file's SHA-256), and
+    the pre-trained weights ("init_checkpoint": its .index file's, which holds a checksum of
+    every tensor; none for random weights): a rerun can tell whether results.json still
+    describes these inputs."""
+    digests = {split.name: file_sha256(split.path)
+               for split in [task_data.train, *task_data.dev, *task_data.test]
+               if split.path and tf.io.gfile.exists(split.path)}
+    if init.weights is not None and tf.io.gfile.exists(init.source + ".index"):
+        digests["init_checkpoint"] = file_sha256(init.source + ".index")
+    return digests
 
 
 def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
