@@ -297,17 +297,23 @@ def pretraining_curve(model_dir: str) -> dict:
 
 
 def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
-                       bindings: list[str], random_init: bool) -> dict | None:
+                       bindings: list[str], random_init: bool,
+                       files: list[str] = ()) -> dict | None:
     """The results.json a run of scripts/run_finetuning.py left in `out` if it is the run
     asked for now (same number of trials and training examples, initialised from the model
     dir or checkpoint `init`, randomly or not, and every macro binding in `bindings` that
     results.json records among its hyperparameters, e.g. MAX_SEQ_LENGTH=64,
     LEARNING_RATE=1e-3 or NUM_EPOCHS=10, with that value), else None. Bindings results.json
-    does not record, and gin files' own values, are not compared."""
+    does not record, and gin files' own values, are not compared. So is what the run read
+    (`finetuning_inputs_match`): the data `files` as they are now, and a pre-trained
+    `init`'s latest checkpoint (a model dir trained further, or pre-trained again, is
+    fine-tuned again)."""
     try:
         with open(os.path.join(out, "results.json")) as f:
             result = json.load(f)
     except (OSError, ValueError):
+        return None
+    if not finetuning_inputs_match(result, None if random_init else init, files):
         return None
     recorded = result.get("hyperparameters", {})
     for binding in bindings:
@@ -345,6 +351,36 @@ def _encoder_shape(init: str) -> list | None:
         return [info.get(key) for key in ("discriminator", "vocab_file", "lower_case",
                                           "strip_accents")]
     return None
+
+
+def finetuning_inputs_match(result: dict, init: str | None, files=()) -> bool:
+    """Whether a fine-tuning run's results.json (its `inputs_sha256`) describes these
+    inputs: every data file in `files` with the content it read, and for a pre-trained
+    `init` (a model dir: its latest checkpoint; or a checkpoint prefix) that checkpoint,
+    with the same weights (its .index file, a checksum of every tensor)."""
+    import hashlib
+    recorded = result.get("inputs_sha256")
+    if recorded is None:  # written before results.json recorded its inputs
+        return False
+
+    def sha256(path):
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+
+    data = {v for k, v in recorded.items() if k != "init_checkpoint"}
+    if any(not os.path.exists(p) or sha256(p) not in data for p in files):
+        return False
+    if init is None:
+        return True
+    path = os.path.join(REPO, init)
+    if os.path.isdir(path):
+        import tensorflow as tf
+        path = tf.train.latest_checkpoint(path)
+        if path is None:
+            return False
+    ran = os.path.join(REPO, result["init_checkpoint"])
+    return (os.path.normpath(path) == os.path.normpath(ran) and os.path.exists(path + ".index")
+            and sha256(path + ".index") == recorded.get("init_checkpoint"))
 
 
 def _same_value(recorded, binding_value: str) -> bool:

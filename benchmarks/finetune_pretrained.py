@@ -31,6 +31,7 @@ its TensorBoard run when the dir has one) are read from each dir. Results:
 benchmarks/results/<results_name>.
 """
 
+import functools
 import json
 import os
 import sys
@@ -94,8 +95,8 @@ def pretraining_facts(model_dir: str) -> dict:
         "num_train_steps", "max_seq_length", "device", "precision", "train_flops_per_example")}
     per_example = grid.charged_flops_per_example(info, model_dir)
     facts.update(checkpoint=os.path.basename(checkpoint), step=step,
-                 flops_per_example=per_example,
-                 flops=per_example * info["train_batch_size"] * step,
+                 flops_per_example=per_example, flops=grid.charged_flops(info, step, model_dir),
+                 two_stage_switch=grid.two_stage_switch(info, model_dir),
                  generator_hidden_size=(info.get("generator") or {}).get("hidden_size"))
     if os.path.isdir(os.path.join(model_dir, "train")):
         facts["curve"] = common.pretraining_curve(model_dir)
@@ -214,6 +215,11 @@ def main(argv):
         raise SystemExit(f"--random_init_from={FLAGS.random_init_from}: not a --model name")
     random_shape = shapes[FLAGS.random_init_from or models[0][0]]
     facts = {name: pretraining_facts(path) for name, path in models}
+    flops_at = {}  # name -> the FLOPs its run had spent at a step
+    for name, path in models:
+        with open(os.path.join(path, "model_info.json")) as f:
+            flops_at[name] = functools.partial(grid.charged_flops, json.load(f),
+                                               model_dir=path)
 
     def finetune(out: str, init: str, n: int, extra: list[str]) -> dict:
         """scripts/run_finetuning.py from `init` into `out` on the first n training examples,
@@ -226,7 +232,8 @@ def main(argv):
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings],
                    "--gin_bindings=finetuning.save_model=False", "--overwrite", *extra]
         result = None if FLAGS.refinetune else common.earlier_finetuning(
-            out, init, FLAGS.num_trials, n, FLAGS.finetune_bindings, bool(extra))
+            out, init, FLAGS.num_trials, n, FLAGS.finetune_bindings, bool(extra),
+            [train_files[n][0], dev_csv])
         if result is None:
             started = time.time()
             common.run_recorded(command, commands)
@@ -250,14 +257,18 @@ def main(argv):
         return {"step": step, "metric": metric_name, "median": result["median"][metric],
                 "mean": result["mean"][metric], "std": result["std"][metric],
                 "per_seed": [t["dev"][metric] for t in result["trials"]],
-                "flops": (facts[name]["flops_per_example"]
-                          * facts[name]["train_batch_size"] * step)}
+                "flops": flops_at[name](step)}
 
     # Along the runs: each kept checkpoint, the last being the model's own condition.
     along = {}  # model name -> {"finetune": {step: point}} as study/plots.curve_plot reads
     for name, path in (models if FLAGS.along_runs else []):
         points = {}
         for step in kept_steps(path):
+            switch = facts[name]["two_stage_switch"]
+            if switch is not None and step <= switch:
+                print(f"{name}: ckpt-{step} is in the generator stage (its discriminator not "
+                      f"trained until step {switch}): left out of the curve")
+                continue
             result = (by_size[sizes[-1]][name] if step == facts[name]["step"] else finetune(
                 os.path.join(train_files[sizes[-1]][1], f"{name}@{step}"),
                 os.path.join(path, f"ckpt-{step}"), sizes[-1], []))

@@ -174,7 +174,8 @@ def main(argv):
                    "--gin_bindings=finetuning.save_model=False", "--overwrite",
                    *[f"--gin_bindings={b}" for b in FLAGS.finetune_bindings], *extra]
         result = None if FLAGS.refinetune else common.earlier_finetuning(
-            out, init, FLAGS.num_trials, len(train_rows), FLAGS.finetune_bindings, bool(extra))
+            out, init, FLAGS.num_trials, len(train_rows), FLAGS.finetune_bindings, bool(extra),
+            [train_csv, dev_csv])
         if result is None:
             common.run_recorded(command, commands)
             with open(os.path.join(out, "results.json")) as f:

@@ -112,6 +112,20 @@ def planned_steps(objective: str, data_dir: str, commands: list[str]) -> int:
     return max(2, round(FLAGS.flops_budget / (per_example * FLAGS.train_batch_size)))
 
 
+def check_run_length(model_dir: str, steps: int):
+    """A model dir of another run length (another --flops_budget in the same --work_dir)
+    would be resumed and run on: its learning-rate schedule changed mid-run, its earlier
+    checkpoints another run's. Refused."""
+    try:
+        with open(os.path.join(model_dir, "model_info.json")) as f:
+            held = json.load(f).get("num_train_steps")
+    except FileNotFoundError:
+        return
+    if held != steps:
+        raise SystemExit(f"{model_dir} holds a run of {held} steps where this budget takes "
+                         f"{steps}; pass another --work_dir (or delete it)")
+
+
 def main(argv):
     del argv
     unknown = sorted(set(FLAGS.objectives) - set(CONFIGS))
@@ -140,6 +154,7 @@ def main(argv):
     for objective in FLAGS.objectives:
         model_dir = os.path.join(work, "pretrain", objective)
         steps = planned_steps(objective, data_dir, commands)
+        check_run_length(os.path.join(common.REPO, model_dir), steps)
         common.run_recorded(pretraining_command(objective, model_dir, data_dir, steps, []),
                             commands)
         models.append(f"--model={objective}={model_dir}")

@@ -1,8 +1,9 @@
 """When the benchmarks reuse an earlier fine-tuning run (benchmarks/common.py
 earlier_finetuning): the same initialisation, trials, examples and recorded bindings; a random
-initialisation from any model dir of the same encoder shape and vocab. On made-up model dirs
-and results.json files."""
+initialisation from any model dir of the same encoder shape and vocab; the same data files and
+checkpoint as the run read. On made-up model dirs and results.json files."""
 
+import hashlib
 import json
 import os
 import sys
@@ -21,14 +22,31 @@ def _model_dir(root, name, shape, vocab_file="data/vocab/bert_chinese.txt"):
     path.mkdir()
     (path / "model_info.json").write_text(json.dumps(
         {"discriminator": shape, "vocab_file": vocab_file, "lower_case": True}))
+    _checkpoint(path, 8512)
     return str(path)
 
 
-def _results(out, init_checkpoint, trials=5, examples=2000, epochs=10):
+def _checkpoint(model_dir, step, content=b"weights"):
+    """A checkpoint's .index (its tensors' checksums; made up here), now the latest."""
+    (model_dir / f"ckpt-{step}.index").write_bytes(content + b"%d" % step)
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{step}"\n')
+
+
+def _sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _results(out, init_checkpoint, trials=5, examples=2000, epochs=10, files=()):
+    """A results.json as run_finetuning.py writes it, having read `files` and, unless
+    random, `init_checkpoint`."""
     os.makedirs(out)
+    inputs = {f"split_{i}": _sha256(path) for i, path in enumerate(files)}
+    if not init_checkpoint.startswith("random"):
+        inputs["init_checkpoint"] = _sha256(init_checkpoint + ".index")
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"init_checkpoint": init_checkpoint, "trials": [{}] * trials,
-                   "num_train_examples": examples,
+                   "num_train_examples": examples, "inputs_sha256": inputs,
                    "hyperparameters": {"num_epochs": epochs}}, f)
     return out
 
@@ -63,6 +81,40 @@ def test_pretrained_init_is_reused_only_from_its_own_dir(tmp_path):
     assert common.earlier_finetuning(out, generator_1, 5, 2000, [], False) is None
     assert common.earlier_finetuning(str(tmp_path / "ft" / "none"), electra, 5, 2000, [],
                                      False) is None
+
+
+def test_a_run_is_redone_when_what_it_read_changed(tmp_path):
+    """Pre-trained further or again (the latest checkpoint, or its weights, changed), or
+    other data files: the earlier results no longer describe the run."""
+    electra = _model_dir(tmp_path, "electra", TINY)
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    train.write_text("label,text\na,x\n")
+    dev.write_text("label,text\nb,y\n")
+    files = [str(train), str(dev)]
+    out = _results(str(tmp_path / "ft"), os.path.join(electra, "ckpt-8512"), files=files)
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False, files) is not None
+    dev.write_text("label,text\nb,z\n")  # another dev set
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False, files) is None
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False, files[:1]) is not None
+    _checkpoint(tmp_path / "electra", 8512, b"other weights")  # pre-trained again
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False, files[:1]) is None
+    _checkpoint(tmp_path / "electra", 8512)
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False, files[:1]) is not None
+    _checkpoint(tmp_path / "electra", 9000)  # trained further: the dir's latest is newer
+    assert common.earlier_finetuning(out, electra, 5, 2000, [], False, files[:1]) is None
+    assert common.earlier_finetuning(out, os.path.join(electra, "ckpt-8512"), 5, 2000, [],
+                                     False, files[:1]) is not None
+    # Random weights do not depend on the checkpoint: its data still counts.
+    random = _results(str(tmp_path / "random"), "random, shaped as "
+                      + os.path.join(electra, "ckpt-8512"), files=files)
+    assert common.earlier_finetuning(random, electra, 5, 2000, [], True, files) is not None
+    train.write_text("label,text\na,w\n")
+    assert common.earlier_finetuning(random, electra, 5, 2000, [], True, files) is None
+    # A results.json from before the inputs were recorded is not trusted.
+    with open(os.path.join(random, "results.json")) as f:
+        result = json.load(f)
+    del result["inputs_sha256"]
+    assert not common.finetuning_inputs_match(result, None)
 
 
 def test_describe_cpu_names_generation_and_vector_width():

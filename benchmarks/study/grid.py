@@ -55,14 +55,11 @@ GROUPS = {
 }
 
 
-def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,
-                                num_predictions: int) -> float:
-    """Training FLOPs per example of two-stage training, over its two halves (the default
-    switch, pretraining.two_stage_steps at half the run): the generator alone (its masked
-    LM), then the discriminator on the frozen generator's samples (the generator's forward
-    pass, no backward). The estimator (and model_info.json) charges
-    the joint algorithm's figure, about 1.6 times this with a generator of the
-    discriminator's size."""
+def two_stage_stage_flops(discriminator, generator, seq_length: int, mask_prob: float,
+                          num_predictions: int) -> tuple[float, float]:
+    """Training FLOPs per example of two-stage training's generator stage (its masked LM
+    alone) and discriminator stage (the frozen generator's forward pass, the
+    discriminator's training)."""
     from electra_tf.modeling import flops
     options = dict(seq_length=seq_length, mask_prob=mask_prob)
     generator_stage = flops.train_flops_per_example(
@@ -72,7 +69,19 @@ def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_
                                         max_predictions=num_predictions, **options)
         + flops.train_flops_per_example(discriminator, None, objective="electra",
                                         max_predictions=num_predictions, **options))
-    return (generator_stage + discriminator_stage) / 2
+    return generator_stage, discriminator_stage
+
+
+def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,
+                                num_predictions: int) -> float:
+    """Training FLOPs per example of two-stage training, over its two halves (the default
+    switch, pretraining.two_stage_steps at half the run): the generator alone (its masked
+    LM), then the discriminator on the frozen generator's samples (the generator's forward
+    pass, no backward). The estimator (and model_info.json) charges
+    the joint algorithm's figure, about 1.6 times this with a generator of the
+    discriminator's size."""
+    return sum(two_stage_stage_flops(discriminator, generator, seq_length, mask_prob,
+                                     num_predictions)) / 2
 
 
 def charged_flops_per_example(info: dict, model_dir: str = "the model dir") -> float:
@@ -88,3 +97,34 @@ def charged_flops_per_example(info: dict, model_dir: str = "the model dir") -> f
     return two_stage_flops_per_example(
         EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
         info["max_seq_length"], info["mask_prob"], info["masked_positions"])
+
+
+def two_stage_switch(info: dict, model_dir: str) -> int | None:
+    """The step a two-stage run switches to its discriminator (pretraining.two_stage_steps
+    in its operative config, else half the run); None for other algorithms."""
+    if info.get("algorithm") != "two_stage":
+        return None
+    import os
+    import re
+    try:
+        with open(os.path.join(model_dir, "operative_config.gin")) as f:
+            bound = re.search(r"^pretraining\.two_stage_steps = (\d+)$", f.read(), re.M)
+    except FileNotFoundError:
+        bound = None
+    return int(bound.group(1)) if bound else info["num_train_steps"] // 2
+
+
+def charged_flops(info: dict, step: int, model_dir: str = "the model dir") -> float:
+    """The training FLOPs a run is charged up to `step`: for two-stage training each stage's
+    own steps (a checkpoint in the generator stage has spent no discriminator FLOPs),
+    otherwise the estimator's per-example figure."""
+    batch = info["train_batch_size"]
+    switch = two_stage_switch(info, model_dir)
+    if switch is None:
+        return charged_flops_per_example(info, model_dir) * batch * step
+    charged_flops_per_example(info, model_dir)  # refuses an older model_info.json
+    from electra_tf.modeling.config import EncoderConfig
+    generator, discriminator = two_stage_stage_flops(
+        EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
+        info["max_seq_length"], info["mask_prob"], info["masked_positions"])
+    return batch * (generator * min(step, switch) + discriminator * max(0, step - switch))
