@@ -213,3 +213,87 @@ def test_bad_pretrain_seeds_fail_with_one_line(tmp_path, seeds):
         f"error: --pretrain_seeds={seeds}: give distinct non-negative integers, "
         "e.g. --pretrain_seeds=0,1"]
     assert not any(tmp_path.iterdir())
+
+
+_UNITS = r"""
+import glob, json, os, shutil, sys
+sys.argv = ["run_study"]
+sys.path.insert(0, os.path.join({root!r}, "benchmarks", "study"))
+import run_study as rs
+from electra_tf import tokenization
+from electra_tf.errors import UserInputError
+
+# Checkpoints: none next to the end (the run still saves it: keep_checkpoints counts it).
+plan = rs.plan_steps(1001, 1, 4, 500)
+assert plan["checkpoints"] == [500, 1001] and plan["saved_checkpoints"] == 3, plan
+plan = rs.plan_steps(3021, 1, 4, 100)  # the cpu grid's ELECTRA: unchanged
+assert plan["checkpoints"] == [800, 1600, 2400, 3021] and plan["saved_checkpoints"] == 4
+# ELECTRA's checkpoints paired with BERT's nearest in FLOPs, whatever their numbers.
+a = {{"34": {{"flops": 1.0}}, "69": {{"flops": 2.0}}}}
+b = {{str(s): {{"flops": f}} for s, f in ((31, 0.5), (62, 1.1), (93, 1.5), (124, 2.0))}}
+assert rs.checkpoint_pairs(a, b) == [("34", "62"), ("69", "124")]
+assert rs.checkpoint_pairs(b, a) == [("62", "34"), ("124", "69")]
+
+# The masked positions a pretraining.max_predictions_per_seq binding gives are charged.
+vocab = len(tokenization.load_vocab(os.path.join({root!r}, rs.VOCAB)))
+flops = {{}}
+for n in ("", "4", "10"):  # 4: the official N at seq 32, int(0.155 * 32)
+    rs.FLAGS.unparse_flags()
+    rs.FLAGS(["run_study", "--scale=toy"]
+             + ([f"--pretrain_bindings=pretraining.max_predictions_per_seq={{n}}"] if n else []))
+    flops[n] = rs.describe_config(rs.SCALES["toy"], rs.CONFIGS["electra"], vocab)[
+        "reported_flops_per_example"]
+assert flops[""] == flops["4"] < flops["10"], flops
+
+# Job records: every job dir is checked before any is written; a rebuilt input refused.
+tmp = {tmp!r}
+job = lambda n: rs.Job("scripts/x.py", [("n", n)])
+runner = rs.Runner(in_process=False)
+os.makedirs(os.path.join(tmp, "b"))
+rs._write_json(os.path.join(tmp, "b", rs.JOB_RECORD), {{"command": "another"}})
+try:
+    runner.run_all([(job("1"), os.path.join(tmp, "a"), lambda: False, None),
+                    (job("2"), os.path.join(tmp, "b"), lambda: False, None)])
+    raise AssertionError("not refused")
+except UserInputError as e:
+    assert "holds a run of another command" in str(e)
+assert not os.path.exists(os.path.join(tmp, "a")), "a record was written before the checks"
+data = os.path.join(tmp, "metadata.json")
+with open(data, "w") as f:
+    f.write("1")
+rs.execute = lambda job, in_process: 0.0  # nothing to run
+runner.run_all([(job("1"), os.path.join(tmp, "a"), lambda: False, None, [data])])
+runner.run_all([(job("1"), os.path.join(tmp, "a"), lambda: True, None, [data])])
+with open(data, "w") as f:
+    f.write("2")
+try:
+    runner.run_all([(job("1"), os.path.join(tmp, "a"), lambda: True, None, [data])])
+    raise AssertionError("not refused")
+except UserInputError as e:
+    assert str(e).startswith(os.path.join(tmp, "a") + " ran on another "), e
+
+# A fine-tuning is done only from the same weights, on the same splits.
+work = {work!r}
+out = sorted(glob.glob(os.path.join(work, "finetune", "mlm", "step*")))[-1]
+init = os.path.join(work, "pretrain", "mlm", "ckpt-" + out.rsplit("step", 1)[1])
+files = [os.path.join(work, "train.csv"), os.path.join(work, "dev.csv")]
+assert rs.finetuned(out, init, files)
+other = os.path.join(tmp, "dev.csv")
+with open(files[1]) as f, open(other, "w") as g:
+    g.write(f.read().replace("positive", "negative", 1))
+assert not rs.finetuned(out, init, [files[0], other])
+earlier = sorted(glob.glob(os.path.join(work, "pretrain", "mlm", "ckpt-*.index")))[0][:-6]
+assert not rs.finetuned(out, earlier, files)
+print("units ok")
+"""
+
+
+def test_plan_pairs_job_records_and_staleness(study, tmp_path):
+    """Checkpoint plans and ELECTRA/BERT pairs that cannot mismatch, masked-position
+    bindings charged, job dirs all checked before any is written and refused when an input
+    was rebuilt, fine-tuning redone when its weights or splits changed (the runner's parts,
+    in a fresh process: run_study defines flags)."""
+    code = _UNITS.format(root=ROOT, tmp=str(tmp_path), work=str(study["work"]))
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and "units ok" in result.stdout, result.stderr[-3000:]

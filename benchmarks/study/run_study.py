@@ -88,9 +88,11 @@ run_pretraining.py, run_finetuning.py), as subprocesses, with the commands recor
 `--in_process` (the toy scale's default) the same jobs run in this process through the
 library calls those scripts make (TensorFlow starts once), the commands recorded the same.
 Reruns skip what is done: a pre-training run whose final checkpoint exists is not started
-again (an interrupted one resumes from its last checkpoint), a fine-tuning dir with
-results.json is reused; a job dir holding another command is an error (use another
---work_dir). Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
+again (an interrupted one resumes from its last checkpoint), a fine-tuning dir whose
+results.json read the same checkpoint (weights) and splits is reused (else it is redone: a
+configuration pre-trained again, another --labelled_data); a job dir holding another
+command, or a pre-training run on data rebuilt since, is an error (use another
+--work_dir), found before anything is written. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
 study_small.* (`small`); the labelled data: the VADER movie-review snippets
 (benchmarks/corpora.py; fetched with `pip download`).
 """
@@ -326,24 +328,35 @@ class Runner:
         return self.run_all([(job, job_dir, done, None)])[0]
 
     def run_all(self, items) -> list[float]:
-        """items: (job, job_dir, done, after): done() is true when an earlier run finished
-        the job; `after` is the index of an earlier item the job needs, or None. Returns
-        each job's seconds (kept in job_dir/study_job.json and reused when the job is
-        skipped; an interrupted run's seconds are added to its resumption's)."""
-        todo, seconds, shown_commands = {}, [], []
-        for i, (job, job_dir, done, after) in enumerate(items):
+        """items: (job, job_dir, done, after[, inputs]): done() is true when an earlier run
+        finished the job; `after` is the index of an earlier item the job needs, or None;
+        `inputs`, files the job reads that exist before it starts (their digests are kept:
+        a job dir that ran on other contents is refused). Returns each job's seconds (kept
+        in job_dir/study_job.json and reused when the job is skipped; an interrupted run's
+        seconds are added to its resumption's). Every job dir is checked before any is
+        written."""
+        todo, seconds, shown_commands, records = {}, [], [], []
+        for i, (job, job_dir, done, after, *inputs) in enumerate(items):
             shown = common.shown(job.command())
-            self.commands.append(shown)
             shown_commands.append(shown)
             record_path = os.path.join(job_dir, JOB_RECORD)
             record = _read_json(record_path) if os.path.exists(record_path) else {}
             if record and record["command"] != shown:
                 raise UserInputError(f"{job_dir} holds a run of another command "
                                  f"({record['command']}); delete it or pass another --work_dir")
+            digests = {common.shown([p]): _sha256(p) for p in (inputs[0] if inputs else ())}
+            changed = [p for p, d in record.get("inputs", {}).items() if digests.get(p) != d]
+            if changed:
+                raise UserInputError(f"{job_dir} ran on another {changed[0]} (it was rebuilt "
+                                     "since); delete it or pass another --work_dir")
             seconds.append(record.get("seconds", 0.0))
+            records.append((record_path, {"command": shown, **record,
+                                          **({"inputs": digests} if digests else {})}))
             if not done():
-                _write_json(record_path, {"command": shown, **record})
                 todo[i] = (job, record_path, after)
+        self.commands += shown_commands
+        for i in todo:
+            _write_json(*records[i])
 
         def finished(i, path, took):
             seconds[i] = round(seconds[i] + took, 1)
@@ -413,6 +426,12 @@ def _read_json(path: str):
         return json.load(f)
 
 
+def _sha256(path: str) -> str:
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 # ------------------------------------------------------------------ FLOPs and steps
 
 
@@ -442,7 +461,11 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
         "%MASK_PROB")
     batch = gin.query_parameter("%TRAIN_BATCH_SIZE")
     model = factory.build_pretrainer(vocab_size=vocab_size)
-    num_predictions = masking.default_max_predictions(seq_length, mask_prob)
+    try:  # a binding, else the official N, as the run has it (the study's data is unmasked)
+        num_predictions = gin.query_parameter("pretraining.max_predictions_per_seq")
+    except ValueError:
+        num_predictions = None
+    num_predictions = num_predictions or masking.default_max_predictions(seq_length, mask_prob)
     info = pretraining.describe(
         model, seq_length=seq_length, num_predictions=num_predictions, mask_prob=mask_prob,
         train_batch_size=batch, num_train_steps=1)
@@ -461,19 +484,22 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
 def plan_steps(budget: float, flops_per_step: float, curve_points: int,
                steps_per_loop: int) -> dict:
     """Steps for the budget (its FLOPs within half a step's of it), the checkpoint interval
-    (a multiple of the loop, about steps / curve_points) and the checkpoints it leaves."""
+    (a multiple of the loop, about steps / curve_points), how many checkpoints the run
+    saves, and those the curve fine-tunes: all but one closer to the end than half the
+    interval (e.g. 1,000 of 1,001)."""
     steps = max(2, round(budget / flops_per_step))  # two-stage needs two
     loop = max(1, min(steps_per_loop, steps // curve_points))
     every = loop * math.ceil(steps / curve_points / loop)
-    checkpoints = sorted({*range(every, steps, every), steps})
+    saved = sorted({*range(every, steps, every), steps})
+    checkpoints = [s for s in saved if s == steps or steps - s >= every / 2]
     return {"steps": steps, "steps_per_loop": loop, "checkpoint_every": every,
-            "checkpoints": checkpoints}
+            "saved_checkpoints": len(saved), "checkpoints": checkpoints}
 
 
 # ------------------------------------------------------------------ data
 
 
-def corpus_inputs(scale: Scale) -> str:
+def corpus_inputs(scale: Scale, commands: list[str]) -> str:
     corpus = FLAGS.corpus or scale.corpus
     if corpus != "debian":
         return ",".join(p if "://" in p or os.path.isabs(p) else os.path.join(common.REPO, p)
@@ -481,6 +507,8 @@ def corpus_inputs(scale: Scale) -> str:
     import make_corpus
     output_dir = os.path.join(common.CACHE_DIR, "study", "corpus")
     manifest = make_corpus.make_corpus(output_dir)
+    commands.append(common.shown([sys.executable, os.path.join(common.REPO, "benchmarks",
+                                                                "study", "make_corpus.py")]))
     return ",".join(os.path.join(output_dir, f) for s in manifest["sources"].values()
                     for f in s["files"])
 
@@ -589,7 +617,7 @@ def pretraining_job(scale: Scale, config: Config, p: dict, data_dir: str,
     files, bindings = pretraining_gin(scale, config)
     bindings += [f"NUM_TRAIN_STEPS={p['steps']}", f"STEPS_PER_LOOP={p['steps_per_loop']}",
                  f"CHECKPOINT_EVERY={p['checkpoint_every']}",
-                 f"pretraining.keep_checkpoints={len(p['checkpoints']) + 2}"]
+                 f"pretraining.keep_checkpoints={p['saved_checkpoints'] + 2}"]
     job_flags = [("gin_file", f) for f in files] + [("gin_bindings", b) for b in bindings]
     job_flags += [("model_dir", model_dir), ("train_data", f"{data_dir}/*.tfrecord"),
                   ("seed", str(seed))]
@@ -612,6 +640,14 @@ def finetuning_job(scale: Scale, init: str, model_dir: str, train_csv: str, dev_
     if random_init:
         job_flags.append(("random_init", ""))
     return Job("scripts/run_finetuning.py", job_flags)
+
+
+def finetuned(out: str, init: str | None, files: list[str]) -> bool:
+    """Whether `out` holds a fine-tuning run from the checkpoint `init` (None: random
+    weights) on `files` as they are now."""
+    path = os.path.join(out, "results.json")
+    return os.path.exists(path) and common.finetuning_inputs_match(_read_json(path), init,
+                                                                   files)
 
 
 def finetune_summary(*model_dirs: str) -> dict:
@@ -702,7 +738,7 @@ def main(argv):
     # -- data: pre-training TFRecords, the labelled splits
     data_dir = os.path.join(work, f"data{scale.seq_length}")
     build = Job("scripts/build_pretraining_data.py", [
-        ("input", corpus_inputs(scale)), ("vocab_file", os.path.join(common.REPO, VOCAB)),
+        ("input", corpus_inputs(scale, runner.commands)), ("vocab_file", os.path.join(common.REPO, VOCAB)),
         ("output_dir", data_dir), ("max_seq_length", str(scale.seq_length))]
         + ([("num_workers", str(scale.build_workers))] if scale.build_workers else [])
         + [("progress", "false")])
@@ -728,11 +764,12 @@ def main(argv):
     runs = [(name, seed) for name in names for seed in seeds]
     model_dirs = {(name, seed): os.path.join(work, "pretrain", run_name(name, seed))
                   for name, seed in runs}
+    data_record = [os.path.join(data_dir, "metadata.json")]  # a rebuilt data dir: refused
     items = [(pretraining_job(scale, CONFIGS[name], plan[name], data_dir,
                               model_dirs[name, seed], seed),
               model_dirs[name, seed], lambda final=os.path.join(
                   model_dirs[name, seed], f"ckpt-{plan[name]['steps']}.index"):
-              os.path.exists(final), None) for name, seed in runs]
+              os.path.exists(final), None, data_record) for name, seed in runs]
     targets = [(name, seed, step, os.path.join(model_dirs[name, seed], f"ckpt-{step}"),
                 os.path.join(work, "finetune", run_name(name, seed), f"step{step}"))
                for name, seed in runs
@@ -741,9 +778,12 @@ def main(argv):
     if with_random:  # the shape of the lowest seed's electra run (its weights are not used)
         targets.append((RANDOM_INIT, seeds[0], 0, model_dirs["electra", seeds[0]],
                         os.path.join(work, "finetune", run_name(RANDOM_INIT, seeds[0]))))
+    # Done: fine-tuned from these weights on these splits (pre-trained again, or another
+    # labelled split, and it is redone).
     items += [(finetuning_job(scale, init, out, train_csv, dev_csv, num_trials,
                               random_init=name == RANDOM_INIT), out,
-               lambda out=out: os.path.exists(os.path.join(out, "results.json")),
+               lambda out=out, init=None if name == RANDOM_INIT else init: finetuned(
+                   out, init, [train_csv, dev_csv]),
                runs.index(("electra", seed) if name == RANDOM_INIT else (name, seed)))
               for name, seed, _, init, out in targets]
     seconds = runner.run_all(items)
@@ -815,9 +855,10 @@ def main(argv):
 
 
 def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list[dict]:
-    """ELECTRA minus BERT at each pair of checkpoints along the runs (the i-th of each; at
-    about equal FLOPs, since checkpoints fall on whole loops: at the `cpu` scale ELECTRA's
-    first is at 5.83e13 FLOPs, BERT's at 5.64e13; the ends are equal within a step's), and
+    """ELECTRA minus BERT at each pair of checkpoints along the runs (each of ELECTRA's with
+    BERT's nearest in FLOPs, each of BERT's used once: at the `cpu` scale the i-th of each,
+    ELECTRA's first at 5.83e13 FLOPs, BERT's at 5.64e13; the ends are equal within a
+    step's), and
     every other configuration minus BERT at the end, and ELECTRA and BERT minus random
     weights: the difference of pooled medians with a 95% interval resampling pre-training
     runs and their trials (compare.py)."""
@@ -843,15 +884,26 @@ def compare_runs(configs: dict, baseline: dict | None, seeds: list[int]) -> list
     rows = []
     if "mlm" in configs:
         if "electra" in configs:
-            rows += [row("electra", a, "mlm", b) for a, b in zip(
-                sorted(configs["electra"]["finetune"], key=int),
-                sorted(configs["mlm"]["finetune"], key=int), strict=True)]
+            rows += [row("electra", a, "mlm", b) for a, b in checkpoint_pairs(
+                configs["electra"]["finetune"], configs["mlm"]["finetune"])]
         rows += [row(name, end(name), "mlm", end("mlm")) for name in configs
                  if name not in ("electra", "mlm")]
     if baseline:
         rows += [row(name, end(name), RANDOM_INIT, "0") for name in ("electra", "mlm")
                  if name in configs]
     return rows
+
+
+def checkpoint_pairs(a: dict, b: dict) -> list[tuple[str, str]]:
+    """Steps of two runs' fine-tuned checkpoints ({step: {"flops": ...}}) paired by FLOPs:
+    each of a's with the nearest of b's, each of b's in one pair (the closest); in order."""
+    pairs = {}  # b's step -> (a's step, the FLOPs between them)
+    for a_step, point in a.items():
+        b_step = min(b, key=lambda s: abs(b[s]["flops"] - point["flops"]))
+        gap = abs(b[b_step]["flops"] - point["flops"])
+        if b_step not in pairs or gap < pairs[b_step][1]:
+            pairs[b_step] = a_step, gap
+    return sorted(((pair[0], s) for s, pair in pairs.items()), key=lambda p: int(p[0]))
 
 
 def markdown(record: dict, budget: float) -> str:
