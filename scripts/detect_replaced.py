@@ -17,6 +17,8 @@ from absl import flags  # noqa: E402
 flags.DEFINE_string("saved_model", None, "An exported discriminator (EXPORT_DIR/NAME/VERSION).")
 flags.DEFINE_string("model_dir", None, "Or a model dir (its latest checkpoint).")
 flags.DEFINE_float("threshold", 0.5, "Replaced probability above which a token is marked.")
+flags.DEFINE_string("vocab_file", None, "With --model_dir: the vocab the model was trained "
+                    "with, if not where its model_info.json says.")
 
 
 def main(argv):
@@ -27,6 +29,8 @@ def main(argv):
                              '"The quick red fox runs over the lazy dog"')
     if bool(FLAGS.saved_model) == bool(FLAGS.model_dir):
         raise UserInputError("pass exactly one of --saved_model or --model_dir")
+    if FLAGS.vocab_file and FLAGS.saved_model:
+        raise UserInputError("--vocab_file goes with --model_dir; a SavedModel holds its vocab")
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (registers the tokenizer's ops the SavedModel uses)
     if FLAGS.saved_model:
@@ -41,7 +45,7 @@ def main(argv):
     else:
         from electra_tf.export.saved_model import ServingModule, check_imported
         from electra_tf.training.checkpoints import load_pretrainer
-        loaded = load_pretrainer(FLAGS.model_dir)
+        loaded = load_pretrainer(FLAGS.model_dir, FLAGS.vocab_file)
         if loaded.model.discriminator_predictions is None:
             raise UserInputError(f"--model_dir={FLAGS.model_dir} was pre-trained with objective "
                                  f"{loaded.model.objective}, which trains no replaced-token "

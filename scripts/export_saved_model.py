@@ -43,6 +43,10 @@ flags.mark_flags_as_required(["model_dir", "export_dir"])
 
 def main(argv):
     del argv
+    if FLAGS["top_k"].present and FLAGS.kind != "generator":
+        from electra_tf.errors import UserInputError
+        raise UserInputError(f"--top_k is for --kind=generator (its candidates per [MASK]), not "
+                             f"--kind={FLAGS.kind}; drop it")
     path = saved_model.export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.kind,
                               FLAGS.version, FLAGS.vocab_file, FLAGS.top_k, FLAGS.overwrite,
                               FLAGS.trial, log=print)

@@ -208,6 +208,21 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, tmp_pat
     assert [line.split()[0] for line in lines[1:10]] == words
     assert all(line.endswith("<- replaced") for line in lines[1:10])  # threshold 0
     assert lines[10] == "The quick red fox runs" and len(lines) == 16
+    # A model dir moved from its vocab: the error names --vocab_file, which the detector has.
+    moved = tmp_path / "moved"
+    shutil.copytree(model_dir, moved)
+    info = json.loads((moved / "model_info.json").read_text())
+    (moved / "model_info.json").write_text(json.dumps({**info, "vocab_file": "/gone/v.txt"}))
+    assert "pass --vocab_file" in _script_error("detect_replaced.py", f"--model_dir={moved}",
+                                                "a sentence")[0]
+    result = subprocess.run(
+        [sys.executable, script, f"--model_dir={moved}", f"--vocab_file={UNCASED_VOCAB}",
+         "--threshold=0.0", "The quick brown fox jumps over the lazy dog",
+         "The quick red fox runs"], capture_output=True, text=True, check=True)
+    assert result.stdout == outputs[0]
+    assert _script_error("detect_replaced.py", f"--saved_model={path}",
+                         f"--vocab_file={UNCASED_VOCAB}", "a sentence") == [
+        "error: --vocab_file goes with --model_dir; a SavedModel holds its vocab"]
 
 
 def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen_data,
@@ -238,6 +253,11 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
                                                  "vocab's 30522 tokens$"):
             saved_model.export(model_dir, str(tmp_path), "gen", "generator", top_k=top_k)
     assert not os.path.exists(tmp_path / "gen")
+    assert _script_error("export_saved_model.py", f"--model_dir={model_dir}",
+                         f"--export_dir={tmp_path}", "--model_name=d", "--top_k=3") == [
+        "error: --top_k is for --kind=generator (its candidates per [MASK]), not "
+        "--kind=discriminator; drop it"]
+    assert not os.path.exists(tmp_path / "d")
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]  # nothing half-written
     assert _script_error("export_saved_model.py", f"--model_dir={tmp_path}/nothing",
                          f"--export_dir={tmp_path}/x") == [
@@ -510,21 +530,121 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
     probability = 1 / (1 + np.exp(-expected["answerable_logits"]))
     np.testing.assert_allclose(out["serving_default__answerable_probability"], probability,
                                atol=1e-5)
+    vocab = tokenization.load_vocab(UNCASED_VOCAB)
     for n in range(len(ids["input_ids"])):
         context = np.nonzero(ids["segment_ids"][n] * ids["input_mask"][n])[0][:-1]  # no [SEP]
+        real = np.nonzero(ids["input_mask"][n])[0]
+        starts, ends = (set(real[np.argsort(-expected[k][n, real])[:20]])  # n_best_size
+                        for k in ("start_logits", "end_logits"))
         best, span = -np.inf, (-1, -1)
         for s in context:
             for e in context[(context >= s) & (context < s + 30)]:
                 score = expected["start_logits"][n, s] + expected["end_logits"][n, e]
-                if score > best:
+                if score > best and s in starts and e in ends:
                     best, span = score, (s, e)
-        if 1 - probability[n] > 0.5:
+        if 1 - probability[n] > 0.5 or best == -np.inf:
             span = (-1, -1)
+        pieces = [vocab[i] for i in ids["input_ids"][n]] + ["[PAD]"]
+        while span[0] > 0 and pieces[span[0]].startswith("##"):  # whole words
+            span = (span[0] - 1, span[1])
+        while span[1] >= 0 and pieces[span[1] + 1].startswith("##"):
+            span = (span[0], span[1] + 1)
         assert (out["serving_default__answer_start"][n],
                 out["serving_default__answer_end"][n]) == span
         answer = tok.decode(ids["input_ids"][n, span[0]:span[1] + 1]) if span[0] >= 0 else ""
         assert out["serving_default__answer"][n] == answer
     assert out["serving_default__answer"][3] == ""  # no context: no answer
+
+
+def test_qa_span_choice_is_fine_tunings_decode():
+    """The export's span rule (best_spans) and squad.decode pick the same span on random
+    logits: starts and ends among the n_best_size highest of the real positions (padding,
+    here with the highest logits of all, is not ranked), inside the context, at most
+    max_answer_length pieces."""
+    from electra_tf.finetune import squad
+    rng = np.random.default_rng(0)
+    rows, length, first, pieces, n_best, longest = 200, 40, 6, 28, 5, 8
+    start, end = rng.normal(size=(2, rows, length)).astype(np.float32)
+    start[:, first + pieces + 1:] = end[:, first + pieces + 1:] = 50.0  # padding
+    words = [f"w{k:02d}" for k in range(pieces)]
+    context = squad._Context([(4 * k, 4 * k + 3) for k in range(pieces)], list(range(pieces)),
+                             list(range(pieces)), list(range(pieces)))
+    examples = [squad.QAExample(str(n), "q", " ".join(words), [], None, None, False)
+                for n in range(rows)]
+    windows = [{"example": n, "first": first, "length": pieces, "start": 0,
+                "max_context": [True] * pieces} for n in range(rows)]
+    answers, _ = squad.decode(examples, windows, start, end, n_best_size=n_best,
+                              max_answer_length=longest,
+                              contexts={examples[0].context: context})
+    positions = np.arange(length)
+    in_context = (positions >= first) & (positions < first + pieces)
+    got_first, got_last, found = saved_model.best_spans(
+        tf.constant(start), tf.constant(end), tf.constant(np.tile(in_context, (rows, 1))),
+        tf.constant(np.tile(positions < first + pieces + 1, (rows, 1))), n_best, longest)
+    decoded = [(first + words.index(a.split()[0]), first + words.index(a.split()[-1]))
+               if a else (-1, -1) for a in (answers[str(n)] for n in range(rows))]
+    assert list(zip(got_first.numpy().tolist(), got_last.numpy().tolist())) == decoded
+    assert found.numpy().tolist() == [a != "" for a in answers.values()]
+    assert sum(a == "" for a in answers.values()) > 5  # n_best leaves some rows no span
+    # Unranked, the best pair is elsewhere in many rows: the rule is what is tested.
+    unranked, _, _ = saved_model.best_spans(
+        tf.constant(start), tf.constant(end), tf.constant(np.tile(in_context, (rows, 1))),
+        tf.constant(np.tile(positions < first + pieces + 1, (rows, 1))), length, longest)
+    assert np.mean(unranked.numpy() != got_first.numpy()) > 0.1
+
+
+def test_qa_answers_widen_to_whole_words_and_whitespace_is_berts():
+    """A span starting or ending inside a word answers the whole word, as squad.decode's
+    basic tokens do; characters Python calls space but BERT deletes (\\f, \\x1f, \\x85)
+    join their neighbours in both fine-tuning's and serving's tokens, Z* separate them."""
+    from electra_tf.finetune import squad
+    tokens = tf.constant([["[CLS]", "q", "[SEP]", "the", "una", "##ffa", "##ble", "cat",
+                           "##dog", "[SEP]"]] * 3)
+    first, last = saved_model._whole_words(tokens, tf.constant([5, 7, -1]),
+                                           tf.constant([6, 7, -1]))
+    assert first.numpy().tolist() == [4, 7, -1] and last.numpy().tolist() == [6, 8, -1]
+    tok = tokenization.Tokenizer(UNCASED_VOCAB)
+    for text in ("the cat\x0cdog sat", "the cat\x1fdog sat", "the cat\x85dog sat",
+                 "the cat\u2028dog sat", "the cat\u00a0dog sat", "the cat\u3000dog\tsat"):
+        spans = squad.basic_tokens(text)
+        pieces = [p for ids in tok.encode([text[a:b] for a, b in spans]) for p in ids]
+        assert pieces == tok.encode([text])[0], repr(text)
+        assert len(spans) == (4 if text[7] in "\u2028\u00a0\u3000" else 3), repr(text)
+
+
+def test_tagging_words_split_as_python_splits():
+    texts = ["New\u00a0York is\u3000big", "a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g  h\t",
+             "".join(chr(c) for c in range(0x2000, 0x200b)).join("xy"), "", " \u205f "]
+    words = tf.strings.split(tf.strings.regex_replace(texts, saved_model._PY_WHITESPACE, " "))
+    assert [[w.decode() for w in row] for row in words.to_list()] == [t.split() for t in texts]
+    spaces = [chr(c) for c in range(0x3001) if chr(c).isspace()]
+    assert tf.strings.split(tf.strings.regex_replace(
+        "a" + "a".join(spaces) + "a", saved_model._PY_WHITESPACE, " ")).shape == len(spaces) + 1
+
+
+def test_task_serving_empty_batches_and_a_question_longer_than_the_window(task_exports):
+    """An empty batch gives empty outputs (its [CLS] column was missing); a question of more
+    pieces than max_seq_length - 4 leaves the context a piece, as squad.encode refuses to
+    leave none."""
+    root = task_exports["root"]
+    for name in ("classification", "qa", "tagging", "pair"):
+        trial = str(root / name / "trial_0")
+        info = json.loads(open(os.path.join(trial, "task_info.json")).read())
+        if name == "qa":
+            info["max_query_length"] = 100  # fine-tuning accepts it when questions are short
+        module = saved_model.TaskServingModule(task_exports["models"][trial], info,
+                                               UNCASED_VOCAB)
+        inputs = {"text": tf.constant([], tf.string)}
+        if name in ("qa", "pair"):
+            inputs["text_b"] = tf.constant([], tf.string)
+        out = module.serving_default(**inputs)
+        assert all(v.shape[0] == 0 for v in out.values()), name
+        if name == "qa":
+            question = " ".join(["remarkably"] * 60)
+            out = module.serving_default(text=tf.constant([question]),
+                                         text_b=tf.constant(["the cat sat on the mat"]))
+            assert out["tokens"].numpy()[0].tolist()[L - 2:] == [b"the", b"[SEP]"]
+            assert out["answer_start"].numpy()[0] in (-1, L - 2)
 
 
 def test_task_export_listing_warmup_config_and_trial_choice(task_exports):

@@ -29,18 +29,21 @@ Signatures:
     task           classification: probabilities float32 [b, C], label_id int32 [b],
                    label string [b] (the training file's label names)
                    regression: score float32 [b]
-                   tagging (text: words separated by spaces; each word is tokenized on its
-                   own, and only whole words that fit are kept, as fine-tuning did):
+                   tagging (text: words separated by whitespace, as Python's str.split()
+                   splits; each word is tokenized on its own, and only whole words that
+                   fit are kept, as fine-tuning did):
                    tokens string [b, L], input_mask, word_start int32 [b, L] (1 at each
                    word's first piece, where its tag was trained), tag_probabilities
                    float32 [b, L, C], tag_ids int32 [b, L], tags string [b, L] ("" at
                    padding), words string [b, W], word_tags string [b, W] ("" for a
                    word that did not fit)
-                   qa (text: the question, cut to max_query_length pieces; text_b: the
-                   context, cut to what fits, i.e. the first window): tokens, input_mask,
-                   start_logits, end_logits float32 [b, L], answer_start, answer_end int32
-                   [b] (the best span's first and last piece; -1: no answer), answer
-                   string [b] (its word pieces joined); with an answerability head (SQuAD
+                   qa (text: the question, cut to max_query_length pieces, and to
+                   L - 4; text_b: the context, cut to what fits, i.e. the first window):
+                   tokens, input_mask, start_logits, end_logits float32 [b, L],
+                   answer_start, answer_end int32 [b] (the best span's first and last
+                   piece, chosen as fine-tuning's decoding does (n_best_size) and widened
+                   to whole words; -1: no answer), answer string [b] (its word pieces
+                   joined); with an answerability head (SQuAD
                    2.0) also answerable_probability float32 [b], and no answer when
                    1 - it exceeds the fine-tuning's no_answer_threshold
   predict_ids      input_ids, input_mask, segment_ids: int32 [b, L] ->
@@ -83,6 +86,14 @@ IDS_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name=name)
                  for name in ("input_ids", "input_mask", "segment_ids")]
 
 
+def _dense(values):
+    """Ragged int [b, (t)] -> int32 [b, L], at least [CLS] [SEP]'s 2 columns: an empty batch
+    is [0, 2], not [0, 0], whose [CLS] column no head could take."""
+    values = values.to_tensor()
+    padding = tf.maximum(2 - tf.shape(values)[1], 0)
+    return tf.cast(tf.pad(values, [[0, 0], [0, padding]]), tf.int32)
+
+
 class _TextModule(tf.Module):
     """What every export shares: the vocab (an asset of the SavedModel), in-graph
     tokenization and packing, and the `predict_ids` signature over `_serve_ids`."""
@@ -106,9 +117,7 @@ class _TextModule(tf.Module):
         tok = self._tokenizer
         ids, segment_ids = tf_text.combine_segments(
             list(segments), start_of_sequence_id=tok.cls_id, end_of_segment_id=tok.sep_id)
-        return (tf.cast(ids.to_tensor(), tf.int32),
-                tf.cast(tf.ones_like(ids).to_tensor(), tf.int32),
-                tf.cast(segment_ids.to_tensor(), tf.int32))
+        return _dense(ids), _dense(tf.ones_like(ids)), _dense(segment_ids)
 
     @staticmethod
     def aligned(*values):
@@ -116,7 +125,7 @@ class _TextModule(tf.Module):
         lays out their pieces -> int32 [b, L], 0 at [CLS], [SEP] and padding."""
         out, _ = tf_text.combine_segments(list(values), start_of_sequence_id=0,
                                           end_of_segment_id=0)
-        return tf.cast(out.to_tensor(), tf.int32)
+        return _dense(out)
 
     def tokens(self, input_ids, input_mask):
         """The word pieces of ids [b, L], "" at padding."""
@@ -247,6 +256,7 @@ class TaskServingModule(_TextModule):
         self.label_names = tuple(info.get("labels") or ())
         self.max_query_length = info.get("max_query_length", 64)
         self.max_answer_length = info.get("max_answer_length", 30)
+        self.n_best_size = info.get("n_best_size", 20)
         self.no_answer_threshold = info.get("no_answer_threshold", 0.5)
         strings = tf.TensorSpec([None], tf.string, name="text")
         if pair:
@@ -282,7 +292,7 @@ class TaskServingModule(_TextModule):
 
     def _tagging(self, text):
         tok = self._tokenizer
-        words = tf.strings.split(text)                                   # [b, (w)]
+        words = tf.strings.split(tf.strings.regex_replace(text, _PY_WHITESPACE, " "))  # [b, (w)]
         pieces = tok.tokenize(words.flat_values)                        # [W, (p)]
         # A word that normalises away is one [UNK] (features.encode_tagging).
         empty = tf.cast(tf.equal(pieces.row_lengths(), 0), tf.int64)
@@ -308,32 +318,27 @@ class TaskServingModule(_TextModule):
 
     def _qa(self, question, context):
         tok = self._tokenizer
-        # [CLS] question [SEP] context [SEP]: the question cut to max_query_length pieces,
-        # the context to what is left (squad.encode's first window).
+        # [CLS] question [SEP] context [SEP]: the question cut to max_query_length pieces
+        # (and so that a context piece fits), the context to what is left (squad.encode's
+        # first window).
+        query_length = min(self.max_query_length, self.max_seq_length - 4)
         query, pieces = tf_text.WaterfallTrimmer(self.max_seq_length - 3).trim(
-            [tok.tokenize(question)[:, :self.max_query_length], tok.tokenize(context)])
+            [tok.tokenize(question)[:, :query_length], tok.tokenize(context)])
         input_ids, input_mask, segment_ids = self.pack(query, pieces)
         in_context = self.aligned(tf.zeros_like(query), tf.ones_like(pieces)) > 0  # [b, L]
         out = self._serve_ids(input_ids, input_mask, segment_ids)
         start, end = out["start_logits"], out["end_logits"]              # [b, L]
-        # The best span over every (start, end) pair: inside the context, end >= start, at
-        # most max_answer_length pieces; score start + end logit (squad.decode's rule).
-        length = tf.shape(input_ids)[1]
-        i = tf.range(length)
-        span = (i[None, :] >= i[:, None]) & (i[None, :] - i[:, None] < self.max_answer_length)
-        allowed = in_context[:, :, None] & in_context[:, None, :] & span[None]
-        scores = tf.where(allowed, start[:, :, None] + end[:, None, :], -np.inf)
-        best = tf.argmax(tf.reshape(scores, [tf.shape(input_ids)[0], -1]), axis=-1,
-                         output_type=tf.int32)
-        answered = tf.reduce_any(in_context, axis=1)
+        first, last, answered = best_spans(start, end, in_context, input_mask > 0,
+                                           self.n_best_size, self.max_answer_length)
         result = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
                   "start_logits": start, "end_logits": end}
         if "answerable_logits" in out:
             probability = tf.sigmoid(out["answerable_logits"])
             result["answerable_probability"] = probability
             answered &= 1.0 - probability <= self.no_answer_threshold
-        first = tf.where(answered, best // length, -1)
-        last = tf.where(answered, best % length, -1)
+        first, last = _whole_words(result["tokens"], tf.where(answered, first, -1),
+                                   tf.where(answered, last, -1))
+        i = tf.range(tf.shape(input_ids)[1])
         inside = (i[None] >= first[:, None]) & (i[None] <= last[:, None])
         text = tf.strings.reduce_join(tf.where(inside, result["tokens"], ""), axis=1,
                                       separator=" ")
@@ -341,6 +346,45 @@ class TaskServingModule(_TextModule):
             text, " +", " ")), " ##", "")
         result.update(answer_start=first, answer_end=last, answer=text)
         return result
+
+
+# What Python's str.split() splits on (RE2's \s lacks \v, \x1c-\x1f, \x85 and \p{Z}).
+_PY_WHITESPACE = r"[\t\n\x{0b}\x{0c}\r\x{1c}-\x{1f}\x{85}\p{Z}]+"
+
+
+def best_spans(start, end, in_context, real, n_best_size: int, max_answer_length: int):
+    """squad.decode's answer span of each row, by piece position: the start among the
+    n_best_size highest start logits of the row's real positions (`real`, [b, L] bool) and
+    the end among its n_best_size highest end logits, both in the context (`in_context`),
+    end >= start, at most max_answer_length pieces; the highest start + end logit. ->
+    (first, last) int32 [b] (-1, -1 where the row has no context), and whether it has."""
+    length = tf.shape(start)[1]
+    k = tf.minimum(n_best_size, length)
+
+    def among_best(logits):  # at or above the row's k-th highest real logit
+        kth = tf.math.top_k(tf.where(real, logits, -np.inf), k).values[:, -1:]
+        return logits >= kth
+
+    i = tf.range(length)
+    span = (i[None, :] >= i[:, None]) & (i[None, :] - i[:, None] < max_answer_length)
+    allowed = ((in_context & among_best(start))[:, :, None]
+               & (in_context & among_best(end))[:, None, :] & span[None])
+    scores = tf.where(allowed, start[:, :, None] + end[:, None, :], -np.inf)
+    best = tf.argmax(tf.reshape(scores, [tf.shape(start)[0], -1]), axis=-1,
+                     output_type=tf.int32)
+    found = tf.reduce_any(allowed, axis=[1, 2])
+    return tf.where(found, best // length, -1), tf.where(found, best % length, -1), found
+
+
+def _whole_words(tokens, first, last):
+    """A span of word pieces [b] widened to whole words (a "##" piece continues the word
+    before it), as squad.decode answers with whole basic tokens; -1 stays -1."""
+    length = tf.shape(tokens)[1]
+    i = tf.range(length)[None]
+    starts_word = ~tf.strings.regex_full_match(tokens, "##.*")        # [b, L]
+    word_first = tf.reduce_max(tf.where(starts_word & (i <= first[:, None]), i, 0), axis=1)
+    next_word = tf.reduce_min(tf.where(starts_word & (i > last[:, None]), i, length), axis=1)
+    return tf.where(first >= 0, word_first, -1), tf.where(last >= 0, next_word - 1, -1)
 
 
 def _kept(per_word, keep):

@@ -99,10 +99,13 @@ def _is_cjk(ch: str) -> bool:
 
 def basic_tokens(text: str) -> list[tuple[int, int]]:
     """Character spans [start, end) of BERT's basic tokens: runs of characters between
-    whitespace, with every punctuation mark and CJK character a token of its own."""
+    whitespace, with every punctuation mark and CJK character a token of its own.
+    Whitespace as BERT's: \t \n \r and Z* (space separators, U+2028, U+2029); the other
+    control characters Python calls space (\v, \f, \x1c-\x1f, \x85) BERT deletes, so
+    they join the characters around them."""
     spans, start = [], None
     for i, ch in enumerate(text):
-        if ch.isspace() or unicodedata.category(ch) == "Zs":
+        if ch in "\t\n\r" or unicodedata.category(ch) in ("Zs", "Zl", "Zp"):
             if start is not None:
                 spans.append((start, i))
                 start = None
@@ -271,8 +274,11 @@ def decode(examples: list[QAExample], windows: list[dict], start_logits, end_log
         for f in by_example.get(n, []):
             w = windows[f]
             first, length = w["first"], w["length"]
-            starts = np.argsort(-start_logits[f])[:n_best_size]
-            ends = np.argsort(-end_logits[f])[:n_best_size]
+            # The n_best_size highest logits of the window's real positions ([CLS] question
+            # [SEP] context [SEP]; not its padding, whose logits depend on the batch).
+            real = first + length + 1
+            starts = np.argsort(-start_logits[f][:real])[:n_best_size]
+            ends = np.argsort(-end_logits[f][:real])[:n_best_size]
             for s in starts:
                 if not first <= s < first + length or not w["max_context"][s - first]:
                     continue
