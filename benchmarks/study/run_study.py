@@ -92,9 +92,10 @@ again (an interrupted one resumes from its last checkpoint), a fine-tuning dir w
 results.json read the same checkpoint (weights) and splits is reused (else it is redone: a
 configuration pre-trained again, another --labelled_data); a job dir holding another
 command, or a pre-training run on data rebuilt since, is an error (use another
---work_dir), found before anything is written. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
-study_small.* (`small`); the labelled data: the VADER movie-review snippets
-(benchmarks/corpora.py; fetched with `pip download`).
+--work_dir), found before anything is written. Results:
+benchmarks/results/study.{json,md} and study_*.png (`cpu`), study_small.* (`small`); the
+labelled data: the VADER movie-review snippets (benchmarks/corpora.py; fetched with `pip
+download`).
 """
 
 import csv
@@ -738,7 +739,8 @@ def main(argv):
     # -- data: pre-training TFRecords, the labelled splits
     data_dir = os.path.join(work, f"data{scale.seq_length}")
     build = Job("scripts/build_pretraining_data.py", [
-        ("input", corpus_inputs(scale, runner.commands)), ("vocab_file", os.path.join(common.REPO, VOCAB)),
+        ("input", corpus_inputs(scale, runner.commands)),
+        ("vocab_file", os.path.join(common.REPO, VOCAB)),
         ("output_dir", data_dir), ("max_seq_length", str(scale.seq_length))]
         + ([("num_workers", str(scale.build_workers))] if scale.build_workers else [])
         + [("progress", "false")])
