@@ -44,8 +44,10 @@ MAX_BYTES_PER_WORD = 100
 # (Unicode category C*), NUL and U+FFFD are deleted, joining the text around them. RE2 has
 # no class for unassigned code points (Cn), so C* is written as "none of the other
 # categories" (code points Unicode assigned after Python's unicodedata, 14.0 in Python
-# 3.11, are kept where BERT under that Python deletes them).
-_WHITESPACE_CONTROLS = r"[\t\n\r]"
+# 3.11, are kept where BERT under that Python deletes them). Separators (Z*: no-break
+# space, U+3000, the line and paragraph separators U+2028/9) become spaces too: BERT splits
+# words with Python's str.split, which splits at every one of them.
+_WHITESPACE_CONTROLS = r"[\t\n\r\p{Z}]"
 _DELETED = r"[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}]|\x{FFFD}"
 _NONSPACING_MARKS = r"\p{Mn}"
 
@@ -103,6 +105,9 @@ def normalize(texts: tf.Tensor, lower_case: bool, strip_accents: bool) -> tf.Ten
     """BERT's text normalisation as string ops. texts: string [...] -> string [...]."""
     texts = tf.strings.regex_replace(texts, _WHITESPACE_CONTROLS, " ")
     texts = tf.strings.regex_replace(texts, _DELETED, "")
+    # Composed, after cleaning and before case and accents, as in transformers' BertTokenizer:
+    # decomposed input ("e" + U+0301, as macOS writes it) then finds the token "é".
+    texts = _tf_text().normalize_utf8(texts, "NFC")
     if lower_case:
         # Lower-case character by character, as the reference does: ICU's context rule
         # would turn a word-final capital sigma into "ς", the reference gives "σ".

@@ -82,3 +82,42 @@ def test_missing_or_bad_vocab_is_one_clear_error(tmp_path):
     bad.write_text("hello\nworld\n")
     with pytest.raises(UserInputError, match=r"lacks the special tokens \[PAD\], \[UNK\]"):
         Tokenizer(str(bad))
+
+
+# Unicode separators other than the ASCII ones (Z*): no-break spaces, ogham and en/em
+# spaces, the line and paragraph separators, the ideographic space.
+SEPARATORS = "\u00a0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+@pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
+def test_unicode_separators_split_words_as_the_reference(lower_case):
+    # BERT's Chinese vocab holds "\u2028" and "##\u2028": not splitting there glued words.
+    texts = ["line\u2028sep", "para\u2029sep"] + [f"one{c}two{c}{c}3" for c in SEPARATORS]
+    for vocab in (UNCASED_VOCAB, CHINESE_VOCAB):
+        ours = Tokenizer(vocab, lower_case=lower_case)
+        reference = BertTokenizer(vocab, do_lower_case=lower_case)
+        assert ours.encode(texts) == _reference_ids(reference, texts)
+    zh = Tokenizer(CHINESE_VOCAB)
+    assert zh.convert_ids_to_tokens(zh.encode(["line\u2028sep"])[0]) == ["line", "sep"]
+
+
+def test_decomposed_text_is_composed_as_the_reference(tmp_path):
+    # macOS and some Vietnamese text write "é" as "e" + U+0301; BERT's reference composes
+    # (NFC) before lower-casing and accent stripping, so a cased or accent-keeping vocab
+    # finds "Café", not "Cafe" and a lone mark. Hangul jamo compose into syllables.
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join([
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Café", "café", "Cafe", "cafe", "##\u0301",
+        "\u0301", "Tiếng", "tiếng", "Tie", "tie", "##\u0302", "tieng", "Tieng", "가", "\u1100",
+        "##\u1161", "e", "##e"]) + "\n", encoding="utf-8")
+    texts = ["Cafe\u0301 cafe\u0301 Café", "Tie\u0302\u0301ng tie\u0302\u0301ng", "\u1100\u1161",
+             "e\u0301"]
+    for lower_case, strip_accents in [(False, None), (True, False), (True, None), (False, True)]:
+        ours = Tokenizer(str(path), lower_case=lower_case, strip_accents=strip_accents)
+        reference = BertTokenizer(str(path), do_lower_case=lower_case,
+                                  strip_accents=strip_accents)
+        assert ours.encode(texts) == _reference_ids(reference, texts), (lower_case,
+                                                                         strip_accents)
+    cased = Tokenizer(str(path), lower_case=False)
+    assert [cased.convert_ids_to_tokens(row) for row in cased.encode(texts[:3])] == [
+        ["Café", "café", "Café"], ["Tiếng", "tiếng"], ["가"]]
