@@ -62,6 +62,9 @@ def read_lines(inputs: str | list[str], input_format: str = corpus.TEXT,
     if input_format not in corpus.INPUT_FORMATS:
         raise UserInputError(
             f"--input_format={input_format} is not one of {', '.join(corpus.INPUT_FORMATS)}")
+    if max_lines is not None and max_lines < 1:
+        raise UserInputError(f"--max_lines={max_lines} must be at least 1 (or unset: read every "
+                             "line)")
     files = corpus.expand_inputs(inputs)
     if input_format == corpus.TEXT:  # JSONL read as text fails here, before any reading
         for path in files:
@@ -72,8 +75,6 @@ def read_lines(inputs: str | list[str], input_format: str = corpus.TEXT,
 
 
 def _read_lines(pieces, input_format, text_field, max_lines, stats) -> Iterator[str]:
-    if max_lines is not None and max_lines <= 0:
-        return
     for piece in pieces:
         piece_stats = corpus.ReadStats()
         documents = corpus.read_documents(piece, input_format, text_field,
@@ -163,6 +164,11 @@ def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool
     strip_accents = lower_case if strip_accents is None else strip_accents
     if num_unused < 0:
         raise UserInputError(f"--num_unused={num_unused} is negative; pass 0 or more")
+    if min_frequency < 0:
+        raise UserInputError(f"--min_frequency={min_frequency} is negative; pass 0 or more")
+    if max_alphabet is not None and max_alphabet < 1:
+        raise UserInputError(f"--max_alphabet={max_alphabet} must be at least 1 (or unset: "
+                             "every character seen)")
     reserved = reserved_tokens(num_unused)
     budget = vocab_size - len(reserved)
     if budget <= 0:
@@ -172,9 +178,14 @@ def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool
 
     tokenizer = HFTokenizer(models.WordPiece(unk_token=UNK_TOKEN,
                                              continuing_subword_prefix=SUFFIX_INDICATOR))
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents,
-        lowercase=lower_case)
+    # NFC between cleaning and case/accents, where BERT's reference (transformers) and our
+    # Tokenizer put it, so that decomposed text ("e" + U+0301) learns the pieces of "é".
+    tokenizer.normalizer = normalizers.Sequence([
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                   strip_accents=False, lowercase=False),
+        normalizers.NFC(),
+        normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False,
+                                   strip_accents=strip_accents, lowercase=lower_case)])
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally
     # frequent merges by number, so its output varies from run to run. Declaring every
@@ -239,12 +250,58 @@ def _char_piece_counts(trainer) -> collections.Counter:
     return counts
 
 
-def write_vocab(tokens: list[str], path: str):
-    """Writes one token per line, atomically (a temporary file renamed); local or gs://."""
+def check_output(path: str, overwrite: bool = False, inputs: str | list[str] | None = None):
+    """Raises UserInputError unless `path` can take the vocab file; reads no input.
+
+    Refused: a folder (or a path ending in "/"), a path under a file, an existing file
+    unless `overwrite`, and, whatever `overwrite` says, one of the `inputs` files.
+    """
+    if path.endswith("/") or tf.io.gfile.isdir(path):
+        raise UserInputError(f"--output={path} is a folder; pass a file path, e.g. "
+                             f"--output={os.path.join(path, 'vocab.txt')}")
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent) and not tf.io.gfile.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and tf.io.gfile.exists(parent) and not tf.io.gfile.isdir(parent):
+        raise UserInputError(f"--output={path} lies under {parent}, which is a file, not a "
+                             "folder; pass another --output")
+    if not tf.io.gfile.exists(path):
+        return
+    if inputs is not None and _same_file(path, corpus.expand_inputs(inputs)):
+        raise UserInputError(f"--output={path} is one of the --input files; pass another "
+                             "--output")
+    if not overwrite:
+        raise _exists(path)
+
+
+def _exists(path: str) -> UserInputError:
+    return UserInputError(f"--output={path} exists; pass --overwrite to replace it, or another "
+                          "--output")
+
+
+def _same_file(path: str, files: list[str]) -> bool:
+    if "://" in path:
+        return path in files
+    return os.path.realpath(path) in {os.path.realpath(f) for f in files if "://" not in f}
+
+
+def write_vocab(tokens: list[str], path: str, overwrite: bool = False):
+    """Writes one token per line, atomically (a temporary file renamed); local or gs://.
+
+    An existing file at `path` is replaced only if `overwrite` (see `check_output`). If the
+    write fails, the temporary file is removed.
+    """
+    check_output(path, overwrite)
     directory = os.path.dirname(path)
     if directory:
         tf.io.gfile.makedirs(directory)
     temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "wb") as f:
-        f.write(("\n".join(tokens) + "\n").encode("utf-8"))
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    try:
+        with tf.io.gfile.GFile(temporary, "wb") as f:
+            f.write(("\n".join(tokens) + "\n").encode("utf-8"))
+        tf.io.gfile.rename(temporary, path, overwrite=overwrite)
+    except tf.errors.AlreadyExistsError:  # created while the vocab was being learned
+        raise _exists(path) from None
+    finally:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.remove(temporary)

@@ -23,6 +23,8 @@ flags.DEFINE_string("vocab_file", None, "The vocab the data was built with.")
 flags.DEFINE_integer("max_seq_length", None, "Default: from metadata.json.")
 flags.DEFINE_integer("num_examples", 2, "How many examples to show.")
 flags.DEFINE_float("mask_prob", 0.15, "Fraction of tokens to mask.")
+flags.DEFINE_integer("max_predictions_per_seq", None,
+                     "Masked positions per sequence (default: int((mask_prob + 0.005) x L)).")
 flags.DEFINE_bool("whole_word_masking", False, "Mask whole words.")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the masks.")
 flags.mark_flags_as_required(["data", "vocab_file"])
@@ -31,6 +33,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    if FLAGS.num_examples < 1:
+        raise UserInputError(f"--num_examples={FLAGS.num_examples} must be at least 1")
     files = pipeline.list_files(FLAGS.data)
     metadata = pipeline.read_metadata(files)
     length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")
@@ -39,12 +43,13 @@ def main(argv):
     tokenizer = Tokenizer(FLAGS.vocab_file)
     dataset = pipeline.pretraining_dataset(
         FLAGS.data, FLAGS.num_examples, length, FLAGS.vocab_file, mask_prob=FLAGS.mask_prob,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000,
-        length_flag="--max_seq_length", data_flag="--data")
+        length_flag="--max_seq_length", data_flag="--data", mask_prob_flag="--mask_prob",
+        predictions_flag="--max_predictions_per_seq")
     if metadata:  # after the checks, so that a mismatch is the only thing printed
-        print(f"{metadata['_path']}: {metadata['num_examples']} examples, "
-              f"{metadata['num_tokens']} tokens, {len(metadata['shards'])} shards, "
-              f"max_seq_length {length}, vocab {metadata['vocab_size']}")
+        print(f"{metadata['_path']}: {_totals(metadata, files)}, max_seq_length {length}, "
+              f"vocab {metadata['vocab_size']}")
     batch = {k: v.numpy() for k, v in next(iter(dataset)).items()}
     for i in range(FLAGS.num_examples):
         real = batch["input_mask"][i].sum()
@@ -58,6 +63,21 @@ def main(argv):
         print("  input:  " + " ".join(tokenizer.convert_ids_to_tokens(ids)))
         print("  masked: " + ", ".join(f"{p}:{t}" for p, t in zip(positions, originals)))
     return 0
+
+
+def _totals(metadata: dict, files: list[str]) -> str:
+    """The examples, tokens and shards of metadata.json's data set, or of the shards selected
+    when --data selects only some (list_files leaves out the empty ones, so they do not
+    count as unselected)."""
+    directory = os.path.dirname(metadata["_path"])
+    shards = metadata["shards"]
+    selected = [s for s in shards if os.path.join(directory, s["file"]) in set(files)]
+    if all(s in selected for s in shards if s["num_examples"]):
+        return (f"{metadata['num_examples']} examples, {metadata['num_tokens']} tokens, "
+                f"{len(shards)} shards")
+    return (f"{sum(s['num_examples'] for s in selected)} examples, "
+            f"{sum(s['num_tokens'] for s in selected)} tokens in the {len(selected)} of its "
+            f"{len(shards)} shards that --data selects")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ r"""Learns a WordPiece vocab.txt of exactly --vocab_size tokens (BERT's layout) 
         --vocab_size=30522
 
 The text is split as our Tokenizer splits it (same --lower_case/--strip_accents), so pass
-the same settings to scripts/build_pretraining_data.py.
+the same settings to scripts/build_pretraining_data.py. An existing --output is replaced
+only with --overwrite, and never when it is one of the --input files.
 """
 
 import os
@@ -21,6 +22,7 @@ from electra_tf.data import corpus  # noqa: E402
 
 flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
 flags.DEFINE_string("output", None, "Where vocab.txt goes (one token per line; local or gs://).")
+flags.DEFINE_bool("overwrite", False, "Replace an existing --output (never an --input file).")
 flags.DEFINE_integer("vocab_size", None, "Total tokens, special and [unusedN] ones included.")
 flags.DEFINE_bool("lower_case", True, "Lower-case the text (uncased vocab).")
 flags.DEFINE_bool("strip_accents", None, "Strip accents; defaults to --lower_case.")
@@ -39,6 +41,8 @@ flags.mark_flags_as_required(["input", "output", "vocab_size"])
 def main(argv):
     del argv
     start = time.time()
+    # Before any input is read: a bad --output fails now, not after the training.
+    vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, FLAGS.input)
     stats = vocab_learning.CorpusStats()
     lines = vocab_learning.read_lines(FLAGS.input, FLAGS.input_format, FLAGS.text_field,
                                       FLAGS.max_lines, stats)
@@ -46,7 +50,7 @@ def main(argv):
         lines, FLAGS.vocab_size, lower_case=FLAGS.lower_case,
         strip_accents=FLAGS.strip_accents, num_unused=FLAGS.num_unused,
         min_frequency=FLAGS.min_frequency, max_alphabet=FLAGS.max_alphabet)
-    vocab_learning.write_vocab(tokens, FLAGS.output)
+    vocab_learning.write_vocab(tokens, FLAGS.output, FLAGS.overwrite)
     print(f"wrote {FLAGS.output}: {len(tokens)} tokens learned from {stats.lines} lines "
           f"in {time.time() - start:.1f}s")
     if stats.invalid_utf8_lines or stats.bad_json_lines:

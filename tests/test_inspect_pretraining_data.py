@@ -83,3 +83,47 @@ def test_errors_name_its_own_flags(data, tmp_path):
     assert str(info.value).startswith(f"data file {bare}/c.tfrecord holds records that are not "
                                       "tf.train.Example (")
     assert str(info.value).endswith("); point --data at pre-training TFRecords")
+
+
+def test_bad_numbers_are_one_line_naming_its_flags(data):
+    directory, _ = data
+    pattern = f"--data={directory}/*.tfrecord"
+    for n in (0, -1):
+        assert _error(inspect(pattern, f"--num_examples={n}")) == (
+            f"error: --num_examples={n} must be at least 1")
+    assert _error(inspect(pattern, "--mask_prob=1.5")) == (
+        "error: --mask_prob=1.5 must be between 0 and 1 (the paper: 0.15, 0.25 for large)")
+    assert _error(inspect(pattern, "--max_predictions_per_seq=100")) == (
+        "error: 100 masked positions per sequence (--max_predictions_per_seq) do not fit "
+        "sequences of 64; use between 1 and 64")
+    # (In this process, with the flags the script passes.)
+    flags = dict(length_flag="--max_seq_length", data_flag="--data",
+                 mask_prob_flag="--mask_prob", predictions_flag="--max_predictions_per_seq")
+    with pytest.raises(UserInputError) as info:
+        pipeline.pretraining_dataset(f"{directory}/*.tfrecord", 2, 64, UNCASED_VOCAB,
+                                     mask_prob=0.01, **flags)
+    assert str(info.value) == (
+        "--mask_prob=0.01 gives no masked position in sequences of 64 (int((mask_prob + 0.005) "
+        "x 64) = 0); raise --mask_prob or set --max_predictions_per_seq between 1 and 64")
+
+
+def test_totals_are_those_of_the_selected_shards(tmp_path):
+    from electra_tf.data.writer import build_pretraining_data
+    lines = corpus_lines(1500)
+    (tmp_path / "a.txt").write_text("\n".join(lines[:1000]) + "\n")
+    (tmp_path / "b.txt").write_text("\n".join(lines[1000:]) + "\n")
+    out = tmp_path / "data"
+    metadata = build_pretraining_data(f"{tmp_path}/*.txt", UNCASED_VOCAB, str(out),
+                                      max_seq_length=64, num_shards=2, num_workers=1,
+                                      show_progress=False, log=lambda *_: None)
+    first, second = metadata["shards"]
+    assert first["num_examples"] and second["num_examples"]
+    result = inspect(f"--data={out}/{first['file']}", "--num_examples=1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        f"{out}/metadata.json: {first['num_examples']} examples, {first['num_tokens']} tokens "
+        "in the 1 of its 2 shards that --data selects, max_seq_length 64, vocab 30522")
+    result = inspect(f"--data={out}", "--num_examples=1")
+    assert result.stdout.splitlines()[0] == (
+        f"{out}/metadata.json: {metadata['num_examples']} examples, {metadata['num_tokens']} "
+        "tokens, 2 shards, max_seq_length 64, vocab 30522")

@@ -7,6 +7,7 @@ import sys
 import unicodedata
 
 import pytest
+import tensorflow as tf
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
@@ -211,3 +212,132 @@ def test_script_too_large_vocab_fails_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: the corpus (2 lines) supports only")
     assert "--vocab_size=" in lines[0]
     assert not output.exists()
+
+
+def test_out_of_range_settings_are_one_clear_error(tmp_path):
+    lines = ["the cat sat on the mat"] * 10
+    with pytest.raises(UserInputError) as info:
+        vocab_learning.learn_vocab(lines, 120, max_alphabet=-1)
+    assert str(info.value) == ("--max_alphabet=-1 must be at least 1 (or unset: every "
+                               "character seen)")
+    with pytest.raises(UserInputError, match=r"^--max_alphabet=0 must be at least 1 "):
+        vocab_learning.learn_vocab(lines, 120, max_alphabet=0)
+    with pytest.raises(UserInputError) as info:
+        vocab_learning.learn_vocab(lines, 120, min_frequency=-2)
+    assert str(info.value) == "--min_frequency=-2 is negative; pass 0 or more"
+    (tmp_path / "c.txt").write_text("the cat\n", encoding="utf-8")
+    for max_lines in (0, -1):
+        with pytest.raises(UserInputError) as info:
+            vocab_learning.read_lines(str(tmp_path / "c.txt"), max_lines=max_lines)
+        assert str(info.value) == (f"--max_lines={max_lines} must be at least 1 (or unset: read "
+                                   "every line)")
+
+
+def test_decomposed_text_learns_composed_pieces():
+    # "e" + U+0301 (as macOS writes "é") is composed first, as BERT's reference and our
+    # Tokenizer compose it, so the vocab holds "é" and "café", no lone combining mark.
+    lines = ["Cafe\u0301 e\u0301te\u0301 cafe\u0301 the\u0301a\u0302tre"] * 5
+    vocab = vocab_learning.learn_vocab(lines, 34, strip_accents=False, num_unused=0)
+    assert {t for t in vocab[5:] if len(t) == 1} == set("acefhrtâé")
+    assert "café" in vocab and "##é" in vocab
+    assert not [t for t in vocab if "\u0301" in t or "\u0302" in t]
+
+
+def test_tokenizer_splits_decomposed_text_into_the_learned_pieces(tmp_path):
+    lines = ["Cafe\u0301 e\u0301te\u0301 cafe\u0301 the\u0301a\u0302tre"] * 5
+    path = str(tmp_path / "vocab.txt")
+    vocab_learning.write_vocab(
+        vocab_learning.learn_vocab(lines, 34, strip_accents=False, num_unused=0), path)
+    tokenizer = Tokenizer(path, strip_accents=False)
+    ids = tokenizer.encode(["Cafe\u0301", "Café"])
+    assert [tokenizer.convert_ids_to_tokens(row) for row in ids] == [["café"], ["café"]]
+
+
+def test_write_vocab_replaces_only_with_overwrite_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "vocab.txt"
+    path.write_text("old\n", encoding="utf-8")
+    with pytest.raises(UserInputError) as info:
+        vocab_learning.write_vocab(["[PAD]", "a"], str(path))
+    assert str(info.value) == (f"--output={path} exists; pass --overwrite to replace it, or "
+                               "another --output")
+    assert path.read_text(encoding="utf-8") == "old\n"
+    vocab_learning.write_vocab(["[PAD]", "a"], str(path), overwrite=True)
+    assert path.read_text(encoding="utf-8") == "[PAD]\na\n"
+    assert os.listdir(tmp_path) == ["vocab.txt"]
+
+    # A file created while the vocab was learned (after the up-front check) is kept, too.
+    monkeypatch.setattr(vocab_learning, "check_output", lambda *args, **kwargs: None)
+    with pytest.raises(UserInputError, match=r"exists; pass --overwrite"):
+        vocab_learning.write_vocab(["[PAD]", "b"], str(path))
+    assert path.read_text(encoding="utf-8") == "[PAD]\na\n"
+    assert os.listdir(tmp_path) == ["vocab.txt"]
+
+    # Any failure of the write removes the temporary file.
+    def fail(*args, **kwargs):
+        raise tf.errors.PermissionDeniedError(None, None, "permission denied")
+
+    monkeypatch.setattr(vocab_learning.tf.io.gfile, "rename", fail)
+    with pytest.raises(tf.errors.PermissionDeniedError):
+        vocab_learning.write_vocab(["[PAD]", "c"], str(tmp_path / "new.txt"))
+    assert os.listdir(tmp_path) == ["vocab.txt"]
+
+
+def test_script_checks_the_output_before_reading_the_input(tmp_path):
+    # The input is JSONL read as text, which fails as soon as it is read: each output error
+    # below shows that the output was checked first.
+    unread = tmp_path / "docs.jsonl"
+    unread.write_text('{"text": "A sentence."}\n', encoding="utf-8")
+    existing = tmp_path / "vocab.txt"
+    existing.write_text("old\n", encoding="utf-8")
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    cases = [
+        (existing, f"error: --output={existing} exists; pass --overwrite to replace it, or "
+                   "another --output"),
+        (tmp_path, f"error: --output={tmp_path} is a folder; pass a file path, e.g. "
+                   f"--output={tmp_path}/vocab.txt"),
+        (f"{tmp_path}/new/", f"error: --output={tmp_path}/new/ is a folder; pass a file path, "
+                             f"e.g. --output={tmp_path}/new/vocab.txt"),
+        (tmp_path / "file" / "sub" / "vocab.txt",
+         f"error: --output={tmp_path}/file/sub/vocab.txt lies under {tmp_path}/file, which is a "
+         "file, not a folder; pass another --output"),
+    ]
+    for output, expected in cases:
+        result = _run_script(f"--input={unread}", f"--output={output}", "--vocab_size=200")
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [expected]
+    assert existing.read_text(encoding="utf-8") == "old\n"
+    assert sorted(os.listdir(tmp_path)) == ["docs.jsonl", "file", "vocab.txt"]
+
+
+def test_script_never_overwrites_an_input_and_replaces_an_output_with_overwrite(tmp_path):
+    corpus = tmp_path / "corpus" / "c.txt"
+    corpus.parent.mkdir()
+    text = "\n".join(corpus_lines(2000)) + "\n"
+    corpus.write_text(text, encoding="utf-8")
+    # The input as a folder, the output as a relative path to the same file.
+    relative = os.path.relpath(corpus, ROOT)
+    result = _run_script(f"--input={corpus.parent}", f"--output={relative}", "--vocab_size=500",
+                         "--overwrite")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: --output={relative} is one of the --input files; pass another --output"]
+    assert corpus.read_text(encoding="utf-8") == text
+
+    output = tmp_path / "vocab.txt"
+    output.write_text("old\n", encoding="utf-8")
+    result = _run_script(f"--input={corpus}", f"--output={output}", "--vocab_size=500",
+                         "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert len(output.read_text(encoding="utf-8").split("\n")) == 501
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "vocab.txt"]
+
+
+def test_script_bad_number_is_one_line(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat\n", encoding="utf-8")
+    result = _run_script(f"--input={corpus}", f"--output={tmp_path}/vocab.txt",
+                         "--vocab_size=200", "--max_alphabet=-1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: --max_alphabet=-1 must be at least 1 (or unset: every character seen)"]
+    assert sorted(os.listdir(tmp_path)) == ["c.txt"]

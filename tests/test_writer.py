@@ -363,3 +363,49 @@ def test_shards_of_blank_inputs_are_recorded_empty_and_left_out_of_training(tmp_
     batch = next(iter(pipeline.pretraining_dataset(str(tmp_path / "out"), 4, 128,
                                                    UNCASED_VOCAB)))
     assert batch["input_ids"].shape == (4, 128)
+
+
+FRENCH_WORDS = ("été où déjà théâtre mère père frère élève hôpital fenêtre crème naïve noël "
+                "garçon français voilà après très bientôt maison chat chien nuit jour pour avec "
+                "dans les des une sur la un").split()
+
+
+def test_strip_accents_must_suit_the_vocab(tmp_path):
+    import random
+
+    from electra_tf import vocab_learning
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(FRENCH_WORDS) for _ in range(12)).capitalize() + "."
+             for _ in range(2000)]
+    kept = tmp_path / "kept.txt"
+    vocab_learning.write_vocab(vocab_learning.learn_vocab(lines, 250, strip_accents=False),
+                               str(kept))
+    (tmp_path / "c.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = [f"--input={tmp_path}/c.txt", f"--output_dir={tmp_path}/out",
+            f"--vocab_file={kept}"]
+
+    result = build(*args, check=False)  # --strip_accents defaults to --lower_case=true
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: vocab file {kept} was learned without stripping accents (62 of its 146 tokens "
+        "change when accents are stripped, e.g. ##rè, ##rès, ##ère) but --strip_accents "
+        "(default: --lower_case) strips them from the text, so they would never occur; pass "
+        "--strip_accents=false (or use a vocab learned with stripping)"]
+    assert not (tmp_path / "out").exists()
+
+    build(*args, "--strip_accents=false")
+    _, records = read_records(tmp_path / "out")
+    ids = tf.io.parse_example(records, {"input_ids": tf.io.FixedLenFeature([128], tf.int64)})
+    vocab = open(kept, encoding="utf-8").read().split("\n")
+    assert {vocab.index("été"), vocab.index("garçon")} <= set(ids["input_ids"].numpy().flat)
+    assert json.load(open(tmp_path / "out" / "metadata.json"))["strip_accents"] is False
+
+
+def test_official_vocabs_pass_the_accent_check_with_stripping():
+    # Learned with stripping, they hold no token that stripping changes.
+    from electra_tf import tokenization
+    from electra_tf.data import writer
+    for vocab_file in (UNCASED_VOCAB, CHINESE_VOCAB):
+        vocab = tokenization.load_vocab(vocab_file)
+        assert [t for t in vocab if writer._strip_accents(t) != t] == []
+        writer._check_accents(vocab, vocab_file, strip_accents=True)

@@ -201,7 +201,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10000, cycle_length: int = 8,
                         validate: bool = True, length_flag: str = "MAX_SEQ_LENGTH",
-                        data_flag: str = "--train_data") -> tf.data.Dataset:
+                        data_flag: str = "--train_data", mask_prob_flag: str = "MASK_PROB",
+                        predictions_flag: str = "pretraining.max_predictions_per_seq"
+                        ) -> tf.data.Dataset:
     """A dataset of masked pre-training batches.
 
     Args:
@@ -222,8 +224,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       input_context: from distribute_datasets_from_function.
       shuffle_buffer_size, cycle_length: tf.data knobs.
       validate: check data against config first (validate_data).
-      length_flag, data_flag: the caller's names for max_seq_length and file_pattern, for
-        the fixes validate_data's errors suggest.
+      length_flag, data_flag, mask_prob_flag, predictions_flag: the caller's names for
+        max_seq_length, file_pattern, mask_prob and max_predictions_per_seq, for the fixes
+        the errors suggest (gin bindings in training, flags in a script).
 
     Yields dicts: input_ids, input_mask, segment_ids int32 [B, L]; masked_lm_positions,
     masked_lm_ids int32 [B, N]; masked_lm_weights float32 [B, N]; example_index int64 [B],
@@ -237,15 +240,20 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     tokenizer_vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(tokenizer_vocab)}
     if not 0 < mask_prob < 1:
-        raise UserInputError(f"MASK_PROB={mask_prob} must be between 0 and 1 (the paper: 0.15, "
-                             "0.25 for large)")
-    num_predictions = (info["max_predictions"] or max_predictions_per_seq
-                       or masking.default_max_predictions(max_seq_length, mask_prob))
+        raise UserInputError(f"{mask_prob_flag}={mask_prob} must be between 0 and 1 (the "
+                             "paper: 0.15, 0.25 for large)")
+    num_predictions = info["max_predictions"] or max_predictions_per_seq
+    if not num_predictions:
+        num_predictions = masking.default_max_predictions(max_seq_length, mask_prob)
+        if num_predictions < 1:
+            raise UserInputError(
+                f"{mask_prob_flag}={mask_prob} gives no masked position in sequences of "
+                f"{max_seq_length} (int((mask_prob + 0.005) x {max_seq_length}) = 0); raise "
+                f"{mask_prob_flag} or set {predictions_flag} between 1 and {max_seq_length}")
     if not 0 < num_predictions <= max_seq_length:
         raise UserInputError(
-            f"{num_predictions} masked positions per sequence (pretraining."
-            f"max_predictions_per_seq) do not fit sequences of {max_seq_length}; use between 1 "
-            f"and {max_seq_length}")
+            f"{num_predictions} masked positions per sequence ({predictions_flag}) do not fit "
+            f"sequences of {max_seq_length}; use between 1 and {max_seq_length}")
 
     num_pipelines, pipeline_id = 1, 0
     if input_context is not None:

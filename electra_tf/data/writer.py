@@ -23,6 +23,7 @@ import queue
 import random
 import sys
 import time
+import unicodedata
 import uuid
 
 import tensorflow as tf
@@ -47,6 +48,9 @@ _REPORT_SECONDS = 0.5
 # uncased below the second share (see _check_case).
 _CASED_SHARE = 0.01
 _UNCASED_SHARE = 0.001
+# A vocab was learned without accent stripping when at least this share of its tokens
+# change when accents are stripped (see _check_accents).
+_ACCENTED_SHARE = 0.002
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +297,35 @@ def _check_case(vocab: list[str], vocab_file: str, lower_case: bool):
             "--lower_case=false (or use a cased vocab)")
 
 
+def _strip_accents(token: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", token)
+                   if unicodedata.category(c) != "Mn")
+
+
+def _check_accents(vocab: list[str], vocab_file: str, strip_accents: bool):
+    """Raises if --strip_accents is on but the vocab was learned without it.
+
+    Stripped text (NFD, then no non-spacing marks) never produces a token that stripping
+    would change ("é", "##ü", Hangul syllables, Devanagari vowel signs), so a vocab learned
+    with stripping has none: BERT's uncased and Chinese vocabs have 0, a vocab learned with
+    --strip_accents=false from text with accents a large share (French: 40%). Such tokens
+    would all be dead. The reverse (stripping at learning, not here) leaves no trace in the
+    vocab, so it is not checked.
+    """
+    if not strip_accents:
+        return
+    words = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+    accented = [t for t in words if _strip_accents(t) != t]
+    if accented and len(accented) >= _ACCENTED_SHARE * len(words):
+        examples = [t for t in accented if len(t.lstrip("#")) > 1] or accented
+        raise UserInputError(
+            f"vocab file {vocab_file} was learned without stripping accents "
+            f"({len(accented):,} of its {len(words):,} tokens change when accents are "
+            f"stripped, e.g. {', '.join(examples[:3])}) but --strip_accents (default: "
+            "--lower_case) strips them from the text, so they would never occur; pass "
+            "--strip_accents=false (or use a vocab learned with stripping)")
+
+
 def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, seed,
                        lower_case, strip_accents, input_format, text_field,
                        one_document_per_line, compression, piece_bytes, word_segmenter):
@@ -316,6 +349,7 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
         raise UserInputError(f"--num_shards={num_shards} must be at least 1")
     tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
     _check_case(tokenizer.vocab, vocab_file, lower_case)
+    _check_accents(tokenizer.vocab, vocab_file, tokenizer.strip_accents)
     files = corpus.expand_inputs(input_patterns)
     # Each file's first record, before anything is written: a wrong --text_field or
     # --input_format fails here, not in a worker.
