@@ -281,9 +281,13 @@ def build_austen_data(directory: str):
                     "--max_seq_length=128", "--num_workers=1", "--progress=false"], check=True)
 
 
-def pretraining_curve(model_dir: str) -> dict:
-    """{tag: [(step, value)]} of the pre-training run's health scalars (TensorBoard); the
-    tags the run did not write (an MLM run has no discriminator) are left out."""
+HEALTH_TAGS = ("discriminator/auc", "loss/discriminator", "generator/mlm_accuracy")
+
+
+def pretraining_curve(model_dir: str, tags=HEALTH_TAGS) -> dict:
+    """{tag: [(step, value)]} of a pre-training run's scalars (TensorBoard; by default its
+    health); the tags the run did not write (an MLM run has no discriminator) are left
+    out."""
     import tensorflow as tf
     from tensorboard.backend.event_processing import event_accumulator
     events = event_accumulator.EventAccumulator(os.path.join(model_dir, "train"),
@@ -292,8 +296,7 @@ def pretraining_curve(model_dir: str) -> dict:
     written = set(events.Tags()["tensors"])
     return {tag: [(e.step, round(float(tf.make_ndarray(e.tensor_proto)), 4))
                   for e in events.Tensors(tag)]
-            for tag in ("discriminator/auc", "loss/discriminator", "generator/mlm_accuracy")
-            if tag in written}
+            for tag in tags if tag in written}
 
 
 def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,

@@ -109,6 +109,9 @@ def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, dat
     (_, mfu), (_, eps) = train["throughput/mfu"][-1], train["throughput/examples_per_second"][-1]
     assert float(mfu) == pytest.approx(float(eps) * info["train_flops_per_example_hardware"]
                                        / 494.5e12, rel=1e-5)
+    # Tokens: the real ones (about 97% of the Austen records' positions), not padding.
+    _, tokens = train["throughput/tokens_per_second"][-1]
+    assert 0.85 * 128 < float(tokens) / float(eps) < 127.9
     assert "config/operative_config" in train
     evaluation = summary_tags(tmp_path / "eval")
     assert TAGS - {"optimizer/learning_rate", "optimizer/grad_norm", "throughput/mfu",
@@ -362,6 +365,25 @@ def test_mirrored_two_replicas_equal_one_replica_with_the_global_batch(tmp_path,
     _assert_close(one_weights, two_weights)
 
 
+def test_mfu_peak_counts_chips_and_follows_the_tf32_switch(tmp_path, data):
+    """A TPU v2/v3 chip holds two TensorCores, each a replica: the peak is per chip. Float32
+    runs at TF32's peak only while TensorFlow lets matmuls use TF32."""
+    from electra_tf.training.strategies import chips
+    assert (chips(8, "TPU v3"), chips(8, "TPU v2"), chips(8, "TPU v4")) == (4, 4, 8)
+    assert (chips(2, "NVIDIA H100 80GB HBM3"), chips(1, None)) == (2, 1)
+    peaks = []
+    for tf32 in (True, False):
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+        try:
+            run(tmp_path / str(tf32), data, ["pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
+                dry_run=True)
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(True)
+        info = json.loads((tmp_path / str(tf32) / "model_info.json").read_text())
+        peaks.append(info["peak_flops_per_second"])
+    assert peaks == [494.5e12, 67e12]
+
+
 def test_gradient_accumulation_equals_one_step_of_the_whole_batch(tmp_path, data):
     one, one_weights = _weights_after(tmp_path, "one", data, [])
     four, four_weights = _weights_after(tmp_path, "four", data,
@@ -404,7 +426,8 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
     # The generator must be the discriminator's shape (official rounding: FFN 4H).
     result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4",
                                          "pretrainer.generator_hidden_fraction = 1.0",
-                                         "pretrainer.intermediate_size = 128"],
+                                         "pretrainer.intermediate_size = 128",
+                                         "pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
                         files=("tiny.gin", "ablations/two_stage.gin"))
     assert "step 2: generator stage done" in " ".join(lines)
     before, switch, after = (model_values(str(tmp_path / f"ckpt-{s}")) for s in (0, 2, 4))
@@ -419,6 +442,28 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
         np.testing.assert_array_equal(switch[g], switch[d])
     assert checkpoint_values(str(tmp_path / "ckpt-2"))[
         "state/stage/.ATTRIBUTES/VARIABLE_VALUE"] == 1
+    # FLOPs per phase: the generator's masked LM alone, then the generator's forward pass and
+    # the discriminator's training; MFU and the run's total count each phase's own.
+    from electra_tf.modeling import flops
+    from electra_tf.modeling.config import EncoderConfig
+    info = json.loads((tmp_path / "model_info.json").read_text())
+    networks = [EncoderConfig(**info[n]) for n in ("discriminator", "generator")]
+    phases = {kind: flops.two_stage_flops_per_example(*networks, 128, 0.15,
+                                                      max_predictions=info["masked_positions"],
+                                                      hardware=kind == "hardware")
+              for kind in ("official", "hardware")}
+    assert info["two_stage_flops_per_example"] == phases
+    generator_forward = flops.forward_flops_per_example(networks[1], None, 128, "mlm",
+                                                        max_predictions=info["masked_positions"])
+    assert phases["official"]["generator"] == pytest.approx(2 * generator_forward)
+    assert phases["official"]["discriminator"] < info["train_flops_per_example"]
+    assert info["total_train_flops"] == pytest.approx(8 * 2 * sum(phases["official"].values()))
+    train = summary_tags(tmp_path / "train")
+    for (step, mfu), (_, eps) in zip(train["throughput/mfu"],
+                                     train["throughput/examples_per_second"]):
+        phase = "generator" if step <= 2 else "discriminator"
+        assert float(mfu) == pytest.approx(float(eps) * phases["hardware"][phase] / 494.5e12,
+                                           rel=1e-5), step
 
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])

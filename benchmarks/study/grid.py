@@ -59,17 +59,11 @@ def two_stage_stage_flops(discriminator, generator, seq_length: int, mask_prob: 
                           num_predictions: int) -> tuple[float, float]:
     """Training FLOPs per example of two-stage training's generator stage (its masked LM
     alone) and discriminator stage (the frozen generator's forward pass, the
-    discriminator's training)."""
+    discriminator's training): flops.two_stage_flops_per_example."""
     from electra_tf.modeling import flops
-    options = dict(seq_length=seq_length, mask_prob=mask_prob)
-    generator_stage = flops.train_flops_per_example(
-        generator, None, objective="mlm", max_predictions=num_predictions, **options)
-    discriminator_stage = (
-        flops.forward_flops_per_example(generator, None, objective="mlm",
-                                        max_predictions=num_predictions, **options)
-        + flops.train_flops_per_example(discriminator, None, objective="electra",
-                                        max_predictions=num_predictions, **options))
-    return generator_stage, discriminator_stage
+    phases = flops.two_stage_flops_per_example(discriminator, generator, seq_length, mask_prob,
+                                               max_predictions=num_predictions)
+    return phases["generator"], phases["discriminator"]
 
 
 def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_prob: float,

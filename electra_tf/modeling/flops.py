@@ -254,6 +254,25 @@ def hardware_train_flops_per_example(discriminator: EncoderConfig,
                                    dense_embedding_lookup=False)
 
 
+def two_stage_flops_per_example(discriminator: EncoderConfig, generator: EncoderConfig,
+                                seq_length: int, mask_prob: float = 0.15, *,
+                                max_predictions: int | None = None, hardware: bool = False
+                                ) -> dict[str, float]:
+    """Training FLOPs per example of each phase of two-stage training: "generator" (its
+    masked LM alone, forward and backward) and "discriminator" (the frozen generator's
+    forward pass to sample, then the discriminator's training on the replaced-token task).
+    The official counting, or with `hardware` what a device executes (as
+    hardware_train_flops_per_example)."""
+    backward, dense = (2.0, False) if hardware else (1.0, True)
+    options = dict(max_predictions=max_predictions, dense_embedding_lookup=dense)
+    generator_forward = forward_flops_per_example(generator, None, seq_length, "mlm",
+                                                  mask_prob, **options)
+    discriminator_forward = forward_flops_per_example(discriminator, None, seq_length,
+                                                      "electra", mask_prob, **options)
+    return {"generator": (1.0 + backward) * generator_forward,
+            "discriminator": generator_forward + (1.0 + backward) * discriminator_forward}
+
+
 def inference_flops_per_example(config: EncoderConfig, seq_length: int,
                                 head: str = "discriminator", *,
                                 dense_embedding_lookup: bool = True) -> float:

@@ -213,11 +213,15 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     device = device_name or strategies.device_description(strategy)
     model_info = describe(model, seq_length=max_seq_length, num_predictions=num_predictions,
                           mask_prob=mask_prob, train_batch_size=train_batch_size,
-                          num_train_steps=num_train_steps)
-    peak = flops.peak_flops_per_second(device, precision) if device else None
+                          num_train_steps=num_train_steps, two_stage_steps=two_stage_steps)
+    peak = flops.peak_flops_per_second(
+        device, precision, tf.config.experimental.tensor_float_32_execution_enabled()
+    ) if device else None
     metadata = info["metadata"] or {}
     model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
-                      device=device, peak_flops_per_second=peak and peak * replicas,
+                      device=device,
+                      peak_flops_per_second=peak and peak * strategies.num_chips(strategy,
+                                                                                 device),
                       vocab_file=(vocab_file if "://" in vocab_file
                                   else os.path.abspath(vocab_file)),
                       vocab_size=len(vocab),
@@ -243,7 +247,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         seq_length=max_seq_length, local_replicas=local_replicas,
         accumulation_steps=gradient_accumulation_steps, clip_norm=clip_norm,
         loss_scale=loss_scale, jit_compile=jit_compile, steps_per_call=steps_per_call,
-        flops_per_example=model_info["train_flops_per_example_hardware"],
+        flops_per_example=(model_info["two_stage_flops_per_example"]["hardware"] if two_stage
+                           else model_info["train_flops_per_example_hardware"]),
         peak_flops=model_info["peak_flops_per_second"],
         two_stage_steps=two_stage_steps if two_stage else None)
     cache = None
@@ -509,7 +514,8 @@ def _duration(seconds: float) -> str:
 
 
 def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
-             train_batch_size: int, num_train_steps: int) -> dict:
+             train_batch_size: int, num_train_steps: int,
+             two_stage_steps: int | None = None) -> dict:
     """model_info.json: parameter counts and FLOPs of the pretrainer.
 
     discriminator_params: the network that is fine-tuned, with its replaced-token head (as
@@ -518,6 +524,9 @@ def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
     towers); trainable_params: every trainable weight once. train_flops_per_example: the
     official counting method behind the paper's figures (backward = forward);
     ..._hardware: what an accelerator executes (backward = 2 x forward), used for MFU.
+    Two-stage training (switching at `two_stage_steps`, default half the run) runs less
+    than those figures (the networks of both phases, trained jointly) in each phase:
+    two_stage_flops_per_example gives each phase's, and total_train_flops sums them.
     """
     discriminator = list(model.discriminator.trainable_variables)
     generator = []
@@ -540,6 +549,17 @@ def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
         "official": flops.train_flops_per_example(*shapes, max_predictions=num_predictions),
         "hardware": flops.hardware_train_flops_per_example(
             *shapes, max_predictions=num_predictions)}
+    total = per_example["official"] * train_batch_size * num_train_steps
+    phases = None
+    if model.algorithm == "two_stage":
+        switch = num_train_steps // 2 if two_stage_steps is None else two_stage_steps
+        phases = {kind: flops.two_stage_flops_per_example(
+            model.discriminator_config, generator_config, seq_length, mask_prob,
+            max_predictions=num_predictions, hardware=kind == "hardware")
+            for kind in ("official", "hardware")}
+        total = train_batch_size * (phases["official"]["generator"] * switch
+                                    + phases["official"]["discriminator"]
+                                    * (num_train_steps - switch))
     return {
         "objective": model.objective, "sharing": model.sharing, "algorithm": model.algorithm,
         "discriminator_params": _count(discriminator),
@@ -547,7 +567,8 @@ def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
         "trainable_params": _count(model.trainable_variables),
         "train_flops_per_example": per_example["official"],
         "train_flops_per_example_hardware": per_example["hardware"],
-        "total_train_flops": per_example["official"] * train_batch_size * num_train_steps,
+        "total_train_flops": total,
+        **({"two_stage_flops_per_example": phases} if phases else {}),
         "max_seq_length": seq_length, "mask_prob": mask_prob,
         "masked_positions": num_predictions,
         "train_batch_size": train_batch_size, "num_train_steps": num_train_steps,

@@ -84,9 +84,18 @@ def checkpoint_directory(model_dir: str, strategy: tf.distribute.Strategy) -> st
     return model_dir if chief else os.path.join(model_dir, f".worker-{task_id}-scratch")
 
 
-def num_chips(strategy: tf.distribute.Strategy) -> int:
-    """Accelerator chips (or CPU replicas) taking part: the replica count."""
-    return strategy.num_replicas_in_sync
+def num_chips(strategy: tf.distribute.Strategy, device: str | None = None) -> int:
+    """Accelerator chips (or CPU replicas) taking part: the replica count, but on TPU v2 and
+    v3, whose chips each hold two TensorCores, each core a replica (`device`: its
+    device_description)."""
+    return chips(strategy.num_replicas_in_sync, device)
+
+
+def chips(replicas: int, device: str | None) -> int:
+    """The chips `replicas` replicas run on (see num_chips)."""
+    if device in ("TPU v2", "TPU v3"):
+        return max(1, replicas // 2)
+    return replicas
 
 
 def device_description(strategy: tf.distribute.Strategy) -> str | None:

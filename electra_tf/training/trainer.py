@@ -110,7 +110,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
       steps_per_call: with jit_compile, steps one compiled call runs (see the module
         docstring); a loop of n steps makes n // k such calls, then n % k single steps.
       phase: "joint", or a function step -> phase for two-stage training.
-      flops_per_example: hardware FLOPs of one training example (for MFU), or None.
+      flops_per_example: hardware FLOPs of one training example (for MFU), or None; for
+        two-stage training {phase: FLOPs} ("generator", "discriminator").
       peak_flops: the devices' total peak FLOP/s, or None when unknown.
       two_stage_steps: with algorithm 'two_stage', the generator stage's length: loops
         before it train phase "generator"; at the first loop after it the discriminator
@@ -143,6 +144,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         with strategy.scope():
             self.metrics = PretrainingMetrics()
             self.grad_norm = keras.metrics.Mean(name="grad_norm")
+            self.real_tokens = keras.metrics.Mean(name="real_tokens")  # per global batch
         self.steps_per_call = steps_per_call
         self._replica_steps = {}
         self._block_loop_fn = None
@@ -216,6 +218,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         self._set_phase()
         self.metrics.reset()
         self.grad_norm.reset_state()
+        self.real_tokens.reset_state()
         self.state.bad_step.assign(-1)
         self._loop_start = (time.time(), int(self.state.step.numpy()))
 
@@ -234,10 +237,14 @@ class PretrainingTrainer(orbit.StandardTrainer):
         values["optimizer/grad_norm"] = float(self.grad_norm.result())
         examples_per_second = steps * self.global_batch_size / seconds
         values["throughput/examples_per_second"] = examples_per_second
-        values["throughput/tokens_per_second"] = examples_per_second * self.seq_length
-        if self.flops_per_example and self.peak_flops:
-            values["throughput/mfu"] = (examples_per_second * self.flops_per_example
-                                        / self.peak_flops)
+        # Real tokens (padding not counted): the global batch's, by the step's own count.
+        values["throughput/tokens_per_second"] = (
+            steps * float(self.real_tokens.result()) / seconds)
+        per_example = self.flops_per_example
+        if isinstance(per_example, dict):  # two-stage training: the phase's own
+            per_example = per_example[self.phase]
+        if per_example and self.peak_flops:
+            values["throughput/mfu"] = examples_per_second * per_example / self.peak_flops
         if self.loss_scale is not None:
             values["optimizer/loss_scale"] = float(self.loss_scale.scale.numpy())
         if self.model.loss_log_scales is not None:  # learned balance: weights exp(-s)
@@ -278,6 +285,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         normalizers = self.model.loss_normalizers(batch)
         normalizers["parts"] = tf.constant(float(self.accumulation_steps))
         normalizers = sum_over_replicas(context, normalizers)
+        self.real_tokens.update_state(normalizers["tokens"])  # every replica the same total
 
         # A step on the skip list (a batch that gave a non-finite loss before) is run but
         # neither applied nor recorded in the metrics.
