@@ -20,9 +20,10 @@ install: $(STAMP)
 
 # --durations: the log names the slowest tests, to keep the suite inside CI's budget.
 # TEST_WORKERS pytest processes (pytest-xdist); TEST_WORKERS=0 runs them all in this one.
+# loadgroup: a module marked xdist_group (test_study's costly fixture) stays on one worker.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 # The main job on the embedded default data: build TFRecords from the Austen novels, show
 # a masked example, pre-train a tiny ELECTRA for a few minutes on the CPU (five shards to

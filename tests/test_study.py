@@ -16,6 +16,8 @@ import pytest
 
 from conftest import ROOT
 
+# One pytest-xdist worker runs them all: the module's study (about 2 minutes) is built once.
+pytestmark = pytest.mark.xdist_group("study")
 RUNNER = os.path.join(ROOT, "benchmarks", "study", "run_study.py")
 GRID = ("electra", "mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "generator_1_8",
         "generator_1_2", "generator_1", "sharing_none", "sharing_all", "two_stage",
