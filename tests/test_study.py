@@ -42,7 +42,9 @@ def _png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
-@pytest.fixture(scope="module")
+# Session scope: a worker whose queue interleaves these tests with other modules would
+# otherwise tear the study down between them and build it again.
+@pytest.fixture(scope="session")
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     work, results = root / "work", root / "results"
