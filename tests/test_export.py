@@ -22,6 +22,9 @@ from electra_tf.finetune import readers
 from electra_tf.export import saved_model
 from electra_tf.training.checkpoints import load_pretrainer
 
+# One pytest-xdist worker runs them all (make test's --dist loadgroup): the module's
+# fixtures (pre-trained and fine-tuned models, about a minute) are built once.
+pytestmark = pytest.mark.xdist_group("export")
 TEXTS = ["The quick red fox runs over the lazy dog.",
          "She was [MASK] happy to see him, and [MASK] said so.",
          "Ünïcödé, CJK 中文 and ligatures ﬁ survive."]
