@@ -123,6 +123,86 @@ def test_labels_are_zero_where_the_sample_equals_the_original():
     assert labels.numpy().sum() == weights[:, ::2].sum()
 
 
+def test_electric_labels_every_written_slot_noise_even_where_it_drew_the_original(
+        monkeypatch):
+    """Electric's noise-contrastive loss (official `electric_objective`): a slot the cloze
+    model wrote is a noise sample whatever token it drew; the discriminator's logit is its
+    energy plus log q(token) + log(p / (1 - p)), its loss averaged over real tokens."""
+    batch, original = _batch()
+    model = _model(objective="electric")
+    monkeypatch.setattr(model, "sample", lambda logits, batch, step: batch["masked_lm_ids"])
+    out = model(batch, step=0)
+    _, _, written, _ = model.corrupt(batch, batch["masked_lm_ids"])
+    y = out["discriminator_labels"].numpy()
+    np.testing.assert_array_equal(y, written.numpy().astype(np.int32))
+    assert y.sum() == batch["masked_lm_weights"].numpy().sum() > 0
+    # The noise drew the original everywhere: the input is the original text.
+    mask, segments = batch["input_mask"], batch["segment_ids"]
+    energy = model.discriminator_predictions(model.discriminator(tf.constant(original), mask,
+                                                                 segments)).numpy()
+    cloze = model.cloze_logits(tf.constant(original), mask, segments).numpy().astype(np.float64)
+    log_q = cloze - np.log(np.exp(cloze).sum(-1, keepdims=True))
+    d = energy + np.take_along_axis(log_q, original[..., None], -1)[..., 0] + math.log(
+        0.15 / 0.85)
+    np.testing.assert_allclose(out["discriminator_logits"].numpy(), d, rtol=1e-4, atol=1e-5)
+    m = mask.numpy()
+    disc = ((np.logaddexp(0, d) - y * d) * m).sum() / m.sum()
+    assert float(out["discriminator_loss"]) == pytest.approx(disc, rel=1e-4)
+
+
+def test_electric_towers_share_the_discriminators_embeddings_or_have_their_own():
+    """Untied (sharing 'none'), each tower has its own embedding block, as the official
+    two-tower model builds them under generator_ltr/ and generator_rtl/."""
+    tied, untied = _model(objective="electric"), _model(objective="electric", sharing="none")
+    assert tied.generator_ltr.embeddings is tied.discriminator.embeddings
+    assert tied.generator_rtl.embeddings is tied.discriminator.embeddings
+    blocks = [untied.discriminator.embeddings, untied.generator_ltr.embeddings,
+              untied.generator_rtl.embeddings]
+    assert len({id(b) for b in blocks}) == 3
+    tables = {v.path for v in untied.trainable_variables if v.path.endswith("word_embeddings")}
+    assert tables == {"electra/embeddings/word_embeddings",
+                      "generator_ltr/embeddings/word_embeddings",
+                      "generator_rtl/embeddings/word_embeddings"}
+
+
+def test_adversarial_reward_is_the_discriminators_loss_on_each_slot():
+    """The paper's appendix F: R = -log P(replaced) where the sample differs from the
+    original, -log P(original) where it equals it (not 0); baseline b = -log sigmoid(w.h)
+    fitted by cross-entropy to exp(-R). The loss's value is -mean((R - b) log p(sample)) +
+    mean(CE(exp(-R), w.h)); its gradient reaches only the generator's logits (through log p)
+    and the baseline."""
+    from electra_tf.modeling.pretrainer import _policy_gradient_loss
+    model = _model(algorithm="adversarial")
+    rng = np.random.default_rng(0)
+    B, L, N, H = 2, 6, 3, model.generator_config.hidden_size
+    logits = tf.constant(rng.normal(size=(B, N, 7)), tf.float32)
+    sampled = tf.constant([[1, 2, 3], [4, 5, 6]], tf.int32)
+    hidden = tf.constant(rng.normal(size=(B, N, H)), tf.float32)
+    disc_logits = tf.constant(rng.normal(size=(B, L)) * 2, tf.float32)
+    positions = np.array([[1, 2, 4], [3, 1, 0]], np.int32)
+    weights = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
+    labels = np.zeros((B, L), np.int32)
+    labels[0, 2] = labels[1, 3] = 1  # two slots replaced, the other three drew the original
+    batch = {"masked_lm_positions": tf.constant(positions),
+             "masked_lm_weights": tf.constant(weights)}
+    loss = _policy_gradient_loss(model, logits, hidden, sampled, disc_logits,
+                                 tf.constant(labels), batch, {"masked": weights.sum()})
+    d = np.take_along_axis(disc_logits.numpy().astype(np.float64), positions, 1)
+    y = np.take_along_axis(labels, positions, 1)
+    reward = np.where(y == 1, np.logaddexp(0, -d), np.logaddexp(0, d))
+    assert (reward[y == 0] > 0).all()
+    z = model.reward_baseline(hidden).numpy()[..., 0].astype(np.float64)
+    baseline = np.logaddexp(0, -z)
+    lg = logits.numpy().astype(np.float64)
+    log_p = np.take_along_axis(lg - np.log(np.exp(lg).sum(-1, keepdims=True)),
+                               sampled.numpy()[..., None], -1)[..., 0]
+    target = np.exp(-reward)
+    baseline_ce = np.logaddexp(0, z) - target * z
+    expected = (-((reward - baseline) * log_p * weights).sum()
+                + (baseline_ce * weights).sum()) / weights.sum()
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
 def test_scatter_leaves_padding_slots_alone():
     seq = tf.constant([[101, 5, 6, 102]])
     out, written = scatter_positions(seq, tf.constant([[2, 0]]), tf.constant([[9, 7]]),

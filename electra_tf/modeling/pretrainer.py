@@ -191,8 +191,10 @@ class ElectraPretrainer(keras.Model):
         elif objective == "electric":
             self.generator_ltr = Encoder(generator, shared, "left_to_right",
                                          name="generator_ltr")
-            self.generator_rtl = Encoder(generator, self.generator_ltr.embeddings,
-                                         "right_to_left", name="generator_rtl")
+            # Untied (sharing 'none'), each tower has its own embeddings, as in the
+            # official code; the cloze head reads the left tower's table.
+            self.generator_rtl = Encoder(generator, shared, "right_to_left",
+                                         name="generator_rtl")
         else:
             self.generator = Encoder(generator, shared, name="generator")
 
@@ -456,7 +458,10 @@ def electric(model, batch, step, training, phase, norms):
     cloze = masked_lm_loss(cloze_logits, original, candidates, norms["candidates"])
     logits = gather_positions(cloze_logits, batch["masked_lm_positions"])
     sampled = model.sample(logits, batch, step)
-    fake, labels, _, _ = model.corrupt(batch, sampled)
+    # Noise-contrastive labels, as in the official code: every slot the noise wrote is a
+    # noise sample, also where it drew the original token (ELECTRA calls those "real").
+    fake, _, written, _ = model.corrupt(batch, sampled)
+    labels = tf.cast(written, tf.int32)
     energy = model.discriminator_predictions(model.discriminate(fake, batch, training))
     disc_logits = energy + tf.stop_gradient(model.noise_logits(cloze_logits, fake))
     weights = tf.cast(mask, tf.float32)
@@ -473,19 +478,25 @@ OBJECTIVE_FUNCTIONS = {"electra": electra, "mlm": mlm, "electra_15": electra_15,
 
 def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, labels, batch,
                           norms):
-    """REINFORCE for the adversarial generator: reward at a masked slot is the
-    discriminator's loss on the token there if it was replaced (-log P(replaced)), 0 if the
-    sample equals the original; a learned baseline (dense on the generator's hidden state,
-    fitted by squared error) reduces variance."""
+    """REINFORCE for the adversarial generator (the paper's appendix F). The reward at a
+    masked slot is the discriminator's loss on the token there: -log P(replaced) where the
+    sample differs from the original, -log P(original) where it equals it. The learned
+    baseline is b = -log sigmoid(w.h) on the generator's hidden state h, fitted by
+    cross-entropy to exp(-reward), the probability the discriminator gave the right
+    answer."""
     positions, weights = batch["masked_lm_positions"], batch["masked_lm_weights"]
     replaced = tf.cast(gather_positions(labels, positions), tf.float32)
-    reward = tf.stop_gradient(tf.nn.softplus(-gather_positions(disc_logits, positions)) * replaced)
-    baseline = tf.cast(tf.squeeze(model.reward_baseline(tf.stop_gradient(gen_hidden)), -1),
-                       tf.float32)
+    reward = tf.stop_gradient(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=replaced, logits=tf.cast(gather_positions(disc_logits, positions), tf.float32)))
+    baseline_logit = tf.cast(
+        tf.squeeze(model.reward_baseline(tf.stop_gradient(gen_hidden)), -1), tf.float32)
+    baseline = tf.nn.softplus(-baseline_logit)
     advantage = tf.stop_gradient(reward - baseline)
     log_p = _token_log_prob(logits / model.temperature, sampled)
+    baseline_loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.exp(-reward),
+                                                            logits=baseline_logit)
     return (-weighted_mean(advantage * log_p, weights, norms["masked"])
-            + weighted_mean(tf.square(reward - baseline), weights, norms["masked"]))
+            + weighted_mean(baseline_loss, weights, norms["masked"]))
 
 
 def _mlm_outputs(batch, logits, sampled=None):
