@@ -35,7 +35,8 @@ flags.DEFINE_string("generator_input", None, "HuggingFace ElectraForMaskedLM dir
 flags.DEFINE_enum("target", "native", ["native", "hf"], "What to write.")
 flags.DEFINE_string("output_dir", None, "Where the model dir (or HuggingFace dirs) go.")
 flags.DEFINE_string("vocab_file", None, "The model's vocab (default: the source's vocab.txt, "
-                    "else data/vocab/bert_uncased.txt, the released models' vocab).")
+                    "else data/vocab/bert_uncased.txt, the released models' vocab; "
+                    "--target=hf: the one the model dir records).")
 flags.DEFINE_bool("lower_case", None, "Whether the model is uncased (default: the source's "
                   "tokenizer config, else true).")
 flags.DEFINE_integer("num_heads", None, "TF1: attention heads (default hidden / 64, as in "
@@ -52,7 +53,9 @@ def main(argv):
         if FLAGS.source != "native":
             raise UserInputError("--target=hf converts one of our model dirs: pass "
                                  "--source=native --input=MODEL_DIR")
-        for directory in converters.export_hf(FLAGS.input, FLAGS.output_dir, log=print):
+        written = converters.export_hf(FLAGS.input, FLAGS.output_dir, log=print,
+                                       vocab_file=FLAGS.vocab_file)
+        for directory in written:
             print(f"wrote {directory}")
         return 0
     if FLAGS.source == "native":

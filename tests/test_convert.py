@@ -34,10 +34,11 @@ def _vocab(path, size):
 
 
 def _official_checkpoint(prefix, rng, vocab=120, embed=32, hidden=64, layers=2, ffn=128,
-                         gen_hidden=16, positions=64):
+                         gen_hidden=16, positions=64, without=()):
     """A TF1 checkpoint under the official ELECTRA variable names (random weights, both
     networks, generator tied to electra/embeddings), with Adam slots, global_step and the
-    temperature that a real one also holds."""
+    temperature that a real one also holds; variables under the scopes `without` left
+    out."""
     shapes = {"electra/embeddings/word_embeddings": (vocab, embed),
               "electra/embeddings/position_embeddings": (positions, embed),
               "electra/embeddings/token_type_embeddings": (2, embed),
@@ -77,7 +78,8 @@ def _official_checkpoint(prefix, rng, vocab=120, embed=32, hidden=64, layers=2, 
                    "generator_predictions/output_bias": (vocab,)})
     values = {name: (1 + 0.1 * rng.standard_normal(shape) if name.endswith("gamma")
                      else 0.1 * rng.standard_normal(shape)).astype(np.float32)
-              for name, shape in shapes.items()}
+              for name, shape in shapes.items()
+              if not name.startswith(tuple(f"{scope}/" for scope in without))}
     extras = {f"{name}/adam_m": np.zeros_like(v) for name, v in list(values.items())[:3]}
     extras["global_step"] = np.array(766000, np.int64)
     extras["generator_predictions/temperature"] = np.array(1.0, np.float32)
@@ -330,6 +332,85 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
         checkpoint_number=3)
     for kind in ("discriminator", "generator"):
         saved_model.check_imported(load_pretrainer(out), out, kind)
+
+
+def test_hf_export_leaves_out_what_an_import_initialised_afresh(tmp_path):
+    """An imported BERT has a random replaced-token head and generator until pre-trained:
+    export writes the encoder as an ElectraModel and no generator/, saying so; the vocab
+    can be given where the one the model dir records has moved."""
+    from safetensors.numpy import load_file
+    out = str(tmp_path / "imported")
+    converters.import_hf(_tiny_bert(tmp_path / "bert"), out)
+    os.rename(tmp_path / "bert" / "vocab.txt", tmp_path / "moved.txt")
+    with pytest.raises(UserInputError, match="is not there; pass --vocab_file"):
+        converters.export_hf(out, str(tmp_path / "hf"))
+    lines = []
+    written = converters.export_hf(out, str(tmp_path / "hf"), log=lines.append,
+                                   vocab_file=str(tmp_path / "moved.txt"))
+    assert written == [str(tmp_path / "hf" / "discriminator")]
+    assert sorted(os.listdir(tmp_path / "hf")) == ["discriminator"]
+    assert lines == [
+        f"note: {out} was imported without a replaced-token head and not pre-trained since: "
+        "discriminator/ holds the encoder only (ElectraModel)",
+        f"note: no generator/: {out} was imported without one and not pre-trained since (its "
+        "weights are random)"]
+    state = load_file(str(tmp_path / "hf" / "discriminator" / "model.safetensors"))
+    assert state and not any(k.startswith("discriminator_predictions.") for k in state)
+    config = json.load(open(tmp_path / "hf" / "discriminator" / "config.json"))
+    assert config["architectures"] == ["ElectraModel"]
+    encoder, info = transformers.ElectraModel.from_pretrained(
+        str(tmp_path / "hf" / "discriminator"), output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+
+
+def test_hf_import_of_a_fine_tuned_bert_keeps_its_encoder_and_refuses_a_generator(tmp_path):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=64, num_labels=3)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "cls")
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    result = converters.import_hf(str(tmp_path / "cls"), str(tmp_path / "out"),
+                                  vocab_file=vocab)
+    assert {"classifier.weight", "classifier.bias", "bert.pooler.dense.weight"} <= set(
+        result["skipped"])
+    assert result["not_imported"] == ["discriminator_predictions", "generator"]
+    # A generator (ElectraForMaskedLM) given as the discriminator is refused, not loaded
+    # into the discriminator's place.
+    electra = transformers.ElectraConfig(vocab_size=120, embedding_size=32, hidden_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=64, max_position_embeddings=64)
+    transformers.ElectraForMaskedLM(electra).save_pretrained(tmp_path / "generator")
+    with pytest.raises(UserInputError, match=(
+            f"^--input={tmp_path}/generator is a generator \\(ElectraForMaskedLM: it has "
+            "generator_predictions and no discriminator_predictions\\); pass it as "
+            "--generator_input and the discriminator as --input$")):
+        converters.import_hf(str(tmp_path / "generator"), str(tmp_path / "out2"),
+                             vocab_file=vocab)
+    assert not os.path.exists(tmp_path / "out2")
+
+
+@pytest.mark.parametrize("without", [("generator", "generator_predictions"),
+                                     ("discriminator_predictions",)])
+def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):
+    """A TF1 checkpoint without the generator (or, fine-tuned, without the replaced-token
+    head) imports what it has; the rest is fresh and listed, as for a HuggingFace import
+    (it was imported with uniform replacements before)."""
+    rng = np.random.default_rng(0)
+    values, _ = _official_checkpoint(str(tmp_path / "ckpt" / "model.ckpt-1"), rng,
+                                     without=without)
+    out = str(tmp_path / "out")
+    result = converters.import_tf1(str(tmp_path / "ckpt" / "model.ckpt-1"), out,
+                                   _vocab(tmp_path / "vocab.txt", 120))
+    expected = ["generator"] if without[0] == "generator" else ["discriminator_predictions"]
+    assert result["not_imported"] == expected
+    assert json.load(open(os.path.join(out, "model_info.json")))["not_imported"] == expected
+    assert "uniform_generator" not in open(os.path.join(out, "operative_config.gin")).read()
+    loaded = load_pretrainer(out)
+    assert loaded.model.generator is not None
+    np.testing.assert_array_equal(
+        loaded.model.discriminator.blocks[0].attention.query.kernel.numpy(),
+        values["electra/encoder/layer_0/attention/self/query/kernel"])
 
 
 def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):

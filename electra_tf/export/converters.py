@@ -127,23 +127,34 @@ def config_from_state_dict(state: dict, num_heads: int | None = None) -> Encoder
 
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
                lower_case: bool = True, num_heads: int | None = None,
-               max_seq_length: int = 512) -> dict:
+               max_seq_length: int = 512, generator_hidden_fraction: float = 0.25) -> dict:
     """Imports an official TF1 ELECTRA checkpoint (both networks, any size) into a model
-    dir; returns {"model_info", "skipped"}."""
+    dir; returns {"model_info", "skipped", "not_imported"}. A checkpoint without a generator
+    or a replaced-token head (a fine-tuned one) gets those parts freshly initialised (a
+    generator of `generator_hidden_fraction`), listed in `not_imported` as import_hf does."""
     discriminator, generator, skipped = read_tf1(checkpoint)
     disc_config = config_from_state_dict(discriminator, num_heads)
-    gen_config = None
     sharing = "embeddings"
     if generator:
         gen_config = config_from_state_dict(generator)
         tied = np.array_equal(generator["electra.embeddings.word_embeddings.weight"],
                               discriminator["electra.embeddings.word_embeddings.weight"])
         sharing = "embeddings" if tied else "none"
+    else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
+        gen_config = generator_config(disc_config, generator_hidden_fraction)
     model = new_pretrainer(disc_config, gen_config, sharing)
-    huggingface.load_hf_state_dicts(model, discriminator, generator or None)
+    has_head = "discriminator_predictions.dense.weight" in discriminator
+    if has_head:
+        huggingface.load_hf_state_dicts(model, discriminator, generator or None)
+    else:
+        huggingface.load_hf_discriminator(model.discriminator, discriminator)
+        if generator:
+            huggingface.load_hf_generator(model, generator)
+    not_imported = ([] if has_head else ["discriminator_predictions"]) + (
+        [] if generator else ["generator"])
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
-                           source=f"tf1:{checkpoint}")
-    return {"model_info": info, "skipped": skipped, "not_imported": []}
+                           source=f"tf1:{checkpoint}", not_imported=not_imported)
+    return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
 
 
 # ------------------------------------------------------------------------------ HuggingFace
@@ -186,15 +197,15 @@ _LEGACY_NORM = re.compile(r"(?<=LayerNorm)\.(gamma|beta)$")
 
 
 def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
-    """(a BERT state dict (BertModel, BertForMaskedLM, ...) in ELECTRA encoder names: the
-    same encoder, "bert." -> "electra."; the names of what is left out: the pooler and
-    BERT's heads). Other state dicts pass as they are."""
+    """(a BERT state dict (BertModel, BertForMaskedLM, a fine-tuned BertFor*, ...) in
+    ELECTRA encoder names: the same encoder, "bert." -> "electra."; the names of what is left
+    out: the pooler and every head). Other state dicts pass as they are."""
     if config.get("model_type") != "bert":
         return state, []
     out, skipped = {}, []
     for full_name, value in state.items():
         name = full_name[len("bert."):] if full_name.startswith("bert.") else full_name
-        if name.startswith(("pooler.", "cls.")):
+        if not name.startswith(("embeddings.", "encoder.")):  # pooler, heads, classifiers
             skipped.append(full_name)
             continue
         out["electra." + name] = value
@@ -214,6 +225,12 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     `saved_model.check_imported` (export, detection) finds them.
     """
     disc_hf, disc_state = read_hf_dir(discriminator_dir)
+    if (any(k.startswith(("generator_predictions.", "generator_lm_head.")) for k in disc_state)
+            and not any(k.startswith("discriminator_predictions.") for k in disc_state)):
+        raise UserInputError(
+            f"--input={discriminator_dir} is a generator (ElectraForMaskedLM: it has "
+            "generator_predictions and no discriminator_predictions); pass it as "
+            "--generator_input and the discriminator as --input")
     disc_state, skipped = _as_electra(disc_hf, disc_state)
     disc_config = huggingface.config_from_hf(disc_hf)
     gen_state = None
@@ -271,30 +288,46 @@ def _tokenizer_case_of(directory: str, lower_case: bool | None) -> tuple[bool, b
     return lower_case, lower_case if strip_accents is None else bool(strip_accents)
 
 
-def export_hf(model_dir: str, output_dir: str, log=lambda *_: None) -> list[str]:
+def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
+              vocab_file: str | None = None) -> list[str]:
     """Writes a model dir's networks as transformers directories: output_dir/discriminator
-    (ElectraForPreTraining) and, when the model has a single-tower masked-LM generator,
-    output_dir/generator (ElectraForMaskedLM), each with config.json, model.safetensors and
-    the vocab; returns the directories written. What transformers cannot hold (no
-    generator, an objective without a replaced-token head, Electric's energy head) is
-    said in one `log` line each."""
+    (ElectraForPreTraining, or ElectraModel without a replaced-token head) and, when the
+    model has a single-tower masked-LM generator, output_dir/generator (ElectraForMaskedLM),
+    each with config.json, model.safetensors and the vocab (`vocab_file` overrides the one
+    model_info.json names); returns the directories written. What is left out (no
+    generator, an objective without a replaced-token head, Electric's energy head, parts an
+    import initialised afresh and no pre-training has trained since) is said in one `log`
+    line each."""
     from safetensors.numpy import save_file
 
+    from electra_tf.export.saved_model import fresh_parts
     from electra_tf.training.checkpoints import load_pretrainer
     earlier = [n for n in ("discriminator", "generator")
                if tf.io.gfile.exists(os.path.join(output_dir, n))]
     if earlier:
         raise UserInputError(f"--output_dir={output_dir} already holds an export "
                              f"({', '.join(n + '/' for n in earlier)}); use a new directory")
-    loaded = load_pretrainer(model_dir)
+    loaded = load_pretrainer(model_dir, vocab_file)
     model = loaded.model
     discriminator, generator = huggingface.export_hf_state_dicts(model)
-    for note in _hf_notes(model):
+    fresh = fresh_parts(loaded)
+    notes = _hf_notes(model)
+    if "discriminator_predictions" in fresh:
+        discriminator = {k: v for k, v in discriminator.items()
+                         if not k.startswith("discriminator_predictions.")}
+        notes.append(f"{model_dir} was imported without a replaced-token head and not "
+                     "pre-trained since: discriminator/ holds the encoder only (ElectraModel)")
+    if "generator" in fresh and generator is not None:
+        generator = None
+        notes.append(f"no generator/: {model_dir} was imported without one and not "
+                     "pre-trained since (its weights are random)")
+    for note in notes:
         log(f"note: {note}")
+    has_head = any(k.startswith("discriminator_predictions.") for k in discriminator)
     written = []
     for name, state, config, architecture in (
             ("discriminator", discriminator, model.discriminator_config,
-             "ElectraForPreTraining"),
+             "ElectraForPreTraining" if has_head else "ElectraModel"),
             ("generator", generator, model.generator.config if generator else None,
              "ElectraForMaskedLM")):
         if state is None:

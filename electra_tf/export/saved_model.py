@@ -542,16 +542,25 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     return target
 
 
+def fresh_parts(loaded) -> list[str]:
+    """The parts of a loaded model dir that convert_checkpoint.py did not import but
+    initialised afresh (model_info.json's `not_imported`: "discriminator_predictions",
+    "generator") and that no pre-training has trained since: its latest checkpoint is still
+    the imported one (`imported_checkpoint`)."""
+    info = loaded.info
+    if os.path.basename(loaded.checkpoint) != info.get("imported_checkpoint"):
+        return []
+    return list(info.get("not_imported", ()))
+
+
 def check_imported(loaded, model_dir: str, kind: str, script: str = "export"):
     """Raises UserInputError when `kind` ("discriminator" or "generator") would serve a part
     that convert_checkpoint.py did not import but initialised afresh (model_info.json's
     `not_imported`) and that has not been pre-trained since: the model dir's latest
     checkpoint is still the imported one (`imported_checkpoint`). `script`: "export" or
     "detect", for the fix the message names."""
-    info = loaded.info
     part = {"discriminator": "discriminator_predictions", "generator": "generator"}.get(kind)
-    if (part not in info.get("not_imported", ())
-            or os.path.basename(loaded.checkpoint) != info.get("imported_checkpoint")):
+    if part not in fresh_parts(loaded):
         return
     what = {"discriminator_predictions": "replaced-token head (discriminator_predictions)",
             "generator": "generator"}[part]
