@@ -390,6 +390,34 @@ def test_hf_import_of_a_fine_tuned_bert_keeps_its_encoder_and_refuses_a_generato
     assert not os.path.exists(tmp_path / "out2")
 
 
+def test_hf_generator_sharing_only_the_word_table_is_refused(tmp_path):
+    """Generator and discriminator with the same word embeddings share our whole embedding
+    block, so a generator whose position embeddings differ cannot be imported beside an
+    ElectraModel (its copy would replace the discriminator's, unchecked)."""
+    torch.manual_seed(0)
+    kwargs = dict(vocab_size=120, embedding_size=32, num_hidden_layers=1,
+                  max_position_embeddings=64)
+    discriminator = transformers.ElectraModel(transformers.ElectraConfig(
+        hidden_size=32, num_attention_heads=2, intermediate_size=64, **kwargs))
+    generator = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        hidden_size=16, num_attention_heads=1, intermediate_size=32, **kwargs))
+    with torch.no_grad():
+        for name in ("word_embeddings", "token_type_embeddings", "position_embeddings",
+                     "LayerNorm"):
+            for ours, theirs in zip(getattr(generator.electra.embeddings, name).parameters(),
+                                    getattr(discriminator.embeddings, name).parameters()):
+                ours.copy_(theirs)
+        generator.electra.embeddings.position_embeddings.weight.add_(1.0)
+    discriminator.save_pretrained(tmp_path / "d")
+    generator.save_pretrained(tmp_path / "g")
+    with pytest.raises(UserInputError, match=(
+            f"^{tmp_path}/g has the discriminator's word embeddings but its own "
+            r"'electra\.embeddings\.position_embeddings\.weight' \(max abs difference 1\): ")):
+        converters.import_hf(str(tmp_path / "d"), str(tmp_path / "out"), str(tmp_path / "g"),
+                             vocab_file=_vocab(tmp_path / "vocab.txt", 120))
+    assert not os.path.exists(tmp_path / "out")
+
+
 @pytest.mark.parametrize("without", [("generator", "generator_predictions"),
                                      ("discriminator_predictions",)])
 def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):

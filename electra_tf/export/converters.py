@@ -243,6 +243,14 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         tied = (table in gen_state and disc_table is not None
                 and np.array_equal(gen_state[table], disc_table))
         sharing = "embeddings" if tied else "none"
+        for name in sorted(k for k in gen_state if tied and k.startswith("electra.embeddings.")):
+            theirs = disc_state.get(name, disc_state.get(name[len("electra."):]))
+            if theirs is not None and not np.array_equal(theirs, gen_state[name]):
+                raise UserInputError(
+                    f"{generator_dir} has the discriminator's word embeddings but its own "
+                    f"'{name}' (max abs difference {np.max(np.abs(theirs - gen_state[name])):.3g}"
+                    "): this project's networks share the whole embedding block or nothing; "
+                    "import the discriminator alone (without --generator_input)")
         if not tied and gen_config.embedding_width != gen_config.hidden_size:
             raise UserInputError(
                 f"{generator_dir} has word embeddings of its own (not the discriminator's), "
