@@ -108,6 +108,12 @@ def run(main, trains: bool = False):
             # gin appends "In call to configurable ..." lines; the first line is the message.
             print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1
+        except BrokenPipeError:
+            # Whoever read stdout closed it (`| head`): stop as the shell's tools do (killed
+            # by SIGPIPE: 128 + 13), without a traceback, and send what is still buffered
+            # nowhere so the interpreter's exit does not fail on it again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         finally:
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under

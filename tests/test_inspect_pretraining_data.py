@@ -45,6 +45,19 @@ def test_shows_masked_examples(data):
     assert all("[MASK]" in line for line in inputs)
 
 
+def test_a_closed_stdout_ends_quietly_as_a_pipe_into_head(data):
+    """`inspect_pretraining_data.py ... | head -1`: the reader is gone before the script
+    writes, so its first line meets a closed pipe; exit 141 (SIGPIPE's), no traceback."""
+    directory, _ = data
+    process = subprocess.Popen([sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}",
+                                f"--data={directory}/*.tfrecord", "--num_examples=2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()
+    stderr = process.stderr.read()
+    assert process.wait() == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
 def _error(result):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

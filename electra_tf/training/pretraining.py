@@ -8,8 +8,8 @@
 Everything the run writes is in the model dir: `ckpt-N` checkpoints (model, optimizer, the
 input iterator and the loop state, so rerunning the same command resumes exactly where the
 last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_config.gin`
-and `model_info.json`. SIGTERM (a preemption) saves a checkpoint after the current loop and
-exits with code 143.
+and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop after
+the one it arrives in (the workers agree on that step) and exits with code 143.
 
 A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
 the default), or restores the last checkpoint and skips the offending batch, at most
