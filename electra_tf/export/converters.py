@@ -143,18 +143,26 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
         gen_config = generator_config(disc_config, generator_hidden_fraction)
     model = new_pretrainer(disc_config, gen_config, sharing)
-    has_head = "discriminator_predictions.dense.weight" in discriminator
-    if has_head:
-        huggingface.load_hf_state_dicts(model, discriminator, generator or None)
-    else:
-        huggingface.load_hf_discriminator(model.discriminator, discriminator)
-        if generator:
-            huggingface.load_hf_generator(model, generator)
-    not_imported = ([] if has_head else ["discriminator_predictions"]) + (
-        [] if generator else ["generator"])
+    not_imported = _load_networks(model, discriminator, generator or None)
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
                            source=f"tf1:{checkpoint}", not_imported=not_imported)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
+
+
+def _load_networks(model: ElectraPretrainer, discriminator: dict,
+                   generator: dict | None) -> list[str]:
+    """Loads transformers-named state dicts (the discriminator's with or without its
+    replaced-token head; the generator's or None) into `model`; returns the parts left
+    freshly initialised, by NOT_IMPORTED's names."""
+    has_head = "discriminator_predictions.dense.weight" in discriminator
+    if has_head:
+        huggingface.load_hf_state_dicts(model, discriminator, generator)
+    else:
+        huggingface.load_hf_discriminator(model.discriminator, discriminator)
+        if generator is not None:
+            huggingface.load_hf_generator(model, generator)
+    return ([] if has_head else ["discriminator_predictions"]) + (
+        [] if generator is not None else ["generator"])
 
 
 # ------------------------------------------------------------------------------ HuggingFace
@@ -262,19 +270,11 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         gen_config = generator_config(disc_config, generator_hidden_fraction)
         sharing = "embeddings"
     model = new_pretrainer(disc_config, gen_config, sharing)
-    has_head = "discriminator_predictions.dense.weight" in disc_state
-    if has_head:
-        huggingface.load_hf_state_dicts(model, disc_state, gen_state)
-    else:
-        huggingface.load_hf_discriminator(model.discriminator, disc_state)
-        if gen_state is not None:
-            huggingface.load_hf_generator(model, gen_state)
+    not_imported = _load_networks(model, disc_state, gen_state)
     vocab_file = vocab_file or (os.path.join(discriminator_dir, "vocab.txt")
                                 if tf.io.gfile.exists(os.path.join(discriminator_dir,
                                                                    "vocab.txt")) else None)
     lower_case, strip_accents = _tokenizer_case_of(discriminator_dir, lower_case)
-    not_imported = ([] if has_head else ["discriminator_predictions"]) + (
-        [] if gen_state is not None else ["generator"])
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
                            source=f"hf:{discriminator_dir}", not_imported=not_imported,
                            strip_accents=strip_accents)
