@@ -34,11 +34,11 @@ def _vocab(path, size):
 
 
 def _official_checkpoint(prefix, rng, vocab=120, embed=32, hidden=64, layers=2, ffn=128,
-                         gen_hidden=16, positions=64, without=()):
+                         gen_hidden=16, positions=64, without=(), reshaped=None):
     """A TF1 checkpoint under the official ELECTRA variable names (random weights, both
     networks, generator tied to electra/embeddings), with Adam slots, global_step and the
-    temperature that a real one also holds; variables under the scopes `without` left
-    out."""
+    temperature that a real one also holds; the variables named in `without`, or under a
+    scope named there, left out; `reshaped`: {variable: another shape}."""
     shapes = {"electra/embeddings/word_embeddings": (vocab, embed),
               "electra/embeddings/position_embeddings": (positions, embed),
               "electra/embeddings/token_type_embeddings": (2, embed),
@@ -76,10 +76,12 @@ def _official_checkpoint(prefix, rng, vocab=120, embed=32, hidden=64, layers=2, 
                    "generator_predictions/LayerNorm/gamma": (embed,),
                    "generator_predictions/LayerNorm/beta": (embed,),
                    "generator_predictions/output_bias": (vocab,)})
+    shapes.update(reshaped or {})
     values = {name: (1 + 0.1 * rng.standard_normal(shape) if name.endswith("gamma")
                      else 0.1 * rng.standard_normal(shape)).astype(np.float32)
               for name, shape in shapes.items()
-              if not name.startswith(tuple(f"{scope}/" for scope in without))}
+              if name not in without
+              and not name.startswith(tuple(f"{scope}/" for scope in without))}
     extras = {f"{name}/adam_m": np.zeros_like(v) for name, v in list(values.items())[:3]}
     extras["global_step"] = np.array(766000, np.int64)
     extras["generator_predictions/temperature"] = np.array(1.0, np.float32)
@@ -439,6 +441,43 @@ def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):
     np.testing.assert_array_equal(
         loaded.model.discriminator.blocks[0].attention.query.kernel.numpy(),
         values["electra/encoder/layer_0/attention/self/query/kernel"])
+
+
+def test_tf1_names_translate_back_from_transformers_names(tmp_path):
+    values, _ = _official_checkpoint(str(tmp_path / "model.ckpt"), np.random.default_rng(0))
+    assert len(values) == 82  # both networks, both heads, the shared embeddings
+    for name in values:
+        network, hf_name = converters.tf1_to_hf_name(name)
+        assert converters.hf_to_tf1_name(network, hf_name) == name
+
+
+@pytest.mark.parametrize("checkpoint, error", [
+    # The generator's layer 1 lacks a bias (was: transformers' 'electra.encoder.layer.1...').
+    (dict(without=("generator/encoder/layer_1/output/dense/bias",)),
+     " has no generator/encoder/layer_1/output/dense/bias (shape (16,)), which the rest of "
+     "its tensors imply; is it a complete ELECTRA checkpoint?"),
+    # A kernel in TF1's [in, out] layout (transformers' is [out, in]).
+    (dict(without=("discriminator_predictions/dense_1/kernel",)),
+     " has no discriminator_predictions/dense_1/kernel (shape (64, 1)), which the rest of its "
+     "tensors imply; is it a complete ELECTRA checkpoint?"),
+    # Read for the architecture (was a KeyError traceback).
+    (dict(without=("electra/embeddings/token_type_embeddings",)),
+     " has no electra/embeddings/token_type_embeddings; is it a complete ELECTRA checkpoint?"),
+    (dict(reshaped={"electra/encoder/layer_1/intermediate/dense/kernel": (64, 96)}),
+     "'s electra/encoder/layer_1/intermediate/dense/kernel has shape (64, 96) but the rest "
+     "of its tensors imply (64, 128); is it an official ELECTRA checkpoint?"),
+    # Embeddings as wide as the hidden size need no projection.
+    (dict(embed=64),
+     " has electra/embeddings_project/bias (shape (64,)) that a model of its other "
+     "tensors' shapes has no place for; is it an official ELECTRA checkpoint?")])
+def test_tf1_import_names_a_bad_tensor_in_the_checkpoints_terms(tmp_path, checkpoint, error):
+    prefix = str(tmp_path / "model.ckpt")
+    _official_checkpoint(prefix, np.random.default_rng(0), **checkpoint)
+    with pytest.raises(UserInputError) as raised:
+        converters.import_tf1(prefix, str(tmp_path / "out"), _vocab(tmp_path / "vocab.txt", 120),
+                              num_heads=1)
+    assert str(raised.value) == prefix + error
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):

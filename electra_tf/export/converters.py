@@ -80,6 +80,28 @@ def _leaf(leaf: str) -> str:
     return {"kernel": "weight", "gamma": "weight", "beta": "bias"}.get(leaf, leaf)
 
 
+def hf_to_tf1_name(network: str, hf_name: str) -> str:
+    """The official TF1 variable a transformers name comes from (tf1_to_hf_name's inverse):
+    network "generator" reads generator/..., "discriminator" and "shared" electra/..."""
+    parts = hf_name.split(".")
+    if hf_name == "generator_lm_head.bias":
+        return "generator_predictions/output_bias"
+    if parts[0] in ("discriminator_predictions", "generator_predictions"):
+        layer = {"dense_prediction": "dense_1"}.get(parts[1], parts[1])
+        return f"{parts[0]}/{layer}/{_tf1_leaf(parts[1], parts[2])}"
+    scope = "generator" if network == "generator" else "electra"
+    if parts[1] == "embeddings" and parts[2].endswith("_embeddings"):
+        return f"{scope}/embeddings/{parts[2]}"
+    path = re.sub(r"layer/(\d+)", r"layer_\1", "/".join(parts[1:-1]))
+    return f"{scope}/{path}/{_tf1_leaf(parts[-2], parts[-1])}"
+
+
+def _tf1_leaf(module: str, leaf: str) -> str:
+    if module == "LayerNorm":
+        return {"weight": "gamma", "bias": "beta"}[leaf]
+    return {"weight": "kernel"}.get(leaf, leaf)
+
+
 def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     """(discriminator state dict, generator state dict or {}, skipped names) of an official
     TF1 checkpoint, in transformers' names and layouts (kernels transposed to [out, in])."""
@@ -107,22 +129,32 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     return discriminator, generator, skipped
 
 
-def config_from_state_dict(state: dict, num_heads: int | None = None) -> EncoderConfig:
-    """An encoder's shape from its tensors (transformers names); heads: hidden / 64 as in
-    every released ELECTRA, unless given."""
-    word = state["electra.embeddings.word_embeddings.weight"]
+def config_from_state_dict(state: dict, num_heads: int | None = None,
+                           network: str = "discriminator",
+                           checkpoint: str = "the checkpoint") -> EncoderConfig:
+    """An encoder's shape from its tensors (transformers names, read from an official TF1
+    `checkpoint`'s `network`); heads: hidden / 64 as in every released ELECTRA, unless
+    given."""
+    def tensor(name):
+        if name not in state:
+            raise UserInputError(f"{checkpoint} has no {hf_to_tf1_name(network, name)}; is it "
+                                 "a complete ELECTRA checkpoint?")
+        return state[name]
+
     layers = {int(m.group(1)) for k in state
               for m in [re.match(r"electra\.encoder\.layer\.(\d+)\.", k)] if m}
     if not layers:
-        raise UserInputError("the checkpoint has no encoder layers (electra/encoder/layer_0/...)")
-    hidden = state["electra.encoder.layer.0.attention.self.query.weight"].shape[0]
+        scope = "generator" if network == "generator" else "electra"
+        raise UserInputError(f"{checkpoint} has no encoder layers ({scope}/encoder/layer_0/...)")
+    word = tensor("electra.embeddings.word_embeddings.weight")
+    hidden = tensor("electra.encoder.layer.0.attention.self.query.weight").shape[0]
     return EncoderConfig(
         vocab_size=word.shape[0], hidden_size=hidden, num_layers=max(layers) + 1,
         num_heads=num_heads or max(1, hidden // 64),
-        intermediate_size=state["electra.encoder.layer.0.intermediate.dense.weight"].shape[0],
+        intermediate_size=tensor("electra.encoder.layer.0.intermediate.dense.weight").shape[0],
         embedding_size=word.shape[1],
-        max_position_embeddings=state["electra.embeddings.position_embeddings.weight"].shape[0],
-        type_vocab_size=state["electra.embeddings.token_type_embeddings.weight"].shape[0])
+        max_position_embeddings=tensor("electra.embeddings.position_embeddings.weight").shape[0],
+        type_vocab_size=tensor("electra.embeddings.token_type_embeddings.weight").shape[0])
 
 
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
@@ -133,20 +165,44 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     or a replaced-token head (a fine-tuned one) gets those parts freshly initialised (a
     generator of `generator_hidden_fraction`), listed in `not_imported` as import_hf does."""
     discriminator, generator, skipped = read_tf1(checkpoint)
-    disc_config = config_from_state_dict(discriminator, num_heads)
+    disc_config = config_from_state_dict(discriminator, num_heads, checkpoint=checkpoint)
     sharing = "embeddings"
     if generator:
-        gen_config = config_from_state_dict(generator)
+        gen_config = config_from_state_dict(generator, network="generator",
+                                            checkpoint=checkpoint)
         tied = np.array_equal(generator["electra.embeddings.word_embeddings.weight"],
                               discriminator["electra.embeddings.word_embeddings.weight"])
         sharing = "embeddings" if tied else "none"
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
         gen_config = generator_config(disc_config, generator_hidden_fraction)
     model = new_pretrainer(disc_config, gen_config, sharing)
-    not_imported = _load_networks(model, discriminator, generator or None)
+    try:
+        not_imported = _load_networks(model, discriminator, generator or None)
+    except huggingface.TensorMismatch as e:
+        raise _in_tf1_terms(e, checkpoint) from None
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
                            source=f"tf1:{checkpoint}", not_imported=not_imported)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
+
+
+def _in_tf1_terms(error: huggingface.TensorMismatch, checkpoint: str) -> UserInputError:
+    """A tensor that does not fit, said in the TF1 checkpoint's names and layout (kernels
+    [in, out]); the shapes our model needs come from the checkpoint's other tensors. (A
+    generator reading electra/embeddings never fails on them: the discriminator, checked
+    first, holds the same arrays.)"""
+    name = hf_to_tf1_name(error.network, error.name)
+    layout = (lambda shape: tuple(reversed(shape))) if name.endswith("/kernel") else tuple
+    if error.kind == "missing":
+        return UserInputError(
+            f"{checkpoint} has no {name} (shape {layout(error.expected)}), which the rest of its "
+            "tensors imply; is it a complete ELECTRA checkpoint?")
+    if error.kind == "shape":
+        return UserInputError(
+            f"{checkpoint}'s {name} has shape {layout(error.shape)} but the rest of its tensors "
+            f"imply {layout(error.expected)}; is it an official ELECTRA checkpoint?")
+    return UserInputError(
+        f"{checkpoint} has {name} (shape {layout(error.shape)}) that a model of its other "
+        "tensors' shapes has no place for; is it an official ELECTRA checkpoint?")
 
 
 def _load_networks(model: ElectraPretrainer, discriminator: dict,

@@ -293,9 +293,26 @@ def _as_numpy(value):
     return np.asarray(value)
 
 
+class TensorMismatch(UserInputError):
+    """A state-dict tensor that does not fit our network, in transformers' names and layout,
+    so that an importer of another format (the TF1 one) can say it in that format's terms.
+
+    kind: "missing", "shape" or "unexpected"; network: "discriminator" or "generator" (the
+    state dict being checked); shape: the tensor's (None when missing); expected: the shape
+    our network needs (None when unexpected).
+    """
+
+    def __init__(self, message: str, kind: str, network: str, name: str,
+                 shape: tuple | None, expected: tuple | None):
+        super().__init__(message)
+        self.kind, self.network, self.name = kind, network, name
+        self.shape, self.expected = shape, expected
+
+
 def _checked(pairs, state_dict, ignore_heads: bool):
     """The values of `pairs` from `state_dict`, in our layout, after checking names and
-    shapes; raises on the first missing, misshapen or unexpected tensor."""
+    shapes; raises TensorMismatch on the first missing, misshapen or unexpected tensor."""
+    network = pairs[0][1].split(".")[0]
     heads = ("discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
     state_dict = dict(state_dict)
     if WORD_EMBEDDINGS not in state_dict and WORD_EMBEDDINGS[len("electra."):] in state_dict:
@@ -306,15 +323,17 @@ def _checked(pairs, state_dict, ignore_heads: bool):
     for name, ours, variable in pairs:
         expected = tuple(variable.shape)[::-1] if _transposed(ours) else tuple(variable.shape)
         if name not in state_dict:
-            raise UserInputError(
+            raise TensorMismatch(
                 f"the state dict has no '{name}' (shape {expected}) for our {ours}; check that "
                 "it is the right model (ElectraForPreTraining for the discriminator, "
-                "ElectraForMaskedLM for the generator) and that the configs match")
+                "ElectraForMaskedLM for the generator) and that the configs match",
+                "missing", network, name, None, expected)
         value = _as_numpy(state_dict[name])
         if tuple(value.shape) != expected:
-            raise UserInputError(
+            raise TensorMismatch(
                 f"'{name}' has shape {tuple(value.shape)} but our {ours} needs {expected}; "
-                "build our model with the checkpoint's config (see config_from_hf)")
+                "build our model with the checkpoint's config (see config_from_hf)",
+                "shape", network, name, tuple(value.shape), expected)
         value = value.T if _transposed(ours) else value
         values.append(np.asarray(value, dtype=variable.dtype))
     known = {name for name, _, _ in pairs} | set(BUFFERS)
@@ -327,10 +346,11 @@ def _checked(pairs, state_dict, ignore_heads: bool):
         known.add(TIED_LM_WEIGHT)
     for name, value in state_dict.items():
         if name not in known and not (ignore_heads and name.startswith(heads)):
-            raise UserInputError(
-                f"the state dict has '{name}' (shape {tuple(_as_numpy(value).shape)}) that our "
-                "model has no place for; check the model type and config (num_layers, "
-                "embedding_size)")
+            shape = tuple(_as_numpy(value).shape)
+            raise TensorMismatch(
+                f"the state dict has '{name}' (shape {shape}) that our model has no place "
+                "for; check the model type and config (num_layers, embedding_size)",
+                "unexpected", network, name, shape, None)
     return values
 
 
