@@ -31,6 +31,7 @@ import tensorflow as tf
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
+from electra_tf import atomic
 from electra_tf.data import corpus
 from electra_tf.errors import UserInputError
 from electra_tf.tokenization import (CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN,
@@ -292,16 +293,7 @@ def write_vocab(tokens: list[str], path: str, overwrite: bool = False):
     write fails, the temporary file is removed.
     """
     check_output(path, overwrite)
-    directory = os.path.dirname(path)
-    if directory:
-        tf.io.gfile.makedirs(directory)
-    temporary = f"{path}.tmp-{os.getpid()}"
     try:
-        with tf.io.gfile.GFile(temporary, "wb") as f:
-            f.write(("\n".join(tokens) + "\n").encode("utf-8"))
-        tf.io.gfile.rename(temporary, path, overwrite=overwrite)
+        atomic.write_text(path, "\n".join(tokens) + "\n", overwrite=overwrite)
     except tf.errors.AlreadyExistsError:  # created while the vocab was being learned
         raise _exists(path) from None
-    finally:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.remove(temporary)

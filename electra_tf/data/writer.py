@@ -24,11 +24,10 @@ import random
 import sys
 import time
 import unicodedata
-import uuid
 
 import tensorflow as tf
 
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.data import corpus
 from electra_tf.data.examples import ExampleBuilder, ExampleSerializer
 from electra_tf.errors import UserInputError
@@ -76,13 +75,6 @@ class BuildConfig:
 def shard_name(index: int, num_shards: int, compression: str) -> str:
     suffix = ".tfrecord.gz" if compression == "GZIP" else ".tfrecord"
     return f"pretrain_data-{index:05d}-of-{num_shards:05d}{suffix}"
-
-
-def _atomic_write_text(path: str, text: str):
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 # ---------------------------------------------------------------- worker side
@@ -187,7 +179,7 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
                                   word_starts=segment is not None)
     name = shard_name(index, config.num_shards, config.compression)
     path = os.path.join(output_dir, name)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    tmp = atomic.temporary_name(path)
     stats = corpus.ReadStats()
     num_examples = num_tokens = 0
     reported = (0, 0)
@@ -222,8 +214,8 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
             stats.add(piece_stats)
     shard_stats = {"file": name, "num_examples": num_examples, "num_tokens": num_tokens,
                    **dataclasses.asdict(stats)}
-    _atomic_write_text(os.path.join(output_dir, STATE_DIR, name + ".json"),
-                       json.dumps(shard_stats))
+    atomic.write_text(os.path.join(output_dir, STATE_DIR, name + ".json"),
+                      json.dumps(shard_stats))
     tf.io.gfile.rename(tmp, path, overwrite=True)
     return shard_stats
 
@@ -433,8 +425,8 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     Writes `output_dir/pretrain_data-XXXXX-of-NNNNN.tfrecord[.gz]` and `metadata.json`.
     `num_shards` defaults to the number of input pieces (and never exceeds it).
     `num_workers` defaults to one per core, at most one per BYTES_PER_WORKER of input; the
-    output does not depend on it. `word_segmenter="jieba"` segments Chinese words and writes a `word_start` feature that
-    whole-word masking uses. What it did (or that the data set was already complete) is
+    output does not depend on it. `word_segmenter="jieba"` segments Chinese words and writes
+    a `word_start` feature that whole-word masking uses. What it did (or that the data set was already complete) is
     reported through `log`.
     """
     config, assignment, total_bytes = _validate_and_plan(
@@ -454,8 +446,8 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     created_output_dir = not tf.io.gfile.exists(output_dir)
     state_dir = os.path.join(output_dir, STATE_DIR)
     tf.io.gfile.makedirs(state_dir)
-    _atomic_write_text(os.path.join(state_dir, "config.json"),
-                       json.dumps(dataclasses.asdict(config), indent=1))
+    atomic.write_text(os.path.join(state_dir, "config.json"),
+                      json.dumps(dataclasses.asdict(config), indent=1))
     _remove_temporaries(output_dir)  # left by an interrupted run
 
     names = [shard_name(i, config.num_shards, config.compression)
@@ -571,6 +563,6 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "shards": [{k: s[k] for k in ("file", "num_examples", "num_tokens")} for s in shards],
         "build_config": dataclasses.asdict(config),
     }
-    _atomic_write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=1))
+    atomic.write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=1))
     tf.io.gfile.rmtree(os.path.join(output_dir, STATE_DIR))
     return metadata

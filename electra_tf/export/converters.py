@@ -26,7 +26,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
@@ -397,19 +397,17 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
         if state is None:
             continue
         directory = os.path.join(output_dir, name)
-        temporary = f"{directory}.tmp-{os.getpid()}"
-        tf.io.gfile.makedirs(temporary)
-        save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
-                  os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
-        with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
-            json.dump(huggingface.hf_config(config, architecture), f, indent=2)
-        tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
-        with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
-            json.dump({"do_lower_case": loaded.lower_case,
-                       "strip_accents": loaded.strip_accents,
-                       "tokenizer_class": "ElectraTokenizer",
-                       "model_max_length": loaded.max_seq_length}, f, indent=2)
-        tf.io.gfile.rename(temporary, directory)
+        with atomic.staged_dir(directory) as temporary:
+            save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
+                      os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
+            with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
+                json.dump(huggingface.hf_config(config, architecture), f, indent=2)
+            tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
+            with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
+                json.dump({"do_lower_case": loaded.lower_case,
+                           "strip_accents": loaded.strip_accents,
+                           "tokenizer_class": "ElectraTokenizer",
+                           "model_max_length": loaded.max_seq_length}, f, indent=2)
         written.append(directory)
     return written
 
@@ -508,16 +506,12 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
                 vocab_size=len(vocab), lower_case=lower_case,
                 strip_accents=lower_case if strip_accents is None else strip_accents,
                 source=source, not_imported=list(not_imported))
-    temporary = f"{output_dir.rstrip('/')}.tmp-{os.getpid()}"
-    if tf.io.gfile.exists(temporary):
-        tf.io.gfile.rmtree(temporary)
-    tf.io.gfile.makedirs(temporary)
-    saved = tf.train.Checkpoint(model=model).save(os.path.join(temporary, "ckpt"))
-    info["imported_checkpoint"] = os.path.basename(saved)
-    for name, text in ((OPERATIVE_CONFIG, config), (MODEL_INFO, json.dumps(info, indent=2))):
-        with tf.io.gfile.GFile(os.path.join(temporary, name), "w") as f:
-            f.write(text)
-    if tf.io.gfile.exists(output_dir):  # empty (checked above)
-        tf.io.gfile.rmtree(output_dir)
-    tf.io.gfile.rename(temporary, output_dir)  # the `checkpoint` file's paths are relative
+    # An empty --output_dir (checked above) is replaced; the `checkpoint` file's paths are
+    # relative, so the checkpoint written under the temporary name reads the same after it.
+    with atomic.staged_dir(output_dir) as temporary:
+        saved = tf.train.Checkpoint(model=model).save(os.path.join(temporary, "ckpt"))
+        info["imported_checkpoint"] = os.path.basename(saved)
+        for name, text in ((OPERATIVE_CONFIG, config), (MODEL_INFO, json.dumps(info, indent=2))):
+            with tf.io.gfile.GFile(os.path.join(temporary, name), "w") as f:
+                f.write(text)
     return info

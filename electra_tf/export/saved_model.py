@@ -67,7 +67,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.modeling.layers import precision_policy
 from electra_tf.modeling.pretrainer import ElectraPretrainer
@@ -610,8 +610,5 @@ def write_models_config(export_dir: str, model_name: str):
         entry = entries.add()
         entry.name, entry.base_path, entry.model_platform = (
             model_name, f"/models/{model_name}", "tensorflow")
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(text_format.MessageToString(config))
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    atomic.write_text(path, text_format.MessageToString(config))
 

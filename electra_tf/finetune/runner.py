@@ -29,7 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
 from electra_tf.finetune import metrics, squad, tasks
@@ -264,7 +264,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              warmup_proportion=warmup_proportion, precision=precision,
                              jit_compile=jit_compile))
     if chief:
-        _write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
+        atomic.write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
     return results
 
@@ -573,7 +573,8 @@ class _SentenceTask:
                 values = [f"{min(5.0, max(0.0, float(v))):.3f}" for v in values]
             rows = ["index\tprediction"] + [f"{e.guid}\t{v}" for e, v in zip(split.examples,
                                                                              values)]
-            _write_text(os.path.join(folder, "glue", split.submission), "\n".join(rows) + "\n")
+            atomic.write_text(os.path.join(folder, "glue", split.submission),
+                              "\n".join(rows) + "\n")
             return
         header = "id\tprediction" + ("" if test else "\tlabel")
         rows = [header]
@@ -581,7 +582,8 @@ class _SentenceTask:
             gold = "" if test or example.label is None else "\t" + (
                 self._value(example.label) if self.regression else example.label)
             rows.append(f"{example.guid}\t{value}{gold}")
-        _write_text(os.path.join(folder, f"{split.name}_predictions.tsv"), "\n".join(rows) + "\n")
+        atomic.write_text(os.path.join(folder, f"{split.name}_predictions.tsv"),
+                          "\n".join(rows) + "\n")
 
 
 class _TaggingTask:
@@ -639,7 +641,7 @@ class _TaggingTask:
                 gold = "" if test or not sentence.tags else f" {sentence.tags[w]}"
                 lines.append(f"{word}{gold} {tags[w]}")
             lines.append("")
-        _write_text(os.path.join(folder, f"{split.name}_predictions.txt"), "\n".join(lines))
+        atomic.write_text(os.path.join(folder, f"{split.name}_predictions.txt"), "\n".join(lines))
 
 
 class _QATask:
@@ -697,11 +699,11 @@ class _QATask:
 
     def write(self, folder, split, outputs, test=False, **options):
         answers, no_answer = self.answers(split, outputs, **options)
-        _write_text(os.path.join(folder, f"{split.name}_predictions.json"),
-                    json.dumps(answers, indent=1, ensure_ascii=False))
+        atomic.write_text(os.path.join(folder, f"{split.name}_predictions.json"),
+                          json.dumps(answers, indent=1, ensure_ascii=False))
         if self.answerability:
-            _write_text(os.path.join(folder, f"{split.name}_null_odds.json"),
-                        json.dumps(no_answer, indent=1))
+            atomic.write_text(os.path.join(folder, f"{split.name}_null_odds.json"),
+                              json.dumps(no_answer, indent=1))
 
 
 _ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
@@ -709,15 +711,6 @@ _ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
 
 
 # ------------------------------------------------------------------------------ output
-
-
-def _write_text(path: str, text: str):
-    """Writes under a temporary name, then renames: readers never see a partial file."""
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    tmp = path + ".tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
@@ -739,7 +732,7 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_da
             "max_query_length": max_query_length, **decode_options,
             "lower_case": init.lower_case, "strip_accents": init.strip_accents,
             "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source}
-    _write_text(os.path.join(partial, TASK_INFO), json.dumps(info, indent=2))
+    atomic.write_text(os.path.join(partial, TASK_INFO), json.dumps(info, indent=2))
     if save_model:
         tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
     if tf.io.gfile.exists(trial_dir):

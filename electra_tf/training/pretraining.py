@@ -38,7 +38,7 @@ import tensorflow as tf
 from tensorflow.python.framework import config as _determinism
 from tensorflow.python.util import deprecation
 
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.data import masking, pipeline
 from electra_tf.errors import UserInputError
 from electra_tf.modeling import factory, flops
@@ -233,7 +233,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if chief:
-            _write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
+            atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
         log(json.dumps(model_info, indent=2))
         return model_info
 
@@ -281,8 +281,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         _initialise(model, init_checkpoint)
         log(f"initialised the model from {init_checkpoint}")
     if chief:
-        _write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
-        _write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
+        atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
+        atomic.write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
 
     # -- the loop
     monitor = _Monitor(checkpoint, manager, state, num_train_steps,
@@ -704,13 +704,3 @@ def _initialise(model, path: str):
         raise UserInputError(
             f"--init_checkpoint={path} does not fit this model ({first}); check that the gin "
             "files describe the checkpoint's architecture") from None
-
-
-def _write_text(path: str, text: str):
-    """Write atomically: a temporary file renamed into place."""
-    tf.io.gfile.makedirs(os.path.dirname(path))
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
-

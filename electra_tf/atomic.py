@@ -1,0 +1,49 @@
+"""Writing outputs so that a reader never sees a partial one and a failed write leaves
+nothing behind: everything is written under a temporary name beside its target (marked
+`.tmp-`, which the readers of build outputs skip) and renamed into place. Paths may be
+local or any tf.io.gfile filesystem (gs://...)."""
+
+import contextlib
+import os
+import uuid
+
+import tensorflow as tf
+
+
+def temporary_name(path: str) -> str:
+    """A name beside `path` no other process or thread is writing."""
+    return f"{path.rstrip('/')}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def write_text(path: str, text: str, overwrite: bool = True) -> None:
+    """Writes `text` (UTF-8) to `path`, creating its folder. Readers see the old file or the
+    whole new one. With overwrite=False an existing `path` raises tf.errors.AlreadyExistsError
+    (checked at the rename: a file created meanwhile is not replaced)."""
+    directory = os.path.dirname(path)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    temporary = temporary_name(path)
+    try:
+        with tf.io.gfile.GFile(temporary, "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(temporary, path, overwrite=overwrite)
+    finally:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.remove(temporary)
+
+
+@contextlib.contextmanager
+def staged_dir(path: str):
+    """Yields a temporary folder beside `path` to fill; when the block ends without an
+    exception the folder becomes `path` (an empty folder there is replaced; the caller has
+    checked that it may be), else it is removed."""
+    temporary = temporary_name(path)
+    tf.io.gfile.makedirs(temporary)
+    try:
+        yield temporary
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+        tf.io.gfile.rename(temporary, path)
+    finally:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.rmtree(temporary)

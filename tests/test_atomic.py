@@ -1,0 +1,50 @@
+"""Atomic writes: a reader sees the old output or the whole new one, and a failed write
+leaves neither a partial output nor its temporary."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from electra_tf import atomic
+
+
+def test_write_text_replaces_whole_and_refuses_to_overwrite_when_asked(tmp_path):
+    path = str(tmp_path / "sub" / "info.json")
+    atomic.write_text(path, "first ünïcode\n")  # creates the folder
+    atomic.write_text(path, "second")
+    assert open(path, encoding="utf-8").read() == "second"
+    with pytest.raises(tf.errors.AlreadyExistsError):
+        atomic.write_text(path, "third", overwrite=False)
+    assert open(path).read() == "second"
+    assert os.listdir(tmp_path / "sub") == ["info.json"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = str(tmp_path / "info.json")
+    atomic.write_text(path, "kept")
+    with pytest.raises(UnicodeEncodeError):
+        atomic.write_text(path, "x" * 100_000 + "\ud800")  # a lone surrogate: not UTF-8
+    assert open(path).read() == "kept"
+    assert os.listdir(tmp_path) == ["info.json"]
+
+
+def test_temporary_names_differ_between_writers(tmp_path):
+    names = {atomic.temporary_name(str(tmp_path / "a")) for _ in range(100)}
+    assert len(names) == 100
+    assert all(".tmp-" in os.path.basename(n) for n in names)
+
+
+def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
+    target = str(tmp_path / "model")
+    os.mkdir(target)  # an empty folder there is replaced
+    with atomic.staged_dir(target + "/") as temporary:
+        assert not os.path.exists(os.path.join(target, "a.txt"))
+        open(os.path.join(temporary, "a.txt"), "w").write("a")
+    assert os.listdir(target) == ["a.txt"]
+    failed = str(tmp_path / "failed")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with atomic.staged_dir(failed) as temporary:
+            open(os.path.join(temporary, "half.txt"), "w").write("half")
+            raise RuntimeError("disk full")
+    assert sorted(os.listdir(tmp_path)) == ["model"]
