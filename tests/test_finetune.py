@@ -153,6 +153,10 @@ def test_squad_metrics_official_definitions():
     # q2 scores 0 instead of 0.5, so the best threshold keeps it.
     scores = metrics.squad_scores(golds, predictions, {"q1": 0.1, "q2": 0.7, "q3": 0.9})
     assert scores["best_f1"] == pytest.approx(100 * 2.5 / 3)
+    # At the threshold (0.5) q2 is answered "" and scores 0 (the official
+    # apply_no_ans_threshold), q3 1.
+    assert scores["f1"] == pytest.approx(100 * 2 / 3)
+    assert scores["has_answer_f1"] == pytest.approx(50.0)
 
 
 # ------------------------------------------------------------------------------ readers
@@ -822,6 +826,21 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
             end[f, features["end_positions"][f]] = 5.0
     answers, _ = squad.decode(examples, windows, start, end, tokenizer=uncased_tokenizer)
     assert answers == {e.qid: e.answer_text for e in examples}
+    # SQuAD 2.0: an answer the model doubts (no-answer probability 0.6) is still decoded;
+    # scoring applies the threshold, and the best threshold is searched over it (blanked
+    # at 0.5 in decoding, it could never count: best_f1 50 instead of 100).
+    doubt = np.full(len(windows), np.log(0.4 / 0.6), np.float32)
+    answers, no_answer = squad.decode(examples, windows, start, end, doubt,
+                                      tokenizer=uncased_tokenizer)
+    assert answers == {e.qid: e.answer_text for e in examples}
+    assert no_answer == pytest.approx({e.qid: 0.6 for e in examples})
+    from electra_tf.finetune import metrics
+    golds = {e.qid: [e.answer_text] for e in examples}
+    golds[examples[0].qid] = [""]  # one question without an answer: answered, wrongly
+    scores = metrics.squad_scores(golds, answers, no_answer)
+    n = len(examples)
+    assert scores["f1"] == pytest.approx(100 / n)  # all dropped at 0.5: only the unanswerable
+    assert scores["best_f1"] == pytest.approx(100 * (n - 1) / n)  # none dropped
 
 
 def test_qa_v1_and_v2_end_to_end(tmp_path, init):
@@ -850,7 +869,13 @@ def test_qa_v1_and_v2_end_to_end(tmp_path, init):
     odds = json.loads((tmp_path / "v2" / "trial_0" / "dev_null_odds.json").read_text())
     predictions = json.loads((tmp_path / "v2" / "trial_0" / "dev_predictions.json").read_text())
     assert set(odds) == set(predictions) and all(0 <= p <= 1 for p in odds.values())
-    assert all(predictions[q] == "" for q in odds if odds[q] > 0.5)
+    # The official files: every question's best span (blanked only by the scoring), which
+    # with the odds give results.json's scores as evaluate-v2.0.py --na-prob-thresh=0.5.
+    assert all(predictions.values())
+    golds = {q["id"]: [a["text"] for a in q["answers"]] or [""]
+             for d in json.loads(open(dev).read())["data"] for p in d["paragraphs"]
+             for q in p["qas"]}
+    assert results["median"] == pytest.approx(metrics.squad_scores(golds, predictions, odds))
     assert {"exact", "f1", "has_answer_f1", "no_answer_f1", "best_f1"} <= set(results["median"])
 
 

@@ -182,12 +182,18 @@ def token_f1(prediction: str, gold: str) -> float:
 
 
 def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
-                 no_answer_probs: dict[str, float] | None = None) -> dict:
+                 no_answer_probs: dict[str, float] | None = None,
+                 no_answer_threshold: float = 0.5) -> dict:
     """EM and F1 in percent over the questions in `golds` ({id: gold answers}; an
     unanswerable question has [""], as the official v2.0 script makes it). A question with
-    no prediction scores 0. With `no_answer_probs` ({id: probability of no answer}), also
-    SQuAD 2.0's `best_exact`/`best_f1` and their thresholds: the scores had the answer been
-    dropped for every question whose probability exceeds the threshold."""
+    no prediction scores 0.
+
+    With `no_answer_probs` ({id: probability of no answer}; SQuAD 2.0), as the official
+    evaluate-v2.0 script given them: `exact` and `f1` count a question whose probability
+    exceeds `no_answer_threshold` as answered "" (right only if it has no answer), and
+    `best_exact`/`best_f1` are the scores at the best threshold, found from the
+    predictions as they are (never blanked: a question answered "" before the threshold
+    is applied could not gain from any)."""
     em_scores, f1_scores = {}, {}
     for qid, answers in golds.items():
         answers = [a for a in answers if normalize_answer(a)] or [""]
@@ -198,13 +204,18 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
         em_scores[qid] = max(exact_match(prediction, a) for a in answers)
         f1_scores[qid] = max(token_f1(prediction, a) for a in answers)
     n = len(golds)
-    result = {"exact": 100.0 * sum(em_scores.values()) / n if n else 0.0,
-              "f1": 100.0 * sum(f1_scores.values()) / n if n else 0.0}
     has_answer = [q for q, a in golds.items() if any(normalize_answer(x) for x in a)]
     no_answer = [q for q in golds if q not in set(has_answer)]
+    em, f1 = em_scores, f1_scores
+    if no_answer_probs is not None:  # the official apply_no_ans_threshold
+        dropped = {q: float(q in no_answer) for q in golds
+                   if q in em_scores and no_answer_probs.get(q, 0.0) > no_answer_threshold}
+        em, f1 = {**em_scores, **dropped}, {**f1_scores, **dropped}
+    result = {"exact": 100.0 * sum(em.values()) / n if n else 0.0,
+              "f1": 100.0 * sum(f1.values()) / n if n else 0.0}
     if has_answer and no_answer:
-        result["has_answer_f1"] = 100.0 * np.mean([f1_scores[q] for q in has_answer])
-        result["no_answer_f1"] = 100.0 * np.mean([f1_scores[q] for q in no_answer])
+        result["has_answer_f1"] = 100.0 * np.mean([f1[q] for q in has_answer])
+        result["no_answer_f1"] = 100.0 * np.mean([f1[q] for q in no_answer])
     if no_answer_probs is not None:
         for name, scores in (("exact", em_scores), ("f1", f1_scores)):
             best, threshold = _best_threshold(predictions, scores, no_answer_probs,

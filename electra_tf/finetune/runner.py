@@ -687,18 +687,26 @@ class _QATask:
         """What `loss` averages over: the windows."""
         return tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
 
-    def answers(self, split, outputs, n_best_size, max_answer_length, no_answer_threshold):
+    def answers(self, split, outputs, n_best_size, max_answer_length):
         return squad.decode(split.examples, split.extra["windows"], outputs["start_logits"],
                             outputs["end_logits"], outputs.get("answerable_logits"),
-                            self.tokenizer, n_best_size, max_answer_length, no_answer_threshold)
+                            self.tokenizer, n_best_size, max_answer_length)
 
-    def score(self, split, outputs, **options):
+    def score(self, split, outputs, no_answer_threshold, **options):
         answers, no_answer = self.answers(split, outputs, **options)
         return metrics.squad_scores(squad.gold_answers(split.examples), answers,
-                                    no_answer if self.answerability else None)
+                                    no_answer if self.answerability else None,
+                                    no_answer_threshold)
 
-    def write(self, folder, split, outputs, test=False, **options):
+    def write(self, folder, split, outputs, no_answer_threshold, test=False, **options):
+        """The official files: dev predictions as the official code writes them for its
+        evaluation (every question's best span; with the null odds, evaluate-v2.0.py
+        --na-prob-thresh=<no_answer_threshold> gives results.json's scores), test ones as
+        it writes them for submission ("" above the threshold)."""
         answers, no_answer = self.answers(split, outputs, **options)
+        if test and self.answerability:
+            answers = {q: "" if no_answer[q] > no_answer_threshold else a
+                       for q, a in answers.items()}
         atomic.write_text(os.path.join(folder, f"{split.name}_predictions.json"),
                           json.dumps(answers, indent=1, ensure_ascii=False))
         if self.answerability:

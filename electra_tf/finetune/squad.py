@@ -12,7 +12,9 @@ the context's own characters from the first to the last basic token of the best 
 SQuAD 2.0: a question with no answer is trained with start = end = [CLS], and the
 answerability head (a logit on [CLS]) learns whether a window holds the answer. The
 no-answer probability of a question is 1 - the highest answerable probability over its
-windows; it is answered "" when that exceeds `no_answer_threshold`.
+windows. As in the official code, decoding keeps the best span of every question and its
+no-answer probability apart: scoring (metrics.squad_scores) and test predictions answer ""
+where the probability exceeds a threshold, and the best threshold is found from both.
 """
 
 import dataclasses
@@ -257,10 +259,10 @@ def _is_max_context(starts, budget, total, window, piece) -> bool:
 
 def decode(examples: list[QAExample], windows: list[dict], start_logits, end_logits,
            answerable_logits=None, tokenizer=None, n_best_size: int = 20,
-           max_answer_length: int = 30, no_answer_threshold: float = 0.5,
-           contexts=None) -> tuple[dict, dict]:
-    """{qid: answer text} and {qid: no-answer probability} (the latter empty without an
-    answerability head). The logits are [F, L] numpy arrays, one row per window."""
+           max_answer_length: int = 30, contexts=None) -> tuple[dict, dict]:
+    """{qid: the best span's text} ("" only when no window has a valid span) and {qid:
+    no-answer probability} (empty without an answerability head); the logits are [F, L]
+    numpy arrays, one row per window."""
     if contexts is None:
         contexts = _contexts(tokenizer, [e.context for e in examples])
     by_example = {}
@@ -299,8 +301,6 @@ def decode(examples: list[QAExample], windows: list[dict], start_logits, end_log
         if answerable_logits is not None:
             probability = 1.0 - 1.0 / (1.0 + np.exp(-answerable)) if by_example.get(n) else 1.0
             no_answer[example.qid] = float(probability)
-            if probability > no_answer_threshold:
-                text = ""
         answers[example.qid] = text
     return answers, no_answer
 
