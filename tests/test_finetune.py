@@ -864,8 +864,11 @@ def test_qa_v1_and_v2_end_to_end(tmp_path, init):
 
     train = squad_json(tmp_path / "train2.json", contexts[:14], impossible=True)
     dev = squad_json(tmp_path / "dev2.json", contexts[14:], impossible=True)
-    results = finetune("squad_v2", tmp_path / "v2", init, ["NUM_EPOCHS = 1"],
+    # The official sequence length for QA unless one is bound: 512 (of the encoder's 512).
+    results = finetune("squad_v2", tmp_path / "v2", init, ["NUM_EPOCHS = 1",
+                                                            "MAX_SEQ_LENGTH = None"],
                        train_file=train, dev_file=dev)
+    assert results["hyperparameters"]["max_seq_length"] == 512
     odds = json.loads((tmp_path / "v2" / "trial_0" / "dev_null_odds.json").read_text())
     predictions = json.loads((tmp_path / "v2" / "trial_0" / "dev_predictions.json").read_text())
     assert set(odds) == set(predictions) and all(0 <= p <= 1 for p in odds.values())

@@ -113,7 +113,7 @@ def default_gin_file(config: EncoderConfig) -> str:
 def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: str,
                    num_trials: int = 1, seed: int = 0, log=print, *, overwrite: bool = False,
                    learning_rate: float = 1e-4, train_batch_size: int = 32,
-                   num_epochs: float | None = None, max_seq_length: int = 128,
+                   num_epochs: float | None = None, max_seq_length: int | None = None,
                    layerwise_lr_decay: float = 0.8, official_layerwise_decay: bool = False,
                    warmup_proportion: float = 0.1, clip_norm: float | None = 1.0,
                    head_dropout: float = 0.1, eval_batch_size: int = 64,
@@ -133,7 +133,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       overwrite: replace the run a model dir already holds (its results.json and trial_K
         folders, deleted first); without it such a dir is refused.
       learning_rate: peak learning rate (of the top layer and the head).
-      train_batch_size, max_seq_length: the batch and the sequence length.
+      train_batch_size, max_seq_length: the batch and the sequence length; None: the
+        official code's for the task (128; 512 for QA), at most the encoder's positions.
       num_epochs: passes over the training set; None: the paper's for the task (3; 10 for
         RTE and STS-B; 2 for SQuAD).
       layerwise_lr_decay: each layer below the top learns this factor slower (1: off).
@@ -166,6 +167,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
                              f"{', '.join(flops.PRECISIONS)}")
+    task = task_data.task
+    if max_seq_length is None:
+        max_seq_length = min(task.max_seq_length, init.config.max_position_embeddings)
     if max_seq_length > init.config.max_position_embeddings:
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} exceeds the encoder's "
                              f"{init.config.max_position_embeddings} positions; lower it")
@@ -180,7 +184,6 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if train_batch_size % replicas:
         raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} does not split over "
                              f"{replicas} replicas; use a multiple of {replicas}")
-    task = task_data.task
     epochs = task.epochs if num_epochs is None else float(num_epochs)
     tokenizer = init.tokenizer()
     options = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
@@ -196,8 +199,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         span = f"max_train_steps={int(max_train_steps)} of {epochs:g} epochs' {steps}"
         steps = int(max_train_steps)
     log(f"{task.name}: {len(task_data.train.examples)} training examples "
-        f"({n_train} features), {steps} steps of {train_batch_size} ({span}), "
-        f"from {init.source}")
+        f"({n_train} features of {max_seq_length} tokens), {steps} steps of "
+        f"{train_batch_size} ({span}), from {init.source}")
 
     # Several workers train together and predict alike; the chief alone writes the model
     # dir (shared storage: two writers would delete each other's trial folders).
