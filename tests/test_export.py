@@ -375,8 +375,16 @@ def task_exports(tmp_path_factory):
     files = dict(train_file=str(train), dev_file=str(train))
     runs["classification"] = _finetune("classification", root / "classification", models,
                                        num_trials=2, seed=3, label_column="sentiment", **files)
-    runs["pair"] = _finetune("regression", root / "pair", models, label_column="rating",
-                             text_b_column="other", **files)
+    # STS-B (GLUE's layout, ratings -4..4 as scores 0..5): trained on score / 5, served x 5.
+    head = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+            "sentence1", "sentence2", "score"]
+    for name in ("train.tsv", "dev.tsv"):
+        os.makedirs(root / "STS-B", exist_ok=True)
+        (root / "STS-B" / name).write_text("\n".join(["\t".join(head)] + [
+            "\t".join([str(i)] + ["x"] * 6 + [r["text"], rows[i + 1]["text"],
+                                             f"{(float(r['rating']) + 4) * 5 / 8:.3f}"])
+            for i, r in enumerate(rows[:32])]) + "\n", encoding="utf-8")
+    runs["pair"] = _finetune("stsb", root / "pair", models, data_dir=str(root / "STS-B"))
     conll = root / "tags.txt"
     conll.write_text("\n\n".join("\n".join(f"{w} {'CAP' if w[0].isupper() else 'O'}"
                                            for w in _words(r["text"])) for r in rows[:32]),
@@ -474,7 +482,8 @@ def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):
     assert ids["segment_ids"].sum(axis=1).tolist()[1:4] == [3, (L - 3) - 2 + 1, (L - 3) // 2 + 1]
     expected = _expected(task_exports, "pair")["logits"]
     np.testing.assert_allclose(out["predict_ids__logits"], expected, atol=1e-5)
-    np.testing.assert_allclose(out["serving_default__score"], expected[:, 0], atol=1e-5)
+    # The STS-B head learnt score / 5: served as the score.
+    np.testing.assert_allclose(out["serving_default__score"], 5 * expected[:, 0], atol=5e-5)
     assert set(out) == {"serving_default__score", "predict_ids__logits"}
 
 

@@ -2,6 +2,7 @@
 real text, results.json, layer-wise learning rates, GLUE files, Chinese, and bad input."""
 
 import csv
+import dataclasses
 import gzip
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import CHINESE_VOCAB, DATA, FIXTURES, ROOT, UNCASED_VOCAB, pretrain
 
@@ -486,7 +488,7 @@ def test_glue_formats_and_submission_files(tmp_path, init):
                        data_dir=str(cola), log=lines.append)
     assert results["metric"] == "mcc"
     # The cap shows as the cap, not as the epochs it cuts short.
-    assert re.search(r"24 training examples \(24 features\), 2 steps of 8 "
+    assert re.search(r"24 training examples \(24 features of 48 tokens\), 2 steps of 8 "
                      r"\(max_train_steps=2 of [\d.]+ epochs' \d+\)", "\n".join(lines))
     predicted = [r[1] for r in read_tsv(tmp_path / "cola" / "trial_0" / "dev_predictions.tsv")[1:]]
     gold = [int(label(r)) for r in rows[24:40]]
@@ -525,6 +527,46 @@ def test_glue_formats_and_submission_files(tmp_path, init):
     assert all(0.0 <= float(v) <= 5.0 and re.fullmatch(r"\d\.\d{3}", v) for _, v in submission[1:])
     from sklearn import metrics as sklearn
     assert cola_mcc == pytest.approx(sklearn.matthews_corrcoef(gold, [int(p) for p in predicted]))
+
+
+def test_mrpc_and_stsb_train_on_both_orders_and_stsb_on_scores_over_5(tmp_path, init):
+    """The official code's double_unordered (MRPC and STS-B train on each pair in both
+    orders) and STS-B targets (score / 5; predictions scaled back)."""
+    from electra_tf.finetune import features, runner, tasks
+    rows = movie_rows()[:12]
+    pairs = [(rows[i]["text"], rows[i + 1]["text"]) for i in range(0, 12, 2)]
+    _glue(tmp_path / "MRPC", "train.tsv", ["Quality", "#1 ID", "#2 ID", "#1", "#2"],
+          [(str(i % 2), "1", "2", a, b) for i, (a, b) in enumerate(pairs)])
+    _glue(tmp_path / "MRPC", "dev.tsv", ["Quality", "#1 ID", "#2 ID", "#1", "#2"],
+          [("1", "1", "2", *pairs[0])])
+    head = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+            "sentence1", "sentence2", "score"]
+    _glue(tmp_path / "STS-B", "train.tsv", head,
+          [(str(i), *["x"] * 6, a, b, f"{i * 0.8:.1f}") for i, (a, b) in enumerate(pairs)])
+    _glue(tmp_path / "STS-B", "dev.tsv", head, [("0", *["x"] * 6, *pairs[0], "2.5")])
+    tokenizer = init.tokenizer()
+    options = dict(max_seq_length=48, doc_stride=128, max_query_length=64)
+    for name in ("mrpc", "stsb"):
+        data = tasks.load(tasks.get_task(name), data_dir=str(tmp_path), log=lambda *_: None)
+        labels, regression = data.labels, name == "stsb"
+        adapter = runner._SentenceTask(data, tokenizer, {**options, "double_unordered": True},
+                                       None)
+        swapped = [dataclasses.replace(e, text_a=e.text_b, text_b=e.text_a)
+                   for e in data.train.examples]
+        expected = features.encode_sentences(tokenizer, data.train.examples + swapped, 48,
+                                             labels, regression)
+        assert len(expected["input_ids"]) == 2 * len(pairs)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(adapter.train_features[key], value)
+        single = runner._SentenceTask(data, tokenizer, {**options, "double_unordered": False},
+                                      None)
+        assert len(single.train_features["input_ids"]) == len(pairs)
+    # STS-B: the head learns score / 5, and predicts score.
+    scores = adapter.train_features["label_ids"]
+    assert float(adapter.loss({"logits": tf.constant(scores[:, None] / 5)},
+                              adapter.train_features)) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(adapter.predictions({"logits": scores[:, None] / 5}), scores,
+                               rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------ optimization

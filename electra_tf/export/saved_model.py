@@ -258,6 +258,7 @@ class TaskServingModule(_TextModule):
         self.max_answer_length = info.get("max_answer_length", 30)
         self.n_best_size = info.get("n_best_size", 20)
         self.no_answer_threshold = info.get("no_answer_threshold", 0.5)
+        self.target_scale = info.get("target_scale", 1.0)  # regression: what training divided by
         strings = tf.TensorSpec([None], tf.string, name="text")
         if pair:
             self.serving_default = tf.function(self._serve_pair, input_signature=[
@@ -285,7 +286,7 @@ class TaskServingModule(_TextModule):
     def _sentence(self, segments):
         logits = self._serve_ids(*self.pack(*segments))["logits"]  # [b, C]
         if self.kind == "regression":
-            return {"score": logits[:, 0]}
+            return {"score": logits[:, 0] * self.target_scale}
         label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
         return {"probabilities": tf.nn.softmax(logits), "label_id": label_id,
                 "label": tf.gather(tf.constant(self.label_names), label_id)}

@@ -120,6 +120,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    max_train_steps: int | None = None, doc_stride: int = 128,
                    max_query_length: int = 64, max_answer_length: int = 30,
                    n_best_size: int = 20, no_answer_threshold: float = 0.5,
+                   double_unordered: bool = True,
                    log_every: int | None = None, save_model: bool = True,
                    precision: str = "float32", jit_compile: bool = False,
                    strategy: tf.distribute.Strategy | None = None) -> dict:
@@ -146,6 +147,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         shorter run).
       doc_stride, max_query_length, max_answer_length, n_best_size, no_answer_threshold:
         extractive QA (see `squad`).
+      double_unordered: train MRPC and STS-B on both orders of each pair (the official
+        code's option of that name; it doubles their training sets).
       log_every: steps between loss lines (default: 10 lines per trial).
       save_model: write each trial's fine-tuned weights.
       precision: Keras' policy for the trials: float32, mixed_bfloat16 (TPUs, Ampere and
@@ -187,7 +190,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     epochs = task.epochs if num_epochs is None else float(num_epochs)
     tokenizer = init.tokenizer()
     options = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
-                   max_query_length=max_query_length)
+                   max_query_length=max_query_length, double_unordered=double_unordered)
     adapter = _ADAPTERS[task.kind](task_data, tokenizer, options, log)
     train = adapter.train_features
     n_train = len(train["input_ids"])
@@ -264,7 +267,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              num_epochs=epochs, max_seq_length=max_seq_length,
                              layerwise_lr_decay=layerwise_lr_decay,
                              official_layerwise_decay=official_layerwise_decay,
-                             warmup_proportion=warmup_proportion, precision=precision,
+                             warmup_proportion=warmup_proportion,
+                             double_unordered=double_unordered, precision=precision,
                              jit_compile=jit_compile))
     if chief:
         atomic.write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
@@ -526,18 +530,27 @@ class _SentenceTask:
         self.data, self.regression = data, data.task.kind == "regression"
         self.labels = data.labels
         self.num_outputs = 1 if self.regression else len(self.labels)
+        # The head learns label / scale (official STS-B: score / 5); predictions are scaled
+        # back.
+        self.target_scale = data.task.target_scale
         L = options["max_seq_length"]
-        encode = lambda s: feats.encode_sentences(tokenizer, s.examples, L, self.labels,  # noqa
-                                                  self.regression)
-        self.train_features = encode(data.train)
-        self.dev_splits = [_Split(s.name, s.path, s.examples, encode(s)) for s in data.dev]
-        self.test_splits = [_Split(s.name, s.path, s.examples, encode(s), s.submission)
-                            for s in data.test]
+        encode = lambda examples: feats.encode_sentences(  # noqa: E731
+            tokenizer, examples, L, self.labels, self.regression)
+        train = data.train.examples
+        if options["double_unordered"] and data.task.unordered_pairs:
+            train = train + [dataclasses.replace(e, text_a=e.text_b, text_b=e.text_a)
+                             for e in train if e.text_b is not None]
+        self.train_features = encode(train)
+        self.dev_splits = [_Split(s.name, s.path, s.examples, encode(s.examples))
+                           for s in data.dev]
+        self.test_splits = [_Split(s.name, s.path, s.examples, encode(s.examples),
+                                   s.submission) for s in data.test]
 
     def loss(self, outputs, batch):
         logits = outputs["logits"]
         if self.regression:
-            return tf.reduce_mean(tf.square(logits[:, 0] - batch["label_ids"]))
+            target = batch["label_ids"] / self.target_scale
+            return tf.reduce_mean(tf.square(logits[:, 0] - target))
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
             tf.cast(batch["label_ids"], tf.int32), logits))
 
@@ -547,7 +560,7 @@ class _SentenceTask:
 
     def predictions(self, outputs):
         if self.regression:
-            return outputs["logits"][:, 0]
+            return outputs["logits"][:, 0] * np.float32(self.target_scale)
         return np.argmax(outputs["logits"], axis=-1)
 
     def score(self, split, outputs, **_):
@@ -736,6 +749,7 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_da
     info = {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             "labels": task_data.labels, "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
+            "target_scale": getattr(adapter, "target_scale", 1.0),
             "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
             # What export (--kind=task) needs to feed raw text as training did.
             "text_pair": task_data.task.kind == "qa" or any(

@@ -8,7 +8,8 @@ TSVs; MNLI is scored on its matched and mismatched dev sets), `squad_v1`, `squad
 NER: train.txt, valid.txt, test.txt).
 
 Epochs are paper Table 7's: 3, 10 for RTE and STS-B, 2 for SQuAD; the sequence length the
-official code's: 128, 512 for QA.
+official code's: 128, 512 for QA. As in the official code, MRPC and STS-B train on both
+orders of each sentence pair, and STS-B's 0-5 scores are learnt divided by 5.
 """
 
 import dataclasses
@@ -26,12 +27,16 @@ KINDS = ("classification", "regression", "tagging", "qa")
 @dataclasses.dataclass(frozen=True)
 class Task:
     """A task: its kind, its primary metric (the one medians are quoted for), the paper's
-    epochs, the official sequence length, and for named tasks where its files are."""
+    epochs, the official sequence length, whether a pair's order carries no meaning (the
+    official code then trains on both orders), what a regression target is divided by for
+    training (the official STS-B's 5), and for named tasks where its files are."""
     name: str
     kind: str
     metric: str
     epochs: float = 3.0
     max_seq_length: int = 128
+    unordered_pairs: bool = False
+    target_scale: float = 1.0
     glue: GlueFormat | None = None
     submission: str | None = None  # GLUE submission file name (test predictions)
     files: dict | None = None  # named non-GLUE tasks: split -> candidate file names
@@ -43,9 +48,10 @@ GLUE = {
         "CoLA", ("0", "1"), 3, None, 1, 1, None, header=False), submission="CoLA.tsv"),
     "sst2": Task("sst2", "classification", "accuracy", glue=GlueFormat(
         "SST-2", ("0", "1"), 0, None, 1, 1, None), submission="SST-2.tsv"),
-    "mrpc": Task("mrpc", "classification", "accuracy", glue=GlueFormat(
+    "mrpc": Task("mrpc", "classification", "accuracy", unordered_pairs=True, glue=GlueFormat(
         "MRPC", ("0", "1"), 3, 4, 0, 3, 4), submission="MRPC.tsv"),
-    "stsb": Task("stsb", "regression", "spearman", epochs=10, glue=GlueFormat(
+    "stsb": Task("stsb", "regression", "spearman", epochs=10, unordered_pairs=True,
+                 target_scale=5.0, glue=GlueFormat(
         "STS-B", None, -3, -2, -1, -2, -1), submission="STS-B.tsv"),
     "qqp": Task("qqp", "classification", "accuracy", glue=GlueFormat(
         "QQP", ("0", "1"), 3, 4, 5, 1, 2, skip_malformed=True), submission="QQP.tsv"),
