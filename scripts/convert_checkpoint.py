@@ -41,7 +41,11 @@ flags.DEFINE_bool("lower_case", None, "Whether the model is uncased (default: th
                   "tokenizer config, else true).")
 flags.DEFINE_integer("num_heads", None, "TF1: attention heads (default hidden / 64, as in "
                      "every released ELECTRA).")
-flags.DEFINE_integer("max_seq_length", 512, "The longest input the model dir will accept.")
+flags.DEFINE_integer("max_seq_length", None, "The longest input the model dir will accept "
+                     "(default: the checkpoint's positions, 512 for the released models).")
+flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a generator gets a "
+                   "fresh one this fraction of the discriminator's hidden size (the released "
+                   "models': small and large 1/4, base 1/3).")
 flags.mark_flags_as_required(["source", "input", "output_dir"])
 
 
@@ -63,10 +67,12 @@ def main(argv):
     if FLAGS.source == "tf1":
         result = converters.import_tf1(FLAGS.input, FLAGS.output_dir, FLAGS.vocab_file,
                                        True if FLAGS.lower_case is None else FLAGS.lower_case,
-                                       FLAGS.num_heads, FLAGS.max_seq_length)
+                                       FLAGS.num_heads, FLAGS.max_seq_length,
+                                       FLAGS.generator_hidden_fraction)
     else:
         result = converters.import_hf(FLAGS.input, FLAGS.output_dir, FLAGS.generator_input,
-                                      FLAGS.vocab_file, FLAGS.lower_case, FLAGS.max_seq_length)
+                                      FLAGS.vocab_file, FLAGS.lower_case, FLAGS.max_seq_length,
+                                      FLAGS.generator_hidden_fraction)
     info = result["model_info"]
     print(f"wrote {FLAGS.output_dir}: discriminator {info['discriminator_params']:,} "
           f"parameters (hidden {info['discriminator']['hidden_size']}, "

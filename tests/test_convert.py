@@ -179,7 +179,17 @@ def test_tf1_cli_prints_what_it_skipped_and_refuses_bad_input(tmp_path):
         "have 120" in wrong_vocab.stderr
     missing = run("--source=tf1", f"--input={tmp_path}/nothing", f"--output_dir={tmp_path}/o3")
     assert missing.returncode == 1 and "is not a TF1 checkpoint prefix" in missing.stderr
+    # The longest input: the checkpoint's positions unless given; more is refused (it was
+    # lowered to them, silently).
+    info = json.loads((tmp_path / "out" / "model_info.json").read_text())
+    assert info["max_seq_length"] == 64
+    longer = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/o4",
+                 f"--vocab_file={vocab}", "--num_heads=1", "--max_seq_length=128")
+    assert longer.returncode == 1 and longer.stderr.strip() == (
+        "error: --max_seq_length=128 does not fit the checkpoint's 64 positions; pass 8 to 64 "
+        "(default: 64)")
     assert not os.path.exists(tmp_path / "o2") and not os.path.exists(tmp_path / "o3")
+    assert not os.path.exists(tmp_path / "o4")
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
 
 
@@ -431,13 +441,16 @@ def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):
                                      without=without)
     out = str(tmp_path / "out")
     result = converters.import_tf1(str(tmp_path / "ckpt" / "model.ckpt-1"), out,
-                                   _vocab(tmp_path / "vocab.txt", 120))
+                                   _vocab(tmp_path / "vocab.txt", 120),
+                                   generator_hidden_fraction=0.5)
     expected = ["generator"] if without[0] == "generator" else ["discriminator_predictions"]
     assert result["not_imported"] == expected
     assert json.load(open(os.path.join(out, "model_info.json")))["not_imported"] == expected
     assert "uniform_generator" not in open(os.path.join(out, "operative_config.gin")).read()
     loaded = load_pretrainer(out)
     assert loaded.model.generator is not None
+    if without[0] == "generator":  # a fresh one of the fraction asked for
+        assert loaded.model.generator.config.hidden_size == 32
     np.testing.assert_array_equal(
         loaded.model.discriminator.blocks[0].attention.query.kernel.numpy(),
         values["electra/encoder/layer_0/attention/self/query/kernel"])

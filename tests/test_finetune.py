@@ -1066,6 +1066,15 @@ def test_bad_inputs_in_process(tmp_path):
         tasks.get_task("sst3")
     with pytest.raises(UserInputError, match="has no train file"):
         tasks.load(tasks.get_task("rte"), data_dir=str(tmp_path))
+    # Two train files in a --data_dir: which one is meant (was: the CSV, silently)?
+    both = tmp_path / "both"
+    both.mkdir()
+    for name in ("train.csv", "train.tsv", "dev.csv"):
+        (both / name).write_text("text,label\na,x\nb,y\n")
+    with pytest.raises(UserInputError) as raised:
+        tasks.load(tasks.get_task("classification"), data_dir=str(both))
+    assert str(raised.value) == (f"{both} has several train files (train.csv, train.tsv); keep "
+                                 "one, or pass --train_file, --dev_file and --test_file")
 
 
 def test_more_bad_inputs_fail_before_training_with_one_line(tmp_path):

@@ -159,7 +159,8 @@ def config_from_state_dict(state: dict, num_heads: int | None = None,
 
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
                lower_case: bool = True, num_heads: int | None = None,
-               max_seq_length: int = 512, generator_hidden_fraction: float = 0.25) -> dict:
+               max_seq_length: int | None = None,
+               generator_hidden_fraction: float = 0.25) -> dict:
     """Imports an official TF1 ELECTRA checkpoint (both networks, any size) into a model
     dir; returns {"model_info", "skipped", "not_imported"}. A checkpoint without a generator
     or a replaced-token head (a fine-tuned one) gets those parts freshly initialised (a
@@ -278,7 +279,8 @@ def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
 
 def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None = None,
               vocab_file: str | None = None, lower_case: bool | None = None,
-              max_seq_length: int = 512, generator_hidden_fraction: float = 0.25) -> dict:
+              max_seq_length: int | None = None,
+              generator_hidden_fraction: float = 0.25) -> dict:
     """Imports transformers directories into a model dir: an `ElectraForPreTraining` (or
     `ElectraModel`, or a BERT checkpoint: the encoder only) and optionally an
     `ElectraForMaskedLM` generator; returns {"model_info", "skipped", "not_imported"}.
@@ -473,11 +475,12 @@ def gin_bindings(model: ElectraPretrainer) -> str:
 
 
 def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str | None,
-                    lower_case: bool, max_seq_length: int, source: str,
+                    lower_case: bool, max_seq_length: int | None, source: str,
                     not_imported=(), strip_accents: bool | None = None) -> dict:
     """Writes `model` as a model dir (checkpoint ckpt-1, operative_config.gin,
     model_info.json), refusing a dir that already holds anything (an empty one is used).
-    `strip_accents` None: as `lower_case` (BERT's rule).
+    `max_seq_length` None: the checkpoint's positions. `strip_accents` None: as
+    `lower_case` (BERT's rule).
 
     model_info.json records the parts the source did not hold (`not_imported`, names of
     NOT_IMPORTED: freshly initialised) and `imported_checkpoint`, the checkpoint they are
@@ -497,7 +500,13 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
         raise UserInputError(f"--output_dir={output_dir} is not empty (it holds "
                              f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); use a "
                              "new directory")
-    max_seq_length = min(max_seq_length, model.discriminator_config.max_position_embeddings)
+    positions = model.discriminator_config.max_position_embeddings
+    if max_seq_length is None:
+        max_seq_length = positions
+    elif not 8 <= max_seq_length <= positions:
+        raise UserInputError(f"--max_seq_length={max_seq_length} does not fit the checkpoint's "
+                             f"{positions} positions; pass 8 to {positions} (default: "
+                             f"{positions})")
     config = gin_bindings(model)
     info = describe(model, seq_length=max_seq_length,
                     num_predictions=max(1, int(0.155 * max_seq_length)), mask_prob=0.15,

@@ -110,10 +110,13 @@ class TaskData:
 
 
 def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
-    for name in names:
-        path = os.path.join(data_dir, name)
-        if tf.io.gfile.exists(path):
-            return path
+    """The one file of `names` in data_dir; two of them are refused (which one is meant?)."""
+    found = [name for name in names if tf.io.gfile.exists(os.path.join(data_dir, name))]
+    if len(found) > 1:
+        raise UserInputError(f"{data_dir} has several {what} files ({', '.join(found)}); keep "
+                             "one, or pass --train_file, --dev_file and --test_file")
+    if found:
+        return os.path.join(data_dir, found[0])
     if required:
         raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}); pass the "
                              "folder of the task's release as --data_dir")
