@@ -717,6 +717,51 @@ def test_mirrored_replicas_train_the_weights_of_one_device(tmp_path, init, mirro
     assert init.weights is not None  # the runs started from pre-trained weights
 
 
+def test_summed_loss_steps_on_count_times_the_mean_gradients(tmp_path, init):
+    """finetuning.loss_reduction='sum' (the official code's): the gradients handed to the
+    optimizer are those of the mean times the batch's denominator (8 examples; the tagged
+    words of 8 sentences), and the reported loss stays the mean."""
+    import dataclasses
+
+    from electra_tf.finetune import runner, tasks
+    quiet = dataclasses.replace(init, config=dataclasses.replace(
+        init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
+    rows = movie_rows()[:16]
+    sentences = write_csv(tmp_path / "train.csv", ["label", "text"],
+                          [(r["sentiment"], r["text"]) for r in rows])
+    tagging = conll(tmp_path / "train.txt", austen_sentences(16))
+    options = dict(max_seq_length=48, doc_stride=128, max_query_length=64,
+                   double_unordered=True)
+
+    class Recorder:  # the optimizer's place: keeps what it would apply
+        def __init__(self, variables):
+            self.grads = [tf.Variable(tf.zeros_like(v)) for v in variables]
+
+        def apply(self, grads, variables):
+            for slot, g in zip(self.grads, grads):
+                slot.assign(g)
+
+    for task, train in (("classification", sentences), ("tagging", tagging)):
+        data = tasks.load(tasks.get_task(task), train_file=train, dev_file=train,
+                          log=lambda *_: None)
+        adapter = runner._ADAPTERS[task](data, quiet.tokenizer(), options, None)
+        features, seen = adapter.train_features, {}
+        for summed in (False, True):
+            model, _ = runner.build_trial(quiet, adapter.head, adapter.num_outputs, 0, 1, 1e-3,
+                                          0.8, head_dropout=0.0, aggregate_gradients=False)
+            recorder = Recorder(model.trainable_variables)
+            loss, _ = runner._train(model, recorder, adapter, features, 1, 8, 0, None, 1,
+                                    lambda *_: None, tf.distribute.get_strategy(),
+                                    summed=summed)
+            seen[summed] = (loss, [g.numpy() for g in recorder.grads])
+        first = np.random.default_rng(0).permutation(len(features["input_ids"]))[:8]
+        count = float(adapter.loss_count(runner._batch(features, first, 1)))
+        assert count == 8 if task == "classification" else count > 8
+        assert seen[True][0] == pytest.approx(seen[False][0], rel=1e-6)
+        for mean, total in zip(seen[False][1], seen[True][1]):
+            np.testing.assert_allclose(total, count * mean, rtol=1e-4, atol=1e-7)
+
+
 _WORKER = """
 import dataclasses, json, sys
 sys.path.insert(0, {root!r})

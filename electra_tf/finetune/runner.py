@@ -120,7 +120,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    max_train_steps: int | None = None, doc_stride: int = 128,
                    max_query_length: int = 64, max_answer_length: int = 30,
                    n_best_size: int = 20, no_answer_threshold: float = 0.5,
-                   double_unordered: bool = True,
+                   double_unordered: bool = True, loss_reduction: str = "mean",
                    log_every: int | None = None, save_model: bool = True,
                    precision: str = "float32", jit_compile: bool = False,
                    strategy: tf.distribute.Strategy | None = None) -> dict:
@@ -149,6 +149,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         extractive QA (see `squad`).
       double_unordered: train MRPC and STS-B on both orders of each pair (the official
         code's option of that name; it doubles their training sets).
+      loss_reduction: "mean" (over the batch's examples, or tagged words) or "sum", as the
+        official code minimises; with clip_norm 1 the summed loss's gradients are clipped to
+        unit norm at nearly every step.
       log_every: steps between loss lines (default: 10 lines per trial).
       save_model: write each trial's fine-tuned weights.
       precision: Keras' policy for the trials: float32, mixed_bfloat16 (TPUs, Ampere and
@@ -170,6 +173,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
                              f"{', '.join(flops.PRECISIONS)}")
+    if loss_reduction not in ("mean", "sum"):
+        raise UserInputError(f"finetuning.loss_reduction={loss_reduction!r} is not 'mean' or "
+                             "'sum'")
     task = task_data.task
     if max_seq_length is None:
         max_seq_length = min(task.max_seq_length, init.config.max_position_embeddings)
@@ -231,7 +237,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 loss_scale = LossScale() if precision == "mixed_float16" else None
             loss, skipped = _train(model, optimizer, adapter, train, steps, train_batch_size,
                                    trial_seed, clip_norm, log_every or max(1, steps // 10), log,
-                                   strategy, loss_scale, jit_compile)
+                                   strategy, loss_scale, jit_compile, loss_reduction == "sum")
             dev, outputs = {}, {}
             for i, split in enumerate(adapter.dev_splits):
                 predicted = _predict(model, split.features, eval_batch_size)
@@ -268,7 +274,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              layerwise_lr_decay=layerwise_lr_decay,
                              official_layerwise_decay=official_layerwise_decay,
                              warmup_proportion=warmup_proportion,
-                             double_unordered=double_unordered, precision=precision,
+                             double_unordered=double_unordered,
+                             loss_reduction=loss_reduction, precision=precision,
                              jit_compile=jit_compile))
     if chief:
         atomic.write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
@@ -385,7 +392,8 @@ def _signature(features: dict) -> dict:
 
 
 def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_norm,
-           log_every, log, strategy, loss_scale=None, jit_compile=False) -> tuple[float, int]:
+           log_every, log, strategy, loss_scale=None, jit_compile=False,
+           summed=False) -> tuple[float, int]:
     """`steps` AdamW steps over shuffled batches; returns the mean loss of the last
     `log_every` steps and the number of steps skipped. Each replica takes an equal slice of
     every batch; its loss is weighted by its share of the batch's loss denominator
@@ -394,7 +402,8 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     a `LossScale` (mixed_float16) the loss is scaled before the gradients and they are
     unscaled after; a step whose gradients overflow is skipped and the scale halves. With
     `jit_compile` XLA compiles the forward and backward pass (the replicas' all-reduce and
-    the update stay outside it, so any strategy runs it)."""
+    the update stay outside it, so any strategy runs it). `summed`: minimise the sum over
+    the batch instead of the mean (the reported loss stays the mean)."""
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
 
@@ -420,7 +429,9 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         context = tf.distribute.get_replica_context()
         count = adapter.loss_count(batch)
         total = strategies.sum_over_replicas(context, count)
-        loss, grads = gradients(batch, count / total)
+        loss, grads = gradients(batch, count if summed else count / total)
+        if summed:
+            loss = loss / total
         grads = strategies.sum_over_replicas(context, grads)
         loss = strategies.sum_over_replicas(context, loss)
         finite = tf.constant(True)
