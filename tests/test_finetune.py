@@ -930,6 +930,45 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
     assert scores["best_f1"] == pytest.approx(100 * (n - 1) / n)  # none dropped
 
 
+def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
+    """The span softmax runs over the context and [CLS] only (the official answer_mask: a
+    logit on a question token changes nothing), and the token and answerability heads have
+    no dropout (the official tagging and QA heads); the sentence head keeps its 0.1."""
+    import dataclasses
+
+    from electra_tf.finetune import runner, tasks
+    from electra_tf.finetune.models import TaskModel
+    sentences = austen_sentences(12)
+    train = squad_json(tmp_path / "train.json", [sentences[i:i + 3] for i in range(0, 12, 3)],
+                       impossible=True)
+    data = tasks.load(tasks.get_task("squad_v2"), train_file=train, dev_file=train,
+                      log=lambda *_: None)
+    adapter = runner._QATask(data, init.tokenizer(), dict(
+        max_seq_length=64, doc_stride=32, max_query_length=24, double_unordered=True), None)
+    batch = {k: tf.constant(v[:8]) for k, v in adapter.train_features.items()}
+    rng = np.random.default_rng(0)
+    outputs = {k: tf.constant(rng.normal(size=(8, 64)).astype(np.float32))
+               for k in ("start_logits", "end_logits")}
+    outputs["answerable_logits"] = tf.constant(rng.normal(size=8).astype(np.float32))
+    question = (batch["input_mask"].numpy() == 1) & (batch["segment_ids"].numpy() == 0)
+    question[:, 0] = False  # [CLS] stands for "no answer"
+    assert question.sum() > 8 * 3
+    louder = {**outputs, **{k: outputs[k] + 20.0 * question for k in ("start_logits",
+                                                                       "end_logits")}}
+    assert float(adapter.loss(louder, batch)) == pytest.approx(float(adapter.loss(outputs,
+                                                                                  batch)))
+    config = dataclasses.replace(init.config, dropout_rate=0.0, attention_dropout_rate=0.0)
+    ids = {"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
+           "segment_ids": batch["segment_ids"]}
+    for head, answerability, keeps in (("token", False, True), ("span", True, True),
+                                       ("sentence", False, False)):
+        model = TaskModel(config, head, 3, head_dropout=0.5, answerability=answerability)
+        trained, inferred = model(ids, training=True), model(ids, training=False)
+        for key in inferred:
+            same = np.allclose(trained[key].numpy(), inferred[key].numpy(), atol=1e-6)
+            assert same == keeps, (head, key)
+
+
 def test_qa_v1_and_v2_end_to_end(tmp_path, init):
     from electra_tf.finetune import metrics
     sentences = austen_sentences(60)

@@ -3,9 +3,11 @@
 Heads (the official ELECTRA fine-tuning heads):
 - `sentence`: dropout + linear on the [CLS] position (classification logits, or one
   regression value); ELECTRA has no pooler.
-- `token`: dropout + linear at every position (tagging logits).
+- `token`: linear at every position (tagging logits; no dropout, as the official
+  tagging_tasks.py).
 - `span`: linear to start and end logits at every position; with `answerability`, also a
-  linear on [CLS] giving the logit that the question has an answer (SQuAD 2.0).
+  linear on [CLS] giving the logit that the question has an answer (SQuAD 2.0; BERT's
+  head, without dropout as the official qa_tasks.py's heads).
 """
 
 import keras
@@ -25,7 +27,8 @@ class TaskModel(keras.Model):
       config: the encoder's shape.
       head: "sentence", "token" or "span".
       num_outputs: classes (1 for regression); unused by "span".
-      head_dropout: dropout before the head's linear layer (0.1 in the paper).
+      head_dropout: dropout before the sentence head's linear layer (0.1 in the paper; the
+        official token and span heads have none).
       answerability: "span" only: add the answerability logit.
 
     Call: `model(features, training=False)` with `input_ids`, `input_mask`, `segment_ids`
@@ -72,11 +75,9 @@ class TaskModel(keras.Model):
             cls = self.dropout(sequence[:, 0], training=training)
             return {"logits": self.output_layer(cls)}
         if self.head == "token":
-            hidden = self.dropout(sequence, training=training)
-            return {"logits": self.output_layer(hidden)}
+            return {"logits": self.output_layer(sequence)}
         logits = self.output_layer(sequence)  # [B, L, 2]
         outputs = {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
         if self.answerable_layer is not None:
-            cls = self.dropout(sequence[:, 0], training=training)
-            outputs["answerable_logits"] = self.answerable_layer(cls)[:, 0]
+            outputs["answerable_logits"] = self.answerable_layer(sequence[:, 0])[:, 0]
         return outputs

@@ -698,12 +698,15 @@ class _QATask:
         self.test_splits = [split(s) for s in data.test]
 
     def loss(self, outputs, batch):
-        # Padding positions must not be chosen: mask them out of the softmax.
-        pad = (1.0 - tf.cast(batch["input_mask"], tf.float32)) * -10000.0
+        # The official answer_mask: the softmax runs over the context (segment 1, its [SEP]
+        # included) and [CLS] (no answer), not the question or the padding.
+        context = tf.cast(batch["input_mask"] * batch["segment_ids"], tf.float32)
+        allowed = tf.maximum(context, tf.one_hot(0, tf.shape(context)[1]))
+        outside = (1.0 - allowed) * -10000.0
         start = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            batch["start_positions"], outputs["start_logits"] + pad)
+            batch["start_positions"], outputs["start_logits"] + outside)
         end = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            batch["end_positions"], outputs["end_logits"] + pad)
+            batch["end_positions"], outputs["end_logits"] + outside)
         loss = tf.reduce_mean(start + end) / 2.0
         if self.answerability:
             loss += tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
