@@ -33,11 +33,14 @@ def write_text(path: str, text: str, overwrite: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(path: str):
-    """Yields a temporary folder beside `path` to fill; when the block ends without an
-    exception the folder becomes `path` (an empty folder there is replaced; the caller has
-    checked that it may be), else it is removed."""
-    temporary = temporary_name(path)
+def staged_dir(path: str, temporary: str | None = None):
+    """Yields a temporary folder beside `path` to fill (`temporary`, default
+    temporary_name(path)); when the block ends without an exception the folder becomes
+    `path` (a folder there is replaced; the caller has checked that it may be), else it is
+    removed."""
+    temporary = temporary or temporary_name(path)
+    if tf.io.gfile.exists(temporary):  # a given name, left by a killed run
+        tf.io.gfile.rmtree(temporary)
     tf.io.gfile.makedirs(temporary)
     try:
         yield temporary

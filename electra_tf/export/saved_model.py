@@ -526,19 +526,12 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         check_imported(loaded, model_dir, kind)
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
-    temporary = os.path.join(export_dir, model_name, f".tmp-{version}-{os.getpid()}")
-    if tf.io.gfile.exists(temporary):
-        tf.io.gfile.rmtree(temporary)
-    try:
+    # A hidden name, which TF Serving (numeric version folders) does not take for a version.
+    hidden = os.path.join(export_dir, model_name, f".tmp-{version}-{os.getpid()}")
+    with atomic.staged_dir(target, hidden) as temporary:
         tf.saved_model.save(module, temporary, signatures={
             "serving_default": module.serving_default, "predict_ids": module.predict_ids})
         _write_warmup(os.path.join(temporary, "assets.extra"), model_name, module.input_names)
-        if tf.io.gfile.exists(target):
-            tf.io.gfile.rmtree(target)
-        tf.io.gfile.rename(temporary, target)
-    finally:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.rmtree(temporary)
     write_models_config(export_dir, model_name)
     return target
 
