@@ -400,11 +400,14 @@ def _free_port():
 
 def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     """... and evaluate together: with eval_steps beyond the held-out records, each worker's
-    share of them (files sharded by worker, unequal) gives the steps both run."""
-    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    share of them (files sharded by worker, unequal) gives the steps both run. The cluster
+    has a chief and a worker, whose task ids are both 0: each reads its own input pipeline
+    (both read pipeline 0 before, the same batches)."""
+    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     processes = []
-    for index in range(2):
-        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    for task in ("chief", "worker"):
+        tf_config = {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
+                     "task": {"type": task, "index": 0}}
         processes.append(script(
             *script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 4",
                          "pretraining.eval_steps = 100000"), f"--eval_data={data}",
@@ -417,6 +420,8 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     assert os.path.exists(tmp_path / "model" / "ckpt-4.index")  # the chief wrote it
     assert not glob.glob(str(tmp_path / "model" / ".worker-*"))  # the other cleaned up
     assert "each evaluation runs" in outputs[0][0] and "eval at step 4" in outputs[0][0]
+    assert [re.findall(r"worker \d of 2 reads input pipeline \d", out) for out, _ in outputs] == [
+        ["worker 0 of 2 reads input pipeline 0"], ["worker 1 of 2 reads input pipeline 1"]]
 
 
 # ------------------------------------------------------------------------------ variants

@@ -207,6 +207,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                         whole_word_masking=whole_word_masking, seed=seed)
     dataset, local_replicas = pipeline.worker_dataset(strategy, train_batch_size, train_data,
                                                       worker_index=task_id, **data_options)
+    workers = pipeline.num_workers(strategy)
+    if workers > 1:
+        log(f"worker {task_id} of {workers} reads input pipeline {task_id}")
     num_predictions = (info["max_predictions"] or max_predictions_per_seq
                        or masking.default_max_predictions(max_seq_length, mask_prob))
 

@@ -65,16 +65,30 @@ def _create(name: str, tpu: str | None) -> tf.distribute.Strategy:
 
 
 def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, bool]:
-    """(this worker's index, whether it is the chief that writes the model directory)."""
+    """(this worker's index among all training tasks, which is its input pipeline; whether
+    it is the chief that writes the model directory)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
         return 0, True
     task_type, task_id = resolver.task_type, resolver.task_id
     if task_type is None:  # a one-worker TF_CONFIG
         return 0, True
+    cluster = resolver.cluster_spec().as_dict()
     chief = task_type == "chief" or (task_type == "worker" and task_id == 0
-                                     and "chief" not in resolver.cluster_spec().as_dict())
-    return int(task_id or 0), chief
+                                     and "chief" not in cluster)
+    return task_index(cluster, task_type, int(task_id or 0)), chief
+
+
+def task_index(cluster: dict, task_type: str, task_id: int) -> int:
+    """A training task's place among all of them, as tf.distribute numbers them: the chief
+    (when the cluster has one) 0, then the workers. (A worker's own task_id restarts at 0
+    beside a chief: fed by it, worker 0 read the chief's share of the data.)"""
+    if task_type == "chief":
+        return 0
+    if task_type != "worker":
+        raise UserInputError(f"TF_CONFIG's task type {task_type!r} does not train; give the "
+                             "training tasks type 'chief' or 'worker'")
+    return task_id + (1 if "chief" in cluster else 0)
 
 
 def checkpoint_directory(model_dir: str, strategy: tf.distribute.Strategy) -> str:
