@@ -3,6 +3,7 @@ SIGTERM, replicas and gradient accumulation equal one big batch, two processes o
 multi-worker training end identical, two-stage training, non-finite losses, bad input."""
 
 import glob
+import http.server
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -228,13 +230,32 @@ def test_a_resumed_xla_run_loads_its_compiled_step_and_ends_the_same(tmp_path, d
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+class _GceMetadata(http.server.BaseHTTPRequestHandler):
+    """What Google Cloud's metadata server answers TensorFlow's "am I on GCP?" probe."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200 if self.path.endswith("/instance/hostname") else 404)
+        self.end_headers()
+        self.wfile.write(b"vm.internal")
+
+    def log_message(self, *args):
+        pass
+
+
 def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
+    """... on a Google Cloud VM too (its metadata server answering at GCE_METADATA_IP), where
+    TensorFlow's PreemptionCheckpointHandler saves nothing for a CPU or TPU VM (the process
+    died of the signal)."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _GceMetadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     more = ["NUM_TRAIN_STEPS = 400", "CHECKPOINT_EVERY = 1000"]
-    process = script(*script_args(tmp_path, data, *more))
+    process = script(*script_args(tmp_path, data, *more),
+                     env={"GCE_METADATA_IP": f"127.0.0.1:{server.server_port}"})
     _wait_for(str(tmp_path / "ckpt-0.index"), process)
     time.sleep(2)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=300)
+    server.shutdown()
     assert process.returncode == pretraining.PREEMPTED_EXIT_CODE, err
     saved = [int(p.split("-")[-1].split(".")[0]) for p in glob.glob(str(tmp_path / "ckpt-*.index"))]
     preempted_at = max(saved)

@@ -8,8 +8,9 @@
 Everything the run writes is in the model dir: `ckpt-N` checkpoints (model, optimizer, the
 input iterator and the loop state, so rerunning the same command resumes exactly where the
 last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_config.gin`
-and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop after
-the one it arrives in (the workers agree on that step) and exits with code 143.
+and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop it
+arrives in (with several workers, TensorFlow's PreemptionCheckpointHandler has them agree on
+a step: the end of the loop after) and exits with code 143.
 
 A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
 the default), or restores the last checkpoint and skips the offending batch, at most
@@ -124,9 +125,9 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     max_restores=max_restores)
     _check_choice("pretraining.precision", precision, PRECISIONS)
     _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
-    # The run sets Keras' global precision policy, op determinism (--deterministic) and,
-    # through PreemptionCheckpointHandler, the process's SIGTERM handler (which only flags
-    # the signal for the run's loop, and holds the run's model): put all three back
+    # The run sets Keras' global precision policy, op determinism (--deterministic) and
+    # the process's SIGTERM handler (which only flags the signal for the run's loop, and
+    # holds the run's model): put all three back
     # afterwards (tests and notebooks run several things in one process; after the run a
     # SIGTERM must end the process again, and a later run without --deterministic must not
     # pay for determinism). The global random seed stays as the run set it.
@@ -298,18 +299,32 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                                   **data_options)
         evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas)
     monitor.trainer, monitor.evaluator = trainer, evaluator
-    with strategy.scope():
-        preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
-            _cluster_resolver(strategy), manager,
-            termination_config=tf.distribute.experimental.TerminationConfig(
-                exit_fn=monitor.preempted))
+    if workers == 1:
+        # One process (default, mirrored, TPU): SIGTERM sets a flag, and the end of the loop
+        # it arrives in saves and exits. TensorFlow's PreemptionCheckpointHandler does
+        # nothing on Google Cloud's TPU and CPU VMs and watches maintenance events, not
+        # SIGTERM, on its GPU VMs: a Spot VM's stop would have saved nothing.
+        terminated = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: terminated.set())
 
-    def save_if_preempted(_):
-        # Its save reads TensorFlow's own deprecated total_run_calls, whose 6-line warning
-        # would be all a preempted run prints besides our line.
-        with deprecation.silence():
-            preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
-                                                    check_interval=False)
+        def save_if_preempted(_):
+            if terminated.is_set():
+                manager.save(checkpoint_number=state.step, check_interval=False)
+                monitor.preempted()
+    else:  # the workers must agree on the step to save at: TensorFlow's handler does that
+        with strategy.scope():
+            preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
+                _cluster_resolver(strategy), manager,
+                termination_config=tf.distribute.experimental.TerminationConfig(
+                    exit_fn=monitor.preempted))
+
+        def save_if_preempted(_):
+            # Its save reads TensorFlow's own deprecated total_run_calls, whose 6-line
+            # warning would be all a preempted run prints besides our line.
+            with deprecation.silence():
+                preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
+                                                        check_interval=False)
 
     publish = [lambda _: cache.publish()] if cache else []
     orbit.controller._log = _orbit_log  # pylint: disable=protected-access
@@ -455,7 +470,7 @@ class _Monitor:
                  "generator's weights, the generator is frozen")
 
     def preempted(self):
-        # PreemptionCheckpointHandler has saved a checkpoint when this runs.
+        # The checkpoint of this step is saved when this runs.
         self.log(f"preempted (SIGTERM): saved a checkpoint at step "
                  f"{int(self.state.step.numpy())}; rerun the same command to resume")
         sys.stdout.flush()
