@@ -1,6 +1,5 @@
 """Reading back the scalars a run wrote to TensorBoard (for plots, studies and tests)."""
 
-import glob
 import os
 
 import tensorflow as tf
@@ -9,9 +8,9 @@ import tensorflow as tf
 def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     """{tag: [(step, value), ...]} of every scalar in a TensorBoard run directory (e.g.
     MODEL_DIR/train), in the order written; a step written twice (a run that went back to
-    a checkpoint) keeps its last value."""
+    a checkpoint) keeps its last value. Any tf.io.gfile path (gs://...)."""
     values: dict[str, dict[int, float]] = {}
-    for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+    for path in sorted(tf.io.gfile.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
         for record in tf.data.TFRecordDataset(path):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:

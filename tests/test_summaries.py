@@ -1,0 +1,17 @@
+"""Reading back a run's TensorBoard scalars, from any tf.io.gfile filesystem."""
+
+import tensorflow as tf
+
+from electra_tf.training import summaries
+
+
+def test_read_scalars_from_a_gfile_path_keeps_a_rewritten_steps_last_value():
+    # ram:// stands for gs:// here: a filesystem Python's glob cannot see (it read nothing).
+    writer = tf.summary.create_file_writer("ram://summaries_test/train")
+    with writer.as_default():
+        for step, value in ((3, 2.5), (4, 1.5), (4, 1.25)):  # step 4 again: a restored run
+            tf.summary.scalar("loss/total", value, step=step)
+        tf.summary.text("config/operative_config", "x = 1", step=0)  # not a scalar
+    writer.flush()
+    assert summaries.read_scalars("ram://summaries_test/train") == {
+        "loss/total": [(3, 2.5), (4, 1.25)]}
