@@ -443,6 +443,20 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     assert "each evaluation runs" in outputs[0][0] and "eval at step 4" in outputs[0][0]
     assert [re.findall(r"worker \d of 2 reads input pipeline \d", out) for out, _ in outputs] == [
         ["worker 0 of 2 reads input pipeline 0"], ["worker 1 of 2 reads input pipeline 1"]]
+    # Going on from the finished run: the worker's data position went with it (it resumed
+    # on the chief's, reading its batches). Both refuse, before writing anything.
+    more = [script(*script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 6"),
+                   "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
+                       {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
+                        "task": {"type": task, "index": 0}})}) for task in ("chief", "worker")]
+    for p in more:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 1 and err.strip().splitlines()[-1] == (
+            f"error: --model_dir={tmp_path / 'model'} holds the data position of the chief "
+            "only (a finished run of several workers removes the others', a run of one worker "
+            "has none), so 2 workers cannot go on from it exactly to step 6; start a new "
+            f"--model_dir with --init_checkpoint={tmp_path / 'model'}")
+    assert not os.path.exists(tmp_path / "model" / "ckpt-6.index")
 
 
 # ------------------------------------------------------------------------------ variants

@@ -280,6 +280,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     latest = tf.train.latest_checkpoint(model_dir)
     if latest:
         _restore(checkpoint, latest, model_dir)
+        _check_worker_positions(model_dir, workers, int(state.step.numpy()), num_train_steps)
         log(f"resuming from {latest} (step {int(state.step.numpy())})")
     elif init_checkpoint:
         _initialise(model, init_checkpoint)
@@ -633,6 +634,22 @@ def _skip_capacity(model_dir, max_restores) -> int:
             + ("this run's checkpoints can record; use at most that many, or start a new "
                "--model_dir" if latest else "a run can record; use at most that many"))
     return capacity
+
+
+def _check_worker_positions(model_dir, workers: int, step: int, num_train_steps: int):
+    """With several workers, each resumes its own input pipeline's position from its own
+    checkpoints (the model dir's hold the chief's); a finished run removed them, so going on
+    from it would feed the other workers the chief's batches. Every worker checks the same
+    shared folders, so all of them stop with this line, not one of them alone."""
+    if workers == 1 or step >= num_train_steps:
+        return
+    if any(not tf.train.latest_checkpoint(strategies.scratch_directory(model_dir, i))
+           for i in range(1, workers)):
+        raise UserInputError(
+            f"--model_dir={model_dir} holds the data position of the chief only (a finished "
+            "run of several workers removes the others', a run of one worker has none), so "
+            f"{workers} workers cannot go on from it exactly to step {num_train_steps}; start "
+            f"a new --model_dir with --init_checkpoint={model_dir}")
 
 
 def _check_resume(model_dir, model_info):

@@ -95,7 +95,12 @@ def checkpoint_directory(model_dir: str, strategy: tf.distribute.Strategy) -> st
     """Where this worker writes checkpoints: the model dir for the chief, a scratch dir
     inside it for other workers."""
     task_id, chief = worker_info(strategy)
-    return model_dir if chief else os.path.join(model_dir, f".worker-{task_id}-scratch")
+    return model_dir if chief else scratch_directory(model_dir, task_id)
+
+
+def scratch_directory(model_dir: str, worker: int) -> str:
+    """Worker `worker`'s (not the chief's) checkpoints: its own input pipeline's position."""
+    return os.path.join(model_dir, f".worker-{worker}-scratch")
 
 
 def num_chips(strategy: tf.distribute.Strategy, device: str | None = None) -> int:
