@@ -423,40 +423,52 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     """... and evaluate together: with eval_steps beyond the held-out records, each worker's
     share of them (files sharded by worker, unequal) gives the steps both run. The cluster
     has a chief and a worker, whose task ids are both 0: each reads its own input pipeline
-    (both read pipeline 0 before, the same batches)."""
+    (both read pipeline 0 before, the same batches). A finished run goes on to more steps
+    exactly: the worker keeps its data position (it resumed on the chief's before)."""
     addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
-    processes = []
-    for task in ("chief", "worker"):
-        tf_config = {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
-                     "task": {"type": task, "index": 0}}
-        processes.append(script(
-            *script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 4",
-                         "pretraining.eval_steps = 100000"), f"--eval_data={data}",
-            "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(tf_config)}))
-    outputs = [p.communicate(timeout=600) for p in processes]
-    for p, (out, err) in zip(processes, outputs):
-        assert p.returncode == 0, err
-    digests = [out.strip().splitlines()[-1].rsplit(" ", 1)[1] for out, _ in outputs]
-    assert digests[0] == digests[1]
-    assert os.path.exists(tmp_path / "model" / "ckpt-4.index")  # the chief wrote it
-    assert not glob.glob(str(tmp_path / "model" / ".worker-*"))  # the other cleaned up
-    assert "each evaluation runs" in outputs[0][0] and "eval at step 4" in outputs[0][0]
-    assert [re.findall(r"worker \d of 2 reads input pipeline \d", out) for out, _ in outputs] == [
-        ["worker 0 of 2 reads input pipeline 0"], ["worker 1 of 2 reads input pipeline 1"]]
-    # Going on from the finished run: the worker's data position went with it (it resumed
-    # on the chief's, reading its batches). Both refuse, before writing anything.
-    more = [script(*script_args(tmp_path / "model", data, "NUM_TRAIN_STEPS = 6"),
-                   "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
-                       {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
-                        "task": {"type": task, "index": 0}})}) for task in ("chief", "worker")]
-    for p in more:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 1 and err.strip().splitlines()[-1] == (
-            f"error: --model_dir={tmp_path / 'model'} holds the data position of the chief "
-            "only (a finished run of several workers removes the others', a run of one worker "
-            "has none), so 2 workers cannot go on from it exactly to step 6; start a new "
-            f"--model_dir with --init_checkpoint={tmp_path / 'model'}")
-    assert not os.path.exists(tmp_path / "model" / "ckpt-6.index")
+
+    def cluster(model_dir, steps, *more):
+        processes = [script(*script_args(model_dir, data, f"NUM_TRAIN_STEPS = {steps}"), *more,
+                            "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
+                                {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
+                                 "task": {"type": task, "index": 0}})})
+                     for task in ("chief", "worker")]
+        outputs = [p.communicate(timeout=600) for p in processes]
+        return [(p.returncode, out, err) for p, (out, err) in zip(processes, outputs)]
+
+    def digests(outputs):
+        for code, _, err in outputs:
+            assert code == 0, err
+        return [out.strip().splitlines()[-1].rsplit(" ", 1)[1] for _, out, _ in outputs]
+
+    model = tmp_path / "model"
+    outputs = cluster(model, 4, "--gin_bindings=pretraining.eval_steps = 100000",
+                      f"--eval_data={data}")
+    first = digests(outputs)
+    assert first[0] == first[1]
+    assert os.path.exists(model / "ckpt-4.index")  # the chief wrote it
+    # The worker's checkpoints are gone but for its data position.
+    assert sorted(os.listdir(model / ".worker-1-scratch")) == [
+        "data-4.data-00000-of-00001", "data-4.index"]
+    assert "each evaluation runs" in outputs[0][1] and "eval at step 4" in outputs[0][1]
+    assert [re.findall(r"worker \d of 2 reads input pipeline \d", out)
+            for _, out, _ in outputs] == [["worker 0 of 2 reads input pipeline 0"],
+                                          ["worker 1 of 2 reads input pipeline 1"]]
+    outputs = cluster(model, 6)
+    went_on = digests(outputs)
+    assert went_on[0] == went_on[1]
+    assert f"worker 1 resumes its data position from {model}/.worker-1-scratch/data-4" in \
+        outputs[1][1]
+    assert sorted(os.listdir(model / ".worker-1-scratch")) == [
+        "data-6.data-00000-of-00001", "data-6.index"]
+    # Without the worker's position both refuse, before writing anything.
+    shutil.rmtree(model / ".worker-1-scratch")
+    for code, _, err in cluster(model, 8):
+        assert code == 1 and err.strip().splitlines()[-1] == (
+            f"error: --model_dir={model} holds no data position at step 6 for worker 1 (a run "
+            "of fewer workers, or its .worker-1-scratch folder is gone), so 2 workers cannot "
+            f"go on from it exactly; start a new --model_dir with --init_checkpoint={model}")
+    assert not os.path.exists(model / "ckpt-8.index")
 
 
 # ------------------------------------------------------------------------------ variants

@@ -280,8 +280,14 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     latest = tf.train.latest_checkpoint(model_dir)
     if latest:
         _restore(checkpoint, latest, model_dir)
-        _check_worker_positions(model_dir, workers, int(state.step.numpy()), num_train_steps)
-        log(f"resuming from {latest} (step {int(state.step.numpy())})")
+        step = int(state.step.numpy())
+        _check_worker_positions(model_dir, workers, step, num_train_steps)
+        log(f"resuming from {latest} (step {step})")
+        position = _data_position(model_dir, task_id, step)
+        if not chief and not manager.latest_checkpoint and tf.io.gfile.exists(
+                position + ".index"):  # a finished run's: this worker's own batches go on
+            tf.train.Checkpoint(iterator=iterator).read(position).assert_consumed()
+            log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
         _initialise(model, init_checkpoint)
         log(f"initialised the model from {init_checkpoint}")
@@ -344,8 +350,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                       eval_every or checkpoint_every)
     else:
         controller.train(num_train_steps)
-    if not chief:
+    if not chief:  # its checkpoints copy the chief's but for the data position: keep that
         tf.io.gfile.rmtree(manager.directory)
+        tf.train.Checkpoint(iterator=iterator).write(
+            _data_position(model_dir, task_id, int(state.step.numpy())))
     return {"train": trainer.last_loop.get("values", {}),
             "eval": evaluator.last_eval if evaluator else {}, "step": int(state.step.numpy()),
             "weights_sha256": weights_digest(model)}
@@ -636,20 +644,29 @@ def _skip_capacity(model_dir, max_restores) -> int:
     return capacity
 
 
+def _data_position(model_dir: str, worker: int, step: int) -> str:
+    """Where a finished run leaves a non-chief worker's input position (its iterator)."""
+    return os.path.join(strategies.scratch_directory(model_dir, worker), f"data-{step}")
+
+
 def _check_worker_positions(model_dir, workers: int, step: int, num_train_steps: int):
-    """With several workers, each resumes its own input pipeline's position from its own
-    checkpoints (the model dir's hold the chief's); a finished run removed them, so going on
-    from it would feed the other workers the chief's batches. Every worker checks the same
-    shared folders, so all of them stop with this line, not one of them alone."""
+    """With several workers, each resumes its own input pipeline's position (the model
+    dir's checkpoints hold the chief's): from its own checkpoints, or after a finished run
+    from the position it left. Without it a worker would go on with the chief's batches.
+    Every worker checks the same shared folders, so all of them stop with this line, not one
+    of them alone."""
     if workers == 1 or step >= num_train_steps:
         return
-    if any(not tf.train.latest_checkpoint(strategies.scratch_directory(model_dir, i))
-           for i in range(1, workers)):
+    missing = [i for i in range(1, workers)
+               if not tf.train.latest_checkpoint(strategies.scratch_directory(model_dir, i))
+               and not tf.io.gfile.exists(_data_position(model_dir, i, step) + ".index")]
+    if missing:
         raise UserInputError(
-            f"--model_dir={model_dir} holds the data position of the chief only (a finished "
-            "run of several workers removes the others', a run of one worker has none), so "
-            f"{workers} workers cannot go on from it exactly to step {num_train_steps}; start "
-            f"a new --model_dir with --init_checkpoint={model_dir}")
+            f"--model_dir={model_dir} holds no data position at step {step} for worker "
+            f"{', '.join(map(str, missing))} (a run of fewer workers, or its "
+            f"{os.path.basename(strategies.scratch_directory(model_dir, missing[0]))} folder "
+            f"is gone), so {workers} workers cannot go on from it exactly; start a new "
+            f"--model_dir with --init_checkpoint={model_dir}")
 
 
 def _check_resume(model_dir, model_info):
