@@ -453,6 +453,10 @@ def test_regression_jsonl_scores_match_predictions(tmp_path, init):
     assert dev_scores["spearman"] == pytest.approx(stats.spearmanr(gold, predicted)[0], abs=1e-4)
 
 
+STS_B_HEADER = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                "sentence1", "sentence2", "score"]
+
+
 def _glue(folder, name, header, rows):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
@@ -511,8 +515,7 @@ def test_glue_formats_and_submission_files(tmp_path, init):
         submission = read_tsv(tmp_path / "mnli" / "trial_0" / "glue" / name)
         assert len(submission) == 7 and {r[1] for r in submission[1:]} <= set(nli)
     sts = tmp_path / "STS-B"
-    head = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
-            "sentence1", "sentence2", "score"]
+    head = STS_B_HEADER
     score = lambda r: f"{(float(r['rating']) + 4) * 5 / 8:.3f}"  # noqa: E731  [-4, 4] -> [0, 5]
     sts_row = lambda i, r: [str(i)] + ["x"] * 6 + [r["text"], rows[i + 2]["text"]]  # noqa: E731
     _glue(sts, "train.tsv", head, [sts_row(i, r) + [score(r)] for i, r in enumerate(rows[:24])])
@@ -539,8 +542,7 @@ def test_mrpc_and_stsb_train_on_both_orders_and_stsb_on_scores_over_5(tmp_path, 
           [(str(i % 2), "1", "2", a, b) for i, (a, b) in enumerate(pairs)])
     _glue(tmp_path / "MRPC", "dev.tsv", ["Quality", "#1 ID", "#2 ID", "#1", "#2"],
           [("1", "1", "2", *pairs[0])])
-    head = ["index", "genre", "filename", "year", "old_index", "source1", "source2",
-            "sentence1", "sentence2", "score"]
+    head = STS_B_HEADER
     _glue(tmp_path / "STS-B", "train.tsv", head,
           [(str(i), *["x"] * 6, a, b, f"{i * 0.8:.1f}") for i, (a, b) in enumerate(pairs)])
     _glue(tmp_path / "STS-B", "dev.tsv", head, [("0", *["x"] * 6, *pairs[0], "2.5")])

@@ -426,8 +426,8 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     `num_shards` defaults to the number of input pieces (and never exceeds it).
     `num_workers` defaults to one per core, at most one per BYTES_PER_WORKER of input; the
     output does not depend on it. `word_segmenter="jieba"` segments Chinese words and writes
-    a `word_start` feature that whole-word masking uses. What it did (or that the data set was already complete) is
-    reported through `log`.
+    a `word_start` feature that whole-word masking uses. What it did (or that the data set
+    was already complete) is reported through `log`.
     """
     config, assignment, total_bytes = _validate_and_plan(
         input_patterns, vocab_file, max_seq_length, num_shards, seed, lower_case,

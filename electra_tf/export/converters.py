@@ -309,7 +309,8 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         tied = (table in gen_state and disc_table is not None
                 and np.array_equal(gen_state[table], disc_table))
         sharing = "embeddings" if tied else "none"
-        for name in sorted(k for k in gen_state if tied and k.startswith("electra.embeddings.")):
+        shared = sorted(k for k in gen_state if k.startswith("electra.embeddings.")) if tied else []
+        for name in shared:
             theirs = disc_state.get(name, disc_state.get(name[len("electra."):]))
             if theirs is not None and not np.array_equal(theirs, gen_state[name]):
                 raise UserInputError(

@@ -753,17 +753,26 @@ _ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
 
 def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
                  max_seq_length, max_query_length, seed, decode_options, save_model):
-    partial = trial_dir + ".partial"
-    if tf.io.gfile.exists(partial):
-        tf.io.gfile.rmtree(partial)
-    for split in adapter.dev_splits:
-        adapter.write(partial, split, outputs[split.name], **decode_options)
-    for split in adapter.test_splits:
-        adapter.write(partial, split, test_outputs[split.name], test=True, **decode_options)
-    info = {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
+    with atomic.staged_dir(trial_dir, trial_dir + ".partial") as partial:
+        for split in adapter.dev_splits:
+            adapter.write(partial, split, outputs[split.name], **decode_options)
+        for split in adapter.test_splits:
+            adapter.write(partial, split, test_outputs[split.name], test=True,
+                          **decode_options)
+        atomic.write_text(os.path.join(partial, TASK_INFO), json.dumps(
+            _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
+                       decode_options), indent=2))
+        if save_model:
+            tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
+
+
+def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
+               decode_options) -> dict:
+    """A trial's task_info.json: what export (--kind=task) needs besides the weights."""
+    return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             "labels": task_data.labels, "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
-            "target_scale": getattr(adapter, "target_scale", 1.0),
+            "target_scale": task_data.task.target_scale,
             "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
             # What export (--kind=task) needs to feed raw text as training did.
             "text_pair": task_data.task.kind == "qa" or any(
@@ -771,9 +780,3 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_da
             "max_query_length": max_query_length, **decode_options,
             "lower_case": init.lower_case, "strip_accents": init.strip_accents,
             "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source}
-    atomic.write_text(os.path.join(partial, TASK_INFO), json.dumps(info, indent=2))
-    if save_model:
-        tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
-    if tf.io.gfile.exists(trial_dir):
-        tf.io.gfile.rmtree(trial_dir)
-    tf.io.gfile.rename(partial, trial_dir)
