@@ -526,17 +526,27 @@ def test_the_detector_refuses_a_task_export_in_one_line(task_exports):
 
 
 def test_task_qa_question_context_answer_and_answerability(task_exports):
+    """SQuAD 2.0 with ELECTRA's head: both signatures give the in-memory model's start
+    logits, beam and answerable logit; the answer is the beam's best allowed span (in the
+    context, end >= start, at most max_answer_length), widened to whole words, or none
+    where the no-answer probability exceeds the run's threshold (the official -2.75)."""
     out = task_exports["outputs"]["qa"]
     tok = tokenization.Tokenizer(UNCASED_VOCAB)
     ids = task_exports["inputs"]["qa"][1]
     expected = _expected(task_exports, "qa")
+    threshold = task_exports["runs"]["qa"]["hyperparameters"]["no_answer_threshold"]
+    assert threshold == pytest.approx(1 / (1 + np.exp(2.75)))
     mask = ids["input_mask"].astype(bool)
     assert ids["segment_ids"][1].tolist().index(1) == 12 + 2  # the question cut to 12 pieces
-    for key in ("start_logits", "end_logits"):
-        np.testing.assert_allclose(out[f"predict_ids__{key}"][mask], expected[key][mask],
-                                   atol=1e-5)
-        np.testing.assert_allclose(out[f"serving_default__{key}"][mask], expected[key][mask],
-                                   atol=1e-5)
+    for signature in ("predict_ids", "serving_default"):
+        np.testing.assert_allclose(out[f"{signature}__start_logits"][mask],
+                                   expected["start_logits"][mask], atol=1e-4)
+        # The beam's log-probabilities in order (indices may swap between near-equals).
+        for key in ("start_top_log_probs", "end_top_log_probs"):
+            np.testing.assert_allclose(out[f"{signature}__{key}"], expected[key], atol=1e-4)
+        assert f"{signature}__end_logits" not in out
+    same = out["predict_ids__start_top_index"] == expected["start_top_index"]
+    assert same.mean() > 0.95
     np.testing.assert_allclose(out["predict_ids__answerable_logits"],
                                expected["answerable_logits"], atol=1e-5)
     probability = 1 / (1 + np.exp(-expected["answerable_logits"]))
@@ -544,17 +554,16 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
                                atol=1e-5)
     vocab = tokenization.load_vocab(UNCASED_VOCAB)
     for n in range(len(ids["input_ids"])):
-        context = np.nonzero(ids["segment_ids"][n] * ids["input_mask"][n])[0][:-1]  # no [SEP]
-        real = np.nonzero(ids["input_mask"][n])[0]
-        starts, ends = (set(real[np.argsort(-expected[k][n, real])[:20]])  # n_best_size
-                        for k in ("start_logits", "end_logits"))
+        context = set(np.nonzero(ids["segment_ids"][n] * ids["input_mask"][n])[0][:-1])
         best, span = -np.inf, (-1, -1)
-        for s in context:
-            for e in context[(context >= s) & (context < s + 30)]:
-                score = expected["start_logits"][n, s] + expected["end_logits"][n, e]
-                if score > best and s in starts and e in ends:
+        starts = out["serving_default__start_top_index"][n]
+        for i, s in enumerate(starts):
+            for j, e in enumerate(out["serving_default__end_top_index"][n, i]):
+                score = (out["serving_default__start_top_log_probs"][n, i]
+                         + out["serving_default__end_top_log_probs"][n, i, j])
+                if s in context and e in context and s <= e < s + 30 and score > best:
                     best, span = score, (s, e)
-        if 1 - probability[n] > 0.5 or best == -np.inf:
+        if 1 - probability[n] > threshold or best == -np.inf:
             span = (-1, -1)
         pieces = [vocab[i] for i in ids["input_ids"][n]] + ["[PAD]"]
         while span[0] > 0 and pieces[span[0]].startswith("##"):  # whole words
@@ -585,8 +594,8 @@ def test_qa_span_choice_is_fine_tunings_decode():
                 for n in range(rows)]
     windows = [{"example": n, "first": first, "length": pieces, "start": 0,
                 "max_context": [True] * pieces} for n in range(rows)]
-    answers, _ = squad.decode(examples, windows, start, end, n_best_size=n_best,
-                              max_answer_length=longest,
+    answers, _ = squad.decode(examples, windows, {"start_logits": start, "end_logits": end},
+                              n_best_size=n_best, max_answer_length=longest,
                               contexts={examples[0].context: context})
     positions = np.arange(length)
     in_context = (positions >= first) & (positions < first + pieces)
@@ -603,6 +612,47 @@ def test_qa_span_choice_is_fine_tunings_decode():
         tf.constant(start), tf.constant(end), tf.constant(np.tile(in_context, (rows, 1))),
         tf.constant(np.tile(positions < first + pieces + 1, (rows, 1))), length, longest)
     assert np.mean(unranked.numpy() != got_first.numpy()) > 0.1
+
+
+def test_qa_beam_span_choice_is_fine_tunings_decode():
+    """The export's rule for ELECTRA's beam (best_beam_spans) and squad.decode pick the
+    same span on random beams: every start of the beam with each of its ends, inside the
+    context (not the question, [CLS], or a slot past the sequence), end >= start, at most
+    max_answer_length pieces, the highest start + end log-probability."""
+    from electra_tf.finetune import squad
+    rng = np.random.default_rng(1)
+    rows, length, first, pieces, k, longest = 300, 40, 6, 28, 3, 8
+    start_index = rng.integers(0, length + 3, (rows, k)).astype(np.int32)  # some past L
+    end_index = np.clip(start_index[:, :, None] + rng.integers(-3, 12, (rows, k, k)),
+                        0, length + 2).astype(np.int32)
+    start_lp = -rng.exponential(size=(rows, k)).astype(np.float32)
+    end_lp = -rng.exponential(size=(rows, k, k)).astype(np.float32)
+    words = [f"w{n:02d}" for n in range(pieces)]
+    context = squad._Context([(4 * n, 4 * n + 3) for n in range(pieces)], list(range(pieces)),
+                             list(range(pieces)), list(range(pieces)))
+    examples = [squad.QAExample(str(n), "q", " ".join(words), [], None, None, False)
+                for n in range(rows)]
+    windows = [{"example": n, "first": first, "length": pieces, "start": 0,
+                "max_context": [True] * pieces} for n in range(rows)]
+    beam = {"start_logits": np.zeros((rows, length), np.float32),
+            "start_top_index": start_index, "start_top_log_probs": start_lp,
+            "end_top_index": end_index, "end_top_log_probs": end_lp}
+    answers, _ = squad.decode(examples, windows, beam, max_answer_length=longest,
+                              contexts={examples[0].context: context})
+    positions = np.arange(length)
+    in_context = (positions >= first) & (positions < first + pieces)
+    got_first, got_last, found = saved_model.best_beam_spans(
+        tf.constant(start_index), tf.constant(start_lp), tf.constant(end_index),
+        tf.constant(end_lp), tf.constant(np.tile(in_context, (rows, 1))), longest)
+    decoded = [(first + words.index(a.split()[0]), first + words.index(a.split()[-1]))
+               if a else (-1, -1) for a in (answers[str(n)] for n in range(rows))]
+    assert list(zip(got_first.numpy().tolist(), got_last.numpy().tolist())) == decoded
+    assert found.numpy().tolist() == [a != "" for a in answers.values()]
+    assert 3 < sum(a == "" for a in answers.values()) < rows - 100  # rows with none
+    # The best score overall is often not allowed: the rule is what is tested.
+    overall = np.argmax((start_lp[:, :, None] + end_lp).reshape(rows, -1), axis=1)
+    best_start = np.take_along_axis(np.repeat(start_index, k, 1), overall[:, None], 1)[:, 0]
+    assert np.mean(best_start != got_first.numpy()) > 0.3
 
 
 def test_qa_answers_widen_to_whole_words_and_whitespace_is_berts():

@@ -250,12 +250,20 @@ def test_task_heads_start_as_the_official_ones():
     from electra_tf.finetune.models import TaskModel
     from electra_tf.modeling.config import encoder_config
     keras.utils.set_random_seed(0)
-    model = TaskModel(encoder_config("small", vocab_size=100), "span", answerability=True)
-    for layer, fan_out in ((model.output_layer, 2), (model.answerable_layer, 1)):
+    config = encoder_config("small", vocab_size=100)
+    bert = TaskModel(config, "span", answerability=True, qa_head="bert")
+    electra = TaskModel(config, "span", answerability=True)  # qa_tasks.py's dense layers
+    for layer, fan_in, fan_out in (
+            (bert.output_layer, 256, 2), (bert.answerable_layer, 256, 1),
+            (electra.output_layer, 256, 1), (electra.end_hidden, 512, 512),
+            (electra.end_layer, 512, 1), (electra.answerable_hidden, 512, 512),
+            (electra.answerable_layer, 512, 1)):
         kernel = layer.kernel.numpy()
-        limit = np.sqrt(6 / (256 + fan_out))
-        assert kernel.shape == (256, fan_out) and np.abs(kernel).max() <= limit
+        limit = np.sqrt(6 / (fan_in + fan_out))
+        assert kernel.shape == (fan_in, fan_out) and np.abs(kernel).max() <= limit
         assert kernel.std() == pytest.approx(limit / np.sqrt(3), rel=0.15)
+        assert not layer.bias.numpy().any()
+    model = electra
     query = model.encoder.layer_0.attention.query.kernel.numpy()
     assert query.std() == pytest.approx(0.02 * 0.8796, rel=0.1)
 
@@ -271,7 +279,8 @@ def test_task_heads_compute_in_float32_under_mixed_bfloat16(head):
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
-        model = TaskModel(encoder_config("tiny", vocab_size=100), head, 1, answerability=True)
+        model = TaskModel(encoder_config("tiny", vocab_size=100), head, 1, answerability=True,
+                          qa_head="bert")
         ids = np.random.default_rng(0).integers(1, 100, (64, 16)).astype(np.int32)
         features = {"input_ids": ids, "input_mask": np.ones_like(ids),
                     "segment_ids": np.zeros_like(ids)}
@@ -293,6 +302,85 @@ def test_task_heads_compute_in_float32_under_mixed_bfloat16(head):
         kernel, bias = (np.asarray(w) for w in model.answerable_layer.weights)
         np.testing.assert_allclose(outputs["answerable_logits"],
                                    (hidden[:, 0] @ kernel + bias)[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_electra_qa_head_is_the_official_one():
+    """ELECTRA's span head computed by numpy from the official qa_tasks.py formulas: start
+    logits masked to the context and [CLS]; end logits of gelu(dense_512([h_start; h_end]))
+    given the gold start when training; the answerable logit from [h_CLS; softmax(start)
+    . h]. At inference, the beam: the K best starts by log-probability, and for each the K
+    best ends of the same end distribution that training computes for that start. A
+    sequence shorter than K fills the beam's last slots with positions past it."""
+    import keras
+    from scipy.special import erf, log_softmax, softmax
+
+    from electra_tf.finetune.models import TaskModel
+    from electra_tf.modeling.config import encoder_config
+    keras.utils.set_random_seed(0)
+    config = dataclasses.replace(encoder_config("tiny", vocab_size=100), dropout_rate=0.0,
+                                 attention_dropout_rate=0.0)
+    model = TaskModel(config, "span", answerability=True, beam_size=5)
+    rng = np.random.default_rng(0)
+    b, length = 6, 16
+    ids = rng.integers(1, 100, (b, length)).astype(np.int32)
+    real = np.arange(length)[None] < np.array([16, 16, 12, 9, 7, 16])[:, None]
+    segment = (np.arange(length)[None] >= np.array([5, 8, 4, 3, 5, 2])[:, None]) & real
+    features = {"input_ids": ids * real, "input_mask": real.astype(np.int32),
+                "segment_ids": segment.astype(np.int32)}
+    gold = np.array([0, 9, 4, 5, 6, 15], np.int32)
+    trained = model({**features, "start_positions": gold}, training=True)
+    inferred = model(features, training=False)
+    h = model.encoder(features["input_ids"], features["input_mask"],
+                      features["segment_ids"]).numpy()
+
+    def dense(layer, x):
+        return x @ layer.kernel.numpy() + layer.bias.numpy()
+
+    def gelu(x):
+        return x * 0.5 * (1.0 + erf(x / np.sqrt(2.0)))
+
+    allowed = segment.astype(np.float32)
+    allowed[:, 0] = 1.0
+    start = dense(model.output_layer, h)[..., 0] + 1000.0 * (allowed - 1.0)
+
+    def end_logits(starts):  # [b] -> [b, L]
+        pair = np.concatenate([np.repeat(h[np.arange(b), starts][:, None], length, 1), h], -1)
+        return (dense(model.end_layer, gelu(dense(model.end_hidden, pair)))[..., 0]
+                + 1000.0 * (allowed - 1.0))
+
+    p = softmax(start, axis=-1)
+    cls_and_start = np.concatenate([h[:, 0], np.einsum("bl,blh->bh", p, h)], -1)
+    answerable = dense(model.answerable_layer, gelu(dense(model.answerable_hidden,
+                                                          cls_and_start)))[:, 0]
+    for outputs in (trained, inferred):
+        np.testing.assert_allclose(outputs["start_logits"], start, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(outputs["answerable_logits"], answerable, rtol=1e-5,
+                                   atol=1e-5)
+    np.testing.assert_allclose(trained["end_logits"], end_logits(gold), rtol=1e-5, atol=1e-4)
+    assert "end_logits" not in inferred
+    # The beam.
+    k = 5
+    start_log_probs = log_softmax(start, axis=-1)
+    top = np.argsort(-start_log_probs, axis=-1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(inferred["start_top_index"], top)
+    np.testing.assert_allclose(inferred["start_top_log_probs"],
+                               np.take_along_axis(start_log_probs, top, -1), atol=1e-5)
+    assert (np.take_along_axis(allowed, top, -1)[4, :3] == 1).all()  # [CLS] + 2 context
+    for i in range(k):
+        end_log_probs = log_softmax(end_logits(top[:, i]), axis=-1)
+        top_end = np.argsort(-end_log_probs, axis=-1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(inferred["end_top_index"][:, i], top_end)
+        np.testing.assert_allclose(inferred["end_top_log_probs"][:, i],
+                                   np.take_along_axis(end_log_probs, top_end, -1), atol=1e-4)
+    # Shorter than the beam: slots 3 and 4 of a 3-token sequence point past it.
+    short = model({k: v[:, :3] for k, v in features.items()}, training=False)
+    assert short["start_top_index"].shape == (b, 5) and short["end_top_index"].shape == (b, 5, 5)
+    assert (short["start_top_index"].numpy()[:, 3:] >= 3).all()
+    assert (short["start_top_log_probs"].numpy()[:, 3:] == -1e9).all()
+    assert (short["end_top_index"].numpy()[:, :3, 3:] >= 3).all()
+    with pytest.raises(ValueError, match="pass start_positions with training=True"):
+        model(features, training=True)
+
 
 # ------------------------------------------------------------------------------ sentence tasks
 
@@ -416,7 +504,7 @@ def test_xla_fine_tuning_trains_the_weights_of_the_uncompiled_step(tmp_path, ini
     assert runner._batch(features, np.array([2]), 32)["label_ids"].tolist() == [2]
 
 
-def test_an_unknown_precision_fails_before_training(tmp_path, init):
+def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
     from electra_tf.errors import UserInputError
     rows = movie_rows()[:8]
     train = write_csv(tmp_path / "train.csv", ["sentiment", "review"],
@@ -424,6 +512,11 @@ def test_an_unknown_precision_fails_before_training(tmp_path, init):
     with pytest.raises(UserInputError, match=r"finetuning.precision='bfloat16' is not one of "
                                              r"float32, mixed_bfloat16, mixed_float16"):
         finetune("classification", tmp_path / "out", init, ["finetuning.precision = 'bfloat16'"],
+                 train_file=train, dev_file=train, text_column="review",
+                 label_column="sentiment")
+    with pytest.raises(UserInputError, match=r"^finetuning.qa_head='xlnet' is not one of "
+                                             r"electra, bert"):
+        finetune("classification", tmp_path / "out", init, ["finetuning.qa_head = 'xlnet'"],
                  train_file=train, dev_file=train, text_column="review",
                  label_column="sentiment")
     assert not os.path.exists(tmp_path / "out")
@@ -686,9 +779,10 @@ def test_tagging_span_f1_on_written_predictions(tmp_path, init):
 
 def test_mirrored_replicas_train_the_weights_of_one_device(tmp_path, init, mirrored_strategy):
     """2 replicas (2 logical CPUs), each on half of every batch, end with the weights one
-    device trains on the whole batch: a sentence task (examples-mean loss) and a tagging
-    task (tagged-token mean, unevenly split between the replicas). Dropout is off, so the
-    two runs see the same computation."""
+    device trains on the whole batch: a sentence task (examples-mean loss), a tagging
+    task (tagged-token mean, unevenly split between the replicas) and SQuAD 2.0 with
+    ELECTRA's head (each replica's end logits given its own rows' gold starts). Dropout is
+    off, so the two runs see the same computation."""
     import dataclasses
 
     import tensorflow as tf
@@ -699,11 +793,15 @@ def test_mirrored_replicas_train_the_weights_of_one_device(tmp_path, init, mirro
                           [(r["sentiment"], r["text"]) for r in rows])
     tagged = austen_sentences(24)
     tagging = conll(tmp_path / "train.txt", tagged)
+    qa = squad_json(tmp_path / "squad.json", [tagged[i:i + 3] for i in range(0, 12, 3)],
+                    impossible=True)
     bindings = ["NUM_EPOCHS = 2", "LEARNING_RATE = 1e-3", "finetuning.head_dropout = 0.0"]
-    for task, train in (("classification", sentences), ("tagging", tagging)):
+    for task, train, more in (("classification", sentences, []), ("tagging", tagging, []),
+                              ("squad_v2", qa, ["MAX_SEQ_LENGTH = 64",
+                                                "finetuning.max_query_length = 24"])):
         weights = []
         for name, strategy in (("one", None), ("mirrored", mirrored_strategy)):
-            results = finetune(task, tmp_path / f"{task}_{name}", quiet, bindings,
+            results = finetune(task, tmp_path / f"{task}_{name}", quiet, bindings + more,
                                strategy=strategy, train_file=train, dev_file=train)
             reader = tf.train.load_checkpoint(str(tmp_path / f"{task}_{name}" / "trial_0"
                                                   / "model" / "ckpt"))
@@ -913,14 +1011,44 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
         if features["answerable"][f]:
             start[f, features["start_positions"][f]] = 5.0
             end[f, features["end_positions"][f]] = 5.0
-    answers, _ = squad.decode(examples, windows, start, end, tokenizer=uncased_tokenizer)
+    answers, _ = squad.decode(examples, windows, {"start_logits": start, "end_logits": end},
+                              tokenizer=uncased_tokenizer)
+    assert answers == {e.qid: e.answer_text for e in examples}
+    # ELECTRA's beam: the answer as start rank 2 with end rank 1 (log-probabilities -1.5
+    # and -0.5: -2.0); scored higher but not allowed: a start in the question, an end
+    # before the start, a span longer than max_answer_length (5), a start past the
+    # sequence (a short sequence's beam slot); lower: a start and end rank 0 elsewhere.
+    k, n_windows = 4, len(windows)
+    beam = {"start_top_index": np.zeros((n_windows, k), np.int32),
+            "start_top_log_probs": np.full((n_windows, k), -9.0, np.float32),
+            "end_top_index": np.zeros((n_windows, k, k), np.int32),
+            "end_top_log_probs": np.full((n_windows, k, k), -9.0, np.float32),
+            "start_logits": start}
+    for f, w in enumerate(windows):
+        first, last = w["first"], w["first"] + w["length"] - 1
+        s_, e_ = features["start_positions"][f], features["end_positions"][f]
+        beam["start_top_log_probs"][f] = [-0.1, -0.1, -1.5, -1.6]
+        if not features["answerable"][f]:  # not the answer, and lower
+            s_ = e_ = last - 1
+            beam["start_top_log_probs"][f, 2] = -1.7
+        beam["start_top_index"][f] = [first - 1, 48, s_, last - 1]
+        beam["end_top_index"][f, 0] = [first + 1, first, first, first]
+        beam["end_top_index"][f, 1] = [first + 1, first, first, first]
+        beam["end_top_log_probs"][f, :2] = -0.1
+        beam["end_top_index"][f, 2] = [s_ - 1, e_, s_ + 5, e_]
+        beam["end_top_log_probs"][f, 2] = [-0.1, -0.5, -0.2, -0.6]
+        beam["end_top_index"][f, 3] = [last, last, last, last]
+        beam["end_top_log_probs"][f, 3] = [-0.5, -0.6, -0.7, -0.8]
+    answers, _ = squad.decode(examples, windows, beam, tokenizer=uncased_tokenizer,
+                              max_answer_length=5)
     assert answers == {e.qid: e.answer_text for e in examples}
     # SQuAD 2.0: an answer the model doubts (no-answer probability 0.6) is still decoded;
     # scoring applies the threshold, and the best threshold is searched over it (blanked
     # at 0.5 in decoding, it could never count: best_f1 50 instead of 100).
     doubt = np.full(len(windows), np.log(0.4 / 0.6), np.float32)
-    answers, no_answer = squad.decode(examples, windows, start, end, doubt,
-                                      tokenizer=uncased_tokenizer)
+    answers, no_answer = squad.decode(examples, windows, {
+        "start_logits": start, "end_logits": end, "answerable_logits": doubt},
+        tokenizer=uncased_tokenizer)
     assert answers == {e.qid: e.answer_text for e in examples}
     assert no_answer == pytest.approx({e.qid: 0.6 for e in examples})
     from electra_tf.finetune import metrics
@@ -934,8 +1062,11 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
 
 def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
     """The span softmax runs over the context and [CLS] only (the official answer_mask: a
-    logit on a question token changes nothing), and the token and answerability heads have
-    no dropout (the official tagging and QA heads); the sentence head keeps its 0.1."""
+    logit on a question token changes nothing); ELECTRA's loss is (start + end) / 2 + 0.5
+    x the answerability loss on whether the *question* has an answer (the official
+    is_impossible; BERT's head learns whether the window holds it, weight 1); the token
+    and span heads have no dropout (the official tagging and QA heads); the sentence head
+    keeps its 0.1."""
     import dataclasses
 
     from electra_tf.finetune import runner, tasks
@@ -959,14 +1090,38 @@ def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
                                                                        "end_logits")}}
     assert float(adapter.loss(louder, batch)) == pytest.approx(float(adapter.loss(outputs,
                                                                                   batch)))
+    question_level = batch["question_answerable"].numpy()
+    window_level = batch["answerable"].numpy()
+    assert (question_level >= window_level).all() and (question_level > window_level).any()
+    allowed = (batch["input_mask"].numpy() * batch["segment_ids"].numpy()).astype(bool)
+    allowed[:, 0] = True
+
+    def cross_entropy(logits, positions):
+        logits = np.where(allowed, logits.numpy().astype(np.float64), -np.inf)
+        log_z = np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
+        return log_z - logits[np.arange(8), positions.numpy()]
+
+    def bce(logits, labels):
+        return np.log1p(np.exp(-logits)) + (1 - labels) * logits
+
+    spans = np.mean(cross_entropy(outputs["start_logits"], batch["start_positions"])
+                    + cross_entropy(outputs["end_logits"], batch["end_positions"])) / 2
+    logit = outputs["answerable_logits"].numpy().astype(np.float64)
+    assert float(adapter.loss(outputs, batch)) == pytest.approx(
+        spans + 0.5 * np.mean(bce(logit, question_level)), rel=1e-5)
+    adapter.qa_head = "bert"
+    assert float(adapter.loss(outputs, batch)) == pytest.approx(
+        spans + np.mean(bce(logit, window_level)), rel=1e-5)
     config = dataclasses.replace(init.config, dropout_rate=0.0, attention_dropout_rate=0.0)
     ids = {"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
            "segment_ids": batch["segment_ids"]}
-    for head, answerability, keeps in (("token", False, True), ("span", True, True),
-                                       ("sentence", False, False)):
-        model = TaskModel(config, head, 3, head_dropout=0.5, answerability=answerability)
-        trained, inferred = model(ids, training=True), model(ids, training=False)
-        for key in inferred:
+    for head, qa_head, keeps in (("token", "bert", True), ("span", "bert", True),
+                                 ("span", "electra", True), ("sentence", "bert", False)):
+        model = TaskModel(config, head, 3, head_dropout=0.5, answerability=head == "span",
+                          qa_head=qa_head)
+        trained = model({**ids, "start_positions": batch["start_positions"]}, training=True)
+        inferred = model(ids, training=False)
+        for key in set(inferred) & set(trained):
             same = np.allclose(trained[key].numpy(), inferred[key].numpy(), atol=1e-6)
             assert same == keeps, (head, key)
 
@@ -977,8 +1132,11 @@ def test_qa_v1_and_v2_end_to_end(tmp_path, init):
     contexts = [sentences[i:i + 3] for i in range(0, 60, 3)]
     train = squad_json(tmp_path / "train.json", contexts[:14])
     dev = squad_json(tmp_path / "dev.json", contexts[14:])
-    results = finetune("qa", tmp_path / "v1", init, ["NUM_EPOCHS = 1"], train_file=train,
-                       dev_file=dev)
+    # BERT's head here, ELECTRA's (the default) for SQuAD 2.0 below.
+    results = finetune("qa", tmp_path / "v1", init, ["NUM_EPOCHS = 1",
+                                                      "finetuning.qa_head = 'bert'"],
+                       train_file=train, dev_file=dev)
+    assert results["hyperparameters"]["qa_head"] == "bert"
     predictions = json.loads((tmp_path / "v1" / "trial_0" / "dev_predictions.json").read_text())
     golds = {q["id"]: [a["text"] for a in q["answers"]]
              for d in json.loads(open(dev).read())["data"] for p in d["paragraphs"]
@@ -997,16 +1155,24 @@ def test_qa_v1_and_v2_end_to_end(tmp_path, init):
                                                             "MAX_SEQ_LENGTH = None"],
                        train_file=train, dev_file=dev)
     assert results["hyperparameters"]["max_seq_length"] == 512
+    # ELECTRA's head, and its no-answer threshold: -2.75 on the impossibility logit.
+    threshold = results["hyperparameters"]["no_answer_threshold"]
+    assert results["hyperparameters"]["qa_head"] == "electra"
+    assert threshold == pytest.approx(1 / (1 + np.exp(2.75)))
+    info = json.loads((tmp_path / "v2" / "trial_0" / "task_info.json").read_text())
+    assert (info["qa_head"], info["beam_size"], info["no_answer_threshold"]) == (
+        "electra", 20, threshold)
     odds = json.loads((tmp_path / "v2" / "trial_0" / "dev_null_odds.json").read_text())
     predictions = json.loads((tmp_path / "v2" / "trial_0" / "dev_predictions.json").read_text())
     assert set(odds) == set(predictions) and all(0 <= p <= 1 for p in odds.values())
     # The official files: every question's best span (blanked only by the scoring), which
-    # with the odds give results.json's scores as evaluate-v2.0.py --na-prob-thresh=0.5.
+    # with the odds give results.json's scores as evaluate-v2.0.py --na-prob-thresh=0.06.
     assert all(predictions.values())
     golds = {q["id"]: [a["text"] for a in q["answers"]] or [""]
              for d in json.loads(open(dev).read())["data"] for p in d["paragraphs"]
              for q in p["qas"]}
-    assert results["median"] == pytest.approx(metrics.squad_scores(golds, predictions, odds))
+    assert results["median"] == pytest.approx(metrics.squad_scores(golds, predictions, odds,
+                                                                   threshold))
     assert {"exact", "f1", "has_answer_f1", "no_answer_f1", "best_f1"} <= set(results["median"])
 
 

@@ -39,18 +39,20 @@ Signatures:
                    word that did not fit)
                    qa (text: the question, cut to max_query_length pieces, and to
                    L - 4; text_b: the context, cut to what fits, i.e. the first window):
-                   tokens, input_mask, start_logits, end_logits float32 [b, L],
-                   answer_start, answer_end int32 [b] (the best span's first and last
-                   piece, chosen as fine-tuning's decoding does (n_best_size) and widened
-                   to whole words; -1: no answer), answer string [b] (its word pieces
-                   joined); with an answerability head (SQuAD
-                   2.0) also answerable_probability float32 [b], and no answer when
-                   1 - it exceeds the fine-tuning's no_answer_threshold
+                   tokens, input_mask, start_logits float32 [b, L], and ELECTRA's QA
+                   head's beam (start_top_index, start_top_log_probs [b, K],
+                   end_top_index, end_top_log_probs [b, K, K]) or BERT's end_logits
+                   [b, L]; answer_start, answer_end int32 [b] (the best span's first and
+                   last piece, chosen as fine-tuning's decoding does and widened to whole
+                   words; -1: no answer), answer string [b] (its word pieces joined);
+                   with an answerability head (SQuAD 2.0) also answerable_probability
+                   float32 [b], and no answer when 1 - it exceeds the fine-tuning's
+                   no_answer_threshold
   predict_ids      input_ids, input_mask, segment_ids: int32 [b, L] ->
                    replaced_logits [b, L] (the sigmoid's argument above) | mlm_logits
                    [b, L, V] | sequence_output [b, L, H]
-                   | task: logits [b, C] (regression [b, 1], tagging [b, L, C]) or
-                   start_logits, end_logits [b, L] (+ answerable_logits [b])
+                   | task: logits [b, C] (regression [b, 1], tagging [b, L, C]) or the
+                   QA head's outputs as above (+ answerable_logits [b])
 
 `ServingModule` and `TaskServingModule` are the same computations in memory (the detector
 CLI uses the first on a model dir).
@@ -328,11 +330,16 @@ class TaskServingModule(_TextModule):
         input_ids, input_mask, segment_ids = self.pack(query, pieces)
         in_context = self.aligned(tf.zeros_like(query), tf.ones_like(pieces)) > 0  # [b, L]
         out = self._serve_ids(input_ids, input_mask, segment_ids)
-        start, end = out["start_logits"], out["end_logits"]              # [b, L]
-        first, last, answered = best_spans(start, end, in_context, input_mask > 0,
-                                           self.n_best_size, self.max_answer_length)
+        if "start_top_index" in out:  # ELECTRA's head: the beam
+            first, last, answered = best_beam_spans(
+                out["start_top_index"], out["start_top_log_probs"], out["end_top_index"],
+                out["end_top_log_probs"], in_context, self.max_answer_length)
+        else:
+            first, last, answered = best_spans(out["start_logits"], out["end_logits"],
+                                               in_context, input_mask > 0, self.n_best_size,
+                                               self.max_answer_length)
         result = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
-                  "start_logits": start, "end_logits": end}
+                  **{k: v for k, v in out.items() if k != "answerable_logits"}}
         if "answerable_logits" in out:
             probability = tf.sigmoid(out["answerable_logits"])
             result["answerable_probability"] = probability
@@ -375,6 +382,29 @@ def best_spans(start, end, in_context, real, n_best_size: int, max_answer_length
                      output_type=tf.int32)
     found = tf.reduce_any(allowed, axis=[1, 2])
     return tf.where(found, best // length, -1), tf.where(found, best % length, -1), found
+
+
+def best_beam_spans(start_index, start_log_probs, end_index, end_log_probs, in_context,
+                    max_answer_length: int):
+    """squad.decode's answer span of each row from ELECTRA's beam (start_index,
+    start_log_probs [b, K]; end_index, end_log_probs [b, K, K], the ends of each start):
+    start and end in the context, end >= start, at most max_answer_length pieces; the
+    highest start + end log-probability. -> (first, last) int32 [b] (-1, -1 where no
+    candidate is allowed), and whether one is."""
+    length = tf.shape(in_context)[1]
+    # Beam slots past a short row point beyond it: a False column at index L catches them.
+    context = tf.pad(in_context, [[0, 0], [0, 1]])
+    starts = tf.broadcast_to(start_index[:, :, None], tf.shape(end_index))  # [b, K, K]
+    allowed = (tf.gather(context, tf.minimum(starts, length), batch_dims=1)
+               & tf.gather(context, tf.minimum(end_index, length), batch_dims=1)
+               & (end_index >= starts) & (end_index - starts < max_answer_length))
+    scores = tf.where(allowed, start_log_probs[:, :, None] + end_log_probs, -np.inf)
+    rows = tf.shape(end_index)[0]
+    best = tf.argmax(tf.reshape(scores, [rows, -1]), axis=-1, output_type=tf.int32)
+    found = tf.reduce_any(allowed, axis=[1, 2])
+    pick = lambda index: tf.gather(tf.reshape(index, [rows, -1]), best[:, None],  # noqa: E731
+                                   batch_dims=1)[:, 0]
+    return tf.where(found, pick(starts), -1), tf.where(found, pick(end_index), -1), found
 
 
 def _whole_words(tokens, first, last):
@@ -437,8 +467,11 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
         raise UserInputError(f"{vocab_file} has {size} tokens but {trial_dir} was fine-tuned "
                              f"with {config.vocab_size}; pass the model's vocab")
     with precision_policy("float32"):
+        # A trial written before ELECTRA's QA head was the default had BERT's.
         model = TaskModel(config, info["head"], info["num_outputs"],
-                          answerability=info["answerability"])
+                          answerability=info["answerability"],
+                          qa_head=info.get("qa_head", "bert"),
+                          beam_size=info.get("beam_size", 20))
     from electra_tf.training.checkpoints import read_weights
     read_weights(model, checkpoint, TASK_INFO)
     return FinetunedModel(model, info, trial_dir, vocab_file, note)

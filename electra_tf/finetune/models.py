@@ -5,19 +5,36 @@ Heads (the official ELECTRA fine-tuning heads):
   regression value); ELECTRA has no pooler.
 - `token`: linear at every position (tagging logits; no dropout, as the official
   tagging_tasks.py).
-- `span`: linear to start and end logits at every position; with `answerability`, also a
-  linear on [CLS] giving the logit that the question has an answer (SQuAD 2.0; BERT's
-  head, without dropout as the official qa_tasks.py's heads).
+- `span`, `qa_head="electra"` (the official qa_tasks.py's, its defaults joint_prediction,
+  answerable_classifier, answerable_uses_start_logits): start logits from a linear layer;
+  end logits conditioned on the start, linear(gelu(dense_512([h_start; h_end]))), with
+  the gold start when training and, at inference, each of the `beam_size` best starts,
+  whose `beam_size` best ends make the candidate spans, scored by the start's plus the
+  end's log-probability. With `answerability`, the logit that the question has an answer
+  is linear(gelu(dense_512([h_CLS; sum_i softmax(start)_i h_i]))). Logits outside the
+  context and [CLS] are pushed down by 1000 (the official answer_mask).
+- `span`, `qa_head="bert"`: BERT's head, linear to independent start and end logits; with
+  `answerability`, a linear on [CLS] for the answerable logit.
+No span head has dropout (as the official QA heads).
+
+The official answerable classifier's logit is the question's *impossibility* (its label
+is_impossible); ours is trained on 1 - is_impossible, the same classifier with its sign
+turned, so that both heads' `answerable_logits` mean the same.
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.modeling.encoder import Encoder
-from electra_tf.modeling.layers import Dropout, default_initializer
+from electra_tf.modeling.layers import Dropout, default_initializer, gelu
 
 HEADS = ("sentence", "token", "span")
+QA_HEADS = ("electra", "bert")
+QA_HIDDEN = 512  # the official qa_hidden and answerable dense layers' width
+_MASKED = 1000.0  # the official answer_mask's push on logits outside the context and [CLS]
+_NO_CANDIDATE = -1e9  # log-probability of the beam slots beyond a short sequence
 
 
 class TaskModel(keras.Model):
@@ -30,10 +47,17 @@ class TaskModel(keras.Model):
       head_dropout: dropout before the sentence head's linear layer (0.1 in the paper; the
         official token and span heads have none).
       answerability: "span" only: add the answerability logit.
+      qa_head: "span" only: "electra" (the official ELECTRA head) or "bert".
+      beam_size: qa_head "electra": the starts, and ends per start, kept at inference.
 
     Call: `model(features, training=False)` with `input_ids`, `input_mask`, `segment_ids`
     int [B, L] returns {"logits": [B, C] | [B, L, C]} or, for "span", {"start_logits",
-    "end_logits": [B, L], "answerable_logits": [B]}, all float32.
+    "end_logits": [B, L], "answerable_logits": [B]}, all float32. The ELECTRA head needs
+    `start_positions` [B] when training (its end logits are those given the gold start);
+    at inference it returns, instead of "end_logits", the beam: "start_top_index",
+    "start_top_log_probs" [B, K] and "end_top_index", "end_top_log_probs" [B, K, K] (the
+    best ends given start k), K = beam_size (slots past a shorter sequence have index >= L
+    and log-probability -1e9).
 
     Example:
       >>> model = TaskModel(encoder_config("tiny"), "sentence", num_outputs=2)
@@ -42,12 +66,17 @@ class TaskModel(keras.Model):
     """
 
     def __init__(self, config: EncoderConfig, head: str, num_outputs: int = 1,
-                 head_dropout: float = 0.1, answerability: bool = False, **kwargs):
+                 head_dropout: float = 0.1, answerability: bool = False,
+                 qa_head: str = "electra", beam_size: int = 20, **kwargs):
         super().__init__(**kwargs)
         if head not in HEADS:
             raise ValueError(f"head={head!r} is not one of {HEADS}")
+        if qa_head not in QA_HEADS:
+            raise ValueError(f"qa_head={qa_head!r} is not one of {QA_HEADS}")
         self.config, self.head, self.num_outputs = config, head, num_outputs
         self.answerability = answerability
+        self.qa_head = qa_head if head == "span" else None
+        self.beam_size = beam_size
         # -- layers
         self.encoder = Encoder(config, name="electra")
         with keras.name_scope("task_head"):
@@ -55,16 +84,23 @@ class TaskModel(keras.Model):
             # The official heads are dense layers without an initializer: Glorot uniform.
             # They compute in float32 under a mixed policy too: in bfloat16 a regression
             # score or a span logit would keep 8 bits (STS-B scores in steps of 1/32).
-            self.output_layer = keras.layers.Dense(
-                2 if head == "span" else num_outputs, kernel_initializer=default_initializer(),
-                dtype="float32", name="output")
-            self.output_layer.build((None, config.hidden_size))
+            hidden = config.hidden_size
+            electra = self.qa_head == "electra"
+            # ELECTRA's span head: "output" gives the start logit; "end_hidden" (over
+            # [h_start; h_end]) and "end" the end logit.
+            self.output_layer = _dense(1 if electra else 2 if head == "span" else num_outputs,
+                                       "output", hidden)
+            self.end_hidden = self.end_layer = self.answerable_hidden = None
+            if electra:
+                self.end_hidden = _dense(QA_HIDDEN, "end_hidden", 2 * hidden)
+                self.end_layer = _dense(1, "end", QA_HIDDEN)
             self.answerable_layer = None
             if answerability:
-                self.answerable_layer = keras.layers.Dense(
-                    1, kernel_initializer=default_initializer(), dtype="float32",
-                    name="answerable")
-                self.answerable_layer.build((None, config.hidden_size))
+                if electra:  # over [h_CLS; the start distribution's mean state]
+                    self.answerable_hidden = _dense(QA_HIDDEN, "answerable_hidden",
+                                                    2 * hidden)
+                self.answerable_layer = _dense(1, "answerable",
+                                               QA_HIDDEN if electra else hidden)
         self.built = True
 
     def call(self, features, training=False):
@@ -76,8 +112,72 @@ class TaskModel(keras.Model):
             return {"logits": self.output_layer(cls)}
         if self.head == "token":
             return {"logits": self.output_layer(sequence)}
+        if self.qa_head == "electra":
+            return self._electra_span(sequence, features, training)
         logits = self.output_layer(sequence)  # [B, L, 2]
         outputs = {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
         if self.answerable_layer is not None:
             outputs["answerable_logits"] = self.answerable_layer(sequence[:, 0])[:, 0]
         return outputs
+
+    def _electra_span(self, sequence, features, training):
+        """The official joint start/end prediction (see the module docstring)."""
+        length = tf.shape(sequence)[1]
+        context = tf.cast(features["input_mask"] * features["segment_ids"], tf.float32)
+        allowed = tf.maximum(context, tf.one_hot(0, length))  # the context and [CLS]
+        outside = _MASKED * (allowed - 1.0)
+        start_logits = self.output_layer(sequence)[..., 0] + outside  # [B, L]
+        outputs = {"start_logits": start_logits}
+        if training:
+            if "start_positions" not in features:
+                raise ValueError("the ELECTRA span head trains on the gold start: pass "
+                                 "start_positions with training=True")
+            start_state = tf.gather(sequence, features["start_positions"], batch_dims=1)
+            outputs["end_logits"] = self._end_logits(sequence, start_state[:, None]) + outside
+        else:
+            k = self.beam_size
+            top_log_probs, top_index = _top_k(tf.nn.log_softmax(start_logits), k)  # [B, K]
+            start_state = tf.gather(sequence, tf.minimum(top_index, length - 1),
+                                    batch_dims=1)  # [B, K, H]
+            end_logits = (self._end_logits(sequence[:, None], start_state[:, :, None])
+                          + outside[:, None])  # [B, K, L]
+            end_log_probs, end_index = _top_k(tf.nn.log_softmax(end_logits), k)  # [B, K, K]
+            outputs.update(start_top_log_probs=top_log_probs, start_top_index=top_index,
+                           end_top_log_probs=end_log_probs, end_top_index=end_index)
+        if self.answerable_layer is not None:
+            weights = tf.nn.softmax(start_logits)  # [B, L]
+            start_feature = tf.einsum("bl,blh->bh", weights, sequence)
+            hidden = self.answerable_hidden(tf.concat([sequence[:, 0], start_feature], -1))
+            outputs["answerable_logits"] = self.answerable_layer(gelu(hidden))[:, 0]
+        return outputs
+
+    def _end_logits(self, sequence, start_state):
+        """end(gelu(end_hidden([h_start; h_end]))) at every position, the start state
+        broadcast along the positions ([..., L, H] and [..., 1, H] -> [..., L]). The
+        concatenation is never built: end_hidden's kernel is split into its start rows and
+        its end rows, and each half multiplies its own input."""
+        kernel, bias = self.end_hidden.kernel, self.end_hidden.bias
+        hidden_size = self.config.hidden_size
+        hidden = (tf.einsum("...h,hd->...d", start_state, kernel[:hidden_size])
+                  + tf.einsum("...h,hd->...d", sequence, kernel[hidden_size:]) + bias)
+        return self.end_layer(gelu(hidden))[..., 0]
+
+
+def _dense(units: int, name: str, fan_in: int) -> keras.layers.Dense:
+    """A float32 head layer, initialised as the official dense layers without an
+    initializer (Glorot uniform); `gelu` activations are applied by the caller."""
+    layer = keras.layers.Dense(units, kernel_initializer=default_initializer(),
+                               dtype="float32", name=name)
+    layer.build((None, fan_in))
+    return layer
+
+
+def _top_k(log_probs, k: int):
+    """tf.math.top_k over the last axis, which is first padded to at least k entries with
+    _NO_CANDIDATE (their indices are >= the sequence's length)."""
+    pad = tf.maximum(k - tf.shape(log_probs)[-1], 0)
+    paddings = tf.concat([tf.zeros([tf.rank(log_probs) - 1, 2], tf.int32),
+                          [[0, pad]]], axis=0)
+    values, index = tf.math.top_k(tf.pad(log_probs, paddings, constant_values=_NO_CANDIDATE),
+                                  k)
+    return values, index

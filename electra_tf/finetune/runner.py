@@ -33,7 +33,7 @@ from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
 from electra_tf.finetune import metrics, squad, tasks
-from electra_tf.finetune.models import TaskModel
+from electra_tf.finetune.models import QA_HEADS, TaskModel
 from electra_tf.modeling import flops
 from electra_tf.modeling.config import SIZES, EncoderConfig, encoder_config
 from electra_tf.modeling.layers import precision_policy
@@ -43,6 +43,10 @@ from electra_tf.training.trainer import LossScale
 RESULTS = "results.json"
 TASK_INFO = "task_info.json"
 NO_INIT = ("none", "random")
+# ELECTRA's QA head, the official defaults: the answerability loss's weight, and the
+# no-answer threshold, qa_na_threshold = -2.75 on the impossibility logit, as a probability.
+ANSWERABLE_WEIGHT = 0.5
+ELECTRA_NO_ANSWER_THRESHOLD = float(1.0 / (1.0 + np.exp(2.75)))
 
 
 # ------------------------------------------------------------------------------ the encoder
@@ -119,7 +123,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    head_dropout: float = 0.1, eval_batch_size: int = 64,
                    max_train_steps: int | None = None, doc_stride: int = 128,
                    max_query_length: int = 64, max_answer_length: int = 30,
-                   n_best_size: int = 20, no_answer_threshold: float = 0.5,
+                   n_best_size: int = 20, no_answer_threshold: float | None = None,
+                   qa_head: str = "electra", beam_size: int = 20,
                    double_unordered: bool = True, loss_reduction: str = "mean",
                    log_every: int | None = None, save_model: bool = True,
                    precision: str = "float32", jit_compile: bool = False,
@@ -145,8 +150,17 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       head_dropout: dropout before the head.
       max_train_steps: stop after this many steps (a quick check; the schedule spans the
         shorter run).
-      doc_stride, max_query_length, max_answer_length, n_best_size, no_answer_threshold:
-        extractive QA (see `squad`).
+      doc_stride, max_query_length, max_answer_length, n_best_size: extractive QA (see
+        `squad`).
+      no_answer_threshold: SQuAD 2.0 answers "" when the no-answer probability exceeds it
+        (results' exact and f1; best_exact and best_f1 search every threshold). None: the
+        head's: sigmoid(-2.75) = 0.06 for ELECTRA's (the official qa_na_threshold, -2.75
+        on its impossibility logit), 0.5 for BERT's.
+      qa_head: "electra", the official ELECTRA QA head (joint start/end prediction with a
+        beam; the answerability classifier on [CLS] and the start distribution, its loss
+        weighted 0.5), or "bert", independent start and end logits (see
+        `models.TaskModel`).
+      beam_size: the ELECTRA head's beam: starts kept, and ends per start.
       double_unordered: train MRPC and STS-B on both orders of each pair (the official
         code's option of that name; it doubles their training sets).
       loss_reduction: "mean" (over the batch's examples, or tagged words) or "sum", as the
@@ -173,6 +187,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
                              f"{', '.join(flops.PRECISIONS)}")
+    if qa_head not in QA_HEADS:
+        raise UserInputError(f"finetuning.qa_head={qa_head!r} is not one of "
+                             f"{', '.join(QA_HEADS)}")
+    if no_answer_threshold is None:
+        no_answer_threshold = ELECTRA_NO_ANSWER_THRESHOLD if qa_head == "electra" else 0.5
     if loss_reduction not in ("mean", "sum"):
         raise UserInputError(f"finetuning.loss_reduction={loss_reduction!r} is not 'mean' or "
                              "'sum'")
@@ -196,7 +215,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     epochs = task.epochs if num_epochs is None else float(num_epochs)
     tokenizer = init.tokenizer()
     options = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
-                   max_query_length=max_query_length, double_unordered=double_unordered)
+                   max_query_length=max_query_length, double_unordered=double_unordered,
+                   qa_head=qa_head)
     adapter = _ADAPTERS[task.kind](task_data, tokenizer, options, log)
     train = adapter.train_features
     n_train = len(train["input_ids"])
@@ -233,7 +253,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 model, optimizer = build_trial(
                     init, adapter.head, adapter.num_outputs, trial_seed, steps, learning_rate,
                     layerwise_lr_decay, official_layerwise_decay, warmup_proportion,
-                    head_dropout, adapter.answerability, aggregate_gradients=False)
+                    head_dropout, adapter.answerability, aggregate_gradients=False,
+                    qa_head=qa_head, beam_size=beam_size)
                 loss_scale = LossScale() if precision == "mixed_float16" else None
             loss, skipped = _train(model, optimizer, adapter, train, steps, train_batch_size,
                                    trial_seed, clip_norm, log_every or max(1, steps // 10), log,
@@ -255,6 +276,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              trial_seed, dict(n_best_size=n_best_size,
                                               max_answer_length=max_answer_length,
                                               no_answer_threshold=no_answer_threshold),
+                             dict(qa_head=qa_head, beam_size=beam_size),
                              save_model)
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -276,7 +298,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              warmup_proportion=warmup_proportion,
                              double_unordered=double_unordered,
                              loss_reduction=loss_reduction, precision=precision,
-                             jit_compile=jit_compile))
+                             jit_compile=jit_compile,
+                             **(dict(qa_head=qa_head, beam_size=beam_size,
+                                     no_answer_threshold=no_answer_threshold)
+                                if task.kind == "qa" else {})))
     if chief:
         atomic.write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
@@ -327,14 +352,15 @@ def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, st
                 learning_rate: float, layerwise_lr_decay: float,
                 official_layerwise_decay: bool = False, warmup_proportion: float = 0.1,
                 head_dropout: float = 0.1, answerability: bool = False,
-                aggregate_gradients: bool = True):
+                aggregate_gradients: bool = True, qa_head: str = "electra",
+                beam_size: int = 20):
     """One trial's task model (the initial encoder weights, a head drawn from `seed`) and
     its optimizer: AdamW (`optimizer.*` gin bindings) over `steps` steps, linear warmup
     and decay, layer-wise learning-rate multipliers on the encoder (the head gets 1).
     `aggregate_gradients=False`: the caller sums the gradients over replicas itself."""
     keras.utils.set_random_seed(seed)
     model = TaskModel(init.config, head, num_outputs, head_dropout=head_dropout,
-                      answerability=answerability)
+                      answerability=answerability, qa_head=qa_head, beam_size=beam_size)
     if init.weights is not None:
         model.encoder.set_weights(init.weights)
     multipliers = optimization.layerwise_lr_multipliers(
@@ -507,13 +533,15 @@ def _predict(model, features: dict, batch_size: int) -> dict:
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
-_PER_POSITION = ("start_logits", "end_logits")  # [B, L]; token logits are [B, L, C]
+_PER_POSITION = ("start_logits", "end_logits")  # [B, L]; tagging's logits are [B, L, C]
 
 
 def _pad_to(key, array, length):
     """Per-position outputs of a batch cut to its longest sequence, padded back to
-    `length` (very negative logits where there was padding)."""
-    if (array.ndim == 3 or key in _PER_POSITION) and array.shape[1] < length:
+    `length` (very negative logits where there was padding). The ELECTRA QA head's beam
+    ([B, K], [B, K, K]) holds positions, not one value per position."""
+    per_position = key in _PER_POSITION or (key == "logits" and array.ndim == 3)
+    if per_position and array.shape[1] < length:
         pad = [(0, 0), (0, length - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
         return np.pad(array, pad, constant_values=-1e9)
     return array
@@ -677,6 +705,7 @@ class _QATask:
 
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
         self.tokenizer = tokenizer
+        self.qa_head = options.get("qa_head", "electra")
         self.answerability = data.task.name == "squad_v2" or any(
             e.is_impossible for e in data.train.examples)
         encode_options = dict(max_seq_length=options["max_seq_length"],
@@ -703,14 +732,20 @@ class _QATask:
         context = tf.cast(batch["input_mask"] * batch["segment_ids"], tf.float32)
         allowed = tf.maximum(context, tf.one_hot(0, tf.shape(context)[1]))
         outside = (1.0 - allowed) * -10000.0
+        # (ELECTRA's head has masked its logits already.)
         start = tf.nn.sparse_softmax_cross_entropy_with_logits(
             batch["start_positions"], outputs["start_logits"] + outside)
         end = tf.nn.sparse_softmax_cross_entropy_with_logits(
             batch["end_positions"], outputs["end_logits"] + outside)
         loss = tf.reduce_mean(start + end) / 2.0
         if self.answerability:
-            loss += tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-                batch["answerable"], outputs["answerable_logits"]))
+            # ELECTRA's: whether the question has an answer, weighted 0.5 (the official
+            # answerable_weight); BERT's: whether the window holds it.
+            electra = self.qa_head == "electra"
+            loss += (ANSWERABLE_WEIGHT if electra else 1.0) * tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(
+                    batch["question_answerable" if electra else "answerable"],
+                    outputs["answerable_logits"]))
         return loss
 
     def loss_count(self, batch):
@@ -718,9 +753,8 @@ class _QATask:
         return tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
 
     def answers(self, split, outputs, n_best_size, max_answer_length):
-        return squad.decode(split.examples, split.extra["windows"], outputs["start_logits"],
-                            outputs["end_logits"], outputs.get("answerable_logits"),
-                            self.tokenizer, n_best_size, max_answer_length)
+        return squad.decode(split.examples, split.extra["windows"], outputs, self.tokenizer,
+                            n_best_size, max_answer_length)
 
     def score(self, split, outputs, no_answer_threshold, **options):
         answers, no_answer = self.answers(split, outputs, **options)
@@ -752,7 +786,8 @@ _ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
 
 
 def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
-                 max_seq_length, max_query_length, seed, decode_options, save_model):
+                 max_seq_length, max_query_length, seed, decode_options, head_options,
+                 save_model):
     with atomic.staged_dir(trial_dir, trial_dir + ".partial") as partial:
         for split in adapter.dev_splits:
             adapter.write(partial, split, outputs[split.name], **decode_options)
@@ -761,13 +796,13 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_da
                           **decode_options)
         atomic.write_text(os.path.join(partial, TASK_INFO), json.dumps(
             _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
-                       decode_options), indent=2))
+                       decode_options, head_options), indent=2))
         if save_model:
             tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
 
 
 def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
-               decode_options) -> dict:
+               decode_options, head_options) -> dict:
     """A trial's task_info.json: what export (--kind=task) needs besides the weights."""
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             "labels": task_data.labels, "num_outputs": adapter.num_outputs,
@@ -778,5 +813,6 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             "text_pair": task_data.task.kind == "qa" or any(
                 getattr(e, "text_b", None) is not None for e in task_data.train.examples),
             "max_query_length": max_query_length, **decode_options,
+            **(head_options if adapter.head == "span" else {}),
             "lower_case": init.lower_case, "strip_accents": init.strip_accents,
             "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source}

@@ -4,17 +4,23 @@ turning start/end logits back into answer text.
 Contexts are split into BERT's basic tokens (whitespace, punctuation and CJK characters
 apart), each with its character span, then into word pieces. A context longer than the
 sequence is covered by windows `doc_stride` pieces apart; a piece is predicted from the
-window where it has the most context on both sides (BERT's rule). Decoding takes the
-`n_best_size` best starts and ends of each window, keeps spans inside the context, end >=
-start, at most `max_answer_length` pieces, scores them start + end logit, and answers with
-the context's own characters from the first to the last basic token of the best span.
+window where it has the most context on both sides (BERT's rule). Decoding takes each
+window's candidate spans: with ELECTRA's head (models.TaskModel, qa_head "electra") the
+beam's, each of the best starts with each of its best ends, scored start + end
+log-probability; with BERT's, the `n_best_size` best starts and ends, scored start + end
+logit. It keeps spans inside the context, end >= start, at most `max_answer_length`
+pieces, the start where its window gives it the most context, and answers with the
+context's own characters from the first to the last basic token of the best span.
 
 SQuAD 2.0: a question with no answer is trained with start = end = [CLS], and the
-answerability head (a logit on [CLS]) learns whether a window holds the answer. The
-no-answer probability of a question is 1 - the highest answerable probability over its
-windows. As in the official code, decoding keeps the best span of every question and its
-no-answer probability apart: scoring (metrics.squad_scores) and test predictions answer ""
-where the probability exceeds a threshold, and the best threshold is found from both.
+answerability head learns whether a question (ELECTRA's head: `question_answerable`, the
+official is_impossible turned round) or a window (BERT's head: `answerable`) has an
+answer. The no-answer probability of a question is 1 - the highest answerable
+probability over its windows (the official min over windows of the impossibility logit,
+through the sigmoid). As in the official code, decoding keeps the best span of every
+question and its no-answer probability apart: scoring (metrics.squad_scores) and test
+predictions answer "" where the probability exceeds a threshold, and the best threshold
+is found from both.
 """
 
 import dataclasses
@@ -154,14 +160,15 @@ def _contexts(tokenizer, texts: list[str]) -> dict[str, _Context]:
 def encode(tokenizer, examples: list[QAExample], max_seq_length: int, doc_stride: int,
            max_query_length: int, training: bool) -> tuple[dict, list[dict], int]:
     """Windows of every question: features [F, L] (with `start_positions`,
-    `end_positions` and `answerable` [F] for training), each window's bookkeeping
+    `end_positions`, `answerable` (the window holds the answer) and `question_answerable`
+    (its question has one) [F] for training), each window's bookkeeping
     (example index, piece position -> context piece, max-context flags), and how many
     training questions were dropped because their answer text is not at answer_start."""
     contexts = _contexts(tokenizer, [e.context for e in examples])
     queries = tokenizer.encode([e.question for e in examples]) if examples else []
     answer_pieces = tokenizer.encode([e.answer_text or "" for e in examples]) if training else []
     rows = {k: [] for k in ("input_ids", "segment_ids", "start_positions", "end_positions",
-                            "answerable")}
+                            "answerable", "question_answerable")}
     windows, dropped = [], 0
     for n, example in enumerate(examples):
         ctx = contexts[example.context]
@@ -200,12 +207,14 @@ def encode(tokenizer, examples: list[QAExample], max_seq_length: int, doc_stride
             rows["start_positions"].append(first + start_piece - start if inside else 0)
             rows["end_positions"].append(first + end_piece - start if inside else 0)
             rows["answerable"].append(1.0 if inside else 0.0)
+            rows["question_answerable"].append(0.0 if example.is_impossible else 1.0)
     features = {"input_ids": _pad(rows["input_ids"], max_seq_length),
                 "input_mask": _pad([[1] * len(r) for r in rows["input_ids"]], max_seq_length),
                 "segment_ids": _pad(rows["segment_ids"], max_seq_length),
                 "start_positions": np.array(rows["start_positions"], np.int32),
                 "end_positions": np.array(rows["end_positions"], np.int32),
-                "answerable": np.array(rows["answerable"], np.float32)}
+                "answerable": np.array(rows["answerable"], np.float32),
+                "question_answerable": np.array(rows["question_answerable"], np.float32)}
     return features, windows, dropped
 
 
@@ -257,14 +266,18 @@ def _is_max_context(starts, budget, total, window, piece) -> bool:
 # ------------------------------------------------------------------------------ decoding
 
 
-def decode(examples: list[QAExample], windows: list[dict], start_logits, end_logits,
-           answerable_logits=None, tokenizer=None, n_best_size: int = 20,
-           max_answer_length: int = 30, contexts=None) -> tuple[dict, dict]:
+def decode(examples: list[QAExample], windows: list[dict], outputs: dict, tokenizer=None,
+           n_best_size: int = 20, max_answer_length: int = 30,
+           contexts=None) -> tuple[dict, dict]:
     """{qid: the best span's text} ("" only when no window has a valid span) and {qid:
-    no-answer probability} (empty without an answerability head); the logits are [F, L]
-    numpy arrays, one row per window."""
+    no-answer probability} (empty without an answerability head). `outputs` are the task
+    model's, numpy arrays with one row per window: the beam of ELECTRA's head
+    (`start_top_index`, `start_top_log_probs` [F, K], `end_top_index`,
+    `end_top_log_probs` [F, K, K]) or BERT's `start_logits` and `end_logits` [F, L];
+    `answerable_logits` [F] if the head has them."""
     if contexts is None:
         contexts = _contexts(tokenizer, [e.context for e in examples])
+    answerable_logits = outputs.get("answerable_logits")
     by_example = {}
     for f, window in enumerate(windows):
         by_example.setdefault(window["example"], []).append(f)
@@ -276,21 +289,19 @@ def decode(examples: list[QAExample], windows: list[dict], start_logits, end_log
         for f in by_example.get(n, []):
             w = windows[f]
             first, length = w["first"], w["length"]
-            # The n_best_size highest logits of the window's real positions ([CLS] question
-            # [SEP] context [SEP]; not its padding, whose logits depend on the batch).
-            real = first + length + 1
-            starts = np.argsort(-start_logits[f][:real])[:n_best_size]
-            ends = np.argsort(-end_logits[f][:real])[:n_best_size]
-            for s in starts:
-                if not first <= s < first + length or not w["max_context"][s - first]:
-                    continue
-                for e in ends:
-                    if not first <= e < first + length or e < s or e - s + 1 > max_answer_length:
-                        continue
-                    score = start_logits[f][s] + end_logits[f][e]
-                    if score > best_score:
-                        best_score = score
-                        best = (w["start"] + s - first, w["start"] + e - first)
+            starts, ends, scores = _candidates(outputs, f, first + length + 1, n_best_size)
+            # In the context, the start where this window gives it the most context.
+            max_context = np.zeros(len(outputs["start_logits"][f]) + 1, bool)
+            max_context[first:first + length] = w["max_context"]
+            ok = (max_context[np.clip(starts, 0, len(max_context) - 1)]
+                  & (ends >= starts) & (ends < first + length)
+                  & (ends - starts + 1 <= max_answer_length))
+            if ok.any():
+                i = np.argmax(np.where(ok, scores, -np.inf))  # the first of equals
+                if scores.flat[i] > best_score:
+                    best_score = scores.flat[i]
+                    best = (w["start"] + starts.flat[i] - first,
+                            w["start"] + ends.flat[i] - first)
             if answerable_logits is not None:
                 answerable = max(answerable, float(answerable_logits[f]))
         text = ""
@@ -303,6 +314,23 @@ def decode(examples: list[QAExample], windows: list[dict], start_logits, end_log
             no_answer[example.qid] = float(probability)
         answers[example.qid] = text
     return answers, no_answer
+
+
+def _candidates(outputs, f, real, n_best_size):
+    """Window f's candidate spans as equal-shaped arrays (starts, ends, scores), in the
+    official order of preference among equal scores (start rank, then end rank)."""
+    if "start_top_index" in outputs:  # ELECTRA's head: the beam
+        ends = outputs["end_top_index"][f]  # [K, K]
+        starts = np.broadcast_to(outputs["start_top_index"][f][:, None], ends.shape)
+        scores = outputs["start_top_log_probs"][f][:, None] + outputs["end_top_log_probs"][f]
+        return starts, ends, scores
+    # BERT's: the n_best_size highest logits of the window's real positions ([CLS]
+    # question [SEP] context [SEP]; not its padding, whose logits depend on the batch).
+    start_logits, end_logits = outputs["start_logits"][f], outputs["end_logits"][f]
+    starts = np.argsort(-start_logits[:real], kind="stable")[:n_best_size][:, None]
+    ends = np.argsort(-end_logits[:real], kind="stable")[:n_best_size][None, :]
+    starts, ends = np.broadcast_arrays(starts, ends)
+    return starts, ends, start_logits[starts] + end_logits[ends]
 
 
 def gold_answers(examples: list[QAExample]) -> dict[str, list[str]]:
