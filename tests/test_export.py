@@ -357,6 +357,14 @@ def _words(text):
     return re.findall(r"\w+|[^\w\s]", text)
 
 
+def _caps(text):
+    """The words of `text` and BIO tags: each run of capitalised words a CAP chunk."""
+    words = _words(text)
+    tags = [("I-CAP" if i and words[i - 1][0].isupper() else "B-CAP") if w[0].isupper()
+            else "O" for i, w in enumerate(words)]
+    return words, tags
+
+
 @pytest.fixture(scope="module")
 def task_exports(tmp_path_factory):
     """Four fine-tuned models (classification over 2 trials, sentence-pair regression,
@@ -385,10 +393,9 @@ def task_exports(tmp_path_factory):
                                              f"{(float(r['rating']) + 4) * 5 / 8:.3f}"])
             for i, r in enumerate(rows[:32])]) + "\n", encoding="utf-8")
     runs["pair"] = _finetune("stsb", root / "pair", models, data_dir=str(root / "STS-B"))
-    conll = root / "tags.txt"
-    conll.write_text("\n\n".join("\n".join(f"{w} {'CAP' if w[0].isupper() else 'O'}"
-                                           for w in _words(r["text"])) for r in rows[:32]),
-                     encoding="utf-8")
+    conll = root / "tags.txt"  # runs of capitalised words as BIO chunks, learnt as BIOES
+    conll.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in zip(*_caps(r["text"])))
+                                   for r in rows[:32]), encoding="utf-8")
     runs["tagging"] = _finetune("tagging", root / "tagging", models, train_file=str(conll),
                                 dev_file=str(conll))
     qa = _squad(root / "squad.json", rows[:16], 0)
@@ -491,7 +498,12 @@ def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
     run, out = task_exports["runs"]["tagging"], task_exports["outputs"]["tagging"]
     text, ids, (_, positions, cut) = task_exports["inputs"]["tagging"]
     # Whole words that fit: 60 - 46 of the 60 "Word"s, and the last 3 of the fifth sentence.
-    assert run["labels"] == ["CAP", "O"] and cut == 60 - (L - 2) + 3
+    assert run["labels"] == ["B-CAP", "I-CAP", "O"] and cut == 60 - (L - 2) + 3
+    # The model's labels are BIOES; word_tags come back in the file's BIO, chunk for chunk.
+    info = json.loads((task_exports["root"] / "tagging" / "trial_0" / "task_info.json")
+                      .read_text())
+    assert info["labels"] == ["B-CAP", "E-CAP", "I-CAP", "O", "S-CAP"]
+    assert info["tag_scheme"] == "BIO"
     expected = _expected(task_exports, "tagging")["logits"]
     mask = ids["input_mask"].astype(bool)
     np.testing.assert_array_equal(out["serving_default__input_mask"], ids["input_mask"])
@@ -500,21 +512,45 @@ def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
                                tf.nn.softmax(expected).numpy()[mask], atol=1e-5)
     tag_ids = np.argmax(expected, axis=-1)
     np.testing.assert_array_equal(out["serving_default__tag_ids"][mask], tag_ids[mask])
-    labels = np.array(run["labels"])
+    labels = np.array(info["labels"])
     np.testing.assert_array_equal(out["serving_default__tags"],
                                   np.where(mask, labels[tag_ids], ""))
     vocab = np.array(tokenization.load_vocab(UNCASED_VOCAB))
     np.testing.assert_array_equal(out["serving_default__tokens"],
                                   np.where(mask, vocab[ids["input_ids"]], ""))
+    from electra_tf.finetune import metrics
+    served, learnt = [], []
     for n, words in enumerate(w.split(" ") for w in text["text"]):
         starts = np.nonzero(out["serving_default__word_start"][n])[0]
         np.testing.assert_array_equal(starts, positions[n][positions[n] >= 0])
         assert out["serving_default__words"][n][:len(words)].tolist() == words
-        assert out["serving_default__word_tags"][n][:len(words)].tolist() == [
-            labels[tag_ids[n, p]] if p >= 0 else "" for p in positions[n, :len(words)]]
+        kept = [labels[tag_ids[n, p]] for p in positions[n, :len(words)] if p >= 0]
+        assert out["serving_default__word_tags"][n][:len(words)].tolist() == (
+            metrics.retag(kept, "BIO") + [""] * (len(words) - len(kept)))
+        served.append(out["serving_default__word_tags"][n][:len(kept)].tolist())
+        learnt.append(kept)
+    # The served BIO tags hold the chunks of the model's BIOES labels.
+    assert all(metrics.chunks(a) == metrics.chunks(b) for a, b in zip(served, learnt))
     assert vocab[ids["input_ids"][1, 2]] == "[UNK]"  # a word that normalises away
     # Words after the first that does not fit are cut too: a prefix, as serving keeps.
     assert positions[4, 39] == 40 and positions[4, 40:43].tolist() == [-1, -1, -1]
+
+
+def test_served_tags_are_re_encoded_as_fine_tuning_writes_them():
+    """retag_bioes (in the graph) = metrics.retag (fine-tuning's files and scores) on
+    random BIOES label sequences, ill-formed ones included, with "" past each row's words."""
+    from electra_tf.finetune import metrics
+    rng = np.random.default_rng(0)
+    tagset = ["O", "B-A", "I-A", "E-A", "S-A", "B-BB", "I-BB", "E-BB", "S-BB"]
+    rows = [[tagset[i] for i in rng.integers(0, len(tagset), rng.integers(1, 9))]
+            for _ in range(2000)]
+    padded = np.array([r + [""] * (8 - len(r)) for r in rows])
+    for scheme in metrics.TAG_SCHEMES:
+        got = saved_model.retag_bioes(tf.constant(padded), scheme).numpy().astype(str)
+        expected = [metrics.retag(r, scheme) + [""] * (8 - len(r)) for r in rows]
+        assert got.tolist() == expected, scheme
+    assert sum(metrics.retag(r, "BIO") != [t.replace("S-", "B-").replace("E-", "I-")
+                                           for t in r] for r in rows) > 100  # not renames
 
 
 def test_the_detector_refuses_a_task_export_in_one_line(task_exports):

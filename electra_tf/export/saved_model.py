@@ -34,9 +34,10 @@ Signatures:
                    fit are kept, as fine-tuning did):
                    tokens string [b, L], input_mask, word_start int32 [b, L] (1 at each
                    word's first piece, where its tag was trained), tag_probabilities
-                   float32 [b, L, C], tag_ids int32 [b, L], tags string [b, L] ("" at
-                   padding), words string [b, W], word_tags string [b, W] ("" for a
-                   word that did not fit)
+                   float32 [b, L, C], tag_ids int32 [b, L], tags string [b, L] (the
+                   model's labels, BIOES for span tags; "" at padding), words string
+                   [b, W], word_tags string [b, W] (in the training file's scheme, as
+                   fine-tuning writes them; "" for a word that did not fit)
                    qa (text: the question, cut to max_query_length pieces, and to
                    L - 4; text_b: the context, cut to what fits, i.e. the first window):
                    tokens, input_mask, start_logits float32 [b, L], and ELECTRA's QA
@@ -261,6 +262,7 @@ class TaskServingModule(_TextModule):
         self.n_best_size = info.get("n_best_size", 20)
         self.no_answer_threshold = info.get("no_answer_threshold", 0.5)
         self.target_scale = info.get("target_scale", 1.0)  # regression: what training divided by
+        self.tag_scheme = info.get("tag_scheme")  # tagging: the file's, the labels are BIOES
         strings = tf.TensorSpec([None], tf.string, name="text")
         if pair:
             self.serving_default = tf.function(self._serve_pair, input_signature=[
@@ -315,6 +317,8 @@ class TaskServingModule(_TextModule):
         words = words.to_tensor(default_value="")                       # [b, W]
         word_tags = tf.ragged.boolean_mask(tags, word_start > 0).to_tensor(
             default_value="", shape=tf.shape(words, out_type=tf.int64))
+        if self.tag_scheme:
+            word_tags = retag_bioes(word_tags, self.tag_scheme)
         return {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
                 "word_start": word_start, "tag_probabilities": tf.nn.softmax(logits),
                 "tag_ids": tag_ids, "tags": tags, "words": words, "word_tags": word_tags}
@@ -405,6 +409,39 @@ def best_beam_spans(start_index, start_log_probs, end_index, end_log_probs, in_c
     pick = lambda index: tf.gather(tf.reshape(index, [rows, -1]), best[:, None],  # noqa: E731
                                    batch_dims=1)[:, 0]
     return tf.where(found, pick(starts), -1), tf.where(found, pick(end_index), -1), found
+
+
+def retag_bioes(tags, scheme: str):
+    """metrics.retag of BIOES tags [b, W] ("" past a row's words, read as O and kept):
+    the same chunks, as conlleval reads them, in `scheme` (BIO, IOB1 or BIOES)."""
+    outside = tf.equal(tags, "O") | tf.equal(tags, "")
+    prefix = tf.where(outside, "O", tf.strings.substr(tags, 0, 1))
+    type_ = tf.where(outside, "", tf.strings.regex_replace(tags, "^..", ""))
+    rows = tf.shape(tags)[0]
+
+    def shifted(x, fill, step):  # x[:, i - 1] (step 1) or x[:, i + 1] (step -1)
+        pad = tf.fill([rows, 1], fill)
+        return tf.concat([pad, x[:, :-1]], 1) if step == 1 else tf.concat([x[:, 1:], pad], 1)
+
+    def isin(x, values):
+        return tf.reduce_any(tf.stack([tf.equal(x, v) for v in values]), axis=0)
+
+    prev_prefix, prev_type = shifted(prefix, "O", 1), shifted(type_, "", 1)
+    next_prefix, next_type = shifted(prefix, "O", -1), shifted(type_, "", -1)
+    inside = ~tf.equal(prefix, "O")
+    # conlleval's startOfChunk and endOfChunk (metrics._chunk_starts, _chunk_ends).
+    starts = (isin(prefix, "BS") | (isin(prev_prefix, "ESO") & isin(prefix, "EI"))
+              | (inside & ~tf.equal(prev_type, type_)))
+    ends = (isin(prefix, "ES") | (isin(prefix, "BI") & isin(next_prefix, "BSO"))
+            | (inside & ~tf.equal(type_, next_type)))
+    if scheme == "BIOES":
+        mark = tf.where(starts, tf.where(ends, "S", "B"), tf.where(ends, "E", "I"))
+    elif scheme == "BIO":
+        mark = tf.where(starts, "B", "I")
+    else:  # IOB1
+        after_same = ~tf.equal(prev_prefix, "O") & tf.equal(prev_type, type_)
+        mark = tf.where(starts & after_same, "B", "I")
+    return tf.where(outside, tags, tf.strings.join([mark, "-", type_]))
 
 
 def _whole_words(tokens, first, last):

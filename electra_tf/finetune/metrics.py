@@ -117,6 +117,52 @@ def _chunk_starts(prev_prefix, prefix, prev_type, type_) -> bool:
     return prefix != "O" and prev_type != type_
 
 
+TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
+
+
+def tag_scheme(sentences_tags) -> str | None:
+    """How tagged sentences encode their chunks: None for token-level tags (a tag other than
+    O without a B/I/E/S/L/U prefix, e.g. POS); "BIOES" if any tag marks ends or singles
+    (E-, S-, L-, U-); "IOB1" if a chunk starts with I- as conlleval reads it (CoNLL-2003's
+    original files: B- only between two chunks of one type); else "BIO"."""
+    scheme = "BIO"
+    for tags in sentences_tags:
+        prev_prefix, prev_type = "O", ""
+        for tag in tags:
+            prefix, type_ = _split_tag(tag)
+            if tag != "O" and not (len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU"):
+                return None
+            if prefix in ("E", "S"):
+                return "BIOES"
+            if prefix == "I" and _chunk_starts(prev_prefix, prefix, prev_type, type_):
+                scheme = "IOB1"
+            prev_prefix, prev_type = prefix, type_
+    return scheme
+
+
+def retag(tags: list[str], scheme: str) -> list[str]:
+    """`tags` re-encoded in `scheme` (TAG_SCHEMES) with the chunks conlleval reads in them
+    (`chunks(retag(t, s)) == chunks(t)`, well-formed or not). The official fine-tuning
+    trains span tags as BIOES; its predictions go back to the file's scheme this way."""
+    parts = [_split_tag(t) for t in tags] + [("O", "")]
+    out, prev_prefix, prev_type = [], "O", ""
+    for i, (prefix, type_) in enumerate(parts[:-1]):
+        if prefix == "O":
+            out.append("O")
+        else:
+            starts = _chunk_starts(prev_prefix, prefix, prev_type, type_)
+            ends = _chunk_ends(prefix, *parts[i + 1][:1], type_, parts[i + 1][1])
+            if scheme == "BIOES":
+                mark = ("S" if ends else "B") if starts else ("E" if ends else "I")
+            elif scheme == "BIO":
+                mark = "B" if starts else "I"
+            else:  # IOB1: B only where a chunk follows one of its type
+                mark = "B" if starts and prev_prefix != "O" and prev_type == type_ else "I"
+            out.append(f"{mark}-{type_}")
+        prev_prefix, prev_type = prefix, type_
+    return out
+
+
 def chunks(tags: list[str]) -> set[tuple[str, int, int]]:
     """The chunks (type, first, last token index) of one sentence's tags, as conlleval reads
     them (so IOB1, where a chunk may start with I-, works too)."""

@@ -32,7 +32,7 @@ import tensorflow as tf
 from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
-from electra_tf.finetune import metrics, squad, tasks
+from electra_tf.finetune import metrics, readers, squad, tasks
 from electra_tf.finetune.models import QA_HEADS, TaskModel
 from electra_tf.modeling import flops
 from electra_tf.modeling.config import SIZES, EncoderConfig, encoder_config
@@ -125,6 +125,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    max_query_length: int = 64, max_answer_length: int = 30,
                    n_best_size: int = 20, no_answer_threshold: float | None = None,
                    qa_head: str = "electra", beam_size: int = 20,
+                   tag_encoding: str = "BIOES",
                    double_unordered: bool = True, loss_reduction: str = "mean",
                    log_every: int | None = None, save_model: bool = True,
                    precision: str = "float32", jit_compile: bool = False,
@@ -161,6 +162,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         weighted 0.5), or "bert", independent start and end logits (see
         `models.TaskModel`).
       beam_size: the ELECTRA head's beam: starts kept, and ends per start.
+      tag_encoding: "BIOES": span tags (B-/I-/E-/S- prefixes, in any scheme) are learnt
+        re-encoded as BIOES, as the official code does, and predictions go back to the
+        file's scheme (BIO, IOB1 or BIOES) with the same chunks; "file": the file's own
+        tags. Token-level tags (e.g. POS) are learnt as they are either way.
       double_unordered: train MRPC and STS-B on both orders of each pair (the official
         code's option of that name; it doubles their training sets).
       loss_reduction: "mean" (over the batch's examples, or tagged words) or "sum", as the
@@ -192,6 +197,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              f"{', '.join(QA_HEADS)}")
     if no_answer_threshold is None:
         no_answer_threshold = ELECTRA_NO_ANSWER_THRESHOLD if qa_head == "electra" else 0.5
+    if tag_encoding not in ("BIOES", "file"):
+        raise UserInputError(f"finetuning.tag_encoding={tag_encoding!r} is not 'BIOES' or "
+                             "'file'")
     if loss_reduction not in ("mean", "sum"):
         raise UserInputError(f"finetuning.loss_reduction={loss_reduction!r} is not 'mean' or "
                              "'sum'")
@@ -216,7 +224,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     tokenizer = init.tokenizer()
     options = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
                    max_query_length=max_query_length, double_unordered=double_unordered,
-                   qa_head=qa_head)
+                   qa_head=qa_head, tag_encoding=tag_encoding)
     adapter = _ADAPTERS[task.kind](task_data, tokenizer, options, log)
     train = adapter.train_features
     n_train = len(train["input_ids"])
@@ -301,7 +309,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              jit_compile=jit_compile,
                              **(dict(qa_head=qa_head, beam_size=beam_size,
                                      no_answer_threshold=no_answer_threshold)
-                                if task.kind == "qa" else {})))
+                                if task.kind == "qa" else {}),
+                             **(dict(tag_encoding=tag_encoding,
+                                     tag_scheme=adapter.tag_scheme)
+                                if task.kind == "tagging" else {})))
     if chief:
         atomic.write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
     log(table(results))
@@ -642,11 +653,19 @@ class _SentenceTask:
 
 
 class _TaggingTask:
+    """Tagging. Span tags are learnt as BIOES (`tag_scheme`: the file's scheme, that
+    predictions are written and scored in; None: the file's tags are learnt as they are)."""
     head = "token"
     answerability = False
 
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
-        self.labels = data.labels
+        self.tag_scheme = None
+        if options.get("tag_encoding", "BIOES") == "BIOES":
+            self.tag_scheme = metrics.tag_scheme(s.tags for s in data.train.examples)
+        learnt = lambda s: s if self.tag_scheme is None or not s.tags else (  # noqa: E731
+            dataclasses.replace(s, tags=metrics.retag(s.tags, "BIOES")))
+        self.labels = data.labels if self.tag_scheme is None else readers.sorted_labels(
+            t for s in data.train.examples for t in learnt(s).tags)
         self.num_outputs = len(self.labels)
         # Words cut off by the sequence length are predicted as the commonest tag.
         counts = {}
@@ -657,8 +676,8 @@ class _TaggingTask:
         L = options["max_seq_length"]
 
         def split(s, submission=None):
-            features, positions, cut = feats.encode_tagging(tokenizer, s.examples, L,
-                                                            self.labels)
+            features, positions, cut = feats.encode_tagging(
+                tokenizer, [learnt(e) for e in s.examples], L, self.labels)
             if cut:
                 log(f"{s.path}: {cut} words do not fit in {L} tokens; they are predicted "
                     f"'{self.fallback}' (raise MAX_SEQ_LENGTH to avoid it)")
@@ -681,10 +700,17 @@ class _TaggingTask:
         return tf.maximum(tf.reduce_sum(tf.cast(batch["label_weights"], tf.float32)), 1e-9)
 
     def tags(self, split, outputs) -> list[list[str]]:
+        """Each sentence's predicted tags, in the file's scheme (words that did not fit: the
+        commonest tag)."""
         ids = np.argmax(outputs["logits"], axis=-1)
         positions = split.extra["positions"]
-        return [[self.labels[ids[n, p]] if p >= 0 else self.fallback
-                 for p in positions[n, :len(s.words)]] for n, s in enumerate(split.examples)]
+        out = []
+        for n, s in enumerate(split.examples):
+            kept = [self.labels[ids[n, p]] for p in positions[n, :len(s.words)] if p >= 0]
+            if self.tag_scheme is not None:
+                kept = metrics.retag(kept, self.tag_scheme)
+            out.append(kept + [self.fallback] * (len(s.words) - len(kept)))
+        return out
 
     def score(self, split, outputs, **_):
         return metrics.span_scores([s.tags for s in split.examples], self.tags(split, outputs))
@@ -805,7 +831,10 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
                decode_options, head_options) -> dict:
     """A trial's task_info.json: what export (--kind=task) needs besides the weights."""
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
-            "labels": task_data.labels, "num_outputs": adapter.num_outputs,
+            # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
+            "labels": getattr(adapter, "labels", task_data.labels),
+            "tag_scheme": getattr(adapter, "tag_scheme", None),
+            "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,
             "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
