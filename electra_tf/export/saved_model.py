@@ -39,16 +39,19 @@ Signatures:
                    [b, W], word_tags string [b, W] (in the training file's scheme, as
                    fine-tuning writes them; "" for a word that did not fit)
                    qa (text: the question, cut to max_query_length pieces, and to
-                   L - 4; text_b: the context, cut to what fits, i.e. the first window):
-                   tokens, input_mask, start_logits float32 [b, L], and ELECTRA's QA
-                   head's beam (start_top_index, start_top_log_probs [b, K],
-                   end_top_index, end_top_log_probs [b, K, K]) or BERT's end_logits
-                   [b, L]; answer_start, answer_end int32 [b] (the best span's first and
-                   last piece, chosen as fine-tuning's decoding does and widened to whole
-                   words; -1: no answer), answer string [b] (its word pieces joined);
-                   with an answerability head (SQuAD 2.0) also answerable_probability
-                   float32 [b], and no answer when 1 - it exceeds the fine-tuning's
-                   no_answer_threshold
+                   L - 4; text_b: the context, in windows doc_stride pieces apart as
+                   fine-tuning made them, each read with the question): window int32
+                   [b] (the answer's window, 0 the first), and of that window tokens,
+                   input_mask, start_logits float32 [b, L], and ELECTRA's QA head's
+                   beam (start_top_index, start_top_log_probs [b, K], end_top_index,
+                   end_top_log_probs [b, K, K]) or BERT's end_logits [b, L];
+                   answer_start, answer_end int32 [b] (the best span's first and last
+                   piece in the window, chosen over all windows as fine-tuning's
+                   decoding does and widened to whole words; -1: no answer), answer
+                   string [b] (its word pieces joined); with an answerability head
+                   (SQuAD 2.0) also answerable_probability float32 [b] (the most
+                   answerable window's), and no answer when 1 - it exceeds the
+                   fine-tuning's no_answer_threshold
   predict_ids      input_ids, input_mask, segment_ids: int32 [b, L] ->
                    replaced_logits [b, L] (the sigmoid's argument above) | mlm_logits
                    [b, L, V] | sequence_output [b, L, H]
@@ -260,6 +263,7 @@ class TaskServingModule(_TextModule):
         self.max_query_length = info.get("max_query_length", 64)
         self.max_answer_length = info.get("max_answer_length", 30)
         self.n_best_size = info.get("n_best_size", 20)
+        self.doc_stride = info.get("doc_stride", 128)
         self.no_answer_threshold = info.get("no_answer_threshold", 0.5)
         self.target_scale = info.get("target_scale", 1.0)  # regression: what training divided by
         self.tag_scheme = info.get("tag_scheme")  # tagging: the file's, the labels are BIOES
@@ -325,51 +329,107 @@ class TaskServingModule(_TextModule):
 
     def _qa(self, question, context):
         tok = self._tokenizer
-        # [CLS] question [SEP] context [SEP]: the question cut to max_query_length pieces
-        # (and so that a context piece fits), the context to what is left (squad.encode's
-        # first window).
-        query_length = min(self.max_query_length, self.max_seq_length - 4)
-        query, pieces = tf_text.WaterfallTrimmer(self.max_seq_length - 3).trim(
-            [tok.tokenize(question)[:, :query_length], tok.tokenize(context)])
-        input_ids, input_mask, segment_ids = self.pack(query, pieces)
-        in_context = self.aligned(tf.zeros_like(query), tf.ones_like(pieces)) > 0  # [b, L]
+        # Every window of the context, as squad.encode makes them: [CLS] question [SEP]
+        # window [SEP], the question cut to max_query_length pieces (and so that a context
+        # piece fits), windows of what is left, doc_stride pieces apart.
+        query = tok.tokenize(question)[:, :min(self.max_query_length,
+                                               self.max_seq_length - 4)]  # [b, (q)]
+        pieces = tok.tokenize(context)                                      # [b, (c)]
+        rows = tf.shape(question, out_type=tf.int64)[0]
+        context_length = pieces.row_lengths()
+        budget = self.max_seq_length - 3 - query.row_lengths()              # [b], >= 1
+        stride = tf.minimum(budget, self.doc_stride)
+        windows = 1 + (tf.maximum(context_length - budget, 0) + stride - 1) // stride
+        row = tf.repeat(tf.range(rows), windows)                            # [W]
+        k = tf.ragged.range(windows).flat_values                            # [W]
+        start = k * tf.gather(stride, row)
+        length = tf.minimum(tf.gather(budget, row), tf.gather(context_length, row) - start)
+        offset = tf.gather(pieces.row_starts(), row) + start
+        window = tf.gather(pieces.flat_values, tf.ragged.range(offset, offset + length))
+        input_ids, input_mask, segment_ids = self.pack(tf.gather(query, row), window)
         out = self._serve_ids(input_ids, input_mask, segment_ids)
+        first = tf.gather(query.row_lengths(), row) + 2  # the window's first context position
+        i = tf.range(tf.shape(input_ids, out_type=tf.int64)[1])[None]
+        in_context = (i >= first[:, None]) & (i < (first + length)[:, None])  # [W, L]
+        # A start is taken from the window giving it the most context (squad.decode's rule).
+        can_start = in_context & _max_context(
+            start[:, None] + i - first[:, None], k, tf.gather(stride, row),
+            tf.gather(budget, row), tf.gather(context_length, row), tf.gather(windows, row))
         if "start_top_index" in out:  # ELECTRA's head: the beam
-            first, last, answered = best_beam_spans(
+            span_first, span_last, found, score = best_beam_spans(
                 out["start_top_index"], out["start_top_log_probs"], out["end_top_index"],
-                out["end_top_log_probs"], in_context, self.max_answer_length)
+                out["end_top_log_probs"], can_start, in_context, self.max_answer_length)
         else:
-            first, last, answered = best_spans(out["start_logits"], out["end_logits"],
-                                               in_context, input_mask > 0, self.n_best_size,
-                                               self.max_answer_length)
-        result = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
-                  **{k: v for k, v in out.items() if k != "answerable_logits"}}
-        if "answerable_logits" in out:
-            probability = tf.sigmoid(out["answerable_logits"])
+            span_first, span_last, found, score = best_spans(
+                out["start_logits"], out["end_logits"], can_start, in_context,
+                input_mask > 0, self.n_best_size, self.max_answer_length)
+        # Each text's answer: the best window's span, the first of equals (decode's order);
+        # the text's first window where no window has one.
+        count = tf.shape(row, out_type=tf.int64)[0]
+        score = tf.where(found, score, -np.inf)
+        best = tf.gather(tf.math.unsorted_segment_max(score, row, rows), row)
+        chosen = tf.math.unsorted_segment_min(
+            tf.where(found & tf.equal(score, best), tf.range(count), count), row, rows)
+        chosen = tf.where(chosen < count, chosen, tf.cumsum(windows, exclusive=True))  # [b]
+        pick = lambda x: tf.gather(x, chosen)  # noqa: E731
+        result = {"tokens": self.tokens(pick(input_ids), pick(input_mask)),
+                  "input_mask": pick(input_mask), "window": tf.cast(pick(k), tf.int32),
+                  **{key: pick(v) for key, v in out.items() if key != "answerable_logits"}}
+        answered = pick(found)
+        if "answerable_logits" in out:  # the most answerable window's
+            probability = tf.sigmoid(tf.math.unsorted_segment_max(
+                out["answerable_logits"], row, rows))
             result["answerable_probability"] = probability
             answered &= 1.0 - probability <= self.no_answer_threshold
-        first, last = _whole_words(result["tokens"], tf.where(answered, first, -1),
-                                   tf.where(answered, last, -1))
-        i = tf.range(tf.shape(input_ids)[1])
-        inside = (i[None] >= first[:, None]) & (i[None] <= last[:, None])
+        span_first, span_last = _whole_words(
+            result["tokens"], tf.where(answered, pick(span_first), -1),
+            tf.where(answered, pick(span_last), -1), tf.cast(pick(first), tf.int32))
+        positions = tf.range(tf.shape(result["tokens"])[1])
+        inside = ((positions[None] >= span_first[:, None])
+                  & (positions[None] <= span_last[:, None]))
         text = tf.strings.reduce_join(tf.where(inside, result["tokens"], ""), axis=1,
                                       separator=" ")
         text = tf.strings.regex_replace(tf.strings.strip(tf.strings.regex_replace(
             text, " +", " ")), " ##", "")
-        result.update(answer_start=first, answer_end=last, answer=text)
+        result.update(answer_start=span_first, answer_end=span_last, answer=text)
         return result
+
+
+def _max_context(piece, window, stride, budget, context_length, windows):
+    """Whether each window is the one giving each of its pieces the most context
+    (squad._is_max_context: min(left, right) + 0.01 x the window's length, the first of
+    equals). piece [W, L]: the context piece at each position of window `window` [W] of a
+    text whose windows start `stride` [W] apart, `budget` [W] pieces long at most, over
+    `context_length` [W] pieces in `windows` [W] windows."""
+    most = tf.reduce_max(tf.concat([windows, [1]], 0))  # (an empty batch has none)
+    j = tf.range(most)[None, :, None]                                    # [1, J, 1]
+    other_start = j * stride[:, None, None]                              # [W, J, 1]
+    other_length = tf.minimum(budget[:, None, None],
+                              context_length[:, None, None] - other_start)
+    g = piece[:, None, :]                                                # [W, 1, L]
+    contains = ((j < windows[:, None, None]) & (g >= other_start)
+                & (g < other_start + other_length))
+    score = (tf.cast(tf.minimum(g - other_start, other_start + other_length - 1 - g),
+                     tf.float64) + 0.01 * tf.cast(other_length, tf.float64))
+    score = tf.where(contains, score, -np.inf)
+    top = tf.reduce_max(score, axis=1, keepdims=True)
+    best = tf.reduce_min(tf.where(tf.equal(score, top), j, most), axis=1)
+    return tf.equal(best, window[:, None])
 
 
 # What Python's str.split() splits on (RE2's \s lacks \v, \x1c-\x1f, \x85 and \p{Z}).
 _PY_WHITESPACE = r"[\t\n\x{0b}\x{0c}\r\x{1c}-\x{1f}\x{85}\p{Z}]+"
 
 
-def best_spans(start, end, in_context, real, n_best_size: int, max_answer_length: int):
+def best_spans(start, end, can_start, can_end, real, n_best_size: int,
+               max_answer_length: int):
     """squad.decode's answer span of each row, by piece position: the start among the
     n_best_size highest start logits of the row's real positions (`real`, [b, L] bool) and
-    the end among its n_best_size highest end logits, both in the context (`in_context`),
-    end >= start, at most max_answer_length pieces; the highest start + end logit. ->
-    (first, last) int32 [b] (-1, -1 where the row has no context), and whether it has."""
+    where it may start (`can_start`: in the context, where the window gives it the most
+    context), the end among its n_best_size highest end logits and in the context
+    (`can_end`), end >= start, at most max_answer_length pieces; the highest start + end
+    logit. -> (first, last) int32 [b] (-1, -1 where the row has none), whether it has
+    one, and its score float32 [b]."""
     length = tf.shape(start)[1]
     k = tf.minimum(n_best_size, length)
 
@@ -379,36 +439,43 @@ def best_spans(start, end, in_context, real, n_best_size: int, max_answer_length
 
     i = tf.range(length)
     span = (i[None, :] >= i[:, None]) & (i[None, :] - i[:, None] < max_answer_length)
-    allowed = ((in_context & among_best(start))[:, :, None]
-               & (in_context & among_best(end))[:, None, :] & span[None])
-    scores = tf.where(allowed, start[:, :, None] + end[:, None, :], -np.inf)
-    best = tf.argmax(tf.reshape(scores, [tf.shape(start)[0], -1]), axis=-1,
-                     output_type=tf.int32)
+    allowed = ((can_start & among_best(start))[:, :, None]
+               & (can_end & among_best(end))[:, None, :] & span[None])
+    scores = tf.reshape(tf.where(allowed, start[:, :, None] + end[:, None, :], -np.inf),
+                        [tf.shape(start)[0], -1])
+    best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     found = tf.reduce_any(allowed, axis=[1, 2])
-    return tf.where(found, best // length, -1), tf.where(found, best % length, -1), found
+    return (tf.where(found, best // length, -1), tf.where(found, best % length, -1), found,
+            tf.reduce_max(scores, axis=-1))
 
 
-def best_beam_spans(start_index, start_log_probs, end_index, end_log_probs, in_context,
-                    max_answer_length: int):
+def best_beam_spans(start_index, start_log_probs, end_index, end_log_probs, can_start,
+                    can_end, max_answer_length: int):
     """squad.decode's answer span of each row from ELECTRA's beam (start_index,
     start_log_probs [b, K]; end_index, end_log_probs [b, K, K], the ends of each start):
-    start and end in the context, end >= start, at most max_answer_length pieces; the
-    highest start + end log-probability. -> (first, last) int32 [b] (-1, -1 where no
-    candidate is allowed), and whether one is."""
-    length = tf.shape(in_context)[1]
+    a start where it may start (`can_start` [b, L]: in the context, where the window gives
+    it the most context), an end in the context (`can_end`), end >= start, at most
+    max_answer_length pieces; the highest start + end log-probability. -> (first, last)
+    int32 [b] (-1, -1 where no candidate is allowed), whether one is, and its score."""
+    length = tf.shape(can_start)[1]
     # Beam slots past a short row point beyond it: a False column at index L catches them.
-    context = tf.pad(in_context, [[0, 0], [0, 1]])
     starts = tf.broadcast_to(start_index[:, :, None], tf.shape(end_index))  # [b, K, K]
-    allowed = (tf.gather(context, tf.minimum(starts, length), batch_dims=1)
-               & tf.gather(context, tf.minimum(end_index, length), batch_dims=1)
+
+    def at(mask, index):
+        return tf.gather(tf.pad(mask, [[0, 0], [0, 1]]), tf.minimum(index, length),
+                         batch_dims=1)
+
+    allowed = (at(can_start, starts) & at(can_end, end_index)
                & (end_index >= starts) & (end_index - starts < max_answer_length))
-    scores = tf.where(allowed, start_log_probs[:, :, None] + end_log_probs, -np.inf)
     rows = tf.shape(end_index)[0]
-    best = tf.argmax(tf.reshape(scores, [rows, -1]), axis=-1, output_type=tf.int32)
+    scores = tf.reshape(tf.where(allowed, start_log_probs[:, :, None] + end_log_probs,
+                                 -np.inf), [rows, -1])
+    best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     found = tf.reduce_any(allowed, axis=[1, 2])
     pick = lambda index: tf.gather(tf.reshape(index, [rows, -1]), best[:, None],  # noqa: E731
                                    batch_dims=1)[:, 0]
-    return tf.where(found, pick(starts), -1), tf.where(found, pick(end_index), -1), found
+    return (tf.where(found, pick(starts), -1), tf.where(found, pick(end_index), -1), found,
+            tf.reduce_max(scores, axis=-1))
 
 
 def retag_bioes(tags, scheme: str):
@@ -444,12 +511,16 @@ def retag_bioes(tags, scheme: str):
     return tf.where(outside, tags, tf.strings.join([mark, "-", type_]))
 
 
-def _whole_words(tokens, first, last):
+def _whole_words(tokens, first, last, lowest=None):
     """A span of word pieces [b] widened to whole words (a "##" piece continues the word
-    before it), as squad.decode answers with whole basic tokens; -1 stays -1."""
+    before it), as squad.decode answers with whole basic tokens, but not before `lowest`
+    [b] (a window's first context piece, which may continue a word it does not hold);
+    -1 stays -1."""
     length = tf.shape(tokens)[1]
     i = tf.range(length)[None]
     starts_word = ~tf.strings.regex_full_match(tokens, "##.*")        # [b, L]
+    if lowest is not None:
+        starts_word |= tf.equal(i, lowest[:, None])
     word_first = tf.reduce_max(tf.where(starts_word & (i <= first[:, None]), i, 0), axis=1)
     next_word = tf.reduce_min(tf.where(starts_word & (i > last[:, None]), i, length), axis=1)
     return tf.where(first >= 0, word_first, -1), tf.where(last >= 0, next_word - 1, -1)

@@ -284,7 +284,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              trial_seed, dict(n_best_size=n_best_size,
                                               max_answer_length=max_answer_length,
                                               no_answer_threshold=no_answer_threshold),
-                             dict(qa_head=qa_head, beam_size=beam_size),
+                             dict(qa_head=qa_head, beam_size=beam_size,
+                                  doc_stride=doc_stride),
                              save_model)
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
