@@ -160,7 +160,9 @@ def test_tags_re_encode_with_the_same_chunks():
         bio = metrics.retag(tags, "BIO")
         assert get_entities(metrics.retag(tags, "BIOES")) == get_entities(bio)
     assert metrics.tag_scheme([["B-X", "I-X", "O"], ["O", "B-X", "B-X"]]) == "BIO"
-    assert metrics.tag_scheme([["O", "B-X"], ["I-X", "O"]]) == "IOB1"
+    assert metrics.tag_scheme([["I-X", "O", "I-Y", "B-Y"], ["I-X", "O"]]) == "IOB1"
+    # BIO with one stray chunk starting with I- (an annotation slip) stays BIO.
+    assert metrics.tag_scheme([["B-X", "I-X", "O"]] * 50 + [["O", "I-Y", "I-Y"]]) == "BIO"
     assert metrics.tag_scheme([["B-X", "E-X", "O"]]) == "BIOES"
     assert metrics.tag_scheme([["NN", "VB"], ["B-X"]]) is None  # token-level: as they are
 
@@ -295,10 +297,11 @@ def test_task_heads_start_as_the_official_ones():
     assert query.std() == pytest.approx(0.02 * 0.8796, rel=0.1)
 
 
-@pytest.mark.parametrize("head", ["sentence", "span"])
+@pytest.mark.parametrize("head", ["sentence", "span", "electra_span"])
 def test_task_heads_compute_in_float32_under_mixed_bfloat16(head):
     """A regression score or a span logit in bfloat16 keeps 8 bits (STS-B scores in steps
-    of 1/32): the heads take the encoder's output as float32 and compute in float32."""
+    of 1/32): the heads take the encoder's output as float32 and compute in float32 (ELECTRA's
+    span head too, training and inference)."""
     import keras
 
     from electra_tf.finetune.models import TaskModel
@@ -306,12 +309,15 @@ def test_task_heads_compute_in_float32_under_mixed_bfloat16(head):
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
-        model = TaskModel(encoder_config("tiny", vocab_size=100), head, 1, answerability=True,
-                          qa_head="bert")
+        model = TaskModel(encoder_config("tiny", vocab_size=100), head.removeprefix("electra_"),
+                          1, answerability=True,
+                          qa_head="electra" if head == "electra_span" else "bert")
         ids = np.random.default_rng(0).integers(1, 100, (64, 16)).astype(np.int32)
         features = {"input_ids": ids, "input_mask": np.ones_like(ids),
-                    "segment_ids": np.zeros_like(ids)}
+                    "segment_ids": np.ones_like(ids)}
         outputs = model(features, training=False)
+        trained = model({**features, "start_positions": np.arange(64) % 16},
+                        training=True)
         sequence = model.encoder(ids, features["input_mask"], features["segment_ids"])
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
@@ -322,6 +328,13 @@ def test_task_heads_compute_in_float32_under_mixed_bfloat16(head):
         expected = hidden[:, 0] @ kernel + bias
         np.testing.assert_allclose(outputs["logits"], expected, rtol=1e-5, atol=1e-6)
         assert len(np.unique(outputs["logits"])) == 64  # no bfloat16 ties
+    elif head == "electra_span":
+        for out in (outputs, trained):
+            assert all(v.dtype in ("float32", "int32") for v in out.values())
+        expected = (hidden @ kernel + bias)[..., 0]
+        np.testing.assert_allclose(outputs["start_logits"], expected, rtol=1e-5, atol=1e-5)
+        end = trained["end_logits"].numpy()
+        assert len(np.unique(end)) > 0.99 * end.size  # no bfloat16 ties
     else:
         expected = hidden @ kernel + bias
         np.testing.assert_allclose(outputs["start_logits"], expected[..., 0], rtol=1e-5,

@@ -123,9 +123,10 @@ TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
 def tag_scheme(sentences_tags) -> str | None:
     """How tagged sentences encode their chunks: None for token-level tags (a tag other than
     O without a B/I/E/S/L/U prefix, e.g. POS); "BIOES" if any tag marks ends or singles
-    (E-, S-, L-, U-); "IOB1" if a chunk starts with I- as conlleval reads it (CoNLL-2003's
-    original files: B- only between two chunks of one type); else "BIO"."""
-    scheme = "BIO"
+    (E-, S-, L-, U-); "IOB1" if chunks start with I- and B- never starts a chunk that does
+    not follow one of its type (CoNLL-2003's original files); else "BIO" (also when a BIO
+    file has a stray chunk starting with I-)."""
+    starts_with_i = b_alone = False
     for tags in sentences_tags:
         prev_prefix, prev_type = "O", ""
         for tag in tags:
@@ -135,15 +136,18 @@ def tag_scheme(sentences_tags) -> str | None:
             if prefix in ("E", "S"):
                 return "BIOES"
             if prefix == "I" and _chunk_starts(prev_prefix, prefix, prev_type, type_):
-                scheme = "IOB1"
+                starts_with_i = True
+            if prefix == "B" and (prev_prefix == "O" or prev_type != type_):
+                b_alone = True
             prev_prefix, prev_type = prefix, type_
-    return scheme
+    return "IOB1" if starts_with_i and not b_alone else "BIO"
 
 
 def retag(tags: list[str], scheme: str) -> list[str]:
     """`tags` re-encoded in `scheme` (TAG_SCHEMES) with the chunks conlleval reads in them
     (`chunks(retag(t, s)) == chunks(t)`, well-formed or not). The official fine-tuning
-    trains span tags as BIOES; its predictions go back to the file's scheme this way."""
+    trains span tags as BIOES; its predictions go back to the file's scheme this way.
+    Tags come out spelt B-/I-/E-/S- (a file's B_X, L-X or U-X are read, not written)."""
     parts = [_split_tag(t) for t in tags] + [("O", "")]
     out, prev_prefix, prev_type = [], "O", ""
     for i, (prefix, type_) in enumerate(parts[:-1]):

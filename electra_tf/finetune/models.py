@@ -90,10 +90,11 @@ class TaskModel(keras.Model):
             # [h_start; h_end]) and "end" the end logit.
             self.output_layer = _dense(1 if electra else 2 if head == "span" else num_outputs,
                                        "output", hidden)
-            self.end_hidden = self.end_layer = self.answerable_hidden = None
+            self.end_logits = self.end_hidden = self.end_layer = None
+            self.answerable_hidden = None
             if electra:
-                self.end_hidden = _dense(QA_HIDDEN, "end_hidden", 2 * hidden)
-                self.end_layer = _dense(1, "end", QA_HIDDEN)
+                self.end_logits = _EndLogits(hidden, name="end_logits")
+                self.end_hidden, self.end_layer = self.end_logits.hidden, self.end_logits.out
             self.answerable_layer = None
             if answerability:
                 if electra:  # over [h_CLS; the start distribution's mean state]
@@ -133,13 +134,13 @@ class TaskModel(keras.Model):
                 raise ValueError("the ELECTRA span head trains on the gold start: pass "
                                  "start_positions with training=True")
             start_state = tf.gather(sequence, features["start_positions"], batch_dims=1)
-            outputs["end_logits"] = self._end_logits(sequence, start_state[:, None]) + outside
+            outputs["end_logits"] = self.end_logits(sequence, start_state[:, None]) + outside
         else:
             k = self.beam_size
             top_log_probs, top_index = _top_k(tf.nn.log_softmax(start_logits), k)  # [B, K]
             start_state = tf.gather(sequence, tf.minimum(top_index, length - 1),
                                     batch_dims=1)  # [B, K, H]
-            end_logits = (self._end_logits(sequence[:, None], start_state[:, :, None])
+            end_logits = (self.end_logits(sequence[:, None], start_state[:, :, None])
                           + outside[:, None])  # [B, K, L]
             end_log_probs, end_index = _top_k(tf.nn.log_softmax(end_logits), k)  # [B, K, K]
             outputs.update(start_top_log_probs=top_log_probs, start_top_index=top_index,
@@ -151,16 +152,27 @@ class TaskModel(keras.Model):
             outputs["answerable_logits"] = self.answerable_layer(gelu(hidden))[:, 0]
         return outputs
 
-    def _end_logits(self, sequence, start_state):
-        """end(gelu(end_hidden([h_start; h_end]))) at every position, the start state
-        broadcast along the positions ([..., L, H] and [..., 1, H] -> [..., L]). The
-        concatenation is never built: end_hidden's kernel is split into its start rows and
-        its end rows, and each half multiplies its own input."""
-        kernel, bias = self.end_hidden.kernel, self.end_hidden.bias
-        hidden_size = self.config.hidden_size
-        hidden = (tf.einsum("...h,hd->...d", start_state, kernel[:hidden_size])
-                  + tf.einsum("...h,hd->...d", sequence, kernel[hidden_size:]) + bias)
-        return self.end_layer(gelu(hidden))[..., 0]
+
+class _EndLogits(keras.layers.Layer):
+    """ELECTRA's end logits given a start: end(gelu(end_hidden([h_start; h_end]))) at every
+    position, the start state broadcast along the positions ([..., L, H] and [..., 1, H]
+    -> [..., L]). The concatenation is never built: end_hidden's kernel (one [2H, 512]
+    kernel, as the official dense layer) is split into its start rows and its end rows,
+    and each half multiplies its own input. A float32 layer, so that under a mixed policy
+    the kernel is read in float32 too."""
+
+    def __init__(self, hidden_size: int, **kwargs):
+        super().__init__(dtype="float32", **kwargs)
+        self.hidden_size = hidden_size
+        self.hidden = _dense(QA_HIDDEN, "end_hidden", 2 * hidden_size)
+        self.out = _dense(1, "end", QA_HIDDEN)
+        self.built = True
+
+    def call(self, sequence, start_state):
+        kernel, bias = self.hidden.kernel, self.hidden.bias
+        hidden = (tf.einsum("...h,hd->...d", start_state, kernel[:self.hidden_size])
+                  + tf.einsum("...h,hd->...d", sequence, kernel[self.hidden_size:]) + bias)
+        return self.out(gelu(hidden))[..., 0]
 
 
 def _dense(units: int, name: str, fan_in: int) -> keras.layers.Dense:
