@@ -611,14 +611,73 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
         answer = answers[example.qid] if no_answer[example.qid] <= threshold else ""
         pieces = tok.encode([answer])[0] if answer else []
         assert out["serving_default__answer"][n] == tok.decode(pieces), n
-        if answer:  # the answer's pieces are those of the window served
+        if answer:  # answer_start/end: the answer's pieces that the window served holds
             first, last = out["serving_default__answer_start"][n], out[
                 "serving_default__answer_end"][n]
-            assert features["input_ids"][window][first:last + 1].tolist() == pieces
+            held = features["input_ids"][window][first:last + 1].tolist()
+            assert held and any(pieces[i:i + len(held)] == held for i in range(len(pieces)))
     assert out["serving_default__answer"][3] == ""  # no context: no answer
     # Both ways: a question answered and one blanked by the threshold.
     assert any(out["serving_default__answer"][:3] != "")
     assert any(no_answer[e.qid] > threshold and answers[e.qid] for e in examples)
+
+
+def _one_window_questions(rng, rows, length, first, pieces):
+    """`rows` questions over one context of `pieces` one-piece words w00.. at positions
+    first.. of a `length`-position window, each window giving a random 80% of its pieces
+    the most context: (examples, windows, contexts for squad.decode, the serving masks
+    can_start and in_context [rows, length], and decoded(answers) -> spans by position)."""
+    from electra_tf.finetune import squad
+    words = [f"w{k:02d}" for k in range(pieces)]
+    contexts = {" ".join(words): squad._Context(
+        [(4 * k, 4 * k + 3) for k in range(pieces)], list(range(pieces)), list(range(pieces)),
+        list(range(pieces)))}
+    examples = [squad.QAExample(str(n), "q", " ".join(words), [], None, None, False)
+                for n in range(rows)]
+    max_context = rng.random((rows, pieces)) < 0.8
+    windows = [{"example": n, "first": first, "length": pieces, "start": 0,
+                "max_context": max_context[n].tolist()} for n in range(rows)]
+    positions = np.arange(length)
+    in_context = np.tile((positions >= first) & (positions < first + pieces), (rows, 1))
+    can_start = in_context.copy()
+    can_start[:, first:first + pieces] &= max_context
+
+    def decoded(answers):
+        return [(first + words.index(a.split()[0]), first + words.index(a.split()[-1]))
+                if a else (-1, -1) for a in (answers[str(n)] for n in range(rows))]
+
+    return examples, windows, contexts, can_start, in_context, decoded
+
+
+@pytest.mark.parametrize("doc_stride", [4, 64])
+def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, doc_stride):
+    """Random contexts of words of several pieces over many windows, overlapping (stride 4)
+    or not (64: each window's first piece is its own most-context start): serving answers
+    what squad.decode answers on every window of the same model, whole words included
+    where a word straddles two windows."""
+    from electra_tf.finetune import squad
+    trial = str(task_exports["root"] / "qa" / "trial_0")
+    info = json.loads(open(os.path.join(trial, "task_info.json")).read())
+    info.update(doc_stride=doc_stride, no_answer_threshold=1.0)  # never blank: spans only
+    model = task_exports["models"][trial]
+    module = saved_model.TaskServingModule(model, info, UNCASED_VOCAB)
+    tok = tokenization.Tokenizer(UNCASED_VOCAB)
+    rng = np.random.default_rng(doc_stride)
+    vocabulary = ["xylophone", "hypothetically", "unremarkable", "cat", "dog", "sat", "the"]
+    contexts = [" ".join(rng.choice(vocabulary, rng.integers(0, 80))) for _ in range(24)]
+    questions = ["what sat?"] * 24
+    out = module.serving_default(text=tf.constant(questions), text_b=tf.constant(contexts))
+    examples = [squad.QAExample(str(n), q, c, [], None, None, False)
+                for n, (q, c) in enumerate(zip(questions, contexts))]
+    features, windows, _ = squad.encode(tok, examples, L, doc_stride, 12, False)
+    assert len(windows) > 2 * len(examples)
+    predicted = {k: v.numpy() for k, v in model(
+        {k: tf.constant(features[k]) for k in ("input_ids", "input_mask", "segment_ids")},
+        training=False).items()}
+    answers, _ = squad.decode(examples, windows, predicted, tok, max_answer_length=30)
+    expected = [tok.decode(tok.encode([answers[e.qid]])[0]) for e in examples]
+    assert [a.decode() for a in out["answer"].numpy()] == expected
+    assert sum(a.startswith(w) for a in expected for w in vocabulary[:3]) >= 3
 
 
 def test_qa_span_choice_is_fine_tunings_decode():
@@ -631,29 +690,17 @@ def test_qa_span_choice_is_fine_tunings_decode():
     rows, length, first, pieces, n_best, longest = 200, 40, 6, 28, 5, 8
     start, end = rng.normal(size=(2, rows, length)).astype(np.float32)
     start[:, first + pieces + 1:] = end[:, first + pieces + 1:] = 50.0  # padding
-    words = [f"w{k:02d}" for k in range(pieces)]
-    context = squad._Context([(4 * k, 4 * k + 3) for k in range(pieces)], list(range(pieces)),
-                             list(range(pieces)), list(range(pieces)))
-    examples = [squad.QAExample(str(n), "q", " ".join(words), [], None, None, False)
-                for n in range(rows)]
     # Starts only where the window gives the piece the most context (ends anywhere).
-    max_context = rng.random((rows, pieces)) < 0.8
-    windows = [{"example": n, "first": first, "length": pieces, "start": 0,
-                "max_context": max_context[n].tolist()} for n in range(rows)]
+    examples, windows, contexts, can_start, in_context, decoded = _one_window_questions(
+        rng, rows, length, first, pieces)
     answers, _ = squad.decode(examples, windows, {"start_logits": start, "end_logits": end},
                               n_best_size=n_best, max_answer_length=longest,
-                              contexts={examples[0].context: context})
-    positions = np.arange(length)
-    in_context = np.tile((positions >= first) & (positions < first + pieces), (rows, 1))
-    can_start = in_context.copy()
-    can_start[:, first:first + pieces] &= max_context
-    real = tf.constant(np.tile(positions < first + pieces + 1, (rows, 1)))
+                              contexts=contexts)
+    real = tf.constant(np.tile(np.arange(length) < first + pieces + 1, (rows, 1)))
     got_first, got_last, found, _ = saved_model.best_spans(
         tf.constant(start), tf.constant(end), tf.constant(can_start), tf.constant(in_context),
         real, n_best, longest)
-    decoded = [(first + words.index(a.split()[0]), first + words.index(a.split()[-1]))
-               if a else (-1, -1) for a in (answers[str(n)] for n in range(rows))]
-    assert list(zip(got_first.numpy().tolist(), got_last.numpy().tolist())) == decoded
+    assert list(zip(got_first.numpy().tolist(), got_last.numpy().tolist())) == decoded(answers)
     assert found.numpy().tolist() == [a != "" for a in answers.values()]
     assert sum(a == "" for a in answers.values()) > 5  # n_best leaves some rows no span
     # Unranked, the best pair is elsewhere in many rows: the rule is what is tested.
@@ -676,29 +723,17 @@ def test_qa_beam_span_choice_is_fine_tunings_decode():
                         0, length + 2).astype(np.int32)
     start_lp = -rng.exponential(size=(rows, k)).astype(np.float32)
     end_lp = -rng.exponential(size=(rows, k, k)).astype(np.float32)
-    words = [f"w{n:02d}" for n in range(pieces)]
-    context = squad._Context([(4 * n, 4 * n + 3) for n in range(pieces)], list(range(pieces)),
-                             list(range(pieces)), list(range(pieces)))
-    examples = [squad.QAExample(str(n), "q", " ".join(words), [], None, None, False)
-                for n in range(rows)]
-    max_context = rng.random((rows, pieces)) < 0.8
-    windows = [{"example": n, "first": first, "length": pieces, "start": 0,
-                "max_context": max_context[n].tolist()} for n in range(rows)]
+    examples, windows, contexts, can_start, in_context, decoded = _one_window_questions(
+        rng, rows, length, first, pieces)
     beam = {"start_logits": np.zeros((rows, length), np.float32),
             "start_top_index": start_index, "start_top_log_probs": start_lp,
             "end_top_index": end_index, "end_top_log_probs": end_lp}
     answers, _ = squad.decode(examples, windows, beam, max_answer_length=longest,
-                              contexts={examples[0].context: context})
-    positions = np.arange(length)
-    in_context = np.tile((positions >= first) & (positions < first + pieces), (rows, 1))
-    can_start = in_context.copy()
-    can_start[:, first:first + pieces] &= max_context
+                              contexts=contexts)
     got_first, got_last, found, _ = saved_model.best_beam_spans(
         tf.constant(start_index), tf.constant(start_lp), tf.constant(end_index),
         tf.constant(end_lp), tf.constant(can_start), tf.constant(in_context), longest)
-    decoded = [(first + words.index(a.split()[0]), first + words.index(a.split()[-1]))
-               if a else (-1, -1) for a in (answers[str(n)] for n in range(rows))]
-    assert list(zip(got_first.numpy().tolist(), got_last.numpy().tolist())) == decoded
+    assert list(zip(got_first.numpy().tolist(), got_last.numpy().tolist())) == decoded(answers)
     assert found.numpy().tolist() == [a != "" for a in answers.values()]
     assert 3 < sum(a == "" for a in answers.values()) < rows - 100  # rows with none
     # The best score overall is often not allowed: the rule is what is tested.

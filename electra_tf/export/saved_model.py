@@ -40,15 +40,18 @@ Signatures:
                    fine-tuning writes them; "" for a word that did not fit)
                    qa (text: the question, cut to max_query_length pieces, and to
                    L - 4; text_b: the context, in windows doc_stride pieces apart as
-                   fine-tuning made them, each read with the question): window int32
-                   [b] (the answer's window, 0 the first), and of that window tokens,
+                   fine-tuning made them, each read with the question; all windows of
+                   a request run as one batch): window int32 [b] (the answer's window,
+                   0 the first, and the first where no window has a span), and of that
+                   window tokens,
                    input_mask, start_logits float32 [b, L], and ELECTRA's QA head's
                    beam (start_top_index, start_top_log_probs [b, K], end_top_index,
                    end_top_log_probs [b, K, K]) or BERT's end_logits [b, L];
-                   answer_start, answer_end int32 [b] (the best span's first and last
-                   piece in the window, chosen over all windows as fine-tuning's
-                   decoding does and widened to whole words; -1: no answer), answer
-                   string [b] (its word pieces joined); with an answerability head
+                   answer string [b] (the best span over all windows, chosen as
+                   fine-tuning's decoding does, widened to whole words of the context,
+                   its word pieces joined), answer_start, answer_end int32 [b] (the
+                   answer's pieces that the window holds: a word may straddle two
+                   windows; -1: no answer); with an answerability head
                    (SQuAD 2.0) also answerable_probability float32 [b] (the most
                    answerable window's), and no answer when 1 - it exceeds the
                    fine-tuning's no_answer_threshold
@@ -354,7 +357,8 @@ class TaskServingModule(_TextModule):
         # A start is taken from the window giving it the most context (squad.decode's rule).
         can_start = in_context & _max_context(
             start[:, None] + i - first[:, None], k, tf.gather(stride, row),
-            tf.gather(budget, row), tf.gather(context_length, row), tf.gather(windows, row))
+            tf.gather(budget, row), tf.gather(context_length, row), tf.gather(windows, row),
+            tf.reduce_max(tf.concat([(budget + stride - 1) // stride, [1]], 0)))
         if "start_top_index" in out:  # ELECTRA's head: the beam
             span_first, span_last, found, score = best_beam_spans(
                 out["start_top_index"], out["start_top_log_probs"], out["end_top_index"],
@@ -381,39 +385,56 @@ class TaskServingModule(_TextModule):
                 out["answerable_logits"], row, rows))
             result["answerable_probability"] = probability
             answered &= 1.0 - probability <= self.no_answer_threshold
-        span_first, span_last = _whole_words(
-            result["tokens"], tf.where(answered, pick(span_first), -1),
-            tf.where(answered, pick(span_last), -1), tf.cast(pick(first), tf.int32))
-        positions = tf.range(tf.shape(result["tokens"])[1])
-        inside = ((positions[None] >= span_first[:, None])
-                  & (positions[None] <= span_last[:, None]))
-        text = tf.strings.reduce_join(tf.where(inside, result["tokens"], ""), axis=1,
+        # Widened to whole words over the whole context (a word may straddle the window's
+        # edge), as squad.decode answers with the context's basic tokens.
+        shift = pick(start) - pick(first)  # window position -> context piece
+        context_tokens = self.id_to_token.lookup(tf.cast(pieces, tf.int64)).to_tensor(
+            default_value="")                                               # [b, C]
+        word_first, word_last = _whole_words(
+            context_tokens,
+            tf.cast(tf.where(answered, tf.cast(pick(span_first), tf.int64) + shift, -1),
+                    tf.int32),
+            tf.cast(tf.where(answered, tf.cast(pick(span_last), tf.int64) + shift, -1),
+                    tf.int32))
+        positions = tf.range(tf.shape(context_tokens)[1])
+        inside = ((positions[None] >= word_first[:, None])
+                  & (positions[None] <= word_last[:, None]))
+        text = tf.strings.reduce_join(tf.where(inside, context_tokens, ""), axis=1,
                                       separator=" ")
         text = tf.strings.regex_replace(tf.strings.strip(tf.strings.regex_replace(
             text, " +", " ")), " ##", "")
-        result.update(answer_start=span_first, answer_end=span_last, answer=text)
+        # The answer's pieces in the window served (those of its words the window holds).
+        low, high = pick(first), pick(first + length) - 1
+        answer_start = tf.clip_by_value(tf.cast(word_first, tf.int64) - shift, low, high)
+        answer_end = tf.clip_by_value(tf.cast(word_last, tf.int64) - shift, low, high)
+        result.update(answer_start=tf.cast(tf.where(word_first >= 0, answer_start, -1),
+                                           tf.int32),
+                      answer_end=tf.cast(tf.where(word_last >= 0, answer_end, -1), tf.int32),
+                      answer=text)
         return result
 
 
-def _max_context(piece, window, stride, budget, context_length, windows):
+def _max_context(piece, window, stride, budget, context_length, windows, reach):
     """Whether each window is the one giving each of its pieces the most context
     (squad._is_max_context: min(left, right) + 0.01 x the window's length, the first of
     equals). piece [W, L]: the context piece at each position of window `window` [W] of a
     text whose windows start `stride` [W] apart, `budget` [W] pieces long at most, over
-    `context_length` [W] pieces in `windows` [W] windows."""
-    most = tf.reduce_max(tf.concat([windows, [1]], 0))  # (an empty batch has none)
-    j = tf.range(most)[None, :, None]                                    # [1, J, 1]
+    `context_length` [W] pieces in `windows` [W] windows. Only the windows within `reach`
+    (at least ceil(budget / stride)) of a window can share its pieces: those are compared,
+    so the work grows with the windows, not their square."""
+    offsets = tf.range(-reach, reach + 1)[None, :, None]                  # [1, J, 1]
+    j = window[:, None, None] + offsets                                  # [W, J, 1]
     other_start = j * stride[:, None, None]                              # [W, J, 1]
     other_length = tf.minimum(budget[:, None, None],
                               context_length[:, None, None] - other_start)
     g = piece[:, None, :]                                                # [W, 1, L]
-    contains = ((j < windows[:, None, None]) & (g >= other_start)
+    contains = ((j >= 0) & (j < windows[:, None, None]) & (g >= other_start)
                 & (g < other_start + other_length))
     score = (tf.cast(tf.minimum(g - other_start, other_start + other_length - 1 - g),
                      tf.float64) + 0.01 * tf.cast(other_length, tf.float64))
     score = tf.where(contains, score, -np.inf)
     top = tf.reduce_max(score, axis=1, keepdims=True)
-    best = tf.reduce_min(tf.where(tf.equal(score, top), j, most), axis=1)
+    best = tf.reduce_min(tf.where(tf.equal(score, top), j, tf.reduce_max(windows) + 1), axis=1)
     return tf.equal(best, window[:, None])
 
 
@@ -511,16 +532,12 @@ def retag_bioes(tags, scheme: str):
     return tf.where(outside, tags, tf.strings.join([mark, "-", type_]))
 
 
-def _whole_words(tokens, first, last, lowest=None):
+def _whole_words(tokens, first, last):
     """A span of word pieces [b] widened to whole words (a "##" piece continues the word
-    before it), as squad.decode answers with whole basic tokens, but not before `lowest`
-    [b] (a window's first context piece, which may continue a word it does not hold);
-    -1 stays -1."""
+    before it), as squad.decode answers with whole basic tokens; -1 stays -1."""
     length = tf.shape(tokens)[1]
     i = tf.range(length)[None]
     starts_word = ~tf.strings.regex_full_match(tokens, "##.*")        # [b, L]
-    if lowest is not None:
-        starts_word |= tf.equal(i, lowest[:, None])
     word_first = tf.reduce_max(tf.where(starts_word & (i <= first[:, None]), i, 0), axis=1)
     next_word = tf.reduce_min(tf.where(starts_word & (i > last[:, None]), i, length), axis=1)
     return tf.where(first >= 0, word_first, -1), tf.where(last >= 0, next_word - 1, -1)

@@ -197,8 +197,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              f"{', '.join(QA_HEADS)}")
     if no_answer_threshold is None:
         no_answer_threshold = ELECTRA_NO_ANSWER_THRESHOLD if qa_head == "electra" else 0.5
-    if beam_size < 1:
-        raise UserInputError(f"finetuning.beam_size={beam_size} must be at least 1")
+    if beam_size < 1 or doc_stride < 1:
+        raise UserInputError(f"finetuning.beam_size={beam_size} and doc_stride={doc_stride} "
+                             "must be at least 1")
     if tag_encoding not in ("BIOES", "file"):
         raise UserInputError(f"finetuning.tag_encoding={tag_encoding!r} is not 'BIOES' or "
                              "'file'")
