@@ -188,8 +188,5 @@ def _top_k(log_probs, k: int):
     """tf.math.top_k over the last axis, which is first padded to at least k entries with
     _NO_CANDIDATE (their indices are >= the sequence's length)."""
     pad = tf.maximum(k - tf.shape(log_probs)[-1], 0)
-    paddings = tf.concat([tf.zeros([tf.rank(log_probs) - 1, 2], tf.int32),
-                          [[0, pad]]], axis=0)
-    values, index = tf.math.top_k(tf.pad(log_probs, paddings, constant_values=_NO_CANDIDATE),
-                                  k)
-    return values, index
+    paddings = [[0, 0]] * (log_probs.shape.rank - 1) + [[0, pad]]
+    return tf.math.top_k(tf.pad(log_probs, paddings, constant_values=_NO_CANDIDATE), k)

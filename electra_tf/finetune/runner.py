@@ -579,6 +579,7 @@ class _SentenceTask:
     """classification / regression on [CLS]."""
     head = "sentence"
     answerability = False
+    tag_scheme = None
 
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
         self.data, self.regression = data, data.task.kind == "regression"
@@ -732,6 +733,7 @@ class _TaggingTask:
 class _QATask:
     head = "span"
     num_outputs = 2
+    labels = tag_scheme = None
 
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
         self.tokenizer = tokenizer
@@ -836,8 +838,7 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
     """A trial's task_info.json: what export (--kind=task) needs besides the weights."""
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
-            "labels": getattr(adapter, "labels", task_data.labels),
-            "tag_scheme": getattr(adapter, "tag_scheme", None),
+            "labels": adapter.labels, "tag_scheme": adapter.tag_scheme,
             "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,
