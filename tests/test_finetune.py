@@ -559,6 +559,11 @@ def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
         finetune("classification", tmp_path / "out", init, ["finetuning.doc_stride = 0"],
                  train_file=train, dev_file=train, text_column="review",
                  label_column="sentiment")
+    with pytest.raises(UserInputError, match=r"^finetuning.tag_encoding='IOB' is not "
+                                             r"'BIOES' or 'file'"):
+        finetune("classification", tmp_path / "out", init, ["finetuning.tag_encoding = 'IOB'"],
+                 train_file=train, dev_file=train, text_column="review",
+                 label_column="sentiment")
     with pytest.raises(UserInputError, match=r"^finetuning.qa_head='xlnet' is not one of "
                                              r"electra, bert"):
         finetune("classification", tmp_path / "out", init, ["finetuning.qa_head = 'xlnet'"],
