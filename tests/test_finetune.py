@@ -549,26 +549,18 @@ def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
     rows = movie_rows()[:8]
     train = write_csv(tmp_path / "train.csv", ["sentiment", "review"],
                       [(r["sentiment"], r["text"]) for r in rows])
-    with pytest.raises(UserInputError, match=r"finetuning.precision='bfloat16' is not one of "
-                                             r"float32, mixed_bfloat16, mixed_float16"):
-        finetune("classification", tmp_path / "out", init, ["finetuning.precision = 'bfloat16'"],
-                 train_file=train, dev_file=train, text_column="review",
-                 label_column="sentiment")
-    with pytest.raises(UserInputError, match=r"^finetuning.beam_size=20 and doc_stride=0 "
-                                             r"must be at least 1"):
-        finetune("classification", tmp_path / "out", init, ["finetuning.doc_stride = 0"],
-                 train_file=train, dev_file=train, text_column="review",
-                 label_column="sentiment")
-    with pytest.raises(UserInputError, match=r"^finetuning.tag_encoding='IOB' is not "
-                                             r"'BIOES' or 'file'"):
-        finetune("classification", tmp_path / "out", init, ["finetuning.tag_encoding = 'IOB'"],
-                 train_file=train, dev_file=train, text_column="review",
-                 label_column="sentiment")
-    with pytest.raises(UserInputError, match=r"^finetuning.qa_head='xlnet' is not one of "
-                                             r"electra, bert"):
-        finetune("classification", tmp_path / "out", init, ["finetuning.qa_head = 'xlnet'"],
-                 train_file=train, dev_file=train, text_column="review",
-                 label_column="sentiment")
+    for binding, message in (
+            ("finetuning.precision = 'bfloat16'", r"finetuning.precision='bfloat16' is not one "
+                                                  r"of float32, mixed_bfloat16, mixed_float16"),
+            ("finetuning.doc_stride = 0", r"^finetuning.beam_size=20 and doc_stride=0 must be "
+                                          r"at least 1"),
+            ("finetuning.tag_encoding = 'IOB'", r"^finetuning.tag_encoding='IOB' is not "
+                                                r"'BIOES' or 'file'"),
+            ("finetuning.qa_head = 'xlnet'", r"^finetuning.qa_head='xlnet' is not one of "
+                                             r"electra, bert")):
+        with pytest.raises(UserInputError, match=message):
+            finetune("classification", tmp_path / "out", init, [binding], train_file=train,
+                     dev_file=train, text_column="review", label_column="sentiment")
     assert not os.path.exists(tmp_path / "out")
 
 
