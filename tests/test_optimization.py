@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from electra_tf.modeling.config import encoder_config
 from electra_tf.modeling.encoder import Encoder
+from electra_tf.modeling.factory import build_pretrainer
 from electra_tf.training.optimization import (AdamWeightDecay, Lamb, LinearWarmupLinearDecay,
                                               create_optimizer, layerwise_lr_multipliers)
 
@@ -273,6 +274,28 @@ def test_decay_skips_excluded_variables_and_zero_update_stays_put():
     assert not np.allclose(plain, decayed)
 
 
+# With a zero gradient the update is wd * param: AdamW moves it by lr * wd * param, LAMB by
+# lr * param (its trust ratio |param| / |update| is 1 / wd).
+@pytest.mark.parametrize("cls, factor", [(AdamWeightDecay, 1 - 1e-2 * 0.1), (Lamb, 1 - 1e-2)])
+def test_decay_leaves_layer_norms_biases_and_learned_loss_scales(cls, factor):
+    """On a real pretrainer (learned loss balance): with zero gradients only the decayed
+    variables move; the official exclusions and the loss balance's log scales stay put."""
+    model = build_pretrainer(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2,
+                             intermediate_size=32, embedding_size=8, max_position_embeddings=16,
+                             learn_loss_weights=True)
+    variables = model.trainable_variables
+    start = {v.path: v.numpy() for v in variables}
+    optimizer = cls(1e-2, weight_decay_rate=0.1)
+    optimizer.apply_gradients([(tf.zeros_like(v), v) for v in variables])
+    kept = [v.path for v in variables if np.array_equal(v.numpy(), start[v.path])]
+    for v in variables:
+        if v.path not in kept:
+            np.testing.assert_allclose(v.numpy(), start[v.path] * factor, rtol=1e-6)
+    assert any(p.endswith("/loss_log_scales") for p in kept)
+    assert kept == [p for p in start if re.search("LayerNorm|layer_norm|bias|loss_log_scales", p)]
+    assert any("kernel" in p for p in start) and not any("kernel" in p for p in kept)
+
+
 def test_lamb_layer_adaptation_exclusions_are_separate():
     # Adapting every variable (none excluded) changes the LayerNorm gamma's update only by r.
     adapted = _run(Lamb(1e-2, exclude_from_layer_adaptation=()))
@@ -470,7 +493,8 @@ def test_create_optimizer_through_gin():
         "warmup": "multiply"}
     assert (default.epsilon, default.weight_decay_rate, default.bias_correction,
             default.exclude_from_weight_decay) == (1e-6, 0.01, False,
-                                                   ("LayerNorm", "layer_norm", "bias"))
+                                                   ("LayerNorm", "layer_norm", "bias",
+                                                    "loss_log_scales"))
 
 
 def test_create_optimizer_errors():

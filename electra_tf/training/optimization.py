@@ -36,8 +36,10 @@ except ImportError:  # pragma: no cover - then every update takes the written-ou
 
 WARMUPS = ("multiply", "then_decay")
 OPTIMIZERS = ("adamw", "lamb")
-# Substrings of variable paths that get no weight decay (the official list).
-NO_DECAY = ("LayerNorm", "layer_norm", "bias")
+# Substrings of variable paths that get no weight decay: the official list, and the learned
+# loss balance's log scales (ablations/learned_loss_weights.gin), whose decay would pull the
+# two losses' weights towards 1 : 1.
+NO_DECAY = ("LayerNorm", "layer_norm", "bias", "loss_log_scales")
 
 
 def _path(variable) -> str:
