@@ -389,7 +389,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
 
 @keras.saving.register_keras_serializable(package="electra_tf")
 class Lamb(AdamWeightDecay):
-    """LAMB (You et al., 2019) as in the TF1 BERT/ELECTRA variants.
+    """LAMB (You et al., 2019) as ALBERT's TF1 `lamb_optimizer.py` (the official ELECTRA code
+    has none).
 
     The update is AdamWeightDecay's; each variable's update is then scaled by the trust ratio
     r = ||param|| / ||update|| (1 when either norm is 0, and 1 for variables whose path
