@@ -286,6 +286,58 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     assert result["step"] == 4
 
 
+def _copy_data(data, folder, files=None, vocab_file=None):
+    """The data's records (the first `files` of them) and metadata.json in `folder`; with
+    `vocab_file`, the metadata names that vocab (and its hash) instead."""
+    from electra_tf import tokenization
+    source = os.path.dirname(data)
+    folder.mkdir()
+    for path in sorted(glob.glob(data))[:files]:
+        shutil.copy(path, folder)
+    metadata = json.loads(open(os.path.join(source, "metadata.json")).read())
+    if vocab_file:
+        metadata.update(vocab_file=str(vocab_file),
+                        vocab_sha256=tokenization.vocab_sha256(str(vocab_file)))
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    return str(folder / "*.tfrecord")
+
+
+def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_path, data):
+    """A model dir resumes only with the vocab it was trained with (one of the same size
+    but other tokens, e.g. a learn_vocab.py rerun, is refused by its hash before anything
+    is written) and with its data position's files (fewer files: one line, not
+    TensorFlow's iterator error); --init_checkpoint from it with the other vocab is allowed
+    (an edited vocab) and said; export with the other vocab is refused."""
+    from electra_tf.training.checkpoints import load_pretrainer
+    vocab = open(os.path.join(ROOT, "data", "vocab", "bert_uncased.txt")).read().split("\n")
+    vocab[2000], vocab[2001] = vocab[2001], vocab[2000]
+    other_vocab = tmp_path / "other_vocab.txt"
+    other_vocab.write_text("\n".join(vocab))
+    other = _copy_data(data, tmp_path / "other", vocab_file=other_vocab)
+    model_dir = tmp_path / "model"
+    run(model_dir, data, ["NUM_TRAIN_STEPS = 2"])
+    before = (model_dir / "model_info.json").read_bytes()
+    with pytest.raises(UserInputError, match=r"was trained with another vocab \(.*bert_uncased"
+                                             r"\.txt as it was then; model_info\.json's "
+                                             r"vocab_sha256 differs from .*other_vocab\.txt's"):
+        run(model_dir, other, ["NUM_TRAIN_STEPS = 4"])
+    assert (model_dir / "model_info.json").read_bytes() == before
+    with pytest.raises(UserInputError, match=r"other_vocab\.txt is not the vocab .* was trained "
+                                             r"with \(its sha256 differs"):
+        load_pretrainer(str(model_dir), str(other_vocab))
+
+    fewer = _copy_data(data, tmp_path / "fewer", files=1)
+    with pytest.raises(UserInputError, match=r"holds a data position in other input files than "
+                                             r"--train_data's .*; resume with the --train_data "
+                                             r"it was trained with"):
+        run(model_dir, fewer, ["NUM_TRAIN_STEPS = 4"])
+
+    result, lines = run(tmp_path / "edited", other, ["NUM_TRAIN_STEPS = 2"],
+                        init_checkpoint=str(model_dir))
+    assert result["step"] == 2
+    assert any("was trained with another vocab of the same size" in line for line in lines)
+
+
 def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
     """Each worker must run as many evaluation steps (one that runs out first would leave the
     others in their all-reduce forever): the steps are what the poorest worker's share of

@@ -513,7 +513,8 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
                     num_predictions=max(1, int(0.155 * max_seq_length)), mask_prob=0.15,
                     train_batch_size=0, num_train_steps=0)
     info.update(vocab_file=vocab_file if "://" in vocab_file else os.path.abspath(vocab_file),
-                vocab_size=len(vocab), lower_case=lower_case,
+                vocab_size=len(vocab), vocab_sha256=tokenization.vocab_sha256(vocab_file),
+                lower_case=lower_case,
                 strip_accents=lower_case if strip_accents is None else strip_accents,
                 source=source, not_imported=list(not_imported))
     # An empty --output_dir (checked above) is replaced; the `checkpoint` file's paths are

@@ -73,6 +73,11 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     if len(vocab) != info["vocab_size"]:
         raise UserInputError(f"{vocab_file} has {len(vocab)} tokens but {model_dir} was trained "
                              f"with {info['vocab_size']}; pass the model's vocab")
+    if info.get("vocab_sha256") and tokenization.vocab_sha256(vocab_file) != info["vocab_sha256"]:
+        raise UserInputError(
+            f"{vocab_file} is not the vocab {model_dir} was trained with (its sha256 differs "
+            f"from model_info.json's vocab_sha256; the file then was {info.get('vocab_file')}, "
+            "which has changed since if that is this path); pass the model's own vocab")
     ids = {t: i for i, t in enumerate(vocab)}
     with gin.config_scope(None):
         gin.clear_config()

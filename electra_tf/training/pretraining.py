@@ -228,7 +228,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                                                                  device),
                       vocab_file=(vocab_file if "://" in vocab_file
                                   else os.path.abspath(vocab_file)),
-                      vocab_size=len(vocab),
+                      vocab_size=len(vocab), vocab_sha256=tokenization.vocab_sha256(vocab_file),
                       # How the data was tokenized (export tokenizes raw text the same way);
                       # data without metadata.json (the official builder's) is uncased.
                       lower_case=metadata.get("lower_case", True),
@@ -289,8 +289,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             tf.train.Checkpoint(iterator=iterator).read(position).assert_consumed()
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
-        _initialise(model, init_checkpoint)
+        _initialise(model, init_checkpoint, model_info["vocab_size"])
         log(f"initialised the model from {init_checkpoint}")
+        _note_other_vocab(init_checkpoint, model_info["vocab_sha256"], log)
     if chief:
         atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
         atomic.write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
@@ -680,6 +681,18 @@ def _check_resume(model_dir, model_info):
         earlier = json.load(f)
     if not earlier.get("train_batch_size"):  # an import (convert_checkpoint.py) trained none
         return
+    if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained with another vocab ({earlier['vocab_file']} "
+            "as it was then; model_info.json's vocab_sha256 differs from "
+            f"{model_info['vocab_file']}'s); "
+            "resume with the data (and --vocab_file) it was trained with, or start a new "
+            f"--model_dir with --init_checkpoint={model_dir}")
+    if earlier.get("vocab_size", model_info["vocab_size"]) != model_info["vocab_size"]:
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained with a vocab of {earlier['vocab_size']} "
+            f"tokens (model_info.json), this data's has {model_info['vocab_size']}; resume "
+            "with the data (and --vocab_file) it was trained with, or start a new --model_dir")
     for key, setting in (("train_batch_size", "TRAIN_BATCH_SIZE"),
                          ("max_seq_length", "MAX_SEQ_LENGTH"),
                          ("masked_positions", "pretraining.max_predictions_per_seq")):
@@ -730,9 +743,37 @@ def _vocab_file(vocab_file, info, train_data) -> str:
     return vocab_file
 
 
+def _model_info_of(checkpoint: str) -> dict:
+    """model_info.json of the model dir a checkpoint (or model dir) belongs to; {} if none."""
+    folder = checkpoint if tf.io.gfile.isdir(checkpoint) else os.path.dirname(checkpoint)
+    path = os.path.join(folder, MODEL_INFO)
+    if not tf.io.gfile.exists(path):
+        return {}
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def _note_other_vocab(init_checkpoint: str, vocab_sha256: str, log):
+    """Continuing pre-training with an edited vocab of the same size (e.g. [unused] entries
+    turned into domain words) is allowed; it is said, as a wrong vocab would look the same."""
+    earlier = _model_info_of(init_checkpoint).get("vocab_sha256")
+    if earlier and earlier != vocab_sha256:
+        log(f"note: --init_checkpoint={init_checkpoint} was trained with another vocab of the "
+            "same size (model_info.json's vocab_sha256 differs): each token id keeps the "
+            "embedding of the token it had there")
+
+
 def _restore(checkpoint, path: str, model_dir: str):
     try:
         checkpoint.restore(path).assert_existing_objects_matched()
+    except tf.errors.FailedPreconditionError as e:
+        if "iterator" not in str(e).lower():
+            raise
+        raise UserInputError(
+            f"--model_dir={model_dir}'s checkpoint ({path}) holds a data position in other "
+            "input files than --train_data's (another number of files, or other files); "
+            "resume with the --train_data it was trained with, or start a new --model_dir "
+            f"with --init_checkpoint={model_dir}") from None
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
         first = str(e).strip().splitlines()[0][:200]
         raise UserInputError(
@@ -741,9 +782,15 @@ def _restore(checkpoint, path: str, model_dir: str):
             "trained with") from None
 
 
-def _initialise(model, path: str):
+def _initialise(model, path: str, vocab_size: int):
     """The model's weights from a checkpoint (of a run, or imported); every weight of the
     model must be in it (assert_existing_objects_matched fails for one that is not)."""
+    earlier = _model_info_of(path)
+    if earlier.get("vocab_size", vocab_size) != vocab_size:
+        raise UserInputError(
+            f"--init_checkpoint={path} was trained with a vocab of {earlier['vocab_size']} "
+            f"tokens (its model_info.json), this data's has {vocab_size}; build the data "
+            f"with its vocab ({earlier.get('vocab_file')})")
     if tf.io.gfile.isdir(path):
         path = tf.train.latest_checkpoint(path) or path
     try:
