@@ -497,6 +497,51 @@ def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):
     assert set(out) == {"serving_default__score", "predict_ids__logits"}
 
 
+MISFIT_CALLS = """
+import json, sys, tensorflow as tf, tensorflow_text
+errors = []
+def call(signature, **args):
+    try:
+        signature(**{k: tf.constant(v, tf.string if k.startswith("text") else tf.int32)
+                     for k, v in args.items()})
+        errors.append(None)
+    except tf.errors.InvalidArgumentError as e:
+        errors.append(e.message)
+for path in sys.argv[1:]:
+    model = tf.saved_model.load(path)
+    serve, ids = model.signatures["serving_default"], model.signatures["predict_ids"]
+    call(serve, text=["a", "b"], text_b=["c"])
+    call(serve, text=["a"], text_b=["b", "c"])
+    call(serve, text=[], text_b=["a"])
+    call(ids, input_ids=[[101, 7592, 2088, 102]], input_mask=[[1, 0]],
+         segment_ids=[[0, 0, 0, 0]])
+    call(ids, input_ids=[[101, 102]], input_mask=[[1, 1]], segment_ids=[[0, 0, 0]])
+    call(ids, input_ids=[[101] * 600], input_mask=[[1] * 600], segment_ids=[[0] * 600])
+print(json.dumps(errors))
+"""
+
+
+def test_misfit_inputs_are_refused_by_name(task_exports):
+    """text and text_b of different lengths (the pair trimmer read past the shorter one:
+    garbage ids or an aborted process), a mask or segment ids of another shape than the ids
+    (oneDNN kernels ignored a short mask) and rows longer than the positions: an
+    InvalidArgumentError naming the input, the serving process unharmed."""
+    paths = [task_exports["paths"][name] for name in ("pair", "qa")]
+    result = subprocess.run([sys.executable, "-c", MISFIT_CALLS, *paths], check=True,
+                            capture_output=True, text=True,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    pairs = "text and text_b must hold as many strings (one text_b for each text)"
+    expected = [pairs] * 3 + [
+        "predict_ids: input_mask must have the shape of input_ids, [batch, length]",
+        "predict_ids: segment_ids must have the shape of input_ids, [batch, length]",
+        "predict_ids: at most 128 tokens a row (the positions of the model)"]
+    for got in (errors[:6], errors[6:]):
+        assert len(got) == len(expected)
+        for message, want in zip(got, expected):
+            assert message is not None and want in message
+
+
 def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
     run, out = task_exports["runs"]["tagging"], task_exports["outputs"]["tagging"]
     text, ids, (_, positions, cut) = task_exports["inputs"]["tagging"]

@@ -117,7 +117,35 @@ class _TextModule(tf.Module):
             tf.lookup.TextFileInitializer(
                 self.vocab, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER, tf.string,
                 tf.lookup.TextFileIndex.WHOLE_LINE), default_value="")
-        self.predict_ids = tf.function(self._serve_ids, input_signature=IDS_SIGNATURE)
+        self.predict_ids = tf.function(self._checked_ids, input_signature=IDS_SIGNATURE)
+
+    def _checked_ids(self, input_ids, input_mask, segment_ids):
+        """predict_ids: _serve_ids, once the three inputs are seen to have one shape and no
+        more columns than the model has positions (an error naming the input otherwise,
+        where TensorFlow's kernels might read past a short mask)."""
+        shape = tf.shape(input_ids)
+        positions = self.model_positions()
+        checks = [tf.debugging.assert_equal(
+                      tf.shape(value), shape,
+                      message=f"predict_ids: {name} must have the shape of input_ids, "
+                      "[batch, length]")
+                  for name, value in (("input_mask", input_mask), ("segment_ids", segment_ids))]
+        checks.append(tf.debugging.assert_less_equal(
+            shape[1], positions, message=f"predict_ids: at most {positions} tokens a row (the "
+            "positions of the model)"))
+        with tf.control_dependencies(checks):
+            input_ids = tf.identity(input_ids)
+        return self._serve_ids(input_ids, input_mask, segment_ids)
+
+    @staticmethod
+    def same_batch(text, text_b):
+        """text and text_b, once seen to hold as many strings (an error otherwise: the pair
+        trimmer reads past the shorter one)."""
+        check = tf.debugging.assert_equal(
+            tf.size(text), tf.size(text_b),
+            message="text and text_b must hold as many strings (one text_b for each text)")
+        with tf.control_dependencies([check]):
+            return tf.identity(text), tf.identity(text_b)
 
     def pack(self, *segments):
         """Word pieces of one or two segments, int32 ragged [b, (t)] each and already cut to
@@ -194,6 +222,9 @@ class ServingModule(_TextModule):
         return self.pack(tokens[:, :self.max_seq_length - 2])
 
     # -- the networks
+
+    def model_positions(self) -> int:
+        return self.model.discriminator_config.max_position_embeddings
 
     def _serve_ids(self, input_ids, input_mask, segment_ids):
         model = self.model
@@ -286,7 +317,11 @@ class TaskServingModule(_TextModule):
             return self._tagging(text)
         return self._sentence([self._tokenizer.tokenize(text)[:, :self.max_seq_length - 2]])
 
+    def model_positions(self) -> int:
+        return self.model.config.max_position_embeddings
+
     def _serve_pair(self, text, text_b):
+        text, text_b = self.same_batch(text, text_b)
         if self.kind == "qa":
             return self._qa(text, text_b)
         tokenize = self._tokenizer.tokenize
