@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import CHINESE_VOCAB, DATA, FIXTURES, ROOT, UNCASED_VOCAB, pretrain
+from conftest import (CHINESE_VOCAB, DATA, FIXTURES, ROOT, UNCASED_VOCAB, cased_vocab,
+                      pretrain)
 
 MOVIES = os.path.join(FIXTURES, "finetune", "movie_snippets.csv")
 SCRIPT = os.path.join(ROOT, "scripts", "run_finetuning.py")
@@ -542,6 +543,21 @@ def test_xla_fine_tuning_trains_the_weights_of_the_uncompiled_step(tmp_path, ini
     assert runner._batch(features, np.array([0, 2]), 32)["input_mask"].shape == (2, 48)
     assert runner._batch(features, np.array([0, 1]))["input_ids"].shape == (2, 20)
     assert runner._batch(features, np.array([2]), 32)["label_ids"].tolist() == [2]
+
+
+def test_a_random_encoder_on_a_cased_vocab_needs_lower_case_false(tmp_path):
+    """--init_checkpoint=none takes its casing from --lower_case (default true): with a
+    cased vocab that would lower-case every text, so it is refused as the data builder
+    refuses it; --lower_case=false keeps the capitals."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    vocab = cased_vocab(tmp_path / "cased.txt")
+    with pytest.raises(UserInputError, match=r"cased\.txt is cased .* but --lower_case=true "
+                                             r"lower-cases the text.*pass --lower_case=false"):
+        runner.load_initialization("none", vocab, model_size="tiny")
+    init = runner.load_initialization("none", vocab, model_size="tiny", lower_case=False)
+    assert (init.lower_case, init.strip_accents) == (False, False)
+    assert runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny").lower_case
 
 
 def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):

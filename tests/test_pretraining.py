@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SMALL, pretrain as run
+from conftest import ROOT, SMALL, cased_vocab, pretrain as run
 from electra_tf.errors import UserInputError
 from electra_tf.training import pretraining
 
@@ -300,6 +300,21 @@ def _copy_data(data, folder, files=None, vocab_file=None):
                         vocab_sha256=tokenization.vocab_sha256(str(vocab_file)))
     (folder / "metadata.json").write_text(json.dumps(metadata))
     return str(folder / "*.tfrecord")
+
+
+def test_data_without_metadata_is_cased_as_its_vocab(tmp_path, data):
+    """Records without metadata.json (the official builder's) record no casing: the run
+    takes it from the vocab, so that a cased model is not served lower-cased text."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in sorted(glob.glob(data)):
+        shutil.copy(path, bare)
+    cased = cased_vocab(tmp_path / "cased.txt")
+    uncased = os.path.join(ROOT, "data", "vocab", "bert_uncased.txt")
+    for vocab_file, lower_case in ((cased, False), (uncased, True)):
+        info, _ = run(tmp_path / f"model_{lower_case}", str(bare / "*.tfrecord"),
+                      vocab_file=vocab_file, dry_run=True)
+        assert (info["lower_case"], info["strip_accents"]) == (lower_case, lower_case)
 
 
 def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_path, data):

@@ -44,7 +44,7 @@ BYTES_PER_WORKER = 32 << 20
 _TOKENIZE_LINES = 4096  # lines per tokenizer call: large enough to amortise op dispatch
 _REPORT_SECONDS = 0.5
 # A vocab is cased when at least this share of its tokens with letters have capitals,
-# uncased below the second share (see _check_case).
+# uncased below the second share (see check_case).
 _CASED_SHARE = 0.01
 _UNCASED_SHARE = 0.001
 # A vocab was learned without accent stripping when at least this share of its tokens
@@ -260,7 +260,22 @@ class _Progress:
             print(file=sys.stderr)
 
 
-def _check_case(vocab: list[str], vocab_file: str, lower_case: bool):
+def _case_counts(vocab: list[str]) -> tuple[int, list[str]]:
+    """A vocab's tokens with letters (their count) and those with capitals (special
+    tokens left out)."""
+    words = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+    with_letters = sum(any(c.lower() != c.upper() for c in t) for t in words)
+    return with_letters, [t for t in words if t.lower() != t]
+
+
+def vocab_is_cased(vocab: list[str]) -> bool:
+    """Whether a vocab has capitalised tokens as a cased one does (see check_case): data
+    built with it kept its capitals."""
+    with_letters, capitalised = _case_counts(vocab)
+    return bool(with_letters) and len(capitalised) >= _CASED_SHARE * with_letters
+
+
+def check_case(vocab: list[str], vocab_file: str, lower_case: bool):
     """Raises if --lower_case does not suit the vocab.
 
     Of a vocab's tokens with letters, a cased one (BERT cased, learn_vocab
@@ -269,9 +284,7 @@ def _check_case(vocab: list[str], vocab_file: str, lower_case: bool):
     capitalised token; text that keeps its capitals finds few in an uncased vocab, and a
     word that starts with one becomes [UNK]. Vocabs in between are left alone.
     """
-    words = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
-    with_letters = sum(any(c.lower() != c.upper() for c in t) for t in words)
-    capitalised = [t for t in words if t.lower() != t]
+    with_letters, capitalised = _case_counts(vocab)
     if not with_letters:
         return  # a script without case: lower-casing changes nothing
     share = (f"{len(capitalised):,} of its {with_letters:,} tokens with letters have "
@@ -340,7 +353,7 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
     if num_shards is not None and num_shards < 1:
         raise UserInputError(f"--num_shards={num_shards} must be at least 1")
     tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
-    _check_case(tokenizer.vocab, vocab_file, lower_case)
+    check_case(tokenizer.vocab, vocab_file, lower_case)
     _check_accents(tokenizer.vocab, vocab_file, tokenizer.strip_accents)
     files = corpus.expand_inputs(input_patterns)
     # Each file's first record, before anything is written: a wrong --text_field or

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic, tokenization
+from electra_tf.data import writer
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
 from electra_tf.finetune import metrics, readers, squad, tasks
@@ -83,6 +84,7 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
         if model_size not in SIZES:
             raise UserInputError(f"--model_size={model_size} is not one of {', '.join(SIZES)}")
         vocab = tokenization.load_vocab(vocab_file)
+        writer.check_case(vocab, vocab_file, lower_case)
         return Initialization(encoder_config(model_size, vocab_size=len(vocab)), None,
                               vocab_file, lower_case, lower_case, f"random {model_size}")
     checkpoint = latest_checkpoint(init_checkpoint)

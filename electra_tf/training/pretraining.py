@@ -40,7 +40,7 @@ from tensorflow.python.framework import config as _determinism
 from tensorflow.python.util import deprecation
 
 from electra_tf import atomic, tokenization
-from electra_tf.data import masking, pipeline
+from electra_tf.data import masking, pipeline, writer
 from electra_tf.errors import UserInputError
 from electra_tf.modeling import factory, flops
 from electra_tf.modeling.config import EncoderConfig
@@ -222,6 +222,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         device, precision, tf.config.experimental.tensor_float_32_execution_enabled()
     ) if device else None
     metadata = info["metadata"] or {}
+    cased = "lower_case" not in metadata and writer.vocab_is_cased(vocab)
     model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
                       device=device,
                       peak_flops_per_second=peak and peak * strategies.num_chips(strategy,
@@ -230,9 +231,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                   else os.path.abspath(vocab_file)),
                       vocab_size=len(vocab), vocab_sha256=tokenization.vocab_sha256(vocab_file),
                       # How the data was tokenized (export tokenizes raw text the same way);
-                      # data without metadata.json (the official builder's) is uncased.
-                      lower_case=metadata.get("lower_case", True),
-                      strip_accents=metadata.get("strip_accents", metadata.get("lower_case", True)))
+                      # data without metadata.json (the official builder's) is cased if
+                      # its vocab is.
+                      lower_case=metadata.get("lower_case", not cased),
+                      strip_accents=metadata.get("strip_accents",
+                                                 metadata.get("lower_case", not cased)))
     _check_resume(model_dir, model_info)
     if dry_run:
         next(iter(dataset))  # the pipeline runs
