@@ -370,6 +370,8 @@ def test_hf_export_leaves_out_what_an_import_initialised_afresh(tmp_path):
     assert state and not any(k.startswith("discriminator_predictions.") for k in state)
     config = json.load(open(tmp_path / "hf" / "discriminator" / "config.json"))
     assert config["architectures"] == ["ElectraModel"]
+    vocab = (tmp_path / "moved.txt").read_text().split("\n")
+    assert config["pad_token_id"] == vocab.index("[PAD]")  # transformers' default is 0
     encoder, info = transformers.ElectraModel.from_pretrained(
         str(tmp_path / "hf" / "discriminator"), output_loading_info=True)
     assert info["missing_keys"] == [] and info["unexpected_keys"] == []

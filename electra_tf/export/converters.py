@@ -391,6 +391,8 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     for note in notes:
         log(f"note: {note}")
     has_head = any(k.startswith("discriminator_predictions.") for k in discriminator)
+    # transformers' default pad_token_id is 0 ([PAD] in BERT's vocabs, not in every vocab).
+    pad_id = tokenization.load_vocab(loaded.vocab_file).index(tokenization.PAD_TOKEN)
     written = []
     for name, state, config, architecture in (
             ("discriminator", discriminator, model.discriminator_config,
@@ -404,7 +406,8 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
             save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
                       os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
             with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
-                json.dump(huggingface.hf_config(config, architecture), f, indent=2)
+                json.dump(huggingface.hf_config(config, architecture, pad_token_id=pad_id),
+                          f, indent=2)
             tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
             with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
                 json.dump({"do_lower_case": loaded.lower_case,
