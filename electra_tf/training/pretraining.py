@@ -292,9 +292,15 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             tf.train.Checkpoint(iterator=iterator).read(position).assert_consumed()
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
-        _initialise(model, init_checkpoint, model_info["vocab_size"])
+        earlier = _model_info_of(init_checkpoint)
+        _initialise(model, init_checkpoint, earlier, model_info["vocab_size"])
         log(f"initialised the model from {init_checkpoint}")
-        _note_other_vocab(init_checkpoint, model_info["vocab_sha256"], log)
+        # An edited vocab of the same size (e.g. [unused] entries made domain words) is
+        # allowed; it is said, as a wrong vocab would look the same.
+        if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
+            log(f"note: --init_checkpoint={init_checkpoint} was trained with another vocab of "
+                "the same size (model_info.json's vocab_sha256 differs): each token id keeps "
+                "the embedding of the token it had there")
     if chief:
         atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
         atomic.write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
@@ -677,12 +683,10 @@ def _check_resume(model_dir, model_info):
     """A run resumes in the batches its checkpoint's data position counts: a model dir with
     a checkpoint and another batch size, sequence length or number of masked positions is
     refused before anything is written (its model_info.json would describe another run)."""
-    path = os.path.join(model_dir, MODEL_INFO)
-    if not tf.train.latest_checkpoint(model_dir) or not tf.io.gfile.exists(path):
+    if not tf.train.latest_checkpoint(model_dir):
         return
-    with tf.io.gfile.GFile(path) as f:
-        earlier = json.load(f)
-    if not earlier.get("train_batch_size"):  # an import (convert_checkpoint.py) trained none
+    earlier = _model_info_of(model_dir)
+    if not earlier.get("train_batch_size"):  # none, or an import's (convert_checkpoint.py)
         return
     if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
         raise UserInputError(
@@ -756,16 +760,6 @@ def _model_info_of(checkpoint: str) -> dict:
         return json.load(f)
 
 
-def _note_other_vocab(init_checkpoint: str, vocab_sha256: str, log):
-    """Continuing pre-training with an edited vocab of the same size (e.g. [unused] entries
-    turned into domain words) is allowed; it is said, as a wrong vocab would look the same."""
-    earlier = _model_info_of(init_checkpoint).get("vocab_sha256")
-    if earlier and earlier != vocab_sha256:
-        log(f"note: --init_checkpoint={init_checkpoint} was trained with another vocab of the "
-            "same size (model_info.json's vocab_sha256 differs): each token id keeps the "
-            "embedding of the token it had there")
-
-
 def _restore(checkpoint, path: str, model_dir: str):
     try:
         checkpoint.restore(path).assert_existing_objects_matched()
@@ -785,10 +779,10 @@ def _restore(checkpoint, path: str, model_dir: str):
             "trained with") from None
 
 
-def _initialise(model, path: str, vocab_size: int):
-    """The model's weights from a checkpoint (of a run, or imported); every weight of the
-    model must be in it (assert_existing_objects_matched fails for one that is not)."""
-    earlier = _model_info_of(path)
+def _initialise(model, path: str, earlier: dict, vocab_size: int):
+    """The model's weights from a checkpoint (of a run, or imported; `earlier` its model
+    dir's model_info.json); every weight of the model must be in it
+    (assert_existing_objects_matched fails for one that is not)."""
     if earlier.get("vocab_size", vocab_size) != vocab_size:
         raise UserInputError(
             f"--init_checkpoint={path} was trained with a vocab of {earlier['vocab_size']} "
