@@ -133,8 +133,9 @@ class _TextModule(tf.Module):
         checks.append(tf.debugging.assert_less_equal(
             shape[1], positions, message=f"predict_ids: at most {positions} tokens a row (the "
             "positions of the model)"))
-        with tf.control_dependencies(checks):
-            input_ids = tf.identity(input_ids)
+        with tf.control_dependencies(checks):  # every input waits for the checks
+            input_ids, input_mask, segment_ids = (
+                tf.identity(x) for x in (input_ids, input_mask, segment_ids))
         return self._serve_ids(input_ids, input_mask, segment_ids)
 
     @staticmethod
