@@ -25,6 +25,7 @@ Example:
 
 import hashlib
 import os
+import unicodedata
 
 import numpy as np
 import tensorflow as tf
@@ -194,3 +195,21 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer({os.path.basename(self.vocab_file)!r}, vocab_size={self.vocab_size}, "
                 f"lower_case={self.lower_case}, strip_accents={self.strip_accents})")
+
+
+def is_punctuation(c: str) -> bool:
+    """BERT's basic tokenizer's punctuation (a word of its own)."""
+    # BERT counts all non-alphanumeric ASCII as punctuation, "$" and "^" included.
+    cp = ord(c)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(c).startswith("P")
+
+
+def is_cjk(cp: int) -> bool:
+    """A CJK ideograph's code point, as BERT's basic tokenizer lists them (a token of its
+    own)."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F
+            or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
+            or 0x2F800 <= cp <= 0x2FA1F)

@@ -31,7 +31,7 @@ import tensorflow as tf
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
-from electra_tf import atomic
+from electra_tf import atomic, tokenization
 from electra_tf.data import corpus
 from electra_tf.errors import UserInputError
 from electra_tf.tokenization import (CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN,
@@ -92,21 +92,6 @@ def _read_lines(pieces, input_format, text_field, max_lines, stats) -> Iterator[
             stats.add(piece_stats)
 
 
-def _is_punctuation(c: str) -> bool:
-    # BERT counts all non-alphanumeric ASCII as punctuation, "$" and "^" included.
-    cp = ord(c)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(c).startswith("P")
-
-
-def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F
-            or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
-            or 0x2F800 <= cp <= 0x2FA1F)
-
-
 @functools.cache
 def _continuation_chars() -> tuple[str, ...]:
     """Every character that can occur inside a word (so may need a "##" form), in code order.
@@ -117,8 +102,8 @@ def _continuation_chars() -> tuple[str, ...]:
     chars = []
     for cp in range(sys.maxunicode + 1):
         c = chr(cp)
-        if (unicodedata.category(c)[0] != "C" and not c.isspace() and not _is_cjk(cp)
-                and not _is_punctuation(c)):
+        if (unicodedata.category(c)[0] != "C" and not c.isspace()
+                and not tokenization.is_cjk(cp) and not tokenization.is_punctuation(c)):
             chars.append(c)
     return tuple(chars)
 

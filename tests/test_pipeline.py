@@ -253,6 +253,31 @@ def test_data_without_metadata_is_checked_against_the_vocab(austen_data, tmp_pat
         pipeline.validate_data(files, 128, str(vocab))
 
 
+@pytest.mark.parametrize("vocab", [CHINESE_VOCAB, UNCASED_VOCAB])
+def test_segmenter_words_keep_the_sentence_ids(vocab):
+    # jieba cuts accented Latin at the accent and yields Hangul, kana and Cyrillic letter by
+    # letter; the pieces are joined where BERT sees no word boundary, so the ids are the
+    # sentence's own.
+    from electra_tf import tokenization
+    from electra_tf.data import writer
+    lines = ["我喜欢café和naïve的Pokémon游戏", "한국어 좋아요，日本語もいい", "Привет, мир! 你好",
+             "e-mail: a.b@c.de 价格$9.99", "zero\u200dwidth 中文\u3000空格 x²", "北京欢迎你"]
+    tokenizer = tokenization.Tokenizer(vocab, lower_case=True)
+    packed = writer._tokenize_segmented(tokenizer, writer._jieba_segmenter(), lines)
+    plain = writer._tokenize_plain(tokenizer, lines)
+    assert [[t >> 1 for t in row] for row in packed] == plain
+    words = []  # the first sentence's words, by the word starts
+    for piece, packed_id in zip(tokenizer.convert_ids_to_tokens(plain[0]), packed[0]):
+        if packed_id & 1:
+            words.append(piece)
+        else:
+            words[-1] += piece.removeprefix("##")
+    if vocab == CHINESE_VOCAB:
+        assert words == ["我", "喜欢", "cafe", "和", "naive", "的", "pokemon", "游戏"]
+    else:
+        assert words == ["我", "[UNK][UNK]", "cafe", "和", "naive", "的", "pokemon", "[UNK][UNK]"]
+
+
 def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path):
     from conftest import chinese_reviews
     from electra_tf.data.writer import build_pretraining_data

@@ -106,13 +106,34 @@ def _tokenize_plain(tokenizer, sentences):
     return [flat[splits[i]:splits[i + 1]] for i in range(len(sentences))]
 
 
+def _splits_words(left: str, right: str) -> bool:
+    """Whether BERT's basic tokenizer ends a word between two characters: whitespace,
+    punctuation or a CJK character on either side."""
+    return any(c.isspace() or tokenization.is_punctuation(c)
+               or tokenization.is_cjk(ord(c)) for c in (left, right))
+
+
+def _bert_words(pieces: list[str]) -> list[str]:
+    """A segmenter's pieces, joined where BERT's tokenizer sees no word boundary between
+    them (jieba cuts "café" into "caf" and "é", and Hangul or Cyrillic words into their
+    letters), so that tokenizing the pieces one by one gives the sentence's own ids."""
+    words = []
+    for piece in pieces:
+        if words and piece and words[-1] and not _splits_words(words[-1][-1], piece[0]):
+            words[-1] += piece
+        else:
+            words.append(piece)
+    return words
+
+
 def _tokenize_segmented(tokenizer, segment, sentences):
     """Token ids packed as id * 2 + (1 if the token starts a word), words from `segment`.
 
-    Each word is tokenized on its own; for Chinese this gives the same ids as tokenizing the
-    sentence (every CJK character is a token either way).
+    Each word is tokenized on its own, after joining the pieces BERT's tokenizer would not
+    split (`_bert_words`): the ids are the sentence's (every CJK character is a token
+    either way).
     """
-    words = [segment(s) for s in sentences]
+    words = [_bert_words(segment(s)) for s in sentences]
     flat, splits = tokenizer.encode_flat([w for ws in words for w in ws])
     flat, splits = flat.tolist(), splits.tolist()
     out, k = [], 0
