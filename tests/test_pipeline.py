@@ -219,6 +219,26 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
                                       str(tmp_path / "out"), num_workers=1,
                                       show_progress=False, log=lambda *_: None)
     assert not os.path.exists(tmp_path / "out")
+    # A build stopped part way (its state folder, no metadata.json yet) is not read as data.
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(directory, unfinished)
+    os.remove(unfinished / writer.METADATA_FILE)
+    os.mkdir(unfinished / writer.STATE_DIR)
+    for pattern in (str(unfinished), f"{unfinished}/*.tfrecord"):
+        with pytest.raises(UserInputError, match=(
+                f"^data {unfinished} is an unfinished build \\(no metadata.json yet\\); rerun "
+                "its scripts/build_pretraining_data.py command to finish it$")):
+            pipeline.list_files(pattern)
+    # Only shards metadata.json records as empty: one line, not an empty pipeline's error.
+    blank = tmp_path / "blank"
+    shutil.copytree(directory, blank)
+    metadata = json.loads((blank / writer.METADATA_FILE).read_text())
+    first = metadata["shards"][0]["file"]
+    metadata["shards"][0]["num_examples"] = 0
+    (blank / writer.METADATA_FILE).write_text(json.dumps(metadata))
+    with pytest.raises(UserInputError, match=(
+            f"^data {blank}/{first} matches only shards that metadata.json records as empty")):
+        pipeline.list_files(f"{blank}/{first}")
 
 
 def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path):

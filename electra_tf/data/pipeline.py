@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from electra_tf import tokenization
 from electra_tf.data import masking
-from electra_tf.data.writer import METADATA_FILE
+from electra_tf.data.writer import METADATA_FILE, STATE_DIR
 from electra_tf.errors import UserInputError
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -53,7 +53,18 @@ def list_files(file_pattern: str | list[str]) -> list[str]:
                 "scripts/build_pretraining_data.py")
         files.update(m for m in matched
                      if not m.endswith(".json") and ".tmp-" not in os.path.basename(m))
-    return sorted(files - _empty_shards(files))
+    for directory in sorted({os.path.dirname(f) for f in files}):
+        if (tf.io.gfile.exists(os.path.join(directory, STATE_DIR))
+                and not tf.io.gfile.exists(os.path.join(directory, METADATA_FILE))):
+            raise UserInputError(
+                f"data {directory or '.'} is an unfinished build (no {METADATA_FILE} yet); "
+                "rerun its scripts/build_pretraining_data.py command to finish it")
+    kept = sorted(files - _empty_shards(files))
+    if not kept:
+        raise UserInputError(
+            f"data {','.join(patterns)} matches only shards that {METADATA_FILE} records as "
+            "empty (built from blank input); select the shards with examples")
+    return kept
 
 
 def _empty_shards(files) -> set[str]:
