@@ -281,6 +281,13 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
                                              r"\.json\), this one has 16; .* rerun with "
                                              r"TRAIN_BATCH_SIZE=8, or start a new --model_dir"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "TRAIN_BATCH_SIZE = 16"])
+    # Another seed would change the data order, masks and samples mid-run.
+    with pytest.raises(UserInputError, match=r"holds a run with --seed=0 \(model_info\.json\), "
+                                             r"this one has --seed=1: .* rerun with --seed=0"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"], seed=1)
+    # A dry run in it prints what it would run and leaves the run's own record.
+    info, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "OBJECTIVE = 'mlm'"], dry_run=True)
+    assert info["objective"] == "mlm" and info["generator_params"] == 0
     assert {name: (tmp_path / name).read_bytes() for name in before} == before
     result, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"])  # the same batch resumes
     assert result["step"] == 4
@@ -561,6 +568,13 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
         np.testing.assert_array_equal(switch[g], switch[d])
     assert checkpoint_values(str(tmp_path / "ckpt-2"))[
         "state/stage/.ATTRIBUTES/VARIABLE_VALUE"] == 1
+    # Extending the run would move the default switch (half the run) past the one it made.
+    with pytest.raises(UserInputError, match=r"holds a two-stage run whose generator stage is 2 "
+                                             r"steps \(model_info.json\), this one's 3 .*"
+                                             r"pretraining.two_stage_steps=2, or start a new"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 6", "pretrainer.generator_hidden_fraction = 1.0",
+                             "pretrainer.intermediate_size = 128"],
+            files=("tiny.gin", "ablations/two_stage.gin"))
     # FLOPs per phase: the generator's masked LM alone, then the generator's forward pass and
     # the discriminator's training; MFU and the run's total count each phase's own.
     from electra_tf.modeling import flops

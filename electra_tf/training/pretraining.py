@@ -224,7 +224,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     metadata = info["metadata"] or {}
     cased = "lower_case" not in metadata and writer.vocab_is_cased(vocab)
     model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
-                      device=device,
+                      device=device, seed=seed,
+                      **({"two_stage_steps": two_stage_steps} if two_stage else {}),
                       peak_flops_per_second=peak and peak * strategies.num_chips(strategy,
                                                                                  device),
                       vocab_file=(vocab_file if "://" in vocab_file
@@ -239,7 +240,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     _check_resume(model_dir, model_info)
     if dry_run:
         next(iter(dataset))  # the pipeline runs
-        if chief:
+        if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
             atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
         log(json.dumps(model_info, indent=2))
         return model_info
@@ -709,6 +710,20 @@ def _check_resume(model_dir, model_info):
                 f"(model_info.json), this one has {model_info[key]}; its checkpoint's data "
                 f"position counts those batches: rerun with {setting}={earlier[key]}, or "
                 "start a new --model_dir")
+    if earlier.get("seed", model_info["seed"]) != model_info["seed"]:
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a run with --seed={earlier['seed']} "
+            f"(model_info.json), this one has --seed={model_info['seed']}: its data order, "
+            f"masks and samples would change mid-run; rerun with --seed={earlier['seed']}, or "
+            "start a new --model_dir")
+    if earlier.get("two_stage_steps", model_info.get("two_stage_steps")) != model_info.get(
+            "two_stage_steps"):
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a two-stage run whose generator stage is "
+            f"{earlier['two_stage_steps']} steps (model_info.json), this one's "
+            f"{model_info.get('two_stage_steps')} (the default is half of NUM_TRAIN_STEPS); "
+            f"rerun with --gin_bindings=pretraining.two_stage_steps="
+            f"{earlier['two_stage_steps']}, or start a new --model_dir")
 
 
 def _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log) -> int:
