@@ -66,6 +66,11 @@ def load_vocab(vocab_file: str) -> list[str]:
     except UnicodeDecodeError as e:
         raise UserInputError(f"vocab file {vocab_file} is not UTF-8 text (byte {e.start}); pass "
                              "a WordPiece vocab, one token per line") from None
+    if text.startswith("\ufeff"):
+        raise UserInputError(
+            f"vocab file {vocab_file} starts with a UTF-8 byte-order mark (U+FEFF), which "
+            "would be part of its first token; save it without one (sed -i '1s/^\\xEF\\xBB"
+            "\\xBF//' FILE)")
     vocab = text.split("\n")
     if vocab and vocab[-1] == "":
         vocab.pop()

@@ -201,6 +201,24 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
     with pytest.raises(UserInputError, match=r"twice.txt line 6 repeats line 3 \('the'\); a vocab "
                                              r"holds each token once"):
         tokenization.load_vocab(str(twice))
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(b"\xef\xbb\xbf" + open(UNCASED_VOCAB, "rb").read())
+    with pytest.raises(UserInputError, match=r"marked.txt starts with a UTF-8 byte-order mark "
+                                             r"\(U\+FEFF\), which would be part of its first"):
+        tokenization.load_vocab(str(marked))
+    # JSONL written with a byte-order mark reads as without one (it is not JSON).
+    records = "".join(json.dumps({"text": f"Sentence {i} of the file.\n\nAnd more {i}."}) + "\n"
+                      for i in range(40))
+    (tmp_path / "plain.jsonl").write_text(records, encoding="utf-8")
+    (tmp_path / "marked.jsonl").write_text("\ufeff" + records, encoding="utf-8")
+    built = {}
+    for name in ("plain", "marked"):
+        writer.build_pretraining_data(str(tmp_path / f"{name}.jsonl"), UNCASED_VOCAB,
+                                      str(tmp_path / f"jsonl_{name}"), input_format="jsonl",
+                                      num_workers=1, show_progress=False, log=lambda *_: None)
+        built[name] = [p.read_bytes() for p in sorted((tmp_path / f"jsonl_{name}").glob("*"))
+                       if p.name != "metadata.json"]
+    assert built["plain"] and built["plain"] == built["marked"]
     assert _error(directory, mask_prob=1.5) == (
         "MASK_PROB=1.5 must be between 0 and 1 (the paper: 0.15, 0.25 for large)")
     assert _error(directory, max_predictions_per_seq=200) == (

@@ -257,6 +257,9 @@ def check_jsonl(path: str, text_field: str):
         _check_first_record(path, *first, text_field)
 
 
+BOM = "\ufeff"  # a UTF-8 byte-order mark, which some editors write first
+
+
 def _first_line(path: str) -> tuple[int, str] | None:
     """(number, text) of `path`'s first non-blank line, None if it has none."""
     for number, line in enumerate(_lines(Piece(path), b"\n", ReadStats()), 1):
@@ -276,7 +279,7 @@ def check_text(path: str):
     if first is None:
         return
     try:
-        record = json.loads(first[1])
+        record = json.loads(first[1].removeprefix(BOM))
     except json.JSONDecodeError:
         return
     if isinstance(record, dict):
@@ -290,7 +293,7 @@ def _check_first_record(path: str, number: int, line: str, text_field: str) -> d
     first one that is not JSON, or lacks `text_field`, means a flag is wrong, not the
     record."""
     try:
-        record = json.loads(line)
+        record = json.loads(line.removeprefix(BOM))  # a file's byte-order mark is not JSON
     except json.JSONDecodeError:
         record = None
     if not isinstance(record, dict):
