@@ -237,6 +237,28 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
                                       str(tmp_path / "out"), num_workers=1,
                                       show_progress=False, log=lambda *_: None)
     assert not os.path.exists(tmp_path / "out")
+    quiet = dict(num_workers=1, show_progress=False, log=lambda *_: None)
+    (tmp_path / "afile").write_text("not a folder")
+    for output in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        with pytest.raises(UserInputError, match=(
+                f"^--output_dir={output}: {tmp_path}/afile is a file, not a folder; pass")):
+            writer.build_pretraining_data(os.path.join(DATA, "corpus", "emma.txt.gz"),
+                                          UNCASED_VOCAB, str(output), **quiet)
+    # Bad input met part way keeps the complete shards for a rerun once the file is mended;
+    # a rerun without the file is told how to start afresh.
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(os.path.join(DATA, "corpus", "persuasion.txt.gz"), mixed / "a.txt.gz")
+    shutil.copy(tmp_path / "cut.txt.gz", mixed / "b.txt.gz")
+    with pytest.raises(UserInputError, match=r"b.txt.gz is truncated or corrupt"):
+        writer.build_pretraining_data(str(mixed), UNCASED_VOCAB, str(tmp_path / "m"), **quiet)
+    assert len(list((tmp_path / "m").glob("*.tfrecord"))) == 1
+    os.remove(mixed / "b.txt.gz")
+    with pytest.raises(UserInputError, match=(
+            f"^--output_dir={tmp_path}/m holds an unfinished build with other settings \\("
+            r"inputs, num_shards differ: it stopped, e.g. at a bad input file\); rerun it with "
+            r"the same flags \(a file mended in place\) to resume, or delete the folder")):
+        writer.build_pretraining_data(str(mixed), UNCASED_VOCAB, str(tmp_path / "m"), **quiet)
     # A build stopped part way (its state folder, no metadata.json yet) is not read as data.
     unfinished = tmp_path / "unfinished"
     shutil.copytree(directory, unfinished)

@@ -418,6 +418,14 @@ def _remove_temporaries(output_dir: str):
 
 def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     """True if output_dir already holds this exact build, complete. Raises on a mismatch."""
+    path = output_dir.rstrip("/")
+    while path:  # up to the nearest existing folder: a file there is one line, not a trace
+        if tf.io.gfile.exists(path):
+            if not tf.io.gfile.isdir(path):
+                raise UserInputError(f"--output_dir={output_dir}: {path} is a file, not a "
+                                     "folder; pass a folder's path (new or empty)")
+            break
+        path = os.path.dirname(path)
     saved = None
     built = _complete_shards(output_dir)
     metadata_path = os.path.join(output_dir, METADATA_FILE)
@@ -438,6 +446,12 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
         return False
     current = json.loads(json.dumps(dataclasses.asdict(config)))
     changed = sorted(k for k in current if saved.get(k) != current[k])
+    if changed and not tf.io.gfile.exists(metadata_path):
+        raise UserInputError(
+            f"--output_dir={output_dir} holds an unfinished build with other settings "
+            f"({', '.join(changed)} differ: it stopped, e.g. at a bad input file); rerun it "
+            "with the same flags (a file mended in place) to resume, or delete the folder "
+            "(its complete shards and .build/) or use a new --output_dir to start afresh")
     if changed:
         raise UserInputError(
             f"--output_dir={output_dir} holds data built with other settings ({', '.join(changed)} "
