@@ -115,8 +115,8 @@ def test_byte_range_pieces_never_split_or_repeat_documents(tmp_path, one_documen
 
 
 def test_expand_inputs(tmp_path):
-    (tmp_path / "a").mkdir()
-    for name in ("a/1.txt", "a/2.txt.gz", "b.txt", "a/.hidden"):
+    (tmp_path / "a" / ".git" / "objects").mkdir(parents=True)  # hidden folders are skipped
+    for name in ("a/1.txt", "a/2.txt.gz", "b.txt", "a/.hidden", "a/.git/objects/x.txt"):
         (tmp_path / name).write_text("x")
     assert corpus.expand_inputs(f"{tmp_path}/a,{tmp_path}/b.*") == [
         f"{tmp_path}/a/1.txt", f"{tmp_path}/a/2.txt.gz", f"{tmp_path}/b.txt"]

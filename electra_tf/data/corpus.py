@@ -83,7 +83,8 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
                 f"input {pattern} matches no file; check the path or glob in --input")
         for path in matched:
             if tf.io.gfile.isdir(path):
-                for root, _, names in tf.io.gfile.walk(path):
+                for root, folders, names in tf.io.gfile.walk(path):
+                    folders[:] = [f for f in folders if not f.startswith(".")]  # .git, ...
                     files.update(os.path.join(root, n) for n in names if not n.startswith("."))
             else:
                 files.add(path)
