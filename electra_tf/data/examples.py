@@ -135,8 +135,8 @@ class ExampleSerializer:
         self._fixed_headers = [self._header(_field(1, name.encode()), max_seq_length)
                                for name in names]
         self._ids_headers: dict[int, bytes] = {}
-        self._zeros = [b"\x00" * n for n in range(max_seq_length + 1)]
-        self._ones = [b"\x01" * n for n in range(max_seq_length + 1)]
+        self._zeros = b"\x00" * max_seq_length  # sliced: linear, not quadratic, memory
+        self._ones = b"\x01" * max_seq_length
 
     @staticmethod
     def _header(key: bytes, size: int) -> bytes:
@@ -152,15 +152,15 @@ class ExampleSerializer:
             raise ValueError(f"example of {length} tokens exceeds max_seq_length")
         zeros, ones = self._zeros, self._ones
         if self.word_starts:
-            starts = bytes([t & 1 for t in token_ids]) + zeros[pad]
+            starts = bytes([t & 1 for t in token_ids]) + zeros[:pad]
             token_ids = [t >> 1 for t in token_ids]
-        ids = b"".join(map(self._varints.__getitem__, token_ids)) + zeros[pad]
+        ids = b"".join(map(self._varints.__getitem__, token_ids)) + zeros[:pad]
         ids_header = self._ids_headers.get(len(ids))
         if ids_header is None:
             ids_header = self._ids_headers[len(ids)] = self._header(self._ids_key, len(ids))
         mask_header, segments_header = self._fixed_headers[:2]
-        parts = [ids_header, ids, mask_header, ones[length], zeros[pad],
-                 segments_header, zeros[len_a], ones[length - len_a], zeros[pad]]
+        parts = [ids_header, ids, mask_header, ones[:length], zeros[:pad],
+                 segments_header, zeros[:len_a], ones[:length - len_a], zeros[:pad]]
         if self.word_starts:
             parts += [self._fixed_headers[2], starts]
         features = b"".join(parts)
