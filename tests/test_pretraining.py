@@ -285,6 +285,9 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     with pytest.raises(UserInputError, match=r"holds a run with --seed=0 \(model_info\.json\), "
                                              r"this one has --seed=1: .* rerun with --seed=0"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"], seed=1)
+    with pytest.raises(UserInputError, match=r"holds a run in float32 \(model_info.json\), whose "
+                                             r"checkpoint has no loss scale for mixed_float16"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretraining.precision = 'mixed_float16'"])
     # A dry run in it prints what it would run and leaves the run's own record.
     info, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "OBJECTIVE = 'mlm'"], dry_run=True)
     assert info["objective"] == "mlm" and info["generator_params"] == 0

@@ -710,6 +710,13 @@ def _check_resume(model_dir, model_info):
                 f"(model_info.json), this one has {model_info[key]}; its checkpoint's data "
                 f"position counts those batches: rerun with {setting}={earlier[key]}, or "
                 "start a new --model_dir")
+    before = earlier.get("precision", model_info["precision"])
+    if model_info["precision"] == "mixed_float16" and before != "mixed_float16":
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a run in {before} (model_info.json), whose "
+            "checkpoint has no loss scale for mixed_float16 to go on from; resume with "
+            f"pretraining.precision='{before}' (or 'mixed_bfloat16'), or start a new "
+            f"--model_dir with --init_checkpoint={model_dir}")
     if earlier.get("seed", model_info["seed"]) != model_info["seed"]:
         raise UserInputError(
             f"--model_dir={model_dir} holds a run with --seed={earlier['seed']} "
