@@ -254,6 +254,11 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
         writer.build_pretraining_data(str(mixed), UNCASED_VOCAB, str(tmp_path / "m"), **quiet)
     assert len(list((tmp_path / "m").glob("*.tfrecord"))) == 1
     os.remove(mixed / "b.txt.gz")
+    for output in (mixed, mixed / "out"):  # its shards would be inputs of the rerun
+        with pytest.raises(UserInputError, match=(f"^--output_dir={output} lies in what "
+                                                  f"--input={mixed} reads, so a rerun")):
+            writer.build_pretraining_data(str(mixed), UNCASED_VOCAB, str(output), **quiet)
+    assert sorted(os.listdir(mixed)) == ["a.txt.gz"]
     with pytest.raises(UserInputError, match=(
             f"^--output_dir={tmp_path}/m holds an unfinished build with other settings \\("
             r"inputs, num_shards differ: it stopped, e.g. at a bad input file\); rerun it with "

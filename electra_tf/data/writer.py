@@ -15,6 +15,7 @@ data set is complete. All paths go through tf.io.gfile, so gs:// works.
 import concurrent.futures
 import contextlib
 import dataclasses
+import fnmatch
 import gc
 import json
 import multiprocessing
@@ -459,6 +460,28 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     return tf.io.gfile.exists(os.path.join(output_dir, METADATA_FILE))
 
 
+def _check_output_outside_inputs(input_patterns, output_dir: str):
+    """An --output_dir that an --input glob or folder takes in (or that holds an input file)
+    would have its shards read as text by the rerun that resumes or checks the build;
+    refused before anything is read."""
+    def absolute(path):
+        return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+    output = absolute(output_dir)
+    within = [output]  # the output and the folders above it
+    while os.path.dirname(within[-1]) not in ("", within[-1]):
+        within.append(os.path.dirname(within[-1]))
+    patterns = input_patterns.split(",") if isinstance(input_patterns, str) else input_patterns
+    for pattern in (p.strip() for p in patterns if p.strip()):
+        taken = any(fnmatch.fnmatchcase(path, absolute(pattern)) for path in within)
+        if not taken:
+            taken = any(not tf.io.gfile.isdir(m) and os.path.dirname(absolute(m)) == output
+                        for m in tf.io.gfile.glob(pattern))
+        if taken:
+            raise UserInputError(
+                f"--output_dir={output_dir} lies in what --input={pattern} reads, so a rerun "
+                "would read its shards as text; put the output outside the inputs")
+
 def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
                            max_seq_length: int = 128, lower_case: bool = True,
                            strip_accents: bool | None = None, num_workers: int | None = None,
@@ -477,6 +500,7 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     a `word_start` feature that whole-word masking uses. What it did (or that the data set
     was already complete) is reported through `log`.
     """
+    _check_output_outside_inputs(input_patterns, output_dir)
     config, assignment, total_bytes = _validate_and_plan(
         input_patterns, vocab_file, max_seq_length, num_shards, seed, lower_case,
         strip_accents, input_format, text_field, one_document_per_line, compression,
