@@ -51,6 +51,7 @@ class ExampleBuilder:
         self._sentences: list[list[int]] = []
         self._length = 0
         self._target_length = max_seq_length
+        self.cut_tokens = 0  # tokens of sentences cut off at the end of an example
 
     def add_document(self, sentences: list[list[int]]) -> Iterator[tuple[list[int], int]]:
         for sentence in sentences:
@@ -76,8 +77,10 @@ class ExampleBuilder:
                 first += sentence
             else:
                 second += sentence
+        read = len(first) + len(second)
         first = first[:self.max_seq_length - 2]
         second = second[:max(0, self.max_seq_length - len(first) - 3)]
+        self.cut_tokens += read - len(first) - len(second)
 
         self._sentences = []
         self._length = 0
