@@ -16,7 +16,8 @@ continuation tokens that follow it: "##" pieces, or, for Chinese data built with
 segmenter, the characters after a word's first (the records' `word_start` feature). Words
 are taken in random order while the running token count stays within n (a word that would
 overflow stops the selection; BERT's builder skips it and tries smaller words, which differs
-only in how close to n the count gets).
+in how close to n the count gets: an example whose first drawn word is longer than n gets
+no masked position).
 
 Randomness is a counter-based hash of (seed, example index, position)
 (`electra_tf.stateless`): no RNG state, so the masks of a stream depend only on the seed and
