@@ -202,6 +202,13 @@ class Tokenizer:
                 f"lower_case={self.lower_case}, strip_accents={self.strip_accents})")
 
 
+def is_whitespace(c: str) -> bool:
+    """BERT's whitespace (a word boundary): \t \n \r and Z* (space separators, U+2028,
+    U+2029); the other control characters Python calls space (\v, \f, \x1c-\x1f, \x85)
+    BERT deletes, so they join the characters around them."""
+    return c in "\t\n\r" or unicodedata.category(c) in ("Zs", "Zl", "Zp")
+
+
 def is_punctuation(c: str) -> bool:
     """BERT's basic tokenizer's punctuation (a word of its own)."""
     # BERT counts all non-alphanumeric ASCII as punctuation, "$" and "^" included.

@@ -326,7 +326,8 @@ def test_segmenter_words_keep_the_sentence_ids(vocab):
     from electra_tf import tokenization
     from electra_tf.data import writer
     lines = ["我喜欢café和naïve的Pokémon游戏", "한국어 좋아요，日本語もいい", "Привет, мир! 你好",
-             "e-mail: a.b@c.de 价格$9.99", "zero\u200dwidth 中文\u3000空格 x²", "北京欢迎你"]
+             "e-mail: a.b@c.de 价格$9.99", "zero\u200dwidth 中文\u3000空格 x²",
+             "北京欢迎你", "control\x1cjoins 字\x85母"]
     tokenizer = tokenization.Tokenizer(vocab, lower_case=True)
     packed = writer._tokenize_segmented(tokenizer, writer._jieba_segmenter(), lines)
     plain = writer._tokenize_plain(tokenizer, lines)

@@ -111,7 +111,7 @@ def _tokenize_plain(tokenizer, sentences):
 def _splits_words(left: str, right: str) -> bool:
     """Whether BERT's basic tokenizer ends a word between two characters: whitespace,
     punctuation or a CJK character on either side."""
-    return any(c.isspace() or tokenization.is_punctuation(c)
+    return any(tokenization.is_whitespace(c) or tokenization.is_punctuation(c)
                or tokenization.is_cjk(ord(c)) for c in (left, right))
 
 

@@ -25,11 +25,11 @@ is found from both.
 
 import dataclasses
 import json
-import unicodedata
 
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import tokenization
 from electra_tf.errors import UserInputError
 
 
@@ -91,20 +91,6 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
 # ------------------------------------------------------------------------------ tokens
 
 
-def _is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-def _is_cjk(ch: str) -> bool:
-    cp = ord(ch)
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
 def basic_tokens(text: str) -> list[tuple[int, int]]:
     """Character spans [start, end) of BERT's basic tokens: runs of characters between
     whitespace, with every punctuation mark and CJK character a token of its own.
@@ -113,11 +99,11 @@ def basic_tokens(text: str) -> list[tuple[int, int]]:
     they join the characters around them."""
     spans, start = [], None
     for i, ch in enumerate(text):
-        if ch in "\t\n\r" or unicodedata.category(ch) in ("Zs", "Zl", "Zp"):
+        if tokenization.is_whitespace(ch):
             if start is not None:
                 spans.append((start, i))
                 start = None
-        elif _is_punctuation(ch) or _is_cjk(ch):
+        elif tokenization.is_punctuation(ch) or tokenization.is_cjk(ord(ch)):
             if start is not None:
                 spans.append((start, i))
                 start = None
