@@ -203,7 +203,7 @@ class Tokenizer:
 
 
 def is_whitespace(c: str) -> bool:
-    """BERT's whitespace (a word boundary): \t \n \r and Z* (space separators, U+2028,
+    r"""BERT's whitespace (a word boundary): \t \n \r and Z* (space separators, U+2028,
     U+2029); the other control characters Python calls space (\v, \f, \x1c-\x1f, \x85)
     BERT deletes, so they join the characters around them."""
     return c in "\t\n\r" or unicodedata.category(c) in ("Zs", "Zl", "Zp")

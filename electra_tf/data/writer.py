@@ -483,6 +483,7 @@ def _check_output_outside_inputs(input_patterns, output_dir: str):
                 f"--output_dir={output_dir} lies in what --input={pattern} reads, so a rerun "
                 "would read its shards as text; put the output outside the inputs")
 
+
 def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
                            max_seq_length: int = 128, lower_case: bool = True,
                            strip_accents: bool | None = None, num_workers: int | None = None,
