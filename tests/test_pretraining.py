@@ -269,6 +269,33 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
 
 
+def _checkpoint_steps(model_dir) -> list[int]:
+    return sorted(int(p.split("-")[-1].split(".")[0])
+                  for p in glob.glob(str(model_dir / "ckpt-*.index")))
+
+
+def test_checkpoints_and_evaluations_stay_on_their_grid(tmp_path, data):
+    """At the multiples of CHECKPOINT_EVERY and eval_every (4 here), though loops are 3
+    steps long, a save falls off the grid (the two-stage switch at 3) or a run resumes; an
+    evaluation missing at the step a run resumes from (one killed) runs then."""
+    loops = ["STEPS_PER_LOOP = 3", "pretraining.keep_checkpoints = 10"]
+    two_stage = ["pretrainer.generator_hidden_fraction = 1.0",
+                 "pretrainer.intermediate_size = 128", "pretraining.two_stage_steps = 3"]
+    run(tmp_path / "a", data, loops + two_stage + ["NUM_TRAIN_STEPS = 10"],
+        files=("tiny.gin", "ablations/two_stage.gin"))
+    assert _checkpoint_steps(tmp_path / "a") == [0, 3, 4, 8, 10]
+    b = tmp_path / "b"
+    run(b, data, loops + ["NUM_TRAIN_STEPS = 8"])  # no evaluation
+    assert _checkpoint_steps(b) == [0, 4, 8]
+    _, lines = run(b, data, loops + ["NUM_TRAIN_STEPS = 12"], eval_data=data)
+    assert _checkpoint_steps(b) == [0, 4, 8, 12]
+    assert [step for step, _ in summary_tags(b / "eval")["loss/total"]] == [8, 12]
+    assert "saved checkpoint to " + str(b / "ckpt-12") + "." in lines
+    _, lines = run(b, data, loops + ["NUM_TRAIN_STEPS = 12"], eval_data=data)  # finished
+    assert [step for step, _ in summary_tags(b / "eval")["loss/total"]] == [8, 12]
+    assert not any(line.startswith(("step ", "eval ", "saved ")) for line in lines), lines
+
+
 def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(tmp_path,
                                                                                data):
     """The checkpoint's data position counts batches of the first run's size: a rerun with

@@ -2,8 +2,9 @@
 
     validate data and config -> strategy -> model, optimizer, input pipeline
     -> restore the latest checkpoint (or initialise) -> orbit Controller: loops of
-    `steps_per_loop` steps, checkpoints every `checkpoint_every`, evaluation every
-    `eval_every`, TensorBoard scalars and a console line per loop
+    `steps_per_loop` steps, checkpoints at the multiples of `checkpoint_every` and
+    evaluations at those of `eval_every` (a loop ends early to meet them, so an interrupted
+    run keeps the same steps), TensorBoard scalars and a console line per loop
 
 Everything the run writes is in the model dir: `ckpt-N` checkpoints (model, optimizer, the
 input iterator and the loop state, so rerunning the same command resumes exactly where the
@@ -96,8 +97,9 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
       init_checkpoint: start from these weights (a model dir or checkpoint prefix, e.g. an
         imported checkpoint) when the model dir has no checkpoint yet.
       num_train_steps, train_batch_size (global), max_seq_length, steps_per_loop (steps
-        per tf.function call and per console line), checkpoint_every, keep_checkpoints,
-        eval_every (default: checkpoint_every), eval_steps: the loop.
+        per tf.function call and per console line; a loop ends early at a multiple of
+        checkpoint_every or eval_every), checkpoint_every, keep_checkpoints, eval_every
+        (default: checkpoint_every), eval_steps: the loop.
       mask_prob, max_predictions_per_seq, whole_word_masking: the input pipeline's masking.
       gradient_accumulation_steps: micro-batches per replica batch.
       clip_norm: global-norm clipping (None: off).
@@ -122,7 +124,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     max_seq_length=max_seq_length, steps_per_loop=steps_per_loop,
                     checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
                     eval_steps=eval_steps, gradient_accumulation_steps=gradient_accumulation_steps,
-                    max_restores=max_restores)
+                    max_restores=max_restores,
+                    **({} if eval_every is None else {"eval_every": eval_every}))
     _check_choice("pretraining.precision", precision, PRECISIONS)
     _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
     # The run sets Keras' global precision policy, op determinism (--deterministic) and
@@ -279,8 +282,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     checkpoint = tf.train.Checkpoint(**objects)
     manager = tf.train.CheckpointManager(
         checkpoint, strategies.checkpoint_directory(model_dir, strategy),
-        max_to_keep=keep_checkpoints, step_counter=state.step,
-        checkpoint_interval=checkpoint_every)
+        max_to_keep=keep_checkpoints, step_counter=state.step)
     latest = tf.train.latest_checkpoint(model_dir)
     if latest:
         _restore(checkpoint, latest, model_dir)
@@ -328,7 +330,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
 
         def save_if_preempted(_):
             if terminated.is_set():
-                manager.save(checkpoint_number=state.step, check_interval=False)
+                save(int(state.step.numpy()))
                 monitor.preempted()
     else:  # the workers must agree on the step to save at: TensorFlow's handler does that
         with strategy.scope():
@@ -344,23 +346,52 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 preemption.save_checkpoint_if_preempted(checkpoint_number=state.step,
                                                         check_interval=False)
 
+    def save_on_grid(_):
+        step = int(state.step.numpy())
+        if step % checkpoint_every == 0 or step == num_train_steps:
+            save(step)
+
+    def save(step: int):
+        # Not twice: a loop ended on the grid and then a SIGTERM; a restore after a
+        # non-finite loss puts the step back to the checkpoint it read.
+        latest_saved = manager.latest_checkpoint
+        if latest_saved is None or int(latest_saved.rsplit("-", 1)[1]) != step:
+            path = manager.save(checkpoint_number=step, check_interval=False)
+            if chief:
+                log(f"saved checkpoint to {path}.")
+
+    # Loops end on multiples of checkpoint_every and eval_every (and at the two-stage
+    # switch), so checkpoints and evaluations fall on the same steps whether or not a run
+    # was interrupted, resumed or saved off the grid (SIGTERM, the switch). The controller
+    # gets no CheckpointManager: it would count its interval from the last save.
+    eval_every = eval_every or checkpoint_every
     publish = [lambda _: cache.publish()] if cache else []
     orbit.controller._log = _orbit_log  # pylint: disable=protected-access
     controller = orbit.Controller(
         global_step=state.step, trainer=trainer, evaluator=evaluator, strategy=strategy,
-        steps_per_loop=_loop_lengths(steps_per_loop, two_stage_steps if two_stage else None),
-        checkpoint_manager=manager,
-        train_actions=[*publish, monitor.after_train_loop, save_if_preempted],
+        steps_per_loop=_loop_lengths(
+            steps_per_loop, [checkpoint_every] + ([eval_every] if evaluator else []),
+            two_stage_steps if two_stage else None),
+        train_actions=[*publish, monitor.after_train_loop, save_on_grid, save_if_preempted],
         eval_actions=[monitor.after_eval], summary_dir=None)
     if not latest:
-        manager.save(checkpoint_number=0, check_interval=False)  # for a non-finite loss
+        save(0)  # for a non-finite loss
     if chief:
         monitor.write_text("config/operative_config", gin.operative_config_str())
-    if evaluator is not None:
-        controller.train_and_evaluate(num_train_steps, eval_steps,
-                                      eval_every or checkpoint_every)
-    else:
-        controller.train(num_train_steps)
+    step = int(state.step.numpy())
+    if evaluator is None:
+        controller.train(num_train_steps, checkpoint_at_completion=False)
+    elif 0 < step and (step % eval_every == 0 or step == num_train_steps) and (
+            step not in _evaluated_steps(model_dir)):
+        # An evaluation killed (kill -9) after its step's checkpoint was saved runs again.
+        controller.evaluate(eval_steps)
+        save_if_preempted(None)
+    while evaluator is not None and step < num_train_steps:
+        controller.train(min(num_train_steps, (step // eval_every + 1) * eval_every),
+                         checkpoint_at_completion=False)
+        controller.evaluate(eval_steps)
+        save_if_preempted(None)  # a SIGTERM that came during the evaluation
+        step = int(state.step.numpy())
     if not chief:  # its checkpoints copy the chief's but for the data position: keep that
         tf.io.gfile.rmtree(manager.directory)
         tf.train.Checkpoint(iterator=iterator).write(
@@ -507,12 +538,28 @@ def _orbit_log(message: str):
         absl_logging.info(message)
 
 
-def _loop_lengths(steps_per_loop: int, boundary: int | None):
-    """orbit's steps_per_loop: loops stop at the two-stage boundary."""
-    if boundary is None:
-        return steps_per_loop
-    return lambda step: (min(steps_per_loop, boundary - step) if step < boundary
-                         else steps_per_loop)
+def _loop_lengths(steps_per_loop: int, intervals: list[int], boundary: int | None):
+    """orbit's steps_per_loop: a loop stops at the next multiple of each of `intervals` (the
+    checkpoint and evaluation grids) and at the two-stage boundary."""
+    def length(step) -> int:
+        step = int(step)
+        ends = [(step // every + 1) * every for every in intervals]
+        ends += [boundary] if boundary is not None and step < boundary else []
+        return min([steps_per_loop] + [end - step for end in ends])
+    return length
+
+
+def _evaluated_steps(model_dir: str) -> set[int]:
+    """The steps of the evaluations in model_dir/eval's TensorBoard events."""
+    steps = set()
+    for path in tf.io.gfile.glob(os.path.join(model_dir, "eval", "events.out.tfevents.*")):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                if any(value.tag == "loss/total" for value in event.summary.value):
+                    steps.add(event.step)
+        except tf.errors.DataLossError:  # the end of a file a kill -9 cut short
+            pass
+    return steps
 
 
 def _steps_per_call(value, steps_per_loop: int, jit_compile: bool, strategy) -> int:
