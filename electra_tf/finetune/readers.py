@@ -2,13 +2,15 @@
 
 Every reader returns plain examples and raises a UserInputError naming the file (and line)
 and the fix on anything it cannot read: a missing file or column, a row with too few fields,
-a regression label that is not a number, a malformed JSON line.
+a regression label that is not a finite number, a malformed JSON line or CSV quote, text
+that is not UTF-8.
 """
 
 import csv
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -40,11 +42,23 @@ class TaggedSentence:
     guid: str
 
 
-def _open(path: str):
+def read_text(path: str) -> str:
+    """The file's text, decoded as UTF-8 (a leading byte-order mark, as Excel's "CSV UTF-8"
+    writes, dropped)."""
     if not tf.io.gfile.exists(path):
         raise UserInputError(f"{path} does not exist; check the path (--data_dir or "
                              "--train_file/--dev_file/--test_file)")
-    return tf.io.gfile.GFile(path, "r")
+    if tf.io.gfile.isdir(path):
+        raise UserInputError(f"{path} is a directory; pass the data file in it")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserInputError(f"{path} line {line} is not UTF-8 (byte 0x{raw[e.start]:02x}); "
+                             "re-save the file as UTF-8") from None
+    return text[1:] if text.startswith("\ufeff") else text
 
 
 def _lines(text: str) -> list[str]:
@@ -86,10 +100,7 @@ def _rows(path: str):
     """(line number, {column: value}) for each record of a CSV/TSV (with a header row) or
     JSONL file, and the columns."""
     fmt = table_format(path)
-    with _open(path) as f:
-        text = f.read()
-    if text.startswith("\ufeff"):
-        text = text[1:]  # a byte-order mark (Excel's "CSV UTF-8")
+    text = read_text(path)
     if fmt == "jsonl":
         rows, columns = [], set()
         # Only "\n" ends a record: JSON text may hold other line separators (U+2028).
@@ -109,27 +120,39 @@ def _rows(path: str):
             columns.update(row)
         return rows, sorted(columns)
     plain = fmt == "tsv" and _plain_tsv(text)
+    # strict: a stray opening quote would otherwise swallow the lines up to the next quote
+    # into one field, merging rows without a word.
     reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t",
-                        quoting=csv.QUOTE_NONE if plain else csv.QUOTE_MINIMAL)
+                        quoting=csv.QUOTE_NONE if plain else csv.QUOTE_MINIMAL, strict=True)
+    rows, number = [], 1  # the line the next record starts on
     try:
-        header = next(reader)
-    except StopIteration:
-        raise UserInputError(f"{path} is empty; it needs a header row naming the columns "
-                             "and one row per example") from None
-    rows = []
-    try:
+        header = next(reader, None)
+        if header is None:
+            raise UserInputError(f"{path} is empty; it needs a header row naming the columns "
+                                 "and one row per example")
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise UserInputError(f"{path}: the header names column '{repeated[0]}' twice; give "
+                                 "each column its own name")
+        number = reader.line_num + 1
         for row in reader:
+            start, number = number, reader.line_num + 1
             if not any(field.strip() for field in row):
                 continue
-            number = reader.line_num
             if len(row) != len(header):
+                spans = (f"the record from line {start} to {number - 1}" if number - 1 > start
+                         else f"line {start}")
                 raise UserInputError(
-                    f"{path} line {number} has {len(row)} fields but the header has "
+                    f"{path} {spans} has {len(row)} fields but the header has "
                     f"{len(header)}; quote fields that contain the "
-                    f"{'comma' if fmt == 'csv' else 'tab'} delimiter")
-            rows.append((number, dict(zip(header, row))))
+                    f"{'comma' if fmt == 'csv' else 'tab'} delimiter"
+                    + (" and check for a stray double quote" if number - 1 > start else ""))
+            rows.append((start, dict(zip(header, row))))
     except csv.Error as e:
-        raise UserInputError(f"{path} line {reader.line_num}: {e}; fix the quoting") from None
+        raise UserInputError(
+            f"{path} line {number}: {e} (a field that opens with a double quote runs to the "
+            "next one); remove the stray quote, or quote the whole field and double the "
+            "quotes inside it") from None
     return rows, header
 
 
@@ -165,16 +188,18 @@ def read_table(path: str, text_column: str = "text", text_b_column: str | None =
                 texts.append(None)
                 continue
             value = row.get(column)
-            if value is None or not isinstance(value, (str, int, float)):
+            if value is None or isinstance(value, bool) or not isinstance(value,
+                                                                         (str, int, float)):
                 raise UserInputError(f"{path} line {number} has no text in column '{column}'; "
                                      "fill it in or drop the row")
             texts.append(str(value))
-        label = None
-        if has_labels:
-            label = row.get(label_column)
-            if label is None or (isinstance(label, str) and not label.strip()):
+        label = row.get(label_column) if has_labels else None
+        if label is None or (isinstance(label, str) and not label.strip()):
+            if labelled:
                 raise UserInputError(f"{path} line {number} has no label in column "
                                      f"'{label_column}'; fill it in or drop the row")
+            label = None  # a test file's row without a label
+        else:
             label = _parse_label(label, kind, path, number)
         guid = row.get("id")
         examples.append(Example(texts[0], texts[1], label,
@@ -183,18 +208,33 @@ def read_table(path: str, text_column: str = "text", text_b_column: str | None =
 
 
 def _parse_label(value, kind, path, number):
+    if isinstance(value, (list, dict)):
+        raise UserInputError(f"{path} line {number}: label {json.dumps(value)} is a JSON "
+                             f"{'array' if isinstance(value, list) else 'object'}; write one "
+                             "label per example, a string or a number")
     if kind == "regression":
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise UserInputError(f"{path} line {number}: label {value!r} is not a number; "
-                                 "regression needs numeric labels (use --task=classification "
-                                 "for categories)") from None
+        return _finite(value, path, number)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip()
+
+
+def _finite(value, path, number) -> float:
+    """A regression label: a finite number (nan, inf and 1e400 would train to nan)."""
+    try:
+        number_value = float(value)
+    except (TypeError, ValueError):
+        number_value = None
+    if isinstance(value, bool) or number_value is None:
+        raise UserInputError(f"{path} line {number}: label {value!r} is not a number; "
+                             "regression needs numeric labels (use --task=classification "
+                             "for categories)")
+    if not math.isfinite(number_value):
+        raise UserInputError(f"{path} line {number}: label {value!r} is not a finite number; "
+                             "regression labels must be finite, fix or drop the row")
+    return number_value
 
 
 def sorted_labels(labels) -> list[str]:
@@ -229,8 +269,7 @@ class GlueFormat:
 def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Example], int]:
     """Examples of one GLUE TSV (the GLUE release's columns, read without quoting as the
     official code does), and how many malformed lines were skipped (only QQP has some)."""
-    with _open(path) as f:
-        lines = _lines(f.read())
+    lines = _lines(read_text(path))
     if fmt.header or test:
         lines = lines[1:]
     a, b = (fmt.test_text_a, fmt.test_text_b) if test else (fmt.text_a, fmt.text_b)
@@ -245,7 +284,12 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Exam
             label = None if test else fields[fmt.label]
             if not test and fmt.labels is None:
                 label = float(label)
-        except (IndexError, ValueError):
+                if not math.isfinite(label):
+                    raise UserInputError(f"{path} line {number}: label {fields[fmt.label]!r} "
+                                         "is not a finite number; fix or drop the row")
+        except (IndexError, ValueError) as e:
+            if isinstance(e, UserInputError):
+                raise
             if fmt.skip_malformed:
                 skipped += 1
                 continue
@@ -264,13 +308,15 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Exam
 
 
 def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[TaggedSentence]:
-    """Sentences of a CoNLL-style file: a token per line, whitespace-separated columns (the
-    word first, the tag in `tag_column`, default the last), blank lines between sentences,
-    `-DOCSTART-` lines ignored. `labelled=False` keeps only the words if a line has just one
-    column (on every line of a sentence or on none)."""
-    with _open(path) as f:
-        lines = _lines(f.read())
+    """Sentences of a CoNLL-style file: a token per line, columns separated by tabs where
+    the line has any (so a word may hold spaces: "New York\tB-LOC"), else by whitespace (the
+    word first, the tag in `tag_column`, default the last), the same number of columns on
+    every tagged line, blank lines between sentences, `-DOCSTART-` lines ignored.
+    `labelled=False` keeps only the words if a line has just one column (on every line of a
+    sentence or on none)."""
+    lines = _lines(read_text(path))
     sentences, words, tags, untagged, start = [], [], [], [], 1
+    width = None  # (columns, the first line with them)
 
     def flush():
         if tags and untagged:
@@ -285,7 +331,8 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
         untagged.clear()
 
     for number, line in enumerate(lines, 1):
-        fields = line.split()
+        fields = ([field.strip() for field in line.strip().split("\t")] if "\t" in line.strip()
+                  else line.split())
         if not fields:
             flush()
             continue
@@ -302,6 +349,12 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
             raise UserInputError(f"{path} line {number} has no tag column ({line.strip()!r}); "
                                  "CoNLL files need 'word ... tag' on every line (choose the "
                                  "column with --label_column=INDEX)")
+        if width is None:
+            width = (len(fields), number)
+        elif len(fields) != width[0]:
+            raise UserInputError(f"{path} line {number} has {len(fields)} columns but line "
+                                 f"{width[1]} has {width[0]}; give every line the same columns "
+                                 "(separate them with tabs if a word holds a space)")
         tags.append(fields[tag_column])
     flush()
     if not sentences:

@@ -27,10 +27,10 @@ import dataclasses
 import json
 
 import numpy as np
-import tensorflow as tf
 
 from electra_tf import tokenization
 from electra_tf.errors import UserInputError
+from electra_tf.finetune import readers
 
 
 @dataclasses.dataclass
@@ -47,45 +47,77 @@ class QAExample:
 def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExample]:
     """Questions of a SQuAD-format JSON file ({"data": [{"paragraphs": [{"context", "qas":
     [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}).
-    `labelled=False` (a test file): questions may have no answers."""
-    if not tf.io.gfile.exists(path):
-        raise UserInputError(f"{path} does not exist; check the path (--data_dir or "
-                             "--train_file/--dev_file)")
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
+    `labelled=False` (a test file): questions may have no answers. Question ids must be
+    unique (they key the predictions)."""
     try:
-        data = json.loads(text)
+        data = json.loads(readers.read_text(path))
     except json.JSONDecodeError as e:
         raise UserInputError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a "
                              "SQuAD-format file") from None
-    examples = []
+    examples, seen, qa = [], set(), None
     try:
         for article in data["data"]:
             for paragraph in article["paragraphs"]:
-                context = paragraph["context"]
+                qa = None
+                context = _text(paragraph, "context", path, "a paragraph")
                 for qa in paragraph["qas"]:
-                    impossible = bool(qa.get("is_impossible", False))
+                    qid = qa["id"]
+                    if isinstance(qid, (bool, list, dict)) or qid is None or str(qid) in seen:
+                        raise UserInputError(
+                            f"{path}: question id {qid!r} "
+                            + ("is not a string or number" if str(qid) not in seen
+                               else "occurs twice") + "; give each question its own id")
+                    seen.add(str(qid))
+                    impossible = _impossible(qa, path)
                     answers = ([] if impossible else qa["answers"] if labelled
                                else qa.get("answers", []))
                     if training and not impossible and not answers:
                         raise KeyError("answers")
-                    first = answers[0] if answers else None
+                    where = f"question {qid!r}"
+                    texts = [_text(a, "text", path, where + "'s answer") for a in answers]
                     examples.append(QAExample(
-                        str(qa["id"]), qa["question"], context,
-                        [a["text"] for a in answers],
-                        int(first["answer_start"]) if first else None,
-                        first["text"] if first else None, impossible))
+                        str(qid), _text(qa, "question", path, where), context, texts,
+                        _answer_start(answers[0], path, where) if answers else None,
+                        texts[0] if answers else None, impossible))
     except (KeyError, TypeError, IndexError) as e:
-        raise UserInputError(f"{path} is not in the SQuAD format (missing or malformed "
-                             f"{e}); each question needs id, question and answers (or "
+        where = f" (question {qa.get('id')!r})" if isinstance(qa, dict) else ""
+        raise UserInputError(f"{path} is not in the SQuAD format{where}: missing or malformed "
+                             f"{e}; each question needs id, question and answers (or "
                              "is_impossible: true)") from None
-    except ValueError:  # int(answer_start)
-        raise UserInputError(f"{path}: question {qa.get('id')!r} has answer_start "
-                             f"{first.get('answer_start')!r}, not a character offset; fix it "
-                             "(an integer, where the answer starts in the context)") from None
     if not examples:
         raise UserInputError(f"{path} holds no questions; check the file")
     return examples
+
+
+def _text(record, key, path, where) -> str:
+    value = record[key]
+    if not isinstance(value, str):
+        raise UserInputError(f"{path}: {where} has {key} {value!r}, not a string; "
+                             "fix the file")
+    return value
+
+
+def _impossible(qa, path) -> bool:
+    value = qa.get("is_impossible", False)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if value not in (True, False):  # 0 and 1 too
+        raise UserInputError(f"{path}: question {qa.get('id')!r} has is_impossible "
+                             f"{value!r}; write true or false")
+    return bool(value)
+
+
+def _answer_start(answer, path, where) -> int:
+    value = answer["answer_start"]
+    try:
+        ok = not isinstance(value, bool) and int(value) == float(value) and int(value) >= 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise UserInputError(f"{path}: {where} has answer_start {value!r}, not a "
+                             "character offset; fix it (an integer, where the answer starts "
+                             "in the context)")
+    return int(value)
 
 
 # ------------------------------------------------------------------------------ tokens

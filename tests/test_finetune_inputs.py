@@ -1,0 +1,161 @@
+"""Fine-tuning readers on malformed or unusual files: each is read as its writer meant or
+refused with one line naming the file, the line and the fix (never read silently wrong)."""
+
+import json
+
+import pytest
+
+from electra_tf.errors import UserInputError
+from electra_tf.finetune import readers, squad, tasks
+
+
+def _refused(match, read, *args, **kwargs):
+    with pytest.raises(UserInputError) as raised:
+        read(*args, **kwargs)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert match in message, message
+    return message
+
+
+def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
+    latin1 = "Café au lait.".encode("latin-1")
+    table = tmp_path / "train.csv"
+    table.write_bytes(b"text,label\nFine.,pos\n" + latin1 + b",neg\n")
+    _refused(f"{table} line 3 is not UTF-8 (byte 0xe9); re-save the file as UTF-8",
+             readers.read_table, str(table))
+    conll = tmp_path / "train.txt"
+    conll.write_bytes(b"Emma B-PER\n\n" + latin1 + b" O\n")
+    _refused(f"{conll} line 3 is not UTF-8", readers.read_conll, str(conll))
+    glue = tmp_path / "dev.tsv"
+    glue.write_bytes(b"sentence\tlabel\n" + latin1 + b"\t1\n")
+    _refused(f"{glue} line 2 is not UTF-8", readers.read_glue, str(glue),
+             tasks.get_task("sst2").glue)
+    qa = tmp_path / "dev.json"
+    qa.write_bytes(b'{"data": [{"paragraphs": [{"context": "' + latin1 + b'", "qas": []}]}]}')
+    _refused(f"{qa} line 1 is not UTF-8", squad.read_squad, str(qa), training=False)
+
+
+def test_byte_order_marks_are_dropped(tmp_path):
+    conll = tmp_path / "train.txt"
+    conll.write_text("\ufeff-DOCSTART- -X- O\n\nEmma NNP B-PER\n", encoding="utf-8")
+    assert [s.words for s in readers.read_conll(str(conll))] == [["Emma"]]
+    qa = tmp_path / "dev.json"
+    qa.write_text("\ufeff" + json.dumps({"data": [{"paragraphs": [{"context": "Emma smiled.",
+        "qas": [{"id": "q1", "question": "Who?", "answers": [
+            {"text": "Emma", "answer_start": 0}]}]}]}]}), encoding="utf-8")
+    assert [e.answers for e in squad.read_squad(str(qa), training=True)] == [["Emma"]]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-Infinity", "1e400"])
+def test_regression_labels_must_be_finite(tmp_path, value):
+    table = tmp_path / "train.csv"
+    table.write_text(f"text,label\nFine.,3.5\nOdd.,{value}\n", encoding="utf-8")
+    _refused(f"{table} line 3: label '{value}' is not a finite number; regression labels "
+             "must be finite", readers.read_table, str(table), kind="regression")
+    jsonl = tmp_path / "train.jsonl"  # Python's json reads NaN, Infinity and 1e400 (inf)
+    literal = {"nan": "NaN", "inf": "Infinity"}.get(value, value)
+    jsonl.write_text('{"text": "Fine.", "label": 3.5}\n{"text": "Odd.", "label": '
+                     f'{literal}}}\n', encoding="utf-8")
+    _refused(f"{jsonl} line 2: label", readers.read_table, str(jsonl), kind="regression")
+    stsb = tmp_path / "STS-B" / "train.tsv"
+    stsb.parent.mkdir()
+    stsb.write_text("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+                    f"sentence2\tscore\n0\tm\tf\t2012\t0\ts\ts\tA man.\tA dog.\t{value}\n",
+                    encoding="utf-8")
+    _refused(f"{stsb} line 2: label '{value}' is not a finite number", readers.read_glue,
+             str(stsb), tasks.get_task("stsb").glue)
+    table.write_text("text,label\nFine.,3.5\nOdd.,-1e300\n", encoding="utf-8")
+    assert [e.label for e in readers.read_table(str(table), kind="regression")] == [3.5, -1e300]
+
+
+def test_regression_label_true_and_json_array_labels_are_refused(tmp_path):
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text('{"text": "Fine.", "label": true}\n', encoding="utf-8")
+    _refused(f"{jsonl} line 1: label True is not a number", readers.read_table, str(jsonl),
+             kind="regression")
+    jsonl.write_text('{"text": "Fine.", "label": "pos"}\n{"text": "Both.", "label": '
+                     '["pos", "neg"]}\n', encoding="utf-8")
+    _refused(f'{jsonl} line 2: label ["pos", "neg"] is a JSON array; write one label per '
+             "example", readers.read_table, str(jsonl))
+
+
+def test_a_stray_quote_in_a_csv_is_refused_not_merged_into_one_row(tmp_path):
+    """Read loosely, the quote opening line 3 ran to the one on line 5: three reviews became
+    one example labelled 'pos'."""
+    table = tmp_path / "train.csv"
+    table.write_text('text,label\nFine.,pos\n"Dull,neg\nSlow,neg\n"Great" film,pos\n',
+                     encoding="utf-8")
+    _refused(f"{table} line 3: ',' expected after '\"' (a field that opens with a double "
+             "quote runs to the next one); remove the stray quote", readers.read_table,
+             str(table))
+    table.write_text('text,label\nFine.,pos\n"Dull,neg\nSlow,neg\n', encoding="utf-8")
+    _refused(f"{table} line 3: unexpected end of data", readers.read_table, str(table))
+    # A quoted field over several lines is CSV: it is kept, and numbered from its first line.
+    table.write_text('text,label\n"Two\nlines, one review",pos\nOne.,neg\n', encoding="utf-8")
+    examples = readers.read_table(str(table))
+    assert [(e.text_a, e.label, e.guid) for e in examples] == [
+        ("Two\nlines, one review", "pos", "2"), ("One.", "neg", "4")]
+    table.write_text('text,label\n"Two\nlines",pos,extra\n', encoding="utf-8")
+    _refused(f"{table} the record from line 2 to 3 has 3 fields but the header has 2",
+             readers.read_table, str(table))
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    table = tmp_path / "train.csv"
+    table.write_text("text,label,label\nFine.,pos,neg\n", encoding="utf-8")
+    _refused(f"{table}: the header names column 'label' twice; give each column its own name",
+             readers.read_table, str(table))
+
+
+def test_a_test_file_row_with_an_empty_label_is_unlabelled(tmp_path):
+    table = tmp_path / "test.csv"
+    table.write_text("text,label\nFine.,pos\nUnknown.,\nSlow., \n", encoding="utf-8")
+    assert [e.label for e in readers.read_table(str(table), labelled=False)] == [
+        "pos", None, None]
+    _refused(f"{table} line 3 has no label in column 'label'", readers.read_table, str(table))
+
+
+def _squad(path, qas, context="Emma smiled."):
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}),
+                    encoding="utf-8")
+    return str(path)
+
+
+def test_squad_fields_of_the_wrong_type_or_repeated_ids(tmp_path):
+    qa = tmp_path / "train.json"
+    emma = {"question": "Who?", "answers": [{"text": "Emma", "answer_start": 0}]}
+    _refused(f"{qa}: question id 'q1' occurs twice; give each question its own id",
+             squad.read_squad, _squad(qa, [{"id": "q1", **emma}, {"id": "q1", **emma}]),
+             training=True)
+    # "false" was bool("false"), True: an answerable question trained as unanswerable.
+    read = squad.read_squad(_squad(qa, [{"id": "q1", "is_impossible": "false", **emma},
+                                        {"id": 2, "is_impossible": "True", "question": "Who?",
+                                         "answers": []}]), training=True)
+    assert [(e.qid, e.is_impossible, e.answers) for e in read] == [
+        ("q1", False, ["Emma"]), ("2", True, [])]
+    _refused(f"{qa}: question 'q1' has is_impossible 'no'; write true or false",
+             squad.read_squad, _squad(qa, [{"id": "q1", "is_impossible": "no", **emma}]),
+             training=True)
+    _refused(f"{qa}: a paragraph has context None, not a string", squad.read_squad,
+             _squad(qa, [{"id": "q1", **emma}], context=None), training=True)
+    _refused(f"{qa}: a paragraph has context 7, not a string", squad.read_squad,
+             _squad(qa, [{"id": "q1", **emma}], context=7), training=True)
+    _refused(f"{qa}: question 'q1' has answer_start 2.7, not a character offset",
+             squad.read_squad, _squad(qa, [{"id": "q1", "question": "Who?", "answers": [
+                 {"text": "Emma", "answer_start": 2.7}]}]), training=True)
+    read = squad.read_squad(_squad(qa, [{"id": "q1", "question": "Who?", "answers": [
+        {"text": "smiled", "answer_start": "5"}]}]), training=True)
+    assert [(e.start_char, e.answer_text) for e in read] == [(5, "smiled")]
+
+
+def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_path):
+    conll = tmp_path / "train.txt"
+    conll.write_text("New York\tNNP\tB-LOC\nsleeps\tVBZ\tO\n\nEmma NNP B-PER\n",
+                     encoding="utf-8")
+    sentences = readers.read_conll(str(conll))
+    assert [(s.words, s.tags) for s in sentences] == [
+        (["New York", "sleeps"], ["B-LOC", "O"]), (["Emma"], ["B-PER"])]
+    conll.write_text("Emma NNP B-NP B-PER\nsmiled VBD B-VP O\n\nMr B-PER\n", encoding="utf-8")
+    _refused(f"{conll} line 4 has 2 columns but line 1 has 4; give every line the same "
+             "columns", readers.read_conll, str(conll), tag_column=1)
