@@ -133,6 +133,13 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
     assert result.stderr.strip().splitlines() == [
         f"error: --output_dir={tmp_path} holds data built with other settings (max_seq_length "
         "differ); rerun with the same flags to resume, or use a new --output_dir"]
+    # The same inputs by relative paths and the same vocab at another path are the same
+    # build (they were 'other settings').
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(open(UNCASED_VOCAB, "rb").read())
+    again = build("--input=persuasion.txt.gz,northangerabbey.txt.gz", f"--output_dir={tmp_path}",
+                  f"--vocab_file={vocab}", cwd=os.path.join(DATA, "corpus"))
+    assert again.stdout.endswith("; nothing to do\n"), again.stdout
 
 
 @pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",

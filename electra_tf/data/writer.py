@@ -447,7 +447,7 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
                 "--output_dir or empty it")
         return False
     current = json.loads(json.dumps(dataclasses.asdict(config)))
-    changed = sorted(k for k in current if saved.get(k) != current[k])
+    changed = sorted(k for k in current if not _same_setting(k, saved.get(k), current[k]))
     if changed and not tf.io.gfile.exists(metadata_path):
         raise UserInputError(
             f"--output_dir={output_dir} holds an unfinished build with other settings "
@@ -461,13 +461,25 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     return tf.io.gfile.exists(os.path.join(output_dir, METADATA_FILE))
 
 
+def _same_setting(key: str, saved, current) -> bool:
+    """Paths name files, not settings: an input given relative once and absolute the next
+    time is the same input, and the vocab is its contents (vocab_sha256 is compared)."""
+    if key == "vocab_file":
+        return True
+    if key == "inputs" and isinstance(saved, list) and isinstance(current, list):
+        return [_absolute(p) for p in saved] == [_absolute(p) for p in current]
+    return saved == current
+
+
+def _absolute(path: str) -> str:
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
 def _check_output_outside_inputs(input_patterns, output_dir: str):
     """An --output_dir that an --input glob or folder takes in (or that holds an input file)
     would have its shards read as text by the rerun that resumes or checks the build;
     refused before anything is read."""
-    def absolute(path):
-        return path.rstrip("/") if "://" in path else os.path.abspath(path)
-
+    absolute = _absolute
     output = absolute(output_dir)
     within = [output]  # the output and the folders above it
     while os.path.dirname(within[-1]) not in ("", within[-1]):
