@@ -3,9 +3,21 @@
 Sentence tasks: accuracy, F1 (binary, of the positive class; macro over classes),
 Matthews correlation (CoLA), Pearson and Spearman correlation (STS-B). Tagging: span
 precision/recall/F1 with conlleval's chunk rules (IOB1, IOB2/BIO, IOE, IOBES tags; a tag
-without a prefix is a chunk of its own type) and token accuracy. Extractive QA: exact match
-and F1 with the official SQuAD normalisation (lower case, no punctuation, no articles, single
-spaces), the maximum over the gold answers; SQuAD 2.0's best no-answer threshold.
+without a prefix is a chunk of its own type) and token accuracy.
+
+Extractive QA: exact match and F1 (the maximum over the gold answers) and SQuAD 2.0's best
+no-answer threshold, in one of two styles, picked for each dev set by `qa_style`:
+
+  "squad": exactly the official SQuAD v1.1 / v2.0 scripts' (lower case; ASCII punctuation
+    and the articles a, an, the removed; words split on whitespace; F1 of the words both
+    answers hold). Used unless most answers are Chinese: whitespace-split Chinese scores
+    0 or 1 (a sentence is one word) and keeps full-width punctuation.
+  "cmrc2018": the CMRC 2018 script's (also DRCD's), used when at least half of the
+    answered questions have a gold answer holding a CJK ideograph: lower case; Unicode
+    punctuation removed (the script removes a list of 33 Chinese and ASCII marks); every
+    CJK character a token, other text split on whitespace (the script uses NLTK's English
+    tokenizer); F1 of the longest run of tokens both answers hold; exact match of the
+    lower-cased text without punctuation (spaces count, as in the script).
 """
 
 import collections
@@ -13,6 +25,8 @@ import re
 import string
 
 import numpy as np
+
+from electra_tf.tokenization import is_cjk, is_punctuation, is_whitespace
 
 
 # ------------------------------------------------------------------------------ sentences
@@ -206,6 +220,9 @@ def span_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict:
 # ------------------------------------------------------------------------------ SQuAD
 
 
+QA_STYLES = ("squad", "cmrc2018")
+
+
 def normalize_answer(text: str) -> str:
     """The official SQuAD evaluation's normalisation."""
     text = text.lower()
@@ -214,29 +231,92 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def exact_match(prediction: str, gold: str) -> float:
+# CMRC 2018's script removes the full-width tilde, which Unicode calls a symbol (Sm).
+_CMRC_PUNCTUATION = "\uff5e"
+
+
+def _cmrc_text(text: str) -> str:
+    """CMRC 2018's remove_punctuation (with Unicode's punctuation)."""
+    return "".join(ch for ch in text.lower().strip()
+                   if not is_punctuation(ch) and ch not in _CMRC_PUNCTUATION)
+
+
+def cmrc_tokens(text: str) -> list[str]:
+    """The CMRC 2018 script's tokens of an answer (its `mixed_segmentation` with
+    punctuation removed): lower case, Unicode punctuation dropped (joining what is around
+    it, as SQuAD's normalisation does), each CJK character a token, the rest split on
+    whitespace (the script splits it with NLTK's English tokenizer)."""
+    tokens, word = [], []
+    for ch in _cmrc_text(text):
+        if is_cjk(ord(ch)) or is_whitespace(ch):
+            if word:
+                tokens.append("".join(word))
+                word = []
+            if is_cjk(ord(ch)):
+                tokens.append(ch)
+        else:
+            word.append(ch)
+    if word:
+        tokens.append("".join(word))
+    return tokens
+
+
+def _tokens(text: str, style: str) -> list[str]:
+    return cmrc_tokens(text) if style == "cmrc2018" else normalize_answer(text).split()
+
+
+def exact_match(prediction: str, gold: str, style: str = "squad") -> float:
+    """1 if the answers are equal once normalised (`style`: see the module's docstring)."""
+    if style == "cmrc2018":
+        return float(_cmrc_text(prediction) == _cmrc_text(gold))
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def token_f1(prediction: str, gold: str) -> float:
-    """The official SQuAD token F1 (an empty answer scores 1 only against an empty one)."""
-    pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+def _longest_common_run(a: list[str], b: list[str]) -> int:
+    """The length of the longest run of tokens that is in both (CMRC 2018's find_lcs)."""
+    best, previous = 0, [0] * (len(b) + 1)
+    for x in a:
+        current = [0] * (len(b) + 1)
+        for j, y in enumerate(b):
+            if x == y:
+                current[j + 1] = previous[j] + 1
+                best = max(best, current[j + 1])
+        previous = current
+    return best
+
+
+def token_f1(prediction: str, gold: str, style: str = "squad") -> float:
+    """The official token F1 (an empty answer scores 1 only against an empty one): of the
+    words both hold ("squad"), or of the longest run of tokens both hold ("cmrc2018")."""
+    pred_tokens, gold_tokens = _tokens(prediction, style), _tokens(gold, style)
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
-    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-    same = sum(common.values())
+    if style == "cmrc2018":
+        same = _longest_common_run(pred_tokens, gold_tokens)
+    else:
+        same = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
     if same == 0:
         return 0.0
     precision, recall = same / len(pred_tokens), same / len(gold_tokens)
     return 2 * precision * recall / (precision + recall)
 
 
+def qa_style(golds: dict[str, list[str]]) -> str:
+    """"cmrc2018" if at least half of the questions with an answer have a gold answer
+    holding a CJK ideograph, else "squad" (so an English set with a few Chinese names keeps
+    the official SQuAD scores exactly)."""
+    answered = [answers for answers in golds.values() if any(a.strip() for a in answers)]
+    chinese = sum(any(is_cjk(ord(ch)) for a in answers for ch in a) for answers in answered)
+    return "cmrc2018" if answered and 2 * chinese >= len(answered) else "squad"
+
+
 def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
                  no_answer_probs: dict[str, float] | None = None,
-                 no_answer_threshold: float = 0.5) -> dict:
+                 no_answer_threshold: float = 0.5, style: str | None = None) -> dict:
     """EM and F1 in percent over the questions in `golds` ({id: gold answers}; an
     unanswerable question has [""], as the official v2.0 script makes it). A question with
-    no prediction scores 0.
+    no prediction scores 0. `style`: "squad" or "cmrc2018" (see the module's docstring);
+    None: `qa_style(golds)`.
 
     With `no_answer_probs` ({id: probability of no answer}; SQuAD 2.0), as the official
     evaluate-v2.0 script given them: `exact` and `f1` count a question whose probability
@@ -244,17 +324,20 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
     `best_exact`/`best_f1` are the scores at the best threshold, found from the
     predictions as they are (never blanked: a question answered "" before the threshold
     is applied could not gain from any)."""
+    style = style or qa_style(golds)
+    if style not in QA_STYLES:
+        raise ValueError(f"style={style!r} is not one of {', '.join(QA_STYLES)}")
     em_scores, f1_scores = {}, {}
     for qid, answers in golds.items():
-        answers = [a for a in answers if normalize_answer(a)] or [""]
+        answers = [a for a in answers if _tokens(a, style)] or [""]
         prediction = predictions.get(qid)
         if prediction is None:
             em_scores[qid] = f1_scores[qid] = 0.0
             continue
-        em_scores[qid] = max(exact_match(prediction, a) for a in answers)
-        f1_scores[qid] = max(token_f1(prediction, a) for a in answers)
+        em_scores[qid] = max(exact_match(prediction, a, style) for a in answers)
+        f1_scores[qid] = max(token_f1(prediction, a, style) for a in answers)
     n = len(golds)
-    has_answer = [q for q, a in golds.items() if any(normalize_answer(x) for x in a)]
+    has_answer = [q for q, a in golds.items() if any(_tokens(x, style) for x in a)]
     no_answer = [q for q in golds if q not in set(has_answer)]
     em, f1 = em_scores, f1_scores
     if no_answer_probs is not None:  # the official apply_no_ans_threshold

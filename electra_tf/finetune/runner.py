@@ -305,6 +305,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         init_checkpoint=init.source, inputs_sha256=input_digests(task_data, init),
         num_train_examples=len(task_data.train.examples),
         num_train_steps=steps, labels=task_data.labels,
+        **({"qa_style": adapter.qa_styles} if task.kind == "qa" else {}),
         hyperparameters=dict(learning_rate=learning_rate, train_batch_size=train_batch_size,
                              num_epochs=epochs, max_seq_length=max_seq_length,
                              layerwise_lr_decay=layerwise_lr_decay,
@@ -759,6 +760,13 @@ class _QATask:
 
         self.dev_splits = [split(s) for s in data.dev]
         self.test_splits = [split(s) for s in data.test]
+        # How each dev set is scored: SQuAD's script, or CMRC 2018's for Chinese answers.
+        self.qa_styles = {s.name: metrics.qa_style(squad.gold_answers(s.examples))
+                          for s in data.dev}
+        for s in data.dev:
+            if self.qa_styles[s.name] == "cmrc2018":
+                log(f"{s.path}: Chinese answers, scored as the CMRC 2018 script does (each "
+                    "CJK character a token)")
 
     def loss(self, outputs, batch):
         # The official answer_mask: the softmax runs over the context (segment 1, its [SEP]

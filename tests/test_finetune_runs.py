@@ -1,0 +1,138 @@
+"""Fine-tuning runs and what they write: QA metrics for English and Chinese answers,
+results files that are valid JSON, resuming an interrupted multi-trial run, and the
+messages of a bad --model_dir or an unknown label."""
+
+import collections
+import json
+import math
+import os
+import re
+import string
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, UNCASED_VOCAB
+
+SCRIPT = os.path.join(ROOT, "scripts", "run_finetuning.py")
+
+
+# ------------------------------------------------------------------------------ QA metrics
+
+
+def _official_squad(prediction, gold):
+    """(exact, F1) of the official evaluate-v2.0.py (normalize_answer, get_tokens,
+    compute_exact, compute_f1), copied; v1.1's are the same on a non-empty gold."""
+    def normalize(s):
+        s = s.lower()
+        s = "".join(ch for ch in s if ch not in set(string.punctuation))
+        s = re.sub(re.compile(r"\b(a|an|the)\b", re.UNICODE), " ", s)
+        return " ".join(s.split())
+    gold_toks, pred_toks = normalize(gold).split(), normalize(prediction).split()
+    exact = int(normalize(gold) == normalize(prediction))
+    common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
+    same = sum(common.values())
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return exact, int(gold_toks == pred_toks)
+    if same == 0:
+        return exact, 0
+    precision, recall = same / len(pred_toks), same / len(gold_toks)
+    return exact, 2 * precision * recall / (precision + recall)
+
+
+_CMRC_MARKS = ["-", ":", "_", "*", "^", "/", "\\", "~", "`", "+", "=", "，", "。", "：", "？",
+               "！", "“", "”", "；", "’", "《", "》", "……", "·", "、", "「", "」", "（", "）",
+               "－", "～", "『", "』"]
+
+
+def _official_cmrc(prediction, gold):
+    """(exact, F1) of the official cmrc2018_evaluate.py (mixed_segmentation with
+    rm_punc, remove_punctuation, find_lcs, calc_f1_score, calc_em_score), copied but for
+    nltk.word_tokenize, here str.split: the same on the words of these tests."""
+    def segments(s):
+        s, out, run = s.lower().strip(), [], ""
+        for ch in s:
+            if ch in _CMRC_MARKS:
+                continue
+            if re.search(r"[\u4e00-\u9fa5]", ch):
+                out.extend(run.split())
+                run = ""
+                out.append(ch)
+            else:
+                run += ch
+        return out + run.split()
+
+    def lcs(a, b):
+        m = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+        best = 0
+        for i in range(len(a)):
+            for j in range(len(b)):
+                if a[i] == b[j]:
+                    m[i + 1][j + 1] = m[i][j] + 1
+                    best = max(best, m[i + 1][j + 1])
+        return best
+
+    def strip(s):
+        return "".join(ch for ch in s.lower().strip() if ch not in _CMRC_MARKS)
+    a, p = segments(gold), segments(prediction)
+    same = lcs(a, p)
+    f1 = 0 if same == 0 else 2 * (same / len(p)) * (same / len(a)) / (
+        same / len(p) + same / len(a))
+    return int(strip(gold) == strip(prediction)), f1
+
+
+ENGLISH = [("The Eiffel-Tower, in PARIS!", "eiffel tower in paris"),
+           ("the big red dog", "a red dog"), ("Denver Broncos", "The Denver Broncos"),
+           ("\u201cSmart\u201d quotes \u2014 kept", "smart quotes kept"),  # not ASCII: kept
+           ("an apple", "The"), ("", "Clara"), ("1,000 km", "1000 km"),
+           ("Beyonc\u00e9 Knowles", "beyonce knowles"), ("théâtre", "Théâtre")]
+# Answers the official CMRC script and ours read alike (CJK, digits, its marks, spaces).
+CHINESE = [("北京", "北京天安门"), ("天安门。", "天安门"), ("2008年北京奥运会", "北京奥运会"),
+           ("上海北京", "北京上海"), ("《红楼梦》", "红楼梦"), ("曹雪芹", "高鹗"),
+           ("约1000万人", "1000万"), ("iphone 手机", "iphone手机"), ("一、二", "一二三")]
+
+
+def test_english_qa_scores_stay_the_official_squad_ones():
+    from electra_tf.finetune import metrics
+    for prediction, gold in ENGLISH:
+        exact, f1 = _official_squad(prediction, gold)
+        assert metrics.exact_match(prediction, gold) == exact, (prediction, gold)
+        assert metrics.token_f1(prediction, gold) == pytest.approx(f1), (prediction, gold)
+    golds = {str(i): [g] for i, (_, g) in enumerate(ENGLISH)}
+    predictions = {str(i): p for i, (p, _) in enumerate(ENGLISH)}
+    # A set with a Chinese answer or two among English ones stays SQuAD's.
+    golds["zh"], predictions["zh"] = ["北京"], "北京市"
+    assert metrics.qa_style(golds) == "squad"
+    scores = metrics.squad_scores(golds, predictions)
+    official = [_official_squad(predictions[q], golds[q][0]) for q in golds]
+    assert scores["exact"] == pytest.approx(100 * sum(e for e, _ in official) / len(golds))
+    assert scores["f1"] == pytest.approx(100 * sum(f for _, f in official) / len(golds))
+
+
+def test_chinese_qa_scores_are_cmrc_2018s_by_character():
+    """Whitespace-split, a Chinese answer was one word (F1 0 or 1) and its full-width
+    punctuation stayed: "北京" against "北京天安门" scored 0, "天安门。" against "天安门"
+    was no exact match."""
+    from electra_tf.finetune import metrics
+    assert metrics.cmrc_tokens("2008年，北京 Olympics！") == [
+        "2008", "年", "北", "京", "olympics"]
+    for prediction, gold in CHINESE:
+        exact, f1 = _official_cmrc(prediction, gold)
+        assert metrics.exact_match(prediction, gold, "cmrc2018") == exact, (prediction, gold)
+        assert metrics.token_f1(prediction, gold, "cmrc2018") == pytest.approx(f1), (
+            prediction, gold)
+    golds = {"a": ["北京天安门"], "b": ["天安门"], "c": ["北京上海", "上海"], "d": [""],
+             "e": ["Tim Cook"]}
+    predictions = {"a": "北京", "b": "天安门。", "c": "上海北京", "d": "", "e": "Cook"}
+    assert metrics.qa_style(golds) == "cmrc2018"  # 3 of the 4 answered are Chinese
+    scores = metrics.squad_scores(golds, predictions)
+    # a: the longest common run 北京, P 1, R 2/5 -> 4/7; b exact; c: against 上海, P 1/2,
+    # R 1 -> 2/3 (against 北京上海 1/2: a run, not a bag); d: no answer, none given;
+    # e: Cook of Tim Cook, P 1, R 1/2 -> 2/3.
+    assert scores["exact"] == pytest.approx(100 * 2 / 5)
+    assert scores["f1"] == pytest.approx(100 * (4 / 7 + 1 + 2 / 3 + 1 + 2 / 3) / 5)
+    assert scores["no_answer_f1"] == 100.0
+    # SQuAD's would give a, b and c 0.
+    assert metrics.squad_scores(golds, predictions, style="squad")["f1"] == pytest.approx(
+        100 * (0 + 0 + 0 + 1 + 2 / 3) / 5)
