@@ -136,3 +136,69 @@ def test_chinese_qa_scores_are_cmrc_2018s_by_character():
     # SQuAD's would give a, b and c 0.
     assert metrics.squad_scores(golds, predictions, style="squad")["f1"] == pytest.approx(
         100 * (0 + 0 + 0 + 1 + 2 / 3) / 5)
+
+
+# ------------------------------------------------------------------------------ messages
+
+
+def write_csv(path, header, rows):
+    import csv
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+REVIEWS = [("positive", "A warm, funny film."), ("negative", "Dull and far too long."),
+           ("positive", "The cast is superb."), ("negative", "I left early."),
+           ("positive", "Lovely to look at.\nAnd to hear."), ("negative", "A mess.")] * 2
+
+
+def test_an_unknown_label_names_the_line_and_the_id(tmp_path):
+    """A dev file with an id column: its example's guid is the id, which the message gave
+    as a line number ("line ab-7")."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import tasks
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], REVIEWS)
+    # Line 2-3 is one record (a quoted line break): the unknown label is on line 5.
+    dev = write_csv(tmp_path / "dev.csv", ["id", "label", "text"],
+                    [("ab-1", "positive", "Fine.\nReally."), ("ab-2", "negative", "No."),
+                     ("ab-7", "neutral", "Meh.")])
+    task = tasks.get_task("classification")
+    with pytest.raises(UserInputError) as error:
+        tasks.load(task, train_file=train, dev_file=dev)
+    assert str(error.value) == (f"{dev} line 5 (id 'ab-7'): label 'neutral' does not occur in "
+                                "the training file (labels: negative, positive); fix the label "
+                                "or add training examples with it")
+    # Without an id column the guid is the line, and the message as it was.
+    dev = write_csv(tmp_path / "dev.csv", ["label", "text"],
+                    [("positive", "Fine.\nReally."), ("neutral", "Meh.")])
+    with pytest.raises(UserInputError, match=r"dev.csv line 4: label 'neutral' does not"):
+        tasks.load(task, train_file=train, dev_file=dev)
+
+
+def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
+    """--model_dir naming a file (or a path inside one) was a traceback at the first
+    write, after the data and the model had been loaded."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], REVIEWS)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    result = subprocess.run(
+        [sys.executable, SCRIPT, "--task=classification", "--init_checkpoint=none",
+         "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
+         f"--dev_file={train}", f"--model_dir={notes}"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir={notes} is a file, not a folder; choose another --model_dir")
+    assert notes.read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "train.csv"]  # nothing written
+    with pytest.raises(UserInputError) as error:
+        runner.check_model_dir(str(notes / "out"))
+    assert str(error.value) == (f"--model_dir={notes / 'out'} is inside {notes}, a file; "
+                                "choose another --model_dir")
+    assert runner.check_model_dir(str(tmp_path / "new" / "out")) == []

@@ -187,13 +187,26 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                                  f"'{columns['label_column']}'; classification needs at least "
                                  "two (or pick the right --label_column)")
         for split, path in ((dev, dev_file), (test, test_file)):
-            for example in split or ():
+            for index, example in enumerate(split or ()):
                 if example.label is not None and example.label not in labels:
                     raise UserInputError(
-                        f"{path} line {example.guid}: label {example.label!r} does not occur "
-                        f"in the training file (labels: {', '.join(labels)}); fix the label or "
-                        "add training examples with it")
+                        f"{_where(path, index, example)}: label {example.label!r} does not "
+                        f"occur in the training file (labels: {', '.join(labels)}); fix the "
+                        "label or add training examples with it")
     return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
+
+
+def _where(path: str, index: int, example: readers.Example) -> str:
+    """"PATH line N" of the `index`-th example `read_table` gave of `path`, and its id if
+    the file has an `id` column (the example's guid, its name in the predictions files, is
+    then the id, not the line). Read again: this is only for an error message."""
+    rows, _ = readers._rows(path)
+    if index < len(rows):
+        number, row = rows[index]
+        guid = row.get("id")
+        if example.guid == (str(number) if guid in (None, "") else str(guid)):
+            return f"{path} line {number}" + ("" if guid in (None, "") else f" (id {guid!r})")
+    return f"{path}, the example {example.guid!r}"
 
 
 def _task_data(task, train, dev, test, labels) -> TaskData:
