@@ -83,7 +83,8 @@ def main(argv):
                                     seed=FLAGS.seed, strategy=strategy,
                                     overwrite=FLAGS.overwrite)
     metric = results["metric"]
-    print(f"done: {task.name} dev {metric} median {results['median'][metric]:.4f} over "
+    median = runner.score_text(results["median"][metric])
+    print(f"done: {task.name} dev {metric} median {median} over "
           f"{FLAGS.num_trials} trial(s); results in "
           f"{os.path.join(FLAGS.model_dir, runner.RESULTS)}")
     return 0

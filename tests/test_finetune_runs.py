@@ -202,3 +202,44 @@ def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     assert str(error.value) == (f"--model_dir={notes / 'out'} is inside {notes}, a file; "
                                 "choose another --model_dir")
     assert runner.check_model_dir(str(tmp_path / "new" / "out")) == []
+
+
+# ------------------------------------------------------------------------------ results
+
+
+def test_an_undefined_score_is_written_null_and_said_so(tmp_path):
+    """Pearson's r of a constant series is undefined (scipy: NaN; it was 0 here, which
+    reads as a score). results.json is strict JSON: the undefined score and the statistics
+    over it are null, and a line says so; it was NaN, which JSON has no word for."""
+    from scipy import stats
+
+    from electra_tf.finetune import metrics, runner
+    with pytest.warns(stats.ConstantInputWarning):
+        assert math.isnan(stats.pearsonr([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])[0])
+    assert math.isnan(metrics.pearson([1, 2, 3], [2, 2, 2]))
+    assert math.isnan(metrics.spearman([4, 4, 4], [1, 2, 3]))
+    trials = [{"seed": 0, "dev": {"pearson": 0.5, "mse": 1.0}, "final_train_loss": 0.3},
+              {"seed": 1, "dev": {"pearson": math.nan, "mse": 2.0}, "final_train_loss": 0.4}]
+    lines = []
+    results = runner.write_results(str(tmp_path), runner.summarize("stsb", "pearson", trials),
+                                   lines.append)
+    text = (tmp_path / "results.json").read_text()
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+    on_disk = json.loads(text, parse_constant=no_constants)
+    assert on_disk == results
+    assert on_disk["trials"][1]["dev"] == {"pearson": None, "mse": 2.0}
+    assert on_disk["median"] == {"pearson": None, "mse": 1.5}
+    assert on_disk["std"]["pearson"] is None and on_disk["mean"]["mse"] == 1.5
+    assert lines == ["undefined, written as null: pearson (trial 1), pearson (median), "
+                     "pearson (mean), pearson (std) (a constant prediction or label has no "
+                     "correlation; a median, mean or std with an undefined trial is "
+                     "undefined)"]
+    assert runner.table(results).splitlines()[2].split() == ["1", "1", "undefined", "2.0000"]
+    # Anything else that is not finite is a bug: it fails before the file is written.
+    trials[0]["final_train_loss"] = math.inf
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        runner.write_results(str(tmp_path / "other"), runner.summarize(
+            "stsb", "pearson", trials), lines.append)
+    assert not (tmp_path / "other").exists()

@@ -1,9 +1,10 @@
 """Evaluation metrics of the fine-tuning tasks, on plain numpy arrays / Python lists.
 
 Sentence tasks: accuracy, F1 (binary, of the positive class; macro over classes),
-Matthews correlation (CoLA), Pearson and Spearman correlation (STS-B). Tagging: span
-precision/recall/F1 with conlleval's chunk rules (IOB1, IOB2/BIO, IOE, IOBES tags; a tag
-without a prefix is a chunk of its own type) and token accuracy.
+Matthews correlation (CoLA; 0 where undefined, as scikit-learn's), Pearson and Spearman
+correlation (STS-B; NaN where undefined, as scipy's). Tagging: span precision/recall/F1 with
+conlleval's chunk rules (IOB1, IOB2/BIO, IOE, IOBES tags; a tag without a prefix is a chunk of
+its own type) and token accuracy.
 
 Extractive QA: exact match and F1 (the maximum over the gold answers) and SQuAD 2.0's best
 no-answer threshold, in one of two styles, picked for each dev set by `qa_style`:
@@ -21,6 +22,7 @@ no-answer threshold, in one of two styles, picked for each dev set by `qa_style`
 """
 
 import collections
+import math
 import re
 import string
 
@@ -73,10 +75,13 @@ def matthews_corrcoef(labels, predictions) -> float:
 
 
 def pearson(x, y) -> float:
+    """Pearson's r; NaN where it is undefined, a constant series (as scipy's pearsonr,
+    which GLUE's evaluation uses): a regressor that predicts one value has no correlation,
+    and 0 would read as a (poor) score."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     x, y = x - x.mean(), y - y.mean()
     denominator = np.sqrt((x @ x) * (y @ y))
-    return float(x @ y / denominator) if denominator else 0.0
+    return float(x @ y / denominator) if denominator else math.nan
 
 
 def rank(values) -> np.ndarray:
@@ -96,6 +101,7 @@ def rank(values) -> np.ndarray:
 
 
 def spearman(x, y) -> float:
+    """Spearman's rho: Pearson's r of the ranks (NaN for a constant series)."""
     return pearson(rank(x), rank(y))
 
 

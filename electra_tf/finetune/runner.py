@@ -299,7 +299,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                               final_loss_scale=float(loss_scale.scale.numpy()))
             trials.append(record)
             log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
-                f"{k} {v:.4f}" for k, v in dev.items()))
+                f"{k} {score_text(v)}" for k, v in dev.items()))
     results = summarize(task.name, task.metric, trials)
     results.update(
         init_checkpoint=init.source, inputs_sha256=input_digests(task_data, init),
@@ -320,9 +320,46 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              **(dict(tag_encoding=tag_encoding,
                                      tag_scheme=adapter.tag_scheme)
                                 if task.kind == "tagging" else {})))
-    if chief:
-        atomic.write_text(os.path.join(model_dir, RESULTS), json.dumps(results, indent=2))
+    results = write_results(model_dir if chief else None, results, log)
     log(table(results))
+    return results
+
+
+def _undefined_to_null(results: dict) -> tuple[dict, list[str]]:
+    """`results` with each dev score that is not finite (a metric undefined for these
+    predictions, e.g. Pearson's r of a constant series) as None, and where they were."""
+    undefined = []
+
+    def clean(scores, where):
+        out = {}
+        for k, v in scores.items():
+            out[k] = v if v is None or math.isfinite(v) else None
+            if out[k] is None:
+                undefined.append(f"{k} ({where})")
+        return out
+    results = dict(results, trials=[dict(t, dev=clean(t["dev"], f"trial {i}"))
+                                    for i, t in enumerate(results["trials"])])
+    for name in ("median", "mean", "std"):
+        if name in results:
+            results[name] = clean(results[name], name)
+    return results, undefined
+
+
+def write_results(model_dir: str | None, results: dict, log=print) -> dict:
+    """Writes `results` to model_dir/results.json (None: only checks them) as strict JSON,
+    and returns what the file holds. A dev score that is undefined (NaN) is written null,
+    and said so: a failed trial (a regressor that predicts one value) is a result to see,
+    not a crash that loses the other trials. Any other value that is not finite raises
+    ValueError before the file is written: JSON has no NaN, and readers (jq, JavaScript,
+    strict parsers) refuse Python's."""
+    results, undefined = _undefined_to_null(results)
+    text = json.dumps(results, indent=2, allow_nan=False)
+    if undefined:
+        log(f"undefined, written as null: {', '.join(undefined)} (a constant prediction or "
+            "label has no correlation; a median, mean or std with an undefined trial is "
+            "undefined)")
+    if model_dir is not None:
+        atomic.write_text(os.path.join(model_dir, RESULTS), text)
     return results
 
 
@@ -413,26 +450,33 @@ def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, st
 
 def summarize(task: str, metric: str, trials: list[dict]) -> dict:
     """results.json's content: every trial, and the median, mean and standard deviation
-    (sample, ddof=1; 0 for one trial) of each dev metric over the trials."""
+    (sample, ddof=1; 0 for one trial) of each dev metric over the trials. A statistic of
+    trials one of which is undefined (NaN or None) is NaN: leaving that trial out would
+    report the trials that worked as if they were all."""
     keys = list(trials[0]["dev"])
     values = {k: np.array([t["dev"][k] for t in trials], np.float64) for k in keys}
     return {"task": task, "metric": metric, "trials": trials,
             "median": {k: float(np.median(v)) for k, v in values.items()},
             "mean": {k: float(np.mean(v)) for k, v in values.items()},
-            "std": {k: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
-                    for k, v in values.items()}}
+            "std": {k: float(np.std(v, ddof=1)) if len(v) > 1 else
+                    0.0 if np.isfinite(v[0]) else math.nan for k, v in values.items()}}
+
+
+def score_text(value: float | None) -> str:
+    """A score as tables and logs print it (None, an undefined one: "undefined")."""
+    return "undefined" if value is None or not math.isfinite(value) else f"{value:.4f}"
 
 
 def table(results: dict) -> str:
     """The trials and their median / mean / std as a text table."""
     keys = list(results["median"])
-    width = max(10, *(len(k) + 2 for k in keys))
+    width = max(11, *(len(k) + 2 for k in keys))
     lines = ["trial  seed  " + "".join(k.rjust(width) for k in keys)]
     for i, t in enumerate(results["trials"]):
         lines.append(f"{i:<5}  {t['seed']:<4}  " + "".join(
-            f"{t['dev'][k]:.4f}".rjust(width) for k in keys))
+            score_text(t["dev"][k]).rjust(width) for k in keys))
     for name in ("median", "mean", "std"):
-        lines.append(f"{name:<12}" + "".join(f"{results[name][k]:.4f}".rjust(width)
+        lines.append(f"{name:<12}" + "".join(score_text(results[name][k]).rjust(width)
                                              for k in keys))
     return "\n".join(lines)
 
