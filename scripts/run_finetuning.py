@@ -7,7 +7,8 @@ r"""Fine-tunes a pre-trained discriminator on a task, over several seeds.
         --model_dir=out/reviews
 
 Writes MODEL_DIR/results.json (every trial's dev scores, their median, mean and std) and
-each trial's predictions and weights in MODEL_DIR/trial_K/. Hyperparameters are gin
+each trial's predictions and weights in MODEL_DIR/trial_K/. Run again after an interruption,
+the same command keeps the trials that finished and trains the rest. Hyperparameters are gin
 (gin/finetune/<size>.gin, paper Table 7, picked by the model's size unless --gin_file is
 given); override with --gin_bindings='LEARNING_RATE=1e-4'.
 """
@@ -32,7 +33,9 @@ flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's 
                     "randomly initialised encoder of --model_size.")
 flags.DEFINE_string("model_dir", None, "Where results.json, predictions and weights go.")
 flags.DEFINE_bool("overwrite", False, "Replace the run --model_dir already holds (its "
-                  "results.json and trial_K folders); without it such a dir is refused.")
+                  "results.json and trial_K folders). Without it a finished run is refused "
+                  "and an interrupted one resumed: its complete trials are kept if they were "
+                  "run as this command would run them.")
 flags.DEFINE_string("data_dir", None, "A named task's folder (e.g. GLUE's SST-2), or a folder "
                     "with train/dev[/test] .csv/.tsv/.jsonl (.txt for tagging).")
 flags.DEFINE_string("train_file", None, "Training file (instead of --data_dir).")
@@ -83,10 +86,11 @@ def main(argv):
                                     seed=FLAGS.seed, strategy=strategy,
                                     overwrite=FLAGS.overwrite)
     metric = results["metric"]
-    median = runner.score_text(results["median"][metric])
-    print(f"done: {task.name} dev {metric} median {median} over "
-          f"{FLAGS.num_trials} trial(s); results in "
-          f"{os.path.join(FLAGS.model_dir, runner.RESULTS)}")
+    if "median" in results:  # (not on a worker that kept every trial and saw none of them)
+        median = runner.score_text(results["median"][metric])
+        print(f"done: {task.name} dev {metric} median {median} over "
+              f"{FLAGS.num_trials} trial(s); results in "
+              f"{os.path.join(FLAGS.model_dir, runner.RESULTS)}")
     return 0
 
 

@@ -243,3 +243,108 @@ def test_an_undefined_score_is_written_null_and_said_so(tmp_path):
         runner.write_results(str(tmp_path / "other"), runner.summarize(
             "stsb", "pearson", trials), lines.append)
     assert not (tmp_path / "other").exists()
+
+
+# ------------------------------------------------------------------------------ resuming
+
+
+class Interrupted(Exception):
+    pass
+
+
+def finetune(out, train, dev, init, bindings=(), num_trials=2, seed=0, log=None):
+    """A regression run of a few steps in this process (finetune/tiny.gin + bindings)."""
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.finetune import runner, tasks
+    data = tasks.load(tasks.get_task("regression"), train_file=train, dev_file=dev,
+                      log=lambda *_: None)
+    gin_files.parse(["finetune/tiny.gin"], ["MAX_SEQ_LENGTH = 16", "TRAIN_BATCH_SIZE = 4",
+                                            "finetuning.max_train_steps = 2"] + list(bindings))
+    try:
+        return runner.run_finetuning(data, init, str(out), num_trials=num_trials, seed=seed,
+                                     log=log or (lambda *_: None))
+    finally:
+        gin.clear_config()
+
+
+def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
+    """2 trials stopped while the second was written: the same command keeps trial_0 (its
+    files untouched, its scores from its trial.json), trains trial_1 again over its
+    half-written folder, and writes results.json over both. A rerun that would train
+    them otherwise (another learning rate, seed or number of trials) is refused in one line
+    naming the trial, and leaves the dir as it was. (Before, the dir was refused, and
+    --overwrite deleted the finished trials.) The dev labels are constant: every trial's
+    Pearson is undefined, written null and kept so."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
+    dev = write_csv(tmp_path / "dev.csv", ["label", "text"], [("2", t) for _, t in rows[:4]])
+    out = tmp_path / "out"
+
+    def stop_after_trial_0(line):
+        if line.startswith("trial 0 (seed 0)"):
+            raise Interrupted
+    with pytest.raises(Interrupted):
+        finetune(out, train, dev, init, log=stop_after_trial_0)
+    assert sorted(os.listdir(out)) == ["trial_0"]
+    (out / "trial_1.partial").mkdir()  # killed while writing trial_1
+    (out / "trial_1.partial" / "task_info.json").write_text("{")
+    before = {name: (out / "trial_0" / name).read_bytes() for name in (
+        "task_info.json", "trial.json", "dev_predictions.tsv", "model/ckpt.index")}
+
+    lines = []
+    results = finetune(out, train, dev, init, log=lines.append)
+    assert sorted(os.listdir(out)) == ["results.json", "trial_0", "trial_1"]
+    assert {name: (out / "trial_0" / name).read_bytes() for name in before} == before
+    assert [line.split(":")[0] for line in lines if re.match(r"trial \d", line)] == [
+        "trial 0 (seed 0)", "trial 1 (seed 1)"]
+    assert any(line.startswith(f"trial 0 (seed 0): kept, complete in {out / 'trial_0'}: ")
+               for line in lines)
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk == results
+    earlier = json.loads(before["trial.json"])
+    assert earlier["dev"]["pearson"] is None and earlier["seed"] == 0
+    assert on_disk["trials"][0] == earlier  # as it was, "seconds" included
+    assert [t["seed"] for t in on_disk["trials"]] == [0, 1]
+    assert on_disk["median"]["pearson"] is None
+    assert on_disk["median"]["mse"] == pytest.approx(
+        (on_disk["trials"][0]["dev"]["mse"] + on_disk["trials"][1]["dev"]["mse"]) / 2)
+    info = json.loads((out / "trial_1" / "task_info.json").read_text())
+    assert info["seed"] == 1 and info["num_train_steps"] == 2
+    assert info["inputs_sha256"] == on_disk["inputs_sha256"]
+    assert info["hyperparameters"]["learning_rate"] == 3e-4
+
+    # A finished run is refused as before; interrupted again, reruns that differ are refused.
+    with pytest.raises(UserInputError, match=r"already holds a fine-tuning run \(results.json"):
+        finetune(out, train, dev, init)
+    os.remove(out / "results.json")
+    listing = sorted(os.listdir(out))
+    for bindings, num_trials, seed, message in (
+            (["LEARNING_RATE = 1e-3"], 2, 0, f"{out / 'trial_0'} was fine-tuned with "
+             "hyperparameters.learning_rate=0.0003, not 0.001 as this run would be; rerun its "
+             "command to resume it, or pass --overwrite to replace the earlier run, or choose "
+             "another --model_dir"),
+            ([], 2, 1, f"{out / 'trial_0'} was fine-tuned with seed=0, not 1 as this run "
+             "would be; rerun its command to resume it, or pass --overwrite to replace the "
+             "earlier run, or choose another --model_dir"),
+            ([], 1, 0, f"{out / 'trial_1'} is not one of this run's 1 trial(s); rerun with the "
+             "earlier --num_trials to resume it, or pass --overwrite to replace the earlier "
+             "run, or choose another --model_dir")):
+        with pytest.raises(UserInputError) as error:
+            finetune(out, train, dev, init, bindings, num_trials=num_trials, seed=seed)
+        # (gin adds a line naming the configurable; the script prints the first)
+        assert str(error.value).splitlines()[0] == message
+        assert sorted(os.listdir(out)) == listing
+
+
+def test_the_chief_decides_which_trials_every_worker_keeps(mirrored_strategy):
+    """Workers must train the same trials; only the chief reads the model dir."""
+    from electra_tf.finetune import runner
+    assert runner._chief_decides(mirrored_strategy, [True, False, True], chief=True) == [
+        True, False, True]
+    assert runner._chief_decides(mirrored_strategy, [True, False, True], chief=False) == [
+        False, False, False]

@@ -12,8 +12,15 @@ large}.gin hold paper Table 7's); paths are arguments.
 
 Written in the model dir: `results.json`, and per trial `trial_K/` with the dev (and test)
 predictions (GLUE test sets in the GLUE submission format under `trial_K/glue/`), the
-fine-tuned weights (`model/ckpt`) and `task_info.json`. Each file is written under a
-temporary name and renamed, and a trial's folder appears only once it is complete.
+fine-tuned weights (`model/ckpt`), `task_info.json` (what export needs, and what the trial
+was run with: seed, inputs' SHA-256, hyperparameters) and `trial.json` (its entry in
+results.json). Each file is written under a temporary name and renamed, and a trial's folder
+appears only once it is complete.
+
+An interrupted run resumes: the same command on a model dir with trial folders but no
+results.json keeps each complete trial whose task_info.json matches what this run would do,
+trains the others, and writes results.json over them all. A trial that does not match is
+refused, naming it, as is a finished run (results.json) unless --overwrite replaces it.
 """
 
 import dataclasses
@@ -43,6 +50,7 @@ from electra_tf.training.trainer import LossScale
 
 RESULTS = "results.json"
 TASK_INFO = "task_info.json"
+TRIAL_RESULT = "trial.json"  # a trial's entry in results.json, for a resumed run
 NO_INIT = ("none", "random")
 # ELECTRA's QA head, the official defaults: the answerability loss's weight, and the
 # no-answer threshold, qa_na_threshold = -2.75 on the impossibility logit, as a probability.
@@ -140,7 +148,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       model_dir: where results, predictions and weights go (with several workers, the
         chief alone writes it).
       overwrite: replace the run a model dir already holds (its results.json and trial_K
-        folders, deleted first); without it such a dir is refused.
+        folders, deleted first). Without it a finished run (results.json) is refused, and an
+        interrupted one (trial folders only) resumed: its complete trials are kept if their
+        task_info.json matches this run's (else refused), the others trained.
       learning_rate: peak learning rate (of the top layer and the head).
       train_batch_size, max_seq_length: the batch and the sequence length; None: the
         official code's for the task (128; 512 for QA), at most the encoder's positions.
@@ -249,6 +259,29 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     worker, chief = strategies.worker_info(strategy)
     if not chief:
         log(f"worker {worker}: the chief writes {model_dir}; this worker writes nothing")
+    digests = input_digests(task_data, init)
+    decode_options = dict(n_best_size=n_best_size, max_answer_length=max_answer_length,
+                          no_answer_threshold=no_answer_threshold)
+    head_options = dict(qa_head=qa_head, beam_size=beam_size, doc_stride=doc_stride)
+    settings = dict(inputs_sha256=digests, num_train_steps=steps, hyperparameters=dict(
+        learning_rate=learning_rate, train_batch_size=train_batch_size, num_epochs=epochs,
+        layerwise_lr_decay=layerwise_lr_decay, official_layerwise_decay=official_layerwise_decay,
+        warmup_proportion=warmup_proportion, clip_norm=clip_norm, head_dropout=head_dropout,
+        double_unordered=double_unordered, loss_reduction=loss_reduction,
+        tag_encoding=tag_encoding, precision=precision, jit_compile=jit_compile,
+        save_model=save_model),
+        # (as JSON has them: a binding to another configurable is spelt by its repr)
+        optimizer=json.loads(json.dumps(gin.get_bindings("optimizer"), default=repr)))
+
+    def trial_info(trial):
+        return _task_info(adapter, init, task_data, max_seq_length, max_query_length,
+                          seed + trial, decode_options, head_options, settings)
+
+    kept = [False] * num_trials
+    if not overwrite and chief:
+        kept = resumable_trials(model_dir, earlier, num_trials, trial_info)
+        earlier = []
+    kept = _chief_decides(strategy, kept, chief)
     for name in earlier if chief else ():  # results.json first: no stale scores if stopped
         path = os.path.join(model_dir, name)
         if tf.io.gfile.isdir(path):
@@ -261,6 +294,15 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     with precision_policy(precision):
         for trial in range(num_trials):
             trial_seed = seed + trial
+            if kept[trial]:
+                trial_dir = os.path.join(model_dir, f"trial_{trial}")
+                record = read_trial_record(trial_dir) if tf.io.gfile.exists(trial_dir) else None
+                if record is not None:  # (a worker that is not the chief may not see it)
+                    trials.append(record)
+                log(f"trial {trial} (seed {trial_seed}): kept, complete in {trial_dir}" + (
+                    ": " + ", ".join(f"{k} {score_text(v)}" for k, v in record["dev"].items())
+                    if record else ""))
+                continue
             started = time.time()
             with strategy.scope():
                 model, optimizer = build_trial(
@@ -283,26 +325,25 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size)
                             for s in adapter.test_splits}
-            if chief:
-                _write_trial(os.path.join(model_dir, f"trial_{trial}"), model, adapter, outputs,
-                             test_outputs, init, task_data, max_seq_length, max_query_length,
-                             trial_seed, dict(n_best_size=n_best_size,
-                                              max_answer_length=max_answer_length,
-                                              no_answer_threshold=no_answer_threshold),
-                             dict(qa_head=qa_head, beam_size=beam_size,
-                                  doc_stride=doc_stride),
-                             save_model)
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
             if loss_scale is not None:  # steps skipped for overflowing gradients
                 record.update(skipped_steps=skipped,
                               final_loss_scale=float(loss_scale.scale.numpy()))
+            if chief:
+                _write_trial(os.path.join(model_dir, f"trial_{trial}"), model, adapter, outputs,
+                             test_outputs, trial_info(trial), record, decode_options,
+                             save_model)
             trials.append(record)
             log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
                 f"{k} {score_text(v)}" for k, v in dev.items()))
+    if not trials:  # a worker that is not the chief, and sees none of the kept trials
+        log(f"worker {worker}: every trial was kept from the earlier run; the chief's "
+            f"{os.path.join(model_dir, RESULTS)} holds their scores")
+        return {"task": task.name, "metric": task.metric, "trials": []}
     results = summarize(task.name, task.metric, trials)
     results.update(
-        init_checkpoint=init.source, inputs_sha256=input_digests(task_data, init),
+        init_checkpoint=init.source, inputs_sha256=digests,
         num_train_examples=len(task_data.train.examples),
         num_train_steps=steps, labels=task_data.labels,
         **({"qa_style": adapter.qa_styles} if task.kind == "qa" else {}),
@@ -407,20 +448,95 @@ def _check_folder(model_dir: str) -> None:
 
 def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
     """What an earlier run left in `model_dir` (results.json first, then its trial
-    folders), for `overwrite` to delete; without `overwrite` such a dir is an error, as is
-    a `model_dir` that is a file."""
+    folders), for `overwrite` to delete, or for a rerun to resume (`resumable_trials`).
+    Without `overwrite` a finished run (results.json) is an error, as is a `model_dir` that
+    is a file."""
     _check_folder(model_dir)
     if not tf.io.gfile.isdir(model_dir):
         return []
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
     earlier = ([RESULTS] if RESULTS in names else []) + sorted(
-        n for n in names if _TRIAL_DIR.fullmatch(n))
-    if earlier and not overwrite:
+        (n for n in names if _TRIAL_DIR.fullmatch(n)),
+        key=lambda n: (int(re.sub(r"\D", "", n)), n))
+    if RESULTS in earlier and not overwrite:
         raise UserInputError(
             f"--model_dir={model_dir} already holds a fine-tuning run ({', '.join(earlier[:3])}"
             f"{', ...' if len(earlier) > 3 else ''}); pass --overwrite to replace it, or "
             "choose another --model_dir")
     return earlier
+
+
+def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
+                     trial_info) -> list[bool]:
+    """Which of this run's `num_trials` trials an interrupted run in `model_dir` completed
+    (`earlier`: its trial folders, `check_model_dir`'s) with the task_info.json this run
+    would write (`trial_info(K)`): those are kept; an incomplete one (trial_K.partial) is
+    trained again. A complete trial run otherwise, a trial beyond num_trials, or one
+    without its trial.json raises UserInputError naming it and the fix."""
+    fix = "pass --overwrite to replace the earlier run, or choose another --model_dir"
+    kept = [False] * num_trials
+    for name in earlier:
+        trial_dir = os.path.join(model_dir, name)
+        k = int(re.sub(r"\D", "", name))
+        if k >= num_trials:
+            raise UserInputError(f"{trial_dir} is not one of this run's {num_trials} trial(s); "
+                                 "rerun with the earlier --num_trials to resume it, or " + fix)
+        if name.endswith(".partial"):
+            continue
+        if not tf.io.gfile.exists(os.path.join(trial_dir, TRIAL_RESULT)):
+            raise UserInputError(f"{trial_dir} has no {TRIAL_RESULT} (it was written before "
+                                 "runs could resume); " + fix)
+        try:
+            with tf.io.gfile.GFile(os.path.join(trial_dir, TASK_INFO)) as f:
+                recorded = json.load(f)
+        except (tf.errors.NotFoundError, json.JSONDecodeError) as e:
+            raise UserInputError(f"{trial_dir}/{TASK_INFO} is missing or not JSON "
+                                 f"({type(e).__name__}); " + fix) from None
+        expected = json.loads(json.dumps(trial_info(k)))
+        difference = _first_difference(recorded, expected)
+        if difference:
+            key, was, now = difference
+            raise UserInputError(f"{trial_dir} was fine-tuned with {key}={was}, not {now} as "
+                                 "this run would be; rerun its command to resume it, or " + fix)
+        kept[k] = True
+    return kept
+
+
+def _first_difference(recorded, expected, prefix=""):
+    """(key, recorded value, expected value) of the first leaf where two task_info dicts
+    differ, as JSON spells them; None if they are equal."""
+    def spelt(d, key):
+        return json.dumps(d[key], ensure_ascii=False) if key in d else "(none)"
+    for key in sorted(set(recorded) | set(expected), key=lambda k: (k not in expected, k)):
+        was, now = recorded.get(key), expected.get(key)
+        if isinstance(was, dict) and isinstance(now, dict):
+            found = _first_difference(was, now, f"{prefix}{key}.")
+            if found:
+                return found
+        elif key not in recorded or key not in expected or was != now:
+            return prefix + key, spelt(recorded, key), spelt(expected, key)
+    return None
+
+
+def read_trial_record(trial_dir: str) -> dict:
+    """A complete trial's entry in results.json (its trial.json; undefined scores NaN)."""
+    with tf.io.gfile.GFile(os.path.join(trial_dir, TRIAL_RESULT)) as f:
+        record = json.load(f)
+    record["dev"] = {k: math.nan if v is None else v for k, v in record["dev"].items()}
+    return record
+
+
+def _chief_decides(strategy: tf.distribute.Strategy, keep: list[bool],
+                   chief: bool) -> list[bool]:
+    """The chief's `keep` on every worker: the workers must train the same trials, and only
+    the chief reads the model dir (another may not see it)."""
+    if strategy.num_replicas_in_sync == 1:
+        return keep
+    mine = tf.constant([int(k and chief) for k in keep], tf.int32)
+    # Every replica of the chief adds its keep, every other replica 0.
+    summed = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                             strategy.run(lambda: tf.identity(mine)), axis=None)
+    return [bool(v) for v in summed.numpy()]
 
 
 def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, steps: int,
@@ -891,25 +1007,29 @@ _ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
 # ------------------------------------------------------------------------------ output
 
 
-def _write_trial(trial_dir, model, adapter, outputs, test_outputs, init, task_data,
-                 max_seq_length, max_query_length, seed, decode_options, head_options,
-                 save_model):
+def _write_trial(trial_dir, model, adapter, outputs, test_outputs, info, record,
+                 decode_options, save_model):
     with atomic.staged_dir(trial_dir, trial_dir + ".partial") as partial:
         for split in adapter.dev_splits:
             adapter.write(partial, split, outputs[split.name], **decode_options)
         for split in adapter.test_splits:
             adapter.write(partial, split, test_outputs[split.name], test=True,
                           **decode_options)
-        atomic.write_text(os.path.join(partial, TASK_INFO), json.dumps(
-            _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
-                       decode_options, head_options), indent=2))
+        atomic.write_text(os.path.join(partial, TASK_INFO),
+                          json.dumps(info, indent=2, allow_nan=False))
+        record = dict(record, dev={k: v if math.isfinite(v) else None
+                                   for k, v in record["dev"].items()})
+        atomic.write_text(os.path.join(partial, TRIAL_RESULT),
+                          json.dumps(record, indent=2, allow_nan=False))
         if save_model:
             tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
 
 
 def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
-               decode_options, head_options) -> dict:
-    """A trial's task_info.json: what export (--kind=task) needs besides the weights."""
+               decode_options, head_options, settings) -> dict:
+    """A trial's task_info.json: what export (--kind=task) needs besides the weights, and
+    (`settings`: inputs_sha256, num_train_steps, hyperparameters, optimizer) what else the
+    trial was run with, for a rerun to tell whether it may keep the trial."""
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
             "labels": adapter.labels, "tag_scheme": adapter.tag_scheme,
@@ -923,4 +1043,5 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             "max_query_length": max_query_length, **decode_options,
             **(head_options if adapter.head == "span" else {}),
             "lower_case": init.lower_case, "strip_accents": init.strip_accents,
-            "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source}
+            "encoder": dataclasses.asdict(init.config), "init_checkpoint": init.source,
+            **settings}
