@@ -301,3 +301,99 @@ def test_plan_pairs_job_records_and_staleness(study, tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and "units ok" in result.stdout, result.stderr[-3000:]
+
+
+def _snippet(code: str, timeout: int = 300) -> str:
+    """Runs `code` in a fresh process (run_study defines flags) with run_study imported as
+    `rs`; fails with its stderr unless it prints "ok"."""
+    head = ("import os, sys\nsys.argv = ['run_study']\n"
+            f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks', 'study'))\n"
+            "import run_study as rs\n")
+    result = subprocess.run([sys.executable, "-c", head + code], cwd=ROOT,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0 and "ok" in result.stdout.split(), (
+        result.stdout[-3000:] + result.stderr[-3000:])
+    return result.stdout
+
+
+_JOB_SECONDS = r"""
+import time
+tmp = {tmp!r}
+job = rs.Job("scripts/x.py", [("n", "1")])
+path = os.path.join(tmp, "a", rs.JOB_RECORD)
+runner = rs.Runner(in_process=False)
+
+
+def run(took=None, fail_after=None, done=False):
+    def execute(job, in_process):
+        if fail_after is not None:
+            time.sleep(fail_after)
+            raise KeyboardInterrupt  # a kill
+        return took
+    rs.execute = execute
+    return runner.run_all([(job, os.path.join(tmp, "a"), lambda: done, None)])[0]
+
+
+assert run(took=5.0) == 5.0 and rs._read_json(path)["seconds"] == 5.0
+assert run(done=True) == 5.0  # skipped: the recorded seconds
+# Redone (its weights changed, say): the new run's seconds, not added to the old run's.
+assert run(took=4.0) == 4.0 and rs._read_json(path)["seconds"] == 4.0
+# Killed part way: the seconds it ran are kept and added to its resumption's.
+try:
+    run(fail_after=0.3)
+    raise AssertionError("not interrupted")
+except KeyboardInterrupt:
+    pass
+record = rs._read_json(path)
+assert "seconds" not in record and 0.3 <= record["interrupted_seconds"] < 1.0, record
+assert run(took=2.0) == round(2.0 + record["interrupted_seconds"], 1)
+assert rs._read_json(path) == {{"command": record["command"], "seconds": run(done=True)}}
+# While a job runs, its record holds its seconds so far (a SIGKILL loses one interval).
+rs.HEARTBEAT_SECONDS = 0.05
+seen = []
+
+
+def slow(job, in_process):
+    time.sleep(0.4)
+    seen.append(rs._read_json(path).get("interrupted_seconds"))
+    return 0.4
+
+
+rs.execute = slow
+assert runner.run_all([(job, os.path.join(tmp, "a"), lambda: False, None)]) == [0.4]
+assert seen[0] is not None and seen[0] >= 0.2, seen
+# A later job killed: the earlier one's seconds stand, and a rerun reuses them.
+rs.execute = lambda job, in_process: 3.0
+second = rs.Job("scripts/x.py", [("n", "2")])
+items = [(job, os.path.join(tmp, "a"), lambda: False, None),
+         (second, os.path.join(tmp, "b"), lambda: False, None)]
+calls = []
+
+
+def first_then_kill(job, in_process):
+    calls.append(job)
+    if len(calls) == 2:
+        raise KeyboardInterrupt
+    return 3.0
+
+
+rs.execute = first_then_kill
+try:
+    runner.run_all(items)
+    raise AssertionError("not interrupted")
+except KeyboardInterrupt:
+    pass
+assert rs._read_json(path)["seconds"] == 3.0
+rs.execute = lambda job, in_process: 1.0
+assert runner.run_all([(job, os.path.join(tmp, "a"), lambda: True, None),
+                       items[1]]) == [3.0, 1.0]
+print("ok")
+"""
+
+
+def test_job_seconds_recorded_once_per_completed_job_and_kept_across_kills(tmp_path):
+    """A job's seconds are those of the run that completed it (a redone job's are not added
+    to the run it replaces) plus those of the attempts killed before it, which its record
+    keeps while it runs; a kill of a later job leaves an earlier one's record as it was."""
+    _snippet(_JOB_SECONDS.format(tmp=str(tmp_path)))
+

@@ -316,6 +316,44 @@ def execute(job: Job, in_process: bool) -> float:
     return time.time() - started
 
 
+HEARTBEAT_SECONDS = 30.0
+
+
+def run_timed(job: Job, in_process: bool, record_path: str) -> float:
+    """Runs a job (execute) and keeps its seconds in its record (record_path, written
+    whole each time, atomically): while it runs, every HEARTBEAT_SECONDS, and when it fails
+    or is stopped, `interrupted_seconds` (so a kill loses at most one interval); once it
+    completes, `seconds`: its own and those of the attempts cut off before it. Returns
+    `seconds`."""
+    import threading
+    record = _read_json(record_path)
+    earlier = record.pop("interrupted_seconds", 0.0)
+    started = time.time()
+
+    def so_far():
+        return {**record, "interrupted_seconds": round(earlier + time.time() - started, 1)}
+
+    def tick():
+        while not stop.wait(HEARTBEAT_SECONDS):
+            _write_json(record_path, so_far())
+
+    stop = threading.Event()
+    clock = threading.Thread(target=tick, daemon=True)
+    clock.start()
+    try:
+        took = execute(job, in_process)
+    except BaseException:
+        stop.set()
+        clock.join()
+        _write_json(record_path, so_far())
+        raise
+    stop.set()
+    clock.join()
+    seconds = round(earlier + took, 1)
+    _write_json(record_path, {**record, "seconds": seconds})
+    return seconds
+
+
 class Runner:
     """Runs jobs (as subprocesses or in this process; `jobs` at a time), skips finished
     ones, records every command in order."""
@@ -332,10 +370,11 @@ class Runner:
         """items: (job, job_dir, done, after[, inputs]): done() is true when an earlier run
         finished the job; `after` is the index of an earlier item the job needs, or None;
         `inputs`, files the job reads that exist before it starts (their digests are kept:
-        a job dir that ran on other contents is refused). Returns each job's seconds (kept
-        in job_dir/study_job.json and reused when the job is skipped; an interrupted run's
-        seconds are added to its resumption's). Every job dir is checked before any is
-        written."""
+        a job dir that ran on other contents is refused). Returns each job's seconds, kept
+        in job_dir/study_job.json (run_timed) and reused when the job is skipped: those of
+        the run that completed it and of the attempts cut off before it; a job redone
+        (done() false after it completed) counts afresh. Every job dir is checked before
+        any is written."""
         todo, seconds, shown_commands, records = {}, [], [], []
         for i, (job, job_dir, done, after, *inputs) in enumerate(items):
             shown = common.shown(job.command())
@@ -350,8 +389,11 @@ class Runner:
             if changed:
                 raise UserInputError(f"{job_dir} ran on another {changed[0]} (it was rebuilt "
                                      "since); delete it or pass another --work_dir")
-            seconds.append(record.get("seconds", 0.0))
-            records.append((record_path, {"command": shown, **record,
+            seconds.append(record.get("seconds", record.get("interrupted_seconds", 0.0)))
+            # A job to run drops the seconds of a run it redoes; those of attempts cut off
+            # (interrupted_seconds) stay, for it to add.
+            records.append((record_path, {"command": shown,
+                                          **{k: v for k, v in record.items() if k != "seconds"},
                                           **({"inputs": digests} if digests else {})}))
             if not done():
                 todo[i] = (job, record_path, after)
@@ -359,17 +401,13 @@ class Runner:
         for i in todo:
             _write_json(*records[i])
 
-        def finished(i, path, took):
-            seconds[i] = round(seconds[i] + took, 1)
-            _write_json(path, {**_read_json(path), "seconds": seconds[i]})
-
         if self.jobs == 1 or len(todo) < 2:
             if todo and self.in_process and self.eager:
                 import tensorflow as tf
                 tf.config.run_functions_eagerly(True)
             for i, (job, path, _) in todo.items():  # items come after what they need
                 print("$ " + shown_commands[i], flush=True)
-                finished(i, path, execute(job, self.in_process))
+                seconds[i] = run_timed(job, self.in_process, path)
             return seconds
         import concurrent.futures
         unfinished, running = set(todo), {}
@@ -377,12 +415,12 @@ class Runner:
             for i in [i for i, (_, _, after) in todo.items() if after not in unfinished]:
                 job, path, _ = todo.pop(i)
                 print("$ " + shown_commands[i], flush=True)
-                running[self._executor().submit(execute, job, self.in_process)] = (i, path)
+                running[self._executor().submit(run_timed, job, self.in_process, path)] = i
             completed, _ = concurrent.futures.wait(
                 running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in completed:
-                i, path = running.pop(future)
-                finished(i, path, future.result())
+                i = running.pop(future)
+                seconds[i] = future.result()
                 unfinished.discard(i)
         return seconds
 
