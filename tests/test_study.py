@@ -397,3 +397,59 @@ def test_job_seconds_recorded_once_per_completed_job_and_kept_across_kills(tmp_p
     keeps while it runs; a kill of a later job leaves an earlier one's record as it was."""
     _snippet(_JOB_SECONDS.format(tmp=str(tmp_path)))
 
+
+
+_GPUS_HIDDEN = r"""
+import tensorflow as tf
+calls = []
+real = tf.config.set_visible_devices
+tf.config.set_visible_devices = lambda devices, kind=None: calls.append((devices, kind))
+
+
+class Planned(Exception):
+    pass
+
+
+def build_plan(*args):
+    calls.append("plan")
+    raise Planned
+
+
+rs.build_plan = build_plan
+for in_process, hidden in (("--in_process", False), ("--noin_process", True)):
+    calls.clear()
+    rs.FLAGS.unparse_flags()
+    rs.FLAGS(["run_study", "--scale=toy", in_process, "--work_dir={tmp}", "--plan"])
+    try:
+        rs.main([])
+    except Planned:
+        pass
+    # Jobs as subprocesses: this process plans on the CPU, the GPUs left to the jobs.
+    assert calls == ([([], "GPU"), "plan"] if hidden else ["plan"]), (in_process, calls)
+tf.config.set_visible_devices = real
+rs.hide_gpus()  # before any op, as main calls it: TensorFlow accepts it
+assert tf.config.get_visible_devices("GPU") == [] and float(tf.constant(1.0) + 1) == 2.0
+print("ok")
+"""
+
+
+def test_gpus_hidden_from_the_planning_process_when_jobs_are_subprocesses(tmp_path):
+    """With jobs run as subprocesses (the cpu and small scales), the process that plans the
+    grid (building each pretrainer) hides the GPUs before any TensorFlow op, else it takes
+    all of a GPU's memory before the first job starts; in process it keeps them."""
+    _snippet(_GPUS_HIDDEN.format(tmp=str(tmp_path)))
+
+
+def test_a_part_of_the_grid_needs_its_own_results_dir(tmp_path):
+    """--configs without --results_dir would replace the whole grid's study.{json,md} in
+    benchmarks/results/: refused before anything runs or is written."""
+    result = subprocess.run(
+        [sys.executable, RUNNER, "--scale=cpu", "--configs=electra,mlm",
+         f"--work_dir={tmp_path / 'work'}", f"--corpus={tmp_path / 'none' / '*.txt'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "error: --configs=electra,mlm is part of the grid: its results would replace the "
+        "whole grid's benchmarks/results/study.{json,md}; pass --results_dir, e.g. "
+        "--results_dir=benchmarks/results/study_electra_mlm"]
+    assert not any(tmp_path.iterdir())

@@ -92,8 +92,11 @@ again (an interrupted one resumes from its last checkpoint), a fine-tuning dir w
 results.json read the same checkpoint (weights) and splits is reused (else it is redone: a
 configuration pre-trained again, another --labelled_data); a job dir holding another
 command, or a pre-training run on data rebuilt since, is an error (use another
---work_dir), found before anything is written. Results:
-benchmarks/results/study.{json,md} and study_*.png (`cpu`), study_small.* (`small`); the
+--work_dir), found before anything is written. A job's seconds (job_dir/study_job.json)
+are those of the run that completed it plus those of attempts killed before it (kept while
+it runs). Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
+study_small.* (`small`); a part of the grid (--configs) is refused there unless
+--results_dir says where its results go; the
 labelled data: the VADER movie-review snippets (benchmarks/corpora.py; fetched with `pip
 download`).
 """
@@ -751,6 +754,28 @@ def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: s
             "total_hours": round(total / 3600, 2)}
 
 
+def check_results_dir(names: list[str], with_random: bool, stem: str):
+    """A part of the grid (--configs) would write over the whole grid's results in
+    benchmarks/results/: refused unless --results_dir says where its go (--plan and
+    --estimate write none)."""
+    whole = set(names) == set(CONFIGS) and with_random
+    if whole or FLAGS.results_dir or FLAGS.scale == "toy" or FLAGS.plan or FLAGS.estimate:
+        return
+    raise UserInputError(
+        f"--configs={','.join(FLAGS.configs)} is part of the grid: its results would replace "
+        f"the whole grid's benchmarks/results/{stem}.{{json,md}}; pass --results_dir, e.g. "
+        f"--results_dir=benchmarks/results/{stem}_{'_'.join(names) or RANDOM_INIT}")
+
+
+def hide_gpus():
+    """Hides the GPUs from this process, before it runs any TensorFlow op: its jobs run as
+    subprocesses, and the pretrainers it builds to plan them (describe_config) would
+    otherwise take all of a GPU's memory (TensorFlow's default) for as long as it lives,
+    leaving the jobs none."""
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+
+
 def main(argv):
     del argv
     scale = SCALES[FLAGS.scale]
@@ -763,7 +788,10 @@ def main(argv):
     work = FLAGS.work_dir or os.path.join(common.CACHE_DIR, "study", FLAGS.scale)
     results_dir = FLAGS.results_dir or (work if FLAGS.scale == "toy" else common.RESULTS_DIR)
     stem = "study" if FLAGS.scale == "cpu" else f"study_{FLAGS.scale}"
+    check_results_dir(names, with_random, stem)
     os.makedirs(work, exist_ok=True)
+    if not in_process and not FLAGS.estimate:
+        hide_gpus()
 
     runner = Runner(in_process, FLAGS.jobs or scale.jobs, scale.eager)
     if not (FLAGS.plan or FLAGS.estimate or os.path.exists(
