@@ -228,9 +228,9 @@ from electra_tf import tokenization
 from electra_tf.errors import UserInputError
 
 # Checkpoints: none next to the end (the run still saves it: keep_checkpoints counts it).
-plan = rs.plan_steps(1001, 1, 4, 500)
+plan = rs.checkpoint_plan(1001, 4, 500)
 assert plan["checkpoints"] == [500, 1001] and plan["saved_checkpoints"] == 3, plan
-plan = rs.plan_steps(3021, 1, 4, 100)  # the cpu grid's ELECTRA: unchanged
+plan = rs.checkpoint_plan(3021, 4, 100)  # the cpu grid's ELECTRA: unchanged
 assert plan["checkpoints"] == [800, 1600, 2400, 3021] and plan["saved_checkpoints"] == 4
 # ELECTRA's checkpoints paired with BERT's nearest in FLOPs, whatever their numbers.
 a = {{"34": {{"flops": 1.0}}, "69": {{"flops": 2.0}}}}
@@ -397,6 +397,72 @@ def test_job_seconds_recorded_once_per_completed_job_and_kept_across_kills(tmp_p
     keeps while it runs; a kill of a later job leaves an earlier one's record as it was."""
     _snippet(_JOB_SECONDS.format(tmp=str(tmp_path)))
 
+
+_TWO_STAGE_AND_HARDWARE = r"""
+from electra_tf.errors import UserInputError
+import grid
+scale, budget = rs.SCALES["toy"], 1.3e10
+
+
+def plan(names, *bindings, budget=budget):
+    rs.FLAGS.unparse_flags()
+    rs.FLAGS(["run_study", "--scale=toy"] + [f"--pretrain_bindings={b}" for b in bindings])
+    return rs.build_plan(scale, names, budget, 2)
+
+
+default = plan(["electra", "mlm", "two_stage"])
+# Every configuration also gets what a device executes: lookups as gathers, backward 2x.
+for name in ("electra", "mlm"):
+    p = default[name]
+    assert p["hardware_flops_per_example"] == p["reported_hardware_flops_per_example"]
+    assert p["hardware_total_flops"] == (
+        p["hardware_flops_per_example"] * p["train_batch_size"] * p["steps"])
+    assert p["hardware_flops_per_example"] < p["train_flops_per_example"] / 2
+assert "BERT trains" in rs.hardware_ratio(default) and rs.hardware_ratio({}) == ""
+# Two-stage at the default switch (half the run): each stage's figure for its steps.
+p = default["two_stage"]
+batch, steps = p["train_batch_size"], p["steps"]
+for kind, total in (("official", "total_flops"), ("hardware", "hardware_total_flops")):
+    generator, discriminator = p["stage_flops"][kind]
+    assert abs(p[total] - batch * (generator * (steps // 2)
+                                   + discriminator * (steps - steps // 2))) <= 1e-6 * p[total]
+# pretraining.two_stage_steps bound: the generator stage's figure up to that switch (100
+# steps of about 900 at 1e12 FLOPs: fewer of the cheaper steps than half the run).
+bound = plan(["two_stage"], "pretraining.two_stage_steps=100", budget=1e12)["two_stage"]
+generator, discriminator = bound["stage_flops"]["official"]
+assert bound["two_stage_steps"] == 100 and bound["steps"] > 100
+total = batch * (generator * 100 + discriminator * (bound["steps"] - 100))
+assert abs(bound["total_flops"] - total) <= 1e-6 * total, (bound["total_flops"], total)
+assert abs(total - 1e12) <= batch * discriminator / 2 + 1
+assert bound["steps"] < plan(["two_stage"], budget=1e12)["two_stage"]["steps"]
+try:
+    plan(["two_stage"], "pretraining.two_stage_steps=100000")
+    raise AssertionError("not refused")
+except UserInputError as e:
+    assert str(e).startswith("pretraining.two_stage_steps=100000: its generator stage alone "
+                             "spends "), e
+# A finished run is charged its own switch (model_info.json's, or its operative config's).
+import dataclasses
+from electra_tf.modeling.config import EncoderConfig, encoder_config
+tiny = dataclasses.asdict(encoder_config("tiny"))
+info = {"algorithm": "two_stage", "num_train_steps": 100, "two_stage_steps": 10,
+        "train_batch_size": 8, "max_seq_length": 32, "mask_prob": 0.15,
+        "masked_positions": 4, "discriminator": tiny, "generator": tiny}
+generator, discriminator = grid.two_stage_stage_flops(
+    EncoderConfig(**tiny), EncoderConfig(**tiny), 32, 0.15, 4)
+charged = grid.charged_flops_per_example(info)
+assert abs(charged - (10 * generator + 90 * discriminator) / 100) <= 1e-9 * charged
+assert abs(grid.charged_flops(info, 100) - 8 * 100 * charged) <= 1e-9 * 800 * charged
+print("ok")
+"""
+
+
+def test_two_stage_charged_at_its_switch_and_hardware_flops_per_configuration():
+    """The plan charges two-stage training each stage's FLOPs for its own steps, at half
+    the run or at a bound pretraining.two_stage_steps (one that spends the budget on the
+    generator alone is refused), and gives every configuration the FLOPs a device executes
+    beside the official (paper's) figure the budget counts."""
+    _snippet(_TWO_STAGE_AND_HARDWARE)
 
 
 _GPUS_HIDDEN = r"""

@@ -3,6 +3,9 @@ from gin/ablations/ and bindings, over a size file) and the studies they answer.
 benchmarks/study/run_study.py and benchmarks/zh_pos_study.py."""
 
 import dataclasses
+import math
+
+from electra_tf.errors import UserInputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,24 +81,60 @@ def two_stage_flops_per_example(discriminator, generator, seq_length: int, mask_
                                      num_predictions)) / 2
 
 
+def two_stage_run_flops(generator: float, discriminator: float, steps: int,
+                        switch: int | None) -> float:
+    """A two-stage run's FLOPs per example summed over its `steps` steps: `generator` (the
+    generator stage's per example) for the steps before `switch`, `discriminator` for the
+    rest; switch None: half the run, pretraining's default (steps // 2)."""
+    switch = steps // 2 if switch is None else switch
+    return generator * switch + discriminator * (steps - switch)
+
+
+def two_stage_steps(budget_per_example: float, generator: float, discriminator: float,
+                    switch: int | None) -> int:
+    """The steps of a two-stage run that spend `budget_per_example` (the FLOPs budget over
+    the batch size) within about a step's: with the default switch (None, half the run)
+    2 x budget / (generator + discriminator); with pretraining.two_stage_steps bound, the
+    switch's generator steps and then discriminator steps for what they leave."""
+    if switch is None:
+        return max(2, round(2 * budget_per_example / (generator + discriminator)))
+    if generator * switch >= budget_per_example:
+        raise UserInputError(
+            f"pretraining.two_stage_steps={switch}: its generator stage alone spends "
+            f"{generator * switch:.3g} FLOPs per example, the whole budget of "
+            f"{budget_per_example:.3g}; bind fewer than "
+            f"{math.ceil(budget_per_example / generator)} steps or raise --flops_budget")
+    return switch + max(1, round((budget_per_example - generator * switch) / discriminator))
+
+
 def charged_flops_per_example(info: dict, model_dir: str = "the model dir") -> float:
-    """The training FLOPs per example a run is charged, from its model_info.json: the
-    estimator's figure, except for two-stage training, charged its two stages
-    (two_stage_flops_per_example) where the run reports the joint algorithm's figure."""
+    """The training FLOPs per example a run is charged, from its model_info.json (and, for
+    two-stage training, the switch in its operative config): the estimator's figure, except
+    for two-stage training, charged its two stages (the generator stage's figure before the
+    switch, the discriminator stage's after it; two_stage_switch) over the run, where the
+    run reports the joint algorithm's figure."""
     if info.get("algorithm") != "two_stage":
         return info["train_flops_per_example"]
+    generator, discriminator = _stage_flops(info, model_dir)
+    steps = info["num_train_steps"]
+    return two_stage_run_flops(generator, discriminator, steps,
+                               two_stage_switch(info, model_dir)) / steps
+
+
+def _stage_flops(info: dict, model_dir: str) -> tuple[float, float]:
     if "mask_prob" not in info:
         raise SystemExit(f"{model_dir}/model_info.json has no mask_prob (written by an older "
                          f"run_pretraining.py); rerun its command to resume, which rewrites it")
     from electra_tf.modeling.config import EncoderConfig
-    return two_stage_flops_per_example(
+    return two_stage_stage_flops(
         EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
         info["max_seq_length"], info["mask_prob"], info["masked_positions"])
 
 
 def two_stage_switch(info: dict, model_dir: str) -> int | None:
     """The step a two-stage run switches to its discriminator (pretraining.two_stage_steps
-    in its operative config, else half the run); None for other algorithms."""
+    in its operative config, else as its model_info.json records it, else half the run);
+    None for other algorithms."""
     if info.get("algorithm") != "two_stage":
         return None
     import os
@@ -105,7 +144,9 @@ def two_stage_switch(info: dict, model_dir: str) -> int | None:
             bound = re.search(r"^pretraining\.two_stage_steps = (\d+)$", f.read(), re.M)
     except FileNotFoundError:
         bound = None
-    return int(bound.group(1)) if bound else info["num_train_steps"] // 2
+    if bound:
+        return int(bound.group(1))
+    return info.get("two_stage_steps") or info["num_train_steps"] // 2
 
 
 def charged_flops(info: dict, step: int, model_dir: str = "the model dir") -> float:
@@ -116,9 +157,5 @@ def charged_flops(info: dict, step: int, model_dir: str = "the model dir") -> fl
     switch = two_stage_switch(info, model_dir)
     if switch is None:
         return charged_flops_per_example(info, model_dir) * batch * step
-    charged_flops_per_example(info, model_dir)  # refuses an older model_info.json
-    from electra_tf.modeling.config import EncoderConfig
-    generator, discriminator = two_stage_stage_flops(
-        EncoderConfig(**info["discriminator"]), EncoderConfig(**info["generator"]),
-        info["max_seq_length"], info["mask_prob"], info["masked_positions"])
+    generator, discriminator = _stage_flops(info, model_dir)
     return batch * (generator * min(step, switch) + discriminator * max(0, step - switch))

@@ -78,10 +78,16 @@ Equal compute: the budget is in the official counting of the FLOPs estimator
 (electra_tf.modeling.flops, what model_info.json reports as train_flops_per_example:
 backward = forward, dense embedding lookups). Each configuration trains
 round(budget / (FLOPs per example x batch)) steps, so its FLOPs equal the budget within
-half a step's. Two-stage training is charged its two stages (the generator alone, then the
-discriminator with the frozen generator's forward pass), with the estimator's pieces;
-adversarial training what the estimator charges the joint algorithm (its policy-gradient
-update of the generator costs about what the masked-LM update does).
+half a step's. Two-stage training is charged its two stages (the generator alone up to the
+switch, half the run or a bound pretraining.two_stage_steps, then the discriminator with
+the frozen generator's forward pass), with the estimator's pieces; adversarial training
+what the estimator charges the joint algorithm (its policy-gradient update of the generator
+costs about what the masked-LM update does). That counting charges each embedding lookup as
+a one-hot matmul: at the `cpu` scale lookups are 88% of ELECTRA's figure and 80% of BERT's,
+so the equal budget gives BERT 1.81x ELECTRA's steps while an example costs ELECTRA only
+1.06x what it costs BERT on a device: BERT executes 1.71x ELECTRA's FLOPs. The plan and the
+table also give each configuration's hardware figure (lookups as gathers, backward = 2 x
+forward: model_info.json's train_flops_per_example_hardware) beside the budget's.
 
 Everything is done by the project's scripts (build_pretraining_data.py,
 run_pretraining.py, run_finetuning.py), as subprocesses, with the commands recorded; with
@@ -489,8 +495,12 @@ def pretraining_gin(scale: Scale, config: Config) -> tuple[list[str], list[str]]
 def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
     """The configuration's shapes and training FLOPs per example: what model_info.json
     will report (`reported_flops_per_example`; the pretrainer is built from the same gin,
-    not trained), and what the budget is charged (`train_flops_per_example`: the same,
-    except for two-stage training, see grid.charged_flops_per_example)."""
+    not trained), in the official counting, and what a device executes
+    (`reported_hardware_flops_per_example`: no FLOPs for the embedding lookups, the backward
+    pass twice the forward). Two-stage training also gets each stage's figures in both
+    countings (`stage_flops`: official and hardware, each (generator stage, discriminator
+    stage)) and its switch (`two_stage_steps`: as bound, None for half the run), from which
+    build_plan charges it."""
     import gin
 
     from electra_tf import gin_files
@@ -508,28 +518,37 @@ def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
     except ValueError:
         num_predictions = None
     num_predictions = num_predictions or masking.default_max_predictions(seq_length, mask_prob)
+    try:
+        switch = gin.query_parameter("pretraining.two_stage_steps")
+    except ValueError:
+        switch = None
     info = pretraining.describe(
         model, seq_length=seq_length, num_predictions=num_predictions, mask_prob=mask_prob,
         train_batch_size=batch, num_train_steps=1)
-    charged = grid.charged_flops_per_example(info)
     generator = info["generator"]
     gin.clear_config()
-    return {"objective": info["objective"], "sharing": info["sharing"],
-            "algorithm": info["algorithm"],
-            "generator_hidden": generator["hidden_size"] if generator else None,
-            "discriminator_hidden": info["discriminator"]["hidden_size"],
-            "discriminator_params": info["discriminator_params"],
-            "reported_flops_per_example": info["train_flops_per_example"],
-            "train_flops_per_example": charged, "train_batch_size": batch}
+    described = {"objective": info["objective"], "sharing": info["sharing"],
+                 "algorithm": info["algorithm"],
+                 "generator_hidden": generator["hidden_size"] if generator else None,
+                 "discriminator_hidden": info["discriminator"]["hidden_size"],
+                 "discriminator_params": info["discriminator_params"],
+                 "reported_flops_per_example": info["train_flops_per_example"],
+                 "reported_hardware_flops_per_example":
+                     info["train_flops_per_example_hardware"],
+                 "train_batch_size": batch}
+    if info["algorithm"] == "two_stage":
+        described["two_stage_steps"] = switch
+        described["stage_flops"] = {
+            kind: (phases["generator"], phases["discriminator"])
+            for kind, phases in info["two_stage_flops_per_example"].items()}
+    return described
 
 
-def plan_steps(budget: float, flops_per_step: float, curve_points: int,
-               steps_per_loop: int) -> dict:
-    """Steps for the budget (its FLOPs within half a step's of it), the checkpoint interval
-    (a multiple of the loop, about steps / curve_points), how many checkpoints the run
-    saves, and those the curve fine-tunes: all but one closer to the end than half the
-    interval (e.g. 1,000 of 1,001)."""
-    steps = max(2, round(budget / flops_per_step))  # two-stage needs two
+def checkpoint_plan(steps: int, curve_points: int, steps_per_loop: int) -> dict:
+    """The checkpoint interval of a run of `steps` (a multiple of the loop, about
+    steps / curve_points), how many checkpoints the run saves, and those the curve
+    fine-tunes: all but one closer to the end than half the interval (e.g. 1,000 of
+    1,001)."""
     loop = max(1, min(steps_per_loop, steps // curve_points))
     every = loop * math.ceil(steps / curve_points / loop)
     saved = sorted({*range(every, steps, every), steps})
@@ -632,26 +651,67 @@ def run_name(name: str, seed: int) -> str:
 
 
 def build_plan(scale: Scale, names: list[str], budget: float, curve_points: int) -> dict:
+    """Each configuration's steps for the budget (in the official counting) and checkpoints,
+    its FLOPs per example, per step and in all as the budget charges them, and in all as a
+    device executes them (`hardware_total_flops`: the embedding lookups free, the backward
+    pass twice the forward). Two-stage training is charged its generator stage's figure up
+    to the switch, its discriminator stage's after it (grid.two_stage_steps): its
+    `train_flops_per_example` is the run's mean."""
     from electra_tf import tokenization
     vocab_size = len(tokenization.load_vocab(os.path.join(common.REPO, VOCAB)))
     plan = {}
     for name in names:
         described = describe_config(scale, CONFIGS[name], vocab_size)
-        per_step = described["train_flops_per_example"] * described["train_batch_size"]
-        steps = plan_steps(budget, per_step, curve_points, scale.steps_per_loop)
-        plan[name] = {**described, "flops_per_step": per_step, **steps,
-                      "total_flops": steps["steps"] * per_step}
+        batch = described["train_batch_size"]
+        if described["algorithm"] == "two_stage":
+            stages, switch = described["stage_flops"], described["two_stage_steps"]
+            steps = grid.two_stage_steps(budget / batch, *stages["official"], switch)
+            per_example, hardware = (grid.two_stage_run_flops(*stages[kind], steps, switch)
+                                     / steps for kind in ("official", "hardware"))
+        else:
+            per_example = described["reported_flops_per_example"]
+            steps = max(2, round(budget / (per_example * batch)))
+            hardware = described["reported_hardware_flops_per_example"]
+        plan[name] = {**described, "train_flops_per_example": per_example,
+                      "hardware_flops_per_example": hardware,
+                      "flops_per_step": per_example * batch,
+                      **checkpoint_plan(steps, curve_points, scale.steps_per_loop),
+                      "total_flops": per_example * batch * steps,
+                      "hardware_total_flops": hardware * batch * steps}
     return plan
 
 
 def print_plan(plan: dict, budget: float):
     rows = [[name, p["objective"], p["sharing"], p["algorithm"], p["generator_hidden"],
              f"{p['train_flops_per_example']:.3g}", f"{p['steps']:,}",
-             f"{p['total_flops']:.4g}", f"{p['total_flops'] / budget - 1:+.2%}"]
+             f"{p['total_flops']:.4g}", f"{p['total_flops'] / budget - 1:+.2%}",
+             f"{p['hardware_flops_per_example']:.3g}", f"{p['hardware_total_flops']:.3g}"]
             for name, p in plan.items()]
     print(common.markdown_table(["config", "objective", "sharing", "algorithm",
                                  "generator hidden", "FLOPs/example", "steps",
-                                 "total FLOPs", "vs budget"], rows))
+                                 "total FLOPs", "vs budget", "hardware FLOPs/example",
+                                 "hardware total"], rows))
+    print(HARDWARE_NOTE + (" " + hardware_ratio(plan) if hardware_ratio(plan) else ""))
+
+
+HARDWARE_NOTE = (
+    "The budget is in the paper's counting (an embedding lookup is a one-hot matmul, "
+    "2 x width x vocabulary FLOPs a token; backward = forward); the hardware figures count "
+    "what a device executes (lookups are gathers, no FLOPs; the backward pass twice the "
+    "forward; model_info.json's train_flops_per_example_hardware).")
+
+
+def hardware_ratio(configs: dict) -> str:
+    """What the equal budget gives BERT against ELECTRA, in steps and in executed FLOPs
+    (configs: the plan's or the record's); '' without both."""
+    if not {"electra", "mlm"} <= set(configs):
+        return ""
+    electra, mlm = configs["electra"], configs["mlm"]
+    executed = mlm["hardware_total_flops"] / electra["hardware_total_flops"]
+    per_example = electra["hardware_flops_per_example"] / mlm["hardware_flops_per_example"]
+    return (f"At this budget BERT trains {mlm['steps'] / electra['steps']:.2f}x ELECTRA's "
+            f"steps and executes {executed:.2f}x its hardware FLOPs (an example costs "
+            f"ELECTRA {per_example:.2f}x what it costs BERT).")
 
 
 def pretraining_job(scale: Scale, config: Config, p: dict, data_dir: str,
@@ -865,12 +925,12 @@ def main(argv):
     for (name, seed), took in zip(runs, seconds):
         model_dir = model_dirs[name, seed]
         model_info = _read_json(os.path.join(model_dir, "model_info.json"))
-        if not math.isclose(model_info["train_flops_per_example"],
-                            plan[name]["reported_flops_per_example"], rel_tol=1e-9):
-            raise UserInputError(f"{model_dir}/model_info.json reports "
-                                 f"{model_info['train_flops_per_example']:.6g} FLOPs per "
-                                 f"example, the plan "
-                                 f"{plan[name]['reported_flops_per_example']:.6g}")
+        for key, planned in (("train_flops_per_example", "reported_flops_per_example"),
+                             ("total_train_flops", "total_flops")):
+            if not math.isclose(model_info[key], plan[name][planned], rel_tol=1e-9):
+                raise UserInputError(f"{model_dir}/model_info.json reports {key} "
+                                     f"{model_info[key]:.6g}, the plan "
+                                     f"{plan[name][planned]:.6g}")
         configs[name]["runs"][str(seed)] = {"pretrain_seconds": took,
                                             "health": pretraining_health(model_dir),
                                             "finetune": {}}
@@ -907,7 +967,9 @@ def main(argv):
                      "pretrain_seeds": seeds,
                      "pretrain_bindings": FLAGS.pretrain_bindings,
                      "flops_counting": "official (electra_tf.modeling.flops: backward = "
-                                       "forward, dense embedding lookups)"},
+                                       "forward, dense embedding lookups)",
+                     "hardware_flops_counting": "what a device executes (backward = 2 x "
+                                                "forward, embedding lookups as gathers)"},
         "pretraining_data": {"inputs": build.value("input").replace(common.REPO + os.sep, ""),
                              "num_examples": data_info["num_examples"],
                              "num_tokens": data_info["num_tokens"]},
@@ -1005,7 +1067,7 @@ def markdown(record: dict, budget: float) -> str:
                   else score(final))
         rows.append([f"`{name}`", c["title"], ", ".join(studies) or "-", f"{c['steps']:,}",
                      f"{c['flops_per_step']:.3g}", f"{c['total_flops']:.4g}",
-                     f"{c['pretrain_seconds'] / 60:.1f}",
+                     f"{c['hardware_total_flops']:.3g}", f"{c['pretrain_seconds'] / 60:.1f}",
                      health(c, "discriminator/auc"), health(c, "generator/mlm_accuracy"),
                      *scores])
     if baseline:
@@ -1013,13 +1075,13 @@ def markdown(record: dict, budget: float) -> str:
                   if several
                   else score(baseline))
         rows.append([f"`{RANDOM_INIT}`", "no pre-training (the electra discriminator's shape)",
-                     "baseline", "0", "-", "0", "-", "-", "-", *scores])
+                     "baseline", "0", "-", "0", "0", "-", "-", "-", *scores])
     score_columns = ([f"dev {metric}: median (mean ± std) of all runs' trials",
                       "median per pre-training run", "per seed, run after run"] if several
                      else [f"dev {metric}: median (mean ± std)", "per seed"])
     table = common.markdown_table(
         ["config", "what", "studies", "steps", "FLOPs/step", "pre-training FLOPs",
-         "pre-training min" + (" (mean of the runs)" if several else ""),
+         "hardware FLOPs", "pre-training min" + (" (mean of the runs)" if several else ""),
          "disc. AUC (end)", "gen. MLM acc. (end)", *score_columns], rows)
     curve_rows = [[f"`{name}`", f"{int(step):,}", f"{f['flops']:.3g}",
                    *([score(f)[0], *by_run(configs[name], step)] if several else score(f))]
@@ -1058,6 +1120,8 @@ def markdown(record: dict, budget: float) -> str:
            f"{s['num_trials']} seeds; a score pools all runs' trials, and the health "
            "columns list the runs' values in seed order." if several
            else f" Pre-training seed {seeds[0]}." if seeds != ["0"] else "")
+        + "\n\n" + HARDWARE_NOTE
+        + (" " + hardware_ratio(configs) if hardware_ratio(configs) else "")
         + "\n\n" + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
         + curve + comparisons + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
         + f".\n\nCommit `{record['run']['git_commit']}`. Commands (from the repository "
