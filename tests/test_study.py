@@ -7,6 +7,7 @@ written; a rerun reuses everything, and one with two pre-training seeds only run
 
 import json
 import os
+import re
 import statistics
 import struct
 import subprocess
@@ -519,3 +520,15 @@ def test_a_part_of_the_grid_needs_its_own_results_dir(tmp_path):
         "whole grid's benchmarks/results/study.{json,md}; pass --results_dir, e.g. "
         "--results_dir=benchmarks/results/study_electra_mlm"]
     assert not any(tmp_path.iterdir())
+
+
+def test_documented_parts_of_the_grid_pass_a_results_dir():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = readme.split("## The paper's claims at small scale")[1].split("\n## ")[0]
+    docs = [section, open(RUNNER, encoding="utf-8").read().split('"""')[1],
+            open(os.path.join(ROOT, "benchmarks", "study", "README.md"),
+                 encoding="utf-8").read()]
+    commands = [c for text in docs for piece in re.split(r"`|\n\n", text)
+                for c in re.split(r"\n\s*(?=\.venv/bin/python )", piece)
+                if "run_study.py" in c and "--configs=" in c]
+    assert commands and all("--results_dir=" in c for c in commands), commands

