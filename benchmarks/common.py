@@ -6,6 +6,7 @@ the date and the exact command) and `benchmarks/results/<name>.md` (a short tabl
 
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -395,11 +396,30 @@ def _same_value(recorded, binding_value: str) -> bool:
         return str(recorded) == binding_value.strip("'\"")
 
 
+def score_text(value) -> str:
+    """A score to 4 decimals; 'undefined' for results.json's null (a Pearson or Spearman
+    correlation of a constant series) or a NaN."""
+    return "undefined" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def spread_text(stats: dict, metric: str | None = None) -> str:
+    """'median (mean ± std)' of results.json's statistics (of one metric when given)."""
+    pick = (lambda k: stats[k]) if metric is None else (lambda k: stats[k][metric])
+    return (f"{score_text(pick('median'))} ({score_text(pick('mean'))} ± "
+            f"{score_text(pick('std'))})")
+
+
+def points_text(value, baseline) -> str:
+    """value - baseline in points (x100), signed; 'undefined' when either is."""
+    if score_text(value) == "undefined" or score_text(baseline) == "undefined":
+        return "undefined"
+    return f"{100 * (value - baseline):+.1f}"
+
+
 def finetuning_rows(conditions: dict, metrics: list[str],
                     per_trial: str = "accuracy") -> list[list[str]]:
     """Markdown table rows: each condition's median (mean ± std) per metric and every
     trial's dev `per_trial` metric."""
-    return [[name] + [f"{c['median'][m]:.4f} ({c['mean'][m]:.4f} ± {c['std'][m]:.4f})"
-                      for m in metrics]
-            + [", ".join(f"{t['dev'][per_trial]:.4f}" for t in c["trials"])]
+    return [[name] + [spread_text(c, m) for m in metrics]
+            + [", ".join(score_text(t["dev"][per_trial]) for t in c["trials"])]
             for name, c in conditions.items()]

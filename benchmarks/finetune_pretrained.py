@@ -119,9 +119,9 @@ def along_runs_table(along: dict, facts: dict, random_init: dict, metric: str,
         for point in run["finetune"].values():
             rows.append([name, f"{point['step']:,} of {facts[name]['num_train_steps']:,}",
                          f"{point['flops']:.2e}",
-                         f"{point['median']:.4f} ({point['mean']:.4f} ± {point['std']:.4f})",
-                         f"{100 * (point['median'] - random_init['median'][metric]):+.1f}",
-                         ", ".join(f"{v:.4f}" for v in point["per_seed"])])
+                         common.spread_text(point),
+                         common.points_text(point["median"], random_init["median"][metric]),
+                         ", ".join(common.score_text(v) for v in point["per_seed"])])
     return ("Along the runs: every checkpoint each run kept, fine-tuned the same way (the "
             "learning-rate schedule spans the whole run, so an early checkpoint was taken at a "
             "higher learning rate than a run of that length would end on). Dev "
@@ -140,9 +140,9 @@ def learning_curve_table(curve: dict, metric: str, metric_name: str) -> str:
     for n, by in curve.items():
         random_median = by["random_init"]["median"][metric]
         rows.append([f"{n:,}"] + [
-            f"{c['median'][metric]:.4f} ({c['mean'][metric]:.4f} ± {c['std'][metric]:.4f})"
+            common.spread_text(c, metric)
             + ("" if k == "random_init" else
-               f", {100 * (c['median'][metric] - random_median):+.1f}")
+               f", {common.points_text(c['median'][metric], random_median)}")
             for k, c in by.items()])
     return ("Learning curve: the first N training examples of the largest size, the same dev "
             f"examples for every N. Dev {metric_name}, median (mean ± std) over the seeds, and "

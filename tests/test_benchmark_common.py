@@ -131,3 +131,18 @@ def test_describe_cpu_names_generation_and_vector_width():
     assert common.describe_cpu(amx) == ("Intel(R) Xeon(R) Processor (family 6 model 167, "
                                         "AVX-512 + bf16 + AMX)")
     assert common.describe_cpu("model name\t: Some CPU\n") == "Some CPU"
+
+
+def test_finetuning_rows_print_undefined_scores():
+    # results.json holds null for a Pearson/Spearman of a constant series, and its statistics.
+    conditions = {"stsb": {
+        "median": {"pearson": None, "spearman": 0.5},
+        "mean": {"pearson": None, "spearman": 0.25},
+        "std": {"pearson": None, "spearman": 0.125},
+        "trials": [{"dev": {"pearson": None}}, {"dev": {"pearson": 0.75}}]}}
+    assert common.finetuning_rows(conditions, ["pearson", "spearman"], "pearson") == [[
+        "stsb", "undefined (undefined ± undefined)", "0.5000 (0.2500 ± 0.1250)",
+        "undefined, 0.7500"]]
+    assert common.points_text(0.75, 0.5) == "+25.0"
+    assert common.points_text(0.75, None) == "undefined"
+    assert common.score_text(float("nan")) == "undefined"

@@ -880,6 +880,25 @@ def test_task_export_listing_warmup_config_and_trial_choice(task_exports):
         assert loaded.info["labels"] == ["negative", "positive"]
 
 
+def test_best_trial_skips_undefined_dev_scores(task_exports, tmp_path):
+    # results.json writes an undefined score (a constant series' Pearson) as null.
+    source = tmp_path / "classification"
+    shutil.copytree(task_exports["root"] / "classification", source)
+    results = json.loads((source / "results.json").read_text())
+    metric = results["metric"]
+    results["trials"][0]["dev"][metric] = None
+    (source / "results.json").write_text(json.dumps(results))
+    loaded = saved_model.load_finetuned(str(source))
+    assert loaded.trial_dir == str(source / "trial_1")
+    assert loaded.note.startswith(f"trial_1 of {source}, the best dev {metric} (")
+    results["trials"][1]["dev"][metric] = None
+    (source / "results.json").write_text(json.dumps(results))
+    loaded = saved_model.load_finetuned(str(source))
+    assert loaded.trial_dir == str(source / "trial_0")
+    assert loaded.note == (f"trial_0 of {source}: no trial has a defined dev {metric} (pass "
+                           "--trial=K to choose another)")
+
+
 def test_bad_task_exports_fail_with_one_clear_line(task_exports, model_dir, tmp_path):
     source = str(task_exports["root"] / "classification")
     with pytest.raises(UserInputError, match="is a pre-training model dir; --kind=task exports"):

@@ -657,11 +657,17 @@ def _pick_trial(model_dir: str, trial) -> tuple[str, str]:
         results = json.load(f)
     trials, metric = results["trials"], results["metric"]
     if trial in (None, "best"):
-        scores = [t["dev"].get(metric, math.nan) for t in trials]
+        # An undefined score (null in results.json, NaN) never wins over a defined one.
+        scores = [t["dev"].get(metric) for t in trials]
+        scores = [math.nan if s is None else float(s) for s in scores]
         k = max(range(len(trials)),
                 key=lambda i: (scores[i] if math.isfinite(scores[i]) else -math.inf, -i))
-        note = (f"trial_{k} of {model_dir}, the best dev {metric} ({scores[k]:.4f}) of "
-                f"{len(trials)} trial(s)")
+        if math.isfinite(scores[k]):
+            note = (f"trial_{k} of {model_dir}, the best dev {metric} ({scores[k]:.4f}) of "
+                    f"{len(trials)} trial(s)")
+        else:
+            note = (f"trial_{k} of {model_dir}: no trial has a defined dev {metric} (pass "
+                    "--trial=K to choose another)")
     else:
         try:
             k = int(trial)
