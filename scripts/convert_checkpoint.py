@@ -34,11 +34,14 @@ flags.DEFINE_string("input", None, "TF1 checkpoint prefix, HuggingFace directory
 flags.DEFINE_string("generator_input", None, "HuggingFace ElectraForMaskedLM directory.")
 flags.DEFINE_enum("target", "native", ["native", "hf"], "What to write.")
 flags.DEFINE_string("output_dir", None, "Where the model dir (or HuggingFace dirs) go.")
-flags.DEFINE_string("vocab_file", None, "The model's vocab (default: the source's vocab.txt, "
-                    "else data/vocab/bert_uncased.txt, the released models' vocab; "
+flags.DEFINE_string("vocab_file", None, "The model's vocab, copied into the model dir "
+                    "(default: the vocab.txt beside the TF1 checkpoint or in the HuggingFace "
+                    "dir, else the WordPiece vocab of its tokenizer.json, else "
+                    "data/vocab/bert_uncased.txt, the released models' vocab, with a note; "
                     "--target=hf: the one the model dir records).")
 flags.DEFINE_bool("lower_case", None, "Whether the model is uncased (default: the source's "
-                  "tokenizer config, else true).")
+                  "tokenizer config, else as the vocab is: cased or not). One the vocab "
+                  "contradicts is refused.")
 flags.DEFINE_integer("num_heads", None, "TF1: attention heads (default hidden / 64, as in "
                      "every released ELECTRA).")
 flags.DEFINE_integer("max_seq_length", None, "The longest input the model dir will accept "
@@ -66,8 +69,7 @@ def main(argv):
         raise UserInputError("--source=native is for --target=hf; a model dir is already native")
     if FLAGS.source == "tf1":
         result = converters.import_tf1(FLAGS.input, FLAGS.output_dir, FLAGS.vocab_file,
-                                       True if FLAGS.lower_case is None else FLAGS.lower_case,
-                                       FLAGS.num_heads, FLAGS.max_seq_length,
+                                       FLAGS.lower_case, FLAGS.num_heads, FLAGS.max_seq_length,
                                        FLAGS.generator_hidden_fraction)
     else:
         result = converters.import_hf(FLAGS.input, FLAGS.output_dir, FLAGS.generator_input,
@@ -87,6 +89,8 @@ def main(argv):
                                           for part in result["not_imported"])
               + "; export and detect_replaced.py refuse them until then (recorded in "
               "model_info.json: not_imported)")
+    for note in result["notes"]:
+        print(f"note: {note}")
     return 0
 
 

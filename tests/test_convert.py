@@ -33,6 +33,14 @@ def _vocab(path, size):
     return str(path)
 
 
+def _cased_vocab(path, size=120):
+    """A cased vocab: a third of its words capitalised, "John" and "john" both in it."""
+    words = ["John", "john", "lives", "in", "Paris", "paris", "##s"]
+    words += [f"W{i}" if i % 3 == 0 else f"w{i}" for i in range(size - 5 - len(words))]
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+    return str(path)
+
+
 def _official_checkpoint(prefix, rng, vocab=120, embed=32, hidden=64, layers=2, ffn=128,
                          gen_hidden=16, positions=64, without=(), reshaped=None):
     """A TF1 checkpoint under the official ELECTRA variable names (random weights, both
@@ -353,7 +361,7 @@ def test_hf_export_leaves_out_what_an_import_initialised_afresh(tmp_path):
     from safetensors.numpy import load_file
     out = str(tmp_path / "imported")
     converters.import_hf(_tiny_bert(tmp_path / "bert"), out)
-    os.rename(tmp_path / "bert" / "vocab.txt", tmp_path / "moved.txt")
+    os.rename(os.path.join(out, "vocab.txt"), tmp_path / "moved.txt")
     with pytest.raises(UserInputError, match="is not there; pass --vocab_file"):
         converters.export_hf(out, str(tmp_path / "hf"))
     lines = []
@@ -601,3 +609,75 @@ def test_hf_import_errors_name_the_tensor(tmp_path):
     with pytest.raises(UserInputError, match="has no config.json"):
         converters.import_hf(str(tmp_path), str(tmp_path / "out"))
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_tf1_import_takes_the_vocab_beside_the_checkpoint_and_its_case(tmp_path):
+    """The released checkpoints ship vocab.txt beside model.ckpt: without --vocab_file that
+    vocab is the model dir's (copied in), and a cased one makes the model dir cased; only
+    a checkpoint without one gets the project's default vocab, with a note."""
+    prefix = str(tmp_path / "electra" / "model.ckpt-1")
+    _official_checkpoint(prefix, np.random.default_rng(0))
+    source = _cased_vocab(tmp_path / "electra" / "vocab.txt")
+    out = str(tmp_path / "out")
+    result = converters.import_tf1(prefix, out, num_heads=1)
+    assert result["notes"] == []
+    info = json.load(open(os.path.join(out, "model_info.json")))
+    assert info["vocab_file"] == os.path.join(out, "vocab.txt")
+    assert open(info["vocab_file"]).read() == open(source).read()
+    assert (info["lower_case"], info["strip_accents"]) == (False, False)
+    os.remove(source)  # the model dir does not depend on the source's files
+    tokens = load_pretrainer(out).tokenizer().encode(["John lives in Paris"])[0]
+    assert tokens == [5, 7, 8, 9]  # John lives in Paris, capitals kept
+    with pytest.raises(UserInputError, match=(
+            f"^vocab file {tmp_path}/cased.txt is cased .* but --lower_case=true lower-cases "
+            "the text, so they would never occur; pass --lower_case=false")):
+        converters.import_tf1(prefix, str(tmp_path / "o2"), _cased_vocab(tmp_path / "cased.txt"),
+                              lower_case=True, num_heads=1)
+    assert not os.path.exists(tmp_path / "o2")
+    # No vocab.txt beside it: the project's default (BERT's uncased vocab), said.
+    bare = str(tmp_path / "bare" / "model.ckpt-1")
+    _official_checkpoint(bare, np.random.default_rng(0), vocab=30522, layers=1)
+    result = converters.import_tf1(bare, str(tmp_path / "o3"), num_heads=1)
+    assert result["notes"] == [
+        f"{tmp_path}/bare has no vocab.txt, so the model dir gets {converters.DEFAULT_VOCAB} "
+        "(BERT's uncased vocab, the released ELECTRA models'); pass --vocab_file if the model "
+        "was trained with another"]
+    assert result["model_info"]["lower_case"] is True
+
+
+def _tiny_electra(directory, vocab_size=120):
+    torch.manual_seed(0)
+    transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        vocab_size=vocab_size, embedding_size=16, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=1, intermediate_size=32,
+        max_position_embeddings=64)).save_pretrained(directory)
+    return str(directory)
+
+
+def test_hf_import_takes_the_vocab_and_case_of_a_tokenizer_json(tmp_path):
+    """A transformers dir with a fast tokenizer only (tokenizer.json, no vocab.txt): its
+    WordPiece vocab and case become the model dir's, which tokenizes as transformers does."""
+    source = _tiny_electra(tmp_path / "hf")
+    transformers.BertTokenizerFast(_cased_vocab(tmp_path / "cased.txt"), do_lower_case=False
+                                   ).save_pretrained(source, legacy_format=False)
+    assert not os.path.exists(os.path.join(source, "vocab.txt"))
+    out = str(tmp_path / "out")
+    result = converters.import_hf(source, out)
+    assert result["notes"] == []
+    assert (tmp_path / "out" / "vocab.txt").read_text() == (tmp_path / "cased.txt").read_text()
+    loaded = load_pretrainer(out)
+    assert (loaded.lower_case, loaded.strip_accents) == (False, False)
+    text = "John lives in Paris"
+    expected = transformers.AutoTokenizer.from_pretrained(source)(text)["input_ids"]
+    assert expected == [2, 5, 7, 8, 9, 3]
+    assert [2] + loaded.tokenizer().encode([text])[0] + [3] == expected
+    # A tokenizer.json that is not WordPiece is refused, naming the file and the fix.
+    data = json.load(open(os.path.join(source, "tokenizer.json")))
+    data["model"]["type"] = "BPE"
+    json.dump(data, open(os.path.join(source, "tokenizer.json"), "w"))
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(source, str(tmp_path / "o2"))
+    assert str(error.value) == (
+        f"{source}/tokenizer.json holds a BPE tokenizer, not BERT's WordPiece, and there is no "
+        "vocab.txt beside it; pass --vocab_file with the model's WordPiece vocab")
+    assert not os.path.exists(tmp_path / "o2")

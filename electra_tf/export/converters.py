@@ -7,7 +7,9 @@
 An imported model dir is what run_pretraining.py writes (a checkpoint `ckpt-1`,
 `operative_config.gin` with the architecture, `model_info.json`): export, fine-tuning and
 continued pre-training (`--init_checkpoint`) take it. The architecture is read from the
-source (the tensors' shapes for TF1, config.json for HuggingFace).
+source (the tensors' shapes for TF1, config.json for HuggingFace); the vocab is the
+source's (vocab.txt beside the TF1 checkpoint, a HuggingFace dir's vocab.txt or the
+WordPiece vocab of its tokenizer.json), copied into the model dir, and so is its case.
 
 The official TF1 checkpoint holds both networks: the discriminator under `electra/`, the
 generator under `generator/` reading `electra/embeddings` (tied), heads under
@@ -27,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic, tokenization
+from electra_tf.data import writer
 from electra_tf.errors import UserInputError
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
@@ -158,13 +161,23 @@ def config_from_state_dict(state: dict, num_heads: int | None = None,
 
 
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
-               lower_case: bool = True, num_heads: int | None = None,
+               lower_case: bool | None = None, num_heads: int | None = None,
                max_seq_length: int | None = None,
                generator_hidden_fraction: float = 0.25) -> dict:
     """Imports an official TF1 ELECTRA checkpoint (both networks, any size) into a model
-    dir; returns {"model_info", "skipped", "not_imported"}. A checkpoint without a generator
-    or a replaced-token head (a fine-tuned one) gets those parts freshly initialised (a
-    generator of `generator_hidden_fraction`), listed in `not_imported` as import_hf does."""
+    dir; returns {"model_info", "skipped", "not_imported", "notes"}. A checkpoint without a
+    generator or a replaced-token head (a fine-tuned one) gets those parts freshly
+    initialised (a generator of `generator_hidden_fraction`), listed in `not_imported` as
+    import_hf does.
+
+    `vocab_file` None: the vocab.txt beside the checkpoint (the released checkpoints ship
+    one), else DEFAULT_VOCAB, said in `notes`. `lower_case` None: as the vocab is (cased
+    or not, see writer.check_case)."""
+    notes = []
+    if vocab_file is None:
+        beside = os.path.join(os.path.dirname(checkpoint), "vocab.txt")
+        vocab_file = beside if tf.io.gfile.exists(beside) else _default_vocab(
+            f"{os.path.dirname(checkpoint) or '.'} has no vocab.txt", notes)
     discriminator, generator, skipped = read_tf1(checkpoint)
     disc_config = config_from_state_dict(discriminator, num_heads, checkpoint=checkpoint)
     sharing = "embeddings"
@@ -183,7 +196,15 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
         raise _in_tf1_terms(e, checkpoint) from None
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
                            source=f"tf1:{checkpoint}", not_imported=not_imported)
-    return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
+    return {"model_info": info, "skipped": skipped, "not_imported": not_imported,
+            "notes": notes}
+
+
+def _default_vocab(reason: str, notes: list[str]) -> str:
+    notes.append(f"{reason}, so the model dir gets {DEFAULT_VOCAB} (BERT's uncased vocab, the "
+                 "released ELECTRA models'); pass --vocab_file if the model was trained with "
+                 "another")
+    return DEFAULT_VOCAB
 
 
 def _in_tf1_terms(error: huggingface.TensorMismatch, checkpoint: str) -> UserInputError:
@@ -330,29 +351,75 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         sharing = "embeddings"
     model = new_pretrainer(disc_config, gen_config, sharing)
     not_imported = _load_networks(model, disc_state, gen_state)
-    vocab_file = vocab_file or (os.path.join(discriminator_dir, "vocab.txt")
-                                if tf.io.gfile.exists(os.path.join(discriminator_dir,
-                                                                   "vocab.txt")) else None)
-    lower_case, strip_accents = _tokenizer_case_of(discriminator_dir, lower_case)
-    info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
+    notes = []
+    tokenizer = _hf_tokenizer(discriminator_dir, vocab_file, lower_case, notes)
+    info = write_model_dir(model, output_dir, max_seq_length=max_seq_length,
                            source=f"hf:{discriminator_dir}", not_imported=not_imported,
-                           strip_accents=strip_accents)
-    return {"model_info": info, "skipped": skipped, "not_imported": not_imported}
+                           **tokenizer)
+    return {"model_info": info, "skipped": skipped, "not_imported": not_imported,
+            "notes": notes}
 
 
-def _tokenizer_case_of(directory: str, lower_case: bool | None) -> tuple[bool, bool]:
-    """(lower_case, strip_accents) of a transformers directory's tokenizer_config.json
-    (BertTokenizer's: strip_accents None follows do_lower_case); `lower_case` given
-    overrides do_lower_case."""
-    config = {}
-    path = os.path.join(directory, "tokenizer_config.json")
-    if tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path) as f:
-            config = json.load(f)
-    if lower_case is None:
-        lower_case = bool(config.get("do_lower_case", True))
-    strip_accents = config.get("strip_accents")
-    return lower_case, lower_case if strip_accents is None else bool(strip_accents)
+def _hf_tokenizer(directory: str, vocab_file: str | None, lower_case: bool | None,
+                  notes: list[str]) -> dict:
+    """write_model_dir's arguments for the tokenizer of a transformers directory: the vocab
+    (`vocab_file`, else its vocab.txt, else the WordPiece vocab in its tokenizer.json, else
+    DEFAULT_VOCAB with a note) and the case (`lower_case`, else tokenizer_config.json's
+    do_lower_case, else tokenizer.json's normalizer, else left to the vocab); strip_accents
+    None follows lower_case, as in BertTokenizer."""
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    config = _read_json(config_path) if tf.io.gfile.exists(config_path) else {}
+    fast_path = os.path.join(directory, "tokenizer.json")
+    vocab, normalizer = None, {}
+    if vocab_file is None:
+        if tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
+            vocab_file = os.path.join(directory, "vocab.txt")
+        elif tf.io.gfile.exists(fast_path):
+            vocab_file = fast_path
+            vocab, normalizer = _wordpiece_of(fast_path)
+        else:
+            vocab_file = _default_vocab(f"{directory} has neither vocab.txt nor tokenizer.json",
+                                        notes)
+    case_from = None
+    if lower_case is None and "do_lower_case" in config:
+        lower_case, case_from = bool(config["do_lower_case"]), config_path
+    elif lower_case is None and "lowercase" in normalizer:
+        lower_case, case_from = bool(normalizer["lowercase"]), fast_path
+    strip_accents = config.get("strip_accents", normalizer.get("strip_accents"))
+    return dict(vocab_file=vocab_file, vocab=vocab, lower_case=lower_case,
+                strip_accents=None if strip_accents is None else bool(strip_accents),
+                case_from=case_from)
+
+
+def _wordpiece_of(path: str) -> tuple[list[str], dict]:
+    """(the tokens by id, the BertNormalizer's settings or {}) of a transformers fast
+    tokenizer's tokenizer.json; refuses one that is not BERT's WordPiece."""
+    data = _read_json(path)
+    model = data.get("model") or {}
+    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise UserInputError(
+            f"{path} holds a {model.get('type', 'non-WordPiece')} tokenizer, not BERT's "
+            "WordPiece, and there is no vocab.txt beside it; pass --vocab_file with the "
+            "model's WordPiece vocab")
+    by_id = {i: token for token, i in model["vocab"].items()}
+    if sorted(by_id) != list(range(len(model["vocab"]))):
+        raise UserInputError(f"{path}'s WordPiece vocab does not number its tokens 0 to "
+                             f"{len(model['vocab']) - 1}; pass --vocab_file with the model's "
+                             "vocab.txt")
+    vocab = [by_id[i] for i in range(len(by_id))]
+    missing = [t for t in tokenization.SPECIAL_TOKENS if t not in model["vocab"]]
+    if missing:
+        raise UserInputError(f"{path}'s WordPiece vocab lacks the special tokens "
+                             f"{', '.join(missing)}; pass --vocab_file with a BERT-style vocab")
+    normalizers = data.get("normalizer") or {}
+    normalizers = normalizers.get("normalizers", [normalizers])
+    normalizer = next((n for n in normalizers if n.get("type") == "BertNormalizer"), {})
+    return vocab, {k: normalizer[k] for k in ("lowercase", "strip_accents") if k in normalizer}
+
+
+def _read_json(path: str) -> dict:
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
 
 
 def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
@@ -479,11 +546,18 @@ def gin_bindings(model: ElectraPretrainer) -> str:
 
 
 def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str | None,
-                    lower_case: bool, max_seq_length: int | None, source: str,
-                    not_imported=(), strip_accents: bool | None = None) -> dict:
+                    lower_case: bool | None, max_seq_length: int | None, source: str,
+                    not_imported=(), strip_accents: bool | None = None,
+                    vocab: list[str] | None = None, case_from: str | None = None) -> dict:
     """Writes `model` as a model dir (checkpoint ckpt-1, operative_config.gin,
-    model_info.json), refusing a dir that already holds anything (an empty one is used).
-    `max_seq_length` None: the checkpoint's positions. `strip_accents` None: as
+    model_info.json, vocab.txt), refusing a dir that already holds anything (an empty one is
+    used). `max_seq_length` None: the checkpoint's positions.
+
+    The vocab (`vocab_file`, default DEFAULT_VOCAB; or the tokens `vocab`, read from
+    `vocab_file`, a tokenizer.json) is copied into the model dir, which model_info.json
+    names: the dir does not depend on the source it was imported from. `lower_case` None:
+    as the vocab is (cased or not); one the vocab contradicts is refused (writer.check_case;
+    `case_from`: the file that gave it, if not the caller). `strip_accents` None: as
     `lower_case` (BERT's rule).
 
     model_info.json records the parts the source did not hold (`not_imported`, names of
@@ -491,11 +565,14 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
     random in: a later checkpoint of continued pre-training has trained them.
     """
     vocab_file = vocab_file or DEFAULT_VOCAB
-    vocab = tokenization.load_vocab(vocab_file)
+    tokens_given = vocab is not None
+    if not tokens_given:
+        vocab = tokenization.load_vocab(vocab_file)
     if len(vocab) != model.discriminator_config.vocab_size:
         raise UserInputError(f"{vocab_file} has {len(vocab)} tokens but the checkpoint's "
                              f"embeddings have {model.discriminator_config.vocab_size}; pass "
                              "--vocab_file with the model's vocab")
+    lower_case = _checked_case(vocab, vocab_file, lower_case, case_from)
     if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
         raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "
                              "directory")
@@ -515,17 +592,42 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
     info = describe(model, seq_length=max_seq_length,
                     num_predictions=max(1, int(0.155 * max_seq_length)), mask_prob=0.15,
                     train_batch_size=0, num_train_steps=0)
-    info.update(vocab_file=vocab_file if "://" in vocab_file else os.path.abspath(vocab_file),
-                vocab_size=len(vocab), vocab_sha256=tokenization.vocab_sha256(vocab_file),
-                lower_case=lower_case,
+    own_vocab = os.path.join(output_dir, "vocab.txt")
+    info.update(vocab_file=own_vocab if "://" in own_vocab else os.path.abspath(own_vocab),
+                vocab_size=len(vocab), lower_case=lower_case,
                 strip_accents=lower_case if strip_accents is None else strip_accents,
                 source=source, not_imported=list(not_imported))
     # An empty --output_dir (checked above) is replaced; the `checkpoint` file's paths are
     # relative, so the checkpoint written under the temporary name reads the same after it.
     with atomic.staged_dir(output_dir) as temporary:
+        copy = os.path.join(temporary, "vocab.txt")
+        if tokens_given:
+            with tf.io.gfile.GFile(copy, "w") as f:
+                f.write("\n".join(vocab) + "\n")
+        else:
+            tf.io.gfile.copy(vocab_file, copy)
+        info["vocab_sha256"] = tokenization.vocab_sha256(copy)
         saved = tf.train.Checkpoint(model=model).save(os.path.join(temporary, "ckpt"))
         info["imported_checkpoint"] = os.path.basename(saved)
         for name, text in ((OPERATIVE_CONFIG, config), (MODEL_INFO, json.dumps(info, indent=2))):
             with tf.io.gfile.GFile(os.path.join(temporary, name), "w") as f:
                 f.write(text)
     return info
+
+
+def _checked_case(vocab: list[str], vocab_file: str, lower_case: bool | None,
+                  case_from: str | None) -> bool:
+    """`lower_case`, or None: whether the vocab is uncased; refused where the vocab says
+    otherwise (writer.check_case)."""
+    if lower_case is None:
+        return not writer.vocab_is_cased(vocab)
+    try:
+        writer.check_case(vocab, vocab_file, lower_case)
+    except UserInputError:
+        if case_from is None:
+            raise
+        raise UserInputError(
+            f"{case_from} has do_lower_case={str(lower_case).lower()}, but its vocab "
+            f"{vocab_file} is {'cased' if writer.vocab_is_cased(vocab) else 'uncased'}; pass "
+            "--lower_case=true or false as the model was trained") from None
+    return lower_case
