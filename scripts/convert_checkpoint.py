@@ -3,7 +3,8 @@ r"""Imports the released ELECTRA checkpoints and HuggingFace models; exports to 
     # the official TF1 checkpoint (both networks in one file), e.g. electra_base:
     python scripts/convert_checkpoint.py --source=tf1 \
         --input=electra_base/electra_base --output_dir=out/electra_base
-    # HuggingFace directories (ElectraForPreTraining [+ ElectraForMaskedLM], or a BERT):
+    # HuggingFace directories (ElectraForPreTraining [+ ElectraForMaskedLM], or the
+    # encoder of an ElectraModel, a fine-tuned ElectraFor* or a BERT):
     python scripts/convert_checkpoint.py --source=hf --input=DISCRIMINATOR_DIR \
         [--generator_input=GENERATOR_DIR] --output_dir=out/imported
     # a model dir of ours to HuggingFace: OUT/discriminator and, if it has a masked-LM

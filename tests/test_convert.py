@@ -681,3 +681,26 @@ def test_hf_import_takes_the_vocab_and_case_of_a_tokenizer_json(tmp_path):
         f"{source}/tokenizer.json holds a BPE tokenizer, not BERT's WordPiece, and there is no "
         "vocab.txt beside it; pass --vocab_file with the model's WordPiece vocab")
     assert not os.path.exists(tmp_path / "o2")
+
+
+@pytest.mark.parametrize("task, head", [
+    ("ElectraForSequenceClassification", ["classifier.dense.bias", "classifier.dense.weight",
+                                          "classifier.out_proj.bias",
+                                          "classifier.out_proj.weight"]),
+    ("ElectraForQuestionAnswering", ["qa_outputs.bias", "qa_outputs.weight"])])
+def test_hf_import_of_a_fine_tuned_electra_skips_its_task_head(tmp_path, task, head):
+    """A fine-tuned ELECTRA imports as a fine-tuned BERT does: the encoder, the task head
+    skipped and listed (it was refused as a tensor with no place)."""
+    torch.manual_seed(0)
+    model = getattr(transformers, task)(transformers.ElectraConfig(
+        vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+        num_labels=3)).eval()
+    model.save_pretrained(tmp_path / "hf")
+    result = converters.import_hf(str(tmp_path / "hf"), str(tmp_path / "out"),
+                                  vocab_file=_vocab(tmp_path / "vocab.txt", 120))
+    assert result["skipped"] == head
+    assert result["not_imported"] == ["discriminator_predictions", "generator"]
+    ids, mask, segments = _inputs(120, np.random.default_rng(4))
+    assert _hidden_state_gap(model.electra, load_pretrainer(str(tmp_path / "out")),
+                             ids, mask, segments) <= TOLERANCE

@@ -282,12 +282,20 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
 _LEGACY_NORM = re.compile(r"(?<=LayerNorm)\.(gamma|beta)$")
 
 
+# Top-level names of ELECTRA's pre-training networks (an ElectraModel's without "electra.");
+# a fine-tuned ElectraFor* adds its task head (classifier, qa_outputs, sequence_summary).
+_ELECTRA_NAMES = ("electra.", "embeddings.", "embeddings_project.", "encoder.",
+                  "discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
+
+
 def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
-    """(a BERT state dict (BertModel, BertForMaskedLM, a fine-tuned BertFor*, ...) in
-    ELECTRA encoder names: the same encoder, "bert." -> "electra."; the names of what is left
-    out: the pooler and every head). Other state dicts pass as they are."""
+    """(a state dict in ELECTRA's names; the names of what is left out). A BERT's
+    (BertModel, BertForMaskedLM, a fine-tuned BertFor*, ...) is the same encoder, "bert." ->
+    "electra.", without the pooler and every head; an ELECTRA's is without a fine-tuned
+    ElectraFor*'s task head."""
     if config.get("model_type") != "bert":
-        return state, []
+        skipped = sorted(k for k in state if not k.startswith(_ELECTRA_NAMES))
+        return {k: v for k, v in state.items() if k.startswith(_ELECTRA_NAMES)}, skipped
     out, skipped = {}, []
     for full_name, value in state.items():
         name = full_name[len("bert."):] if full_name.startswith("bert.") else full_name
@@ -303,8 +311,10 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
               max_seq_length: int | None = None,
               generator_hidden_fraction: float = 0.25) -> dict:
     """Imports transformers directories into a model dir: an `ElectraForPreTraining` (or
-    `ElectraModel`, or a BERT checkpoint: the encoder only) and optionally an
-    `ElectraForMaskedLM` generator; returns {"model_info", "skipped", "not_imported"}.
+    `ElectraModel`, a fine-tuned `ElectraFor*` or a BERT checkpoint: the encoder only, a
+    task head, pooler or BERT's heads skipped and listed) and optionally an
+    `ElectraForMaskedLM` generator; returns {"model_info", "skipped", "not_imported",
+    "notes"}.
 
     Without a generator (or a replaced-token head), those parts start from a fresh
     initialisation (a generator of `generator_hidden_fraction`): random until pre-trained
