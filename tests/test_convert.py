@@ -704,3 +704,50 @@ def test_hf_import_of_a_fine_tuned_electra_skips_its_task_head(tmp_path, task, h
     ids, mask, segments = _inputs(120, np.random.default_rng(4))
     assert _hidden_state_gap(model.electra, load_pretrainer(str(tmp_path / "out")),
                              ids, mask, segments) <= TOLERANCE
+
+
+def test_corrupt_sources_are_refused_in_one_line(tmp_path):
+    """A download cut short or mangled (config.json not JSON or without a size, safetensors
+    or TF1 data truncated, the TF1 data file missing) is named with the fix; nothing is
+    written (each was a traceback: JSONDecodeError, KeyError, SafetensorError, OpError,
+    IndexError)."""
+    source = _tiny_electra(tmp_path / "hf")
+    _vocab(tmp_path / "hf" / "vocab.txt", 120)
+    config = (tmp_path / "hf" / "config.json").read_text()
+    weights = (tmp_path / "hf" / "model.safetensors").read_bytes()
+    out = str(tmp_path / "out")
+
+    def refusal(do):
+        with pytest.raises(UserInputError) as error:
+            do()
+        assert not os.path.exists(out)
+        return str(error.value)
+
+    (tmp_path / "hf" / "config.json").write_text(config[:40])
+    assert refusal(lambda: converters.import_hf(source, out)).startswith(
+        f"{source}/config.json is not valid JSON (")
+    assert refusal(lambda: converters.import_hf(source, out)).endswith("); re-download it")
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(
+        {k: v for k, v in json.loads(config).items() if k != "num_hidden_layers"}))
+    assert refusal(lambda: converters.import_hf(source, out)) == (
+        f"{source}/config.json has no integer 'num_hidden_layers', which every transformers "
+        "ELECTRA or BERT config holds; re-download it")
+    (tmp_path / "hf" / "config.json").write_text(config)
+    (tmp_path / "hf" / "model.safetensors").write_bytes(weights[:len(weights) // 2])
+    assert refusal(lambda: converters.import_hf(source, out)) == (
+        f"{source}/model.safetensors could not be read (Error while deserializing header: "
+        "incomplete metadata, file not fully covered): it is truncated or corrupt; "
+        "re-download it")
+    prefix = str(tmp_path / "tf1" / "model.ckpt-1")
+    _official_checkpoint(prefix, np.random.default_rng(0), layers=1)
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    data = prefix + ".data-00000-of-00001"
+    content = open(data, "rb").read()
+    os.remove(data)
+    assert refusal(lambda: converters.import_tf1(prefix, out, vocab)) == (
+        f"{prefix} has an .index but no data file (model.ckpt-1.data-00000-of-00001 beside "
+        "it); re-download the checkpoint (all its files)")
+    open(data, "wb").write(content[:len(content) // 2])
+    assert refusal(lambda: converters.import_tf1(prefix, out, vocab)) == (
+        f"{prefix} could not be read (Read less bytes than requested): its .index or .data "
+        "file is missing, truncated or corrupt; re-download the checkpoint")

@@ -23,6 +23,7 @@ listed.
 import dataclasses
 import json
 import os
+import pickle
 import re
 
 import numpy as np
@@ -111,18 +112,28 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"--input={checkpoint} is not a TF1 checkpoint prefix (no "
                              f"{checkpoint}.index); pass e.g. electra_base/model.ckpt-766000")
-    reader = tf.train.load_checkpoint(checkpoint)
+    if not tf.io.gfile.glob(checkpoint + ".data-*"):
+        raise UserInputError(f"{checkpoint} has an .index but no data file "
+                             f"({os.path.basename(checkpoint)}.data-00000-of-00001 beside it); "
+                             "re-download the checkpoint (all its files)")
     discriminator, generator, shared, skipped = {}, {}, {}, []
-    for name in sorted(reader.get_variable_to_shape_map()):
-        network, hf_name = tf1_to_hf_name(name)
-        if _SKIPPED.search(name) or network is None:
-            skipped.append(name)
-            continue
-        value = reader.get_tensor(name)
-        if name.endswith("/kernel"):
-            value = np.ascontiguousarray(value.T)
-        {"discriminator": discriminator, "generator": generator, "shared": shared}[
-            network][hf_name] = value
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        for name in sorted(reader.get_variable_to_shape_map()):
+            network, hf_name = tf1_to_hf_name(name)
+            if _SKIPPED.search(name) or network is None:
+                skipped.append(name)
+                continue
+            value = reader.get_tensor(name)
+            if name.endswith("/kernel"):
+                value = np.ascontiguousarray(value.T)
+            {"discriminator": discriminator, "generator": generator, "shared": shared}[
+                network][hf_name] = value
+    except (tf.errors.OpError, IndexError) as e:
+        # A truncated .data file fails in get_tensor: "Read less bytes than requested".
+        raise UserInputError(f"{checkpoint} could not be read ({_first_line(e)}): its .index or "
+                             ".data file is missing, truncated or corrupt; re-download the "
+                             "checkpoint") from None
     if not discriminator and not shared:
         raise UserInputError(f"{checkpoint} holds no ELECTRA variables (electra/...); is it an "
                              "ELECTRA checkpoint?")
@@ -253,22 +264,33 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     if not tf.io.gfile.exists(config_path):
         raise UserInputError(f"{directory} has no config.json; pass a transformers model "
                              "directory (config.json + model.safetensors)")
-    with tf.io.gfile.GFile(config_path) as f:
-        config = json.load(f)
+    config = _read_json(config_path)
+    if not isinstance(config, dict):
+        raise UserInputError(f"{config_path} is not a transformers config (a JSON object); "
+                             "re-download it")
     safetensors_path = os.path.join(directory, "model.safetensors")
     bin_path = os.path.join(directory, "pytorch_model.bin")
     if tf.io.gfile.exists(safetensors_path):
+        from safetensors import SafetensorError
         from safetensors.numpy import load_file
-        state = load_file(safetensors_path)
+        try:
+            state = load_file(safetensors_path)
+        except SafetensorError as e:
+            raise UserInputError(f"{safetensors_path} could not be read ({_first_line(e)}): it "
+                                 "is truncated or corrupt; re-download it") from None
     elif tf.io.gfile.exists(bin_path):
         try:
             import torch
         except ImportError:
             raise UserInputError(f"{bin_path} is a PyTorch file and torch is not installed; "
                                  "pip install torch, or save the model as safetensors") from None
+        try:
+            state = torch.load(bin_path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+            raise UserInputError(f"{bin_path} could not be read ({_first_line(e)}): it is "
+                                 "truncated or corrupt; re-download it") from None
         state = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
-                 for k, v in torch.load(bin_path, map_location="cpu",
-                                        weights_only=True).items()}
+                 for k, v in state.items()}
     else:
         raise UserInputError(f"{directory} has neither model.safetensors nor "
                              "pytorch_model.bin")
@@ -329,12 +351,14 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
             "generator_predictions and no discriminator_predictions); pass it as "
             "--generator_input and the discriminator as --input")
     disc_state, skipped = _as_electra(disc_hf, disc_state)
-    disc_config = huggingface.config_from_hf(disc_hf)
+    disc_config = huggingface.config_from_hf(
+        disc_hf, os.path.join(discriminator_dir, "config.json"))
     gen_state = None
     if generator_dir:
         gen_hf, gen_state = read_hf_dir(generator_dir)
         gen_state, _ = _as_electra(gen_hf, gen_state)
-        gen_config = huggingface.config_from_hf(gen_hf)
+        gen_config = huggingface.config_from_hf(gen_hf,
+                                                os.path.join(generator_dir, "config.json"))
         table = huggingface.WORD_EMBEDDINGS
         disc_table = disc_state.get(table, disc_state.get(table[len("electra."):]))
         tied = (table in gen_state and disc_table is not None
@@ -427,9 +451,17 @@ def _wordpiece_of(path: str) -> tuple[list[str], dict]:
     return vocab, {k: normalizer[k] for k in ("lowercase", "strip_accents") if k in normalizer}
 
 
-def _read_json(path: str) -> dict:
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+def _read_json(path: str):
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserInputError(f"{path} is not valid JSON ({_first_line(e)}); "
+                             "re-download it") from None
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,

@@ -120,14 +120,23 @@ def hf_config(config: EncoderConfig, architecture: str | None = None, **override
     return {**values, **overrides}
 
 
-def config_from_hf(hf: dict) -> EncoderConfig:
+# config.json keys that have no default: the shape is unknown without them.
+REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                   "intermediate_size")
+
+
+def config_from_hf(hf: dict, source: str = "the transformers config") -> EncoderConfig:
     """Our `EncoderConfig` from a transformers ELECTRA config dict (`config.to_dict()` or a
-    checkpoint's config.json)."""
+    checkpoint's config.json, named by `source` in errors)."""
+    missing = [key for key in REQUIRED_CONFIG if not isinstance(hf.get(key), int)]
+    if missing:
+        raise UserInputError(f"{source} has no integer {missing[0]!r}, which every transformers "
+                             "ELECTRA or BERT config holds; re-download it")
     if hf.get("hidden_act", "gelu") != "gelu":
-        raise UserInputError(f"the transformers config has hidden_act={hf['hidden_act']!r}; "
-                             "our encoder computes the exact GELU ('gelu') only")
+        raise UserInputError(f"{source} has hidden_act={hf['hidden_act']!r}; our encoder "
+                             "computes the exact GELU ('gelu') only")
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise UserInputError("the transformers config has position_embedding_type="
+        raise UserInputError(f"{source} has position_embedding_type="
                              f"{hf['position_embedding_type']!r}; our encoder has learned "
                              "absolute positions only")
     return EncoderConfig(
