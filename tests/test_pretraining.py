@@ -323,6 +323,31 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     assert result["step"] == 4
 
 
+def test_an_imported_model_dir_is_not_resumed(tmp_path, data):
+    """Pre-training in the dir convert_checkpoint.py wrote (its checkpoint holds the model
+    only) was refused as 'a checkpoint of another model or configuration'; the message now
+    names the fix, and the same import as --init_checkpoint trains."""
+    from conftest import UNCASED_VOCAB
+    from electra_tf.export import converters
+    from electra_tf.modeling.config import EncoderConfig, generator_config
+    d = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=1, num_heads=1,
+                      intermediate_size=64, embedding_size=32)
+    g = generator_config(d, 0.5, 1.0)
+    imported = tmp_path / "imported"
+    converters.write_model_dir(converters.new_pretrainer(d, g, "embeddings"), str(imported),
+                               UNCASED_VOCAB, None, None, "test")
+    before = sorted(os.listdir(imported))
+    with pytest.raises(UserInputError, match=rf"^--model_dir={imported} holds a checkpoint "
+                                             "imported by convert_checkpoint.py, not a run to "
+                                             "resume; pre-train into a new --model_dir with "
+                                             rf"--init_checkpoint={imported}\n"):
+        run(imported, data, ["NUM_TRAIN_STEPS = 2"])
+    assert sorted(os.listdir(imported)) == before
+    result, lines = run(tmp_path / "continued", data, ["NUM_TRAIN_STEPS = 2"],
+                        init_checkpoint=str(imported))
+    assert result["step"] == 2 and f"initialised the model from {imported}" in lines
+
+
 def _copy_data(data, folder, files=None, vocab_file=None):
     """The data's records (the first `files` of them) and metadata.json in `folder`; with
     `vocab_file`, the metadata names that vocab (and its hash) instead."""

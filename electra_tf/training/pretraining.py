@@ -734,7 +734,12 @@ def _check_resume(model_dir, model_info):
     if not tf.train.latest_checkpoint(model_dir):
         return
     earlier = _model_info_of(model_dir)
-    if not earlier.get("train_batch_size"):  # none, or an import's (convert_checkpoint.py)
+    if earlier.get("imported_checkpoint") and not earlier.get("train_batch_size"):
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a checkpoint imported by convert_checkpoint.py, "
+            "not a run to resume; pre-train into a new --model_dir with "
+            f"--init_checkpoint={model_dir}")
+    if not earlier.get("train_batch_size"):  # none
         return
     if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
         raise UserInputError(
