@@ -751,3 +751,23 @@ def test_corrupt_sources_are_refused_in_one_line(tmp_path):
     assert refusal(lambda: converters.import_tf1(prefix, out, vocab)) == (
         f"{prefix} could not be read (Read less bytes than requested): its .index or .data "
         "file is missing, truncated or corrupt; re-download the checkpoint")
+
+
+def test_an_output_dir_that_is_a_file_is_refused_up_front(tmp_path):
+    """convert_checkpoint.py --output_dir naming a file (or a path under one): one line,
+    exit 1, before any reading (was a NotFoundError / FailedPreconditionError traceback)."""
+    (tmp_path / "afile").write_text("mine")
+    run = lambda *args: subprocess.run([sys.executable, SCRIPT, *args],  # noqa: E731
+                                       capture_output=True, text=True)
+    imported = run("--source=hf", f"--input={tmp_path}/nothing", f"--output_dir={tmp_path}/afile")
+    assert imported.returncode == 1
+    assert imported.stderr.strip() == (f"error: --output_dir={tmp_path}/afile is a file, not a "
+                                       "directory; pass a new directory")
+    with pytest.raises(UserInputError) as error:  # convert_checkpoint.py --target=hf
+        converters.export_hf(f"{tmp_path}/nothing", f"{tmp_path}/afile/hf")
+    assert str(error.value) == (
+        f"--output_dir={tmp_path}/afile/hf lies under a file ({tmp_path}/afile), not a "
+        "directory; pass a new directory")
+    with pytest.raises(UserInputError, match=r"afile is a file, not a directory; pass a new "):
+        converters.import_tf1(f"{tmp_path}/nothing", str(tmp_path / "afile"))
+    assert (tmp_path / "afile").read_text() == "mine"

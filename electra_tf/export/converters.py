@@ -184,6 +184,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     `vocab_file` None: the vocab.txt beside the checkpoint (the released checkpoints ship
     one), else DEFAULT_VOCAB, said in `notes`. `lower_case` None: as the vocab is (cased
     or not, see writer.check_case)."""
+    check_new_model_dir(output_dir)
     notes = []
     if vocab_file is None:
         beside = os.path.join(os.path.dirname(checkpoint), "vocab.txt")
@@ -343,6 +344,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     further. They are listed in `not_imported` and in model_info.json, where
     `saved_model.check_imported` (export, detection) finds them.
     """
+    check_new_model_dir(output_dir)
     disc_hf, disc_state = read_hf_dir(discriminator_dir)
     if (any(k.startswith(("generator_predictions.", "generator_lm_head.")) for k in disc_state)
             and not any(k.startswith("discriminator_predictions.") for k in disc_state)):
@@ -478,6 +480,7 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
 
     from electra_tf.export.saved_model import fresh_parts
     from electra_tf.training.checkpoints import load_pretrainer
+    check_output_dir(output_dir)
     earlier = [n for n in ("discriminator", "generator")
                if tf.io.gfile.exists(os.path.join(output_dir, n))]
     if earlier:
@@ -587,6 +590,31 @@ def gin_bindings(model: ElectraPretrainer) -> str:
                       *lines, ""])
 
 
+def check_output_dir(output_dir: str) -> None:
+    """Refuses an --output_dir that is a file or lies under one (it cannot be made)."""
+    path = output_dir.rstrip("/")
+    while path and "://" not in output_dir and not tf.io.gfile.exists(path):
+        path = os.path.dirname(path)
+    if path and tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
+        where = "is a file" if path == output_dir.rstrip("/") else f"lies under a file ({path})"
+        raise UserInputError(f"--output_dir={output_dir} {where}, not a directory; pass a new "
+                             "directory")
+
+
+def check_new_model_dir(output_dir: str) -> None:
+    """Refuses an --output_dir a model dir cannot be imported into: a file, or a directory
+    that holds anything (an empty one is used)."""
+    check_output_dir(output_dir)
+    if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
+        raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "
+                             "directory")
+    if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
+        held = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(output_dir))
+        raise UserInputError(f"--output_dir={output_dir} is not empty (it holds "
+                             f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); use a "
+                             "new directory")
+
+
 def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str | None,
                     lower_case: bool | None, max_seq_length: int | None, source: str,
                     not_imported=(), strip_accents: bool | None = None,
@@ -615,14 +643,7 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
                              f"embeddings have {model.discriminator_config.vocab_size}; pass "
                              "--vocab_file with the model's vocab")
     lower_case = _checked_case(vocab, vocab_file, lower_case, case_from)
-    if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
-        raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "
-                             "directory")
-    if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
-        held = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(output_dir))
-        raise UserInputError(f"--output_dir={output_dir} is not empty (it holds "
-                             f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); use a "
-                             "new directory")
+    check_new_model_dir(output_dir)
     positions = model.discriminator_config.max_position_embeddings
     if max_seq_length is None:
         max_seq_length = positions
