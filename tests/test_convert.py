@@ -771,3 +771,48 @@ def test_an_output_dir_that_is_a_file_is_refused_up_front(tmp_path):
     with pytest.raises(UserInputError, match=r"afile is a file, not a directory; pass a new "):
         converters.import_tf1(f"{tmp_path}/nothing", str(tmp_path / "afile"))
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize("objective, sharing, without", [
+    ("mlm", "embeddings", ("generator", "discriminator_predictions")),  # electra_objective=False
+    ("electra", "all", ("generator",))])  # untied_generator=False
+def test_tf1_import_of_a_generator_in_the_electra_scope(tmp_path, objective, sharing, without):
+    """The official code builds the generator in the electra/ scope (one network with the
+    discriminator, only generator_predictions/ its own) when trained as BERT
+    (electra_objective=False) or with untied_generator=False: imported as objective 'mlm' or
+    sharing 'all', giving transformers' logits (it was "no encoder layers")."""
+    rng = np.random.default_rng(5)
+    prefix = str(tmp_path / "tf1" / "model.ckpt-1")
+    _official_checkpoint(prefix, rng, gen_hidden=64, without=without)
+    result = converters.import_tf1(prefix, str(tmp_path / "out"),
+                                   _vocab(tmp_path / "vocab.txt", 120), num_heads=1)
+    assert result["not_imported"] == []
+    loaded = load_pretrainer(str(tmp_path / "out"))
+    model = loaded.model
+    assert (model.objective, model.sharing) == (objective, sharing)
+    assert model.generator is model.discriminator
+    # transformers' loader reads a generator from generator/: the same tensors renamed.
+    reader = tf.train.load_checkpoint(prefix)
+    names = sorted(reader.get_variable_to_shape_map())
+    renamed = {n.replace("electra/", "generator/", 1) if n.startswith(
+        ("electra/encoder/", "electra/embeddings_project/")) else n: reader.get_tensor(n)
+        for n in names}
+    as_generator = str(tmp_path / "renamed" / "model.ckpt-1")
+    tf.raw_ops.SaveV2(prefix=as_generator, tensor_names=list(renamed),
+                      shape_and_slices=[""] * len(renamed),
+                      tensors=[tf.constant(v) for v in renamed.values()])
+    from transformers.models.electra.modeling_electra import load_tf_weights_in_electra
+    config = transformers.ElectraConfig(**hf_config(model.discriminator_config))
+    hf_gen = load_tf_weights_in_electra(transformers.ElectraForMaskedLM(config), config,
+                                        as_generator, "generator").eval()
+    ids, mask, segments = _inputs(120, rng)
+    hidden = model.discriminator(ids, mask, segments)
+    gen = model.generator_predictions(hidden, model.discriminator.embeddings.word_embeddings)
+    expected = _hf_logits(hf_gen, ids, mask, segments)
+    assert np.std(expected) > 0.1
+    assert np.max(np.abs(gen.numpy() - expected)) <= TOLERANCE
+    if sharing == "all":
+        hf_disc = load_tf_weights_in_electra(transformers.ElectraForPreTraining(config), config,
+                                             prefix, "discriminator").eval()
+        disc = model.discriminator_predictions(hidden).numpy()
+        assert np.max(np.abs(disc - _hf_logits(hf_disc, ids, mask, segments))) <= TOLERANCE

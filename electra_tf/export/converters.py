@@ -13,7 +13,10 @@ WordPiece vocab of its tokenizer.json), copied into the model dir, and so is its
 
 The official TF1 checkpoint holds both networks: the discriminator under `electra/`, the
 generator under `generator/` reading `electra/embeddings` (tied), heads under
-`discriminator_predictions/` and `generator_predictions/`. Its names are translated to
+`discriminator_predictions/` and `generator_predictions/`; one trained as BERT
+(electra_objective=False) or with untied_generator=False has no `generator/`, its
+`generator_predictions/` read `electra/` (imported as objective 'mlm', or sharing 'all'
+beside `discriminator_predictions/`). The checkpoint's names are translated to
 transformers' and loaded through the same checked mapping as HuggingFace weights
 (`huggingface.py`), so a tensor that does not fit is an error naming it, never a partial
 load; optimizer slots (`adam_m`, `adam_v`), `global_step` and other extras are skipped and
@@ -192,8 +195,18 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
             f"{os.path.dirname(checkpoint) or '.'} has no vocab.txt", notes)
     discriminator, generator, skipped = read_tf1(checkpoint)
     disc_config = config_from_state_dict(discriminator, num_heads, checkpoint=checkpoint)
-    sharing = "embeddings"
-    if generator:
+    objective, sharing = "electra", "embeddings"
+    if generator and not any(k.startswith("electra.encoder.") for k in generator):
+        # generator_predictions/ without generator/: the official code's
+        # electra_objective=False (BERT's masked LM) or untied_generator=False built the
+        # generator in the electra/ scope, one network with the discriminator.
+        if "discriminator_predictions.dense.weight" in discriminator:
+            gen_config, sharing = disc_config, "all"
+        else:
+            gen_config, objective = None, "mlm"
+        generator = {**{k: v for k, v in discriminator.items()
+                        if not k.startswith("discriminator_predictions.")}, **generator}
+    elif generator:
         gen_config = config_from_state_dict(generator, network="generator",
                                             checkpoint=checkpoint)
         tied = np.array_equal(generator["electra.embeddings.word_embeddings.weight"],
@@ -201,7 +214,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
         sharing = "embeddings" if tied else "none"
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
         gen_config = generator_config(disc_config, generator_hidden_fraction)
-    model = new_pretrainer(disc_config, gen_config, sharing)
+    model = new_pretrainer(disc_config, gen_config, sharing, objective)
     try:
         not_imported = _load_networks(model, discriminator, generator or None)
     except huggingface.TensorMismatch as e:
@@ -251,7 +264,9 @@ def _load_networks(model: ElectraPretrainer, discriminator: dict,
         huggingface.load_hf_discriminator(model.discriminator, discriminator)
         if generator is not None:
             huggingface.load_hf_generator(model, generator)
-    return ([] if has_head else ["discriminator_predictions"]) + (
+    # objective 'mlm' has no replaced-token head to leave fresh
+    fresh_head = not has_head and model.discriminator_predictions is not None
+    return (["discriminator_predictions"] if fresh_head else []) + (
         [] if generator is not None else ["generator"])
 
 
@@ -554,12 +569,13 @@ def _hf_notes(model: ElectraPretrainer) -> list[str]:
 
 
 def new_pretrainer(discriminator: EncoderConfig, generator: EncoderConfig | None,
-                   sharing: str) -> ElectraPretrainer:
-    """A pretrainer of these shapes (no generator: uniform replacements), fresh weights."""
+                   sharing: str, objective: str = "electra") -> ElectraPretrainer:
+    """A pretrainer of these shapes (no generator: uniform replacements, unless the
+    objective is 'mlm', BERT's one network), fresh weights."""
     if generator is not None and sharing == "embeddings":
         generator = dataclasses.replace(generator, embedding_size=discriminator.embedding_width)
-    return ElectraPretrainer(discriminator, generator, sharing=sharing,
-                             uniform_generator=generator is None)
+    return ElectraPretrainer(discriminator, generator, objective=objective, sharing=sharing,
+                             uniform_generator=generator is None and objective != "mlm")
 
 
 def gin_bindings(model: ElectraPretrainer) -> str:
@@ -571,19 +587,20 @@ def gin_bindings(model: ElectraPretrainer) -> str:
         "type_vocab_size", "layer_norm_epsilon")]
     lines += [f"pretrainer.sharing = {model.sharing!r}",
               f"pretrainer.objective = {model.objective!r}"]
-    if g is None:
+    if g is None and model.objective != "mlm":  # 'mlm': the masked-LM head is on the encoder
         lines.append("pretrainer.uniform_generator = True")
-    else:
+    elif g is not None:
         fraction = g.hidden_size / d.hidden_size
         layers = g.num_layers / d.num_layers
         derived = generator_config(d, fraction, layers)
-        if (derived.hidden_size, derived.intermediate_size, derived.num_heads,
-                derived.num_layers) != (g.hidden_size, g.intermediate_size, g.num_heads,
-                                        g.num_layers):
+        shape = lambda c: (c.hidden_size, c.intermediate_size, c.num_heads,  # noqa: E731
+                           c.num_layers)
+        if model.sharing != "all" and shape(derived) != shape(g):
             raise UserInputError(
                 f"the generator's shape (hidden {g.hidden_size}, FFN {g.intermediate_size}, "
                 f"{g.num_heads} heads) is not the official derivation from the "
                 f"discriminator's; this project builds generators that way only")
+        # sharing 'all' (fraction 1): the generator is the discriminator, whatever its shape
         lines += [f"pretrainer.generator_hidden_fraction = {fraction!r}",
                   f"pretrainer.generator_layers_fraction = {layers!r}"]
     return "\n".join(["# The architecture of an imported model (convert_checkpoint.py).",
