@@ -275,6 +275,23 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
         "error: --model_name='bad name/x' is not a TF Serving model name: use letters, digits, "
         "'_', '-' and '.' only, starting with a letter or digit"]
     assert not os.path.exists(tmp_path / "x")
+    # An export dir (or its model folder) that is a file; a models.config TF Serving could not
+    # read (it was parsed after the SavedModel was renamed into place: a traceback, and a
+    # version on disk that no config named).
+    (tmp_path / "afile").write_text("x")
+    assert _script_error("export_saved_model.py", f"--model_dir={model_dir}",
+                         f"--export_dir={tmp_path}/afile") == [
+        f"error: --export_dir: {tmp_path}/afile is a file, not a directory; pass a directory "
+        "(new or one exported to before)"]
+    with pytest.raises(UserInputError, match=rf"^--export_dir: {tmp_path}/afile is a file"):
+        saved_model.export(model_dir, str(tmp_path), "afile", "discriminator")  # its folder
+    config = tmp_path / "models.config"
+    config.write_text("model_config_list {\n  config {\n    name: 'electra'\n")
+    with pytest.raises(UserInputError, match=rf"^{config} is not a TF Serving model config "
+                                             r"\(.*\); fix it, or move it away and export "
+                                             "again to write a new one$"):
+        saved_model.export(model_dir, str(tmp_path), "electra", "discriminator", version=2)
+    assert sorted(os.listdir(tmp_path / "electra")) == ["1"]
     info = json.loads(open(os.path.join(model_dir, "model_info.json")).read())
     assert info["lower_case"] is True and os.path.isabs(info["vocab_file"])
 
@@ -517,6 +534,12 @@ for path in sys.argv[1:]:
          segment_ids=[[0, 0, 0, 0]])
     call(ids, input_ids=[[101, 102]], input_mask=[[1, 1]], segment_ids=[[0, 0, 0]])
     call(ids, input_ids=[[101] * 600], input_mask=[[1] * 600], segment_ids=[[0] * 600])
+    for row, mask, segments in (([101, -5, 102], [1, 1, 1], [0, 0, 0]),
+                                ([101, VOCAB, 102], [1, 1, 1], [0, 0, 0]),
+                                ([101, 7592, 102], [1, 2, 1], [0, 0, 0]),
+                                ([101, 7592, 102], [1, 1, 1], [0, 2, 0]),
+                                ([101, 7592, 102], [1, 1, 0], [0, 1, 0])):
+        call(ids, input_ids=[row], input_mask=[mask], segment_ids=[segments])
 print(json.dumps(errors))
 """
 
@@ -525,9 +548,12 @@ def test_misfit_inputs_are_refused_by_name(task_exports):
     """text and text_b of different lengths (the pair trimmer read past the shorter one:
     garbage ids or an aborted process), a mask or segment ids of another shape than the ids
     (oneDNN kernels ignored a short mask) and rows longer than the positions: an
-    InvalidArgumentError naming the input, the serving process unharmed."""
+    InvalidArgumentError naming the input, the serving process unharmed. So are ids out of
+    range (a negative id was served as another token's: the CPU gather wraps it round)."""
     paths = [task_exports["paths"][name] for name in ("pair", "qa")]
-    result = subprocess.run([sys.executable, "-c", MISFIT_CALLS, *paths], check=True,
+    vocab = len(open(UNCASED_VOCAB, encoding="utf-8").read().splitlines())
+    result = subprocess.run([sys.executable, "-c",
+                             MISFIT_CALLS.replace("VOCAB", str(vocab)), *paths], check=True,
                             capture_output=True, text=True,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     errors = json.loads(result.stdout.strip().splitlines()[-1])
@@ -535,11 +561,15 @@ def test_misfit_inputs_are_refused_by_name(task_exports):
     expected = [pairs] * 3 + [
         "predict_ids: input_mask must have the shape of input_ids, [batch, length]",
         "predict_ids: segment_ids must have the shape of input_ids, [batch, length]",
-        "predict_ids: at most 128 tokens a row (the positions of the model)"]
-    for got in (errors[:6], errors[6:]):
-        assert len(got) == len(expected)
+        "predict_ids: at most 128 tokens a row (the positions of the model)"] + [
+        f"predict_ids: input_ids must lie in [0, {vocab}) (ids of the vocab)"] * 2 + [
+        "predict_ids: input_mask must lie in [0, 2) (1 for a token, 0 for padding)",
+        "predict_ids: segment_ids must lie in [0, 2) (token types of the model)"]
+    for got in (errors[:11], errors[11:]):
+        assert len(got) == len(expected) + 1
         for message, want in zip(got, expected):
-            assert message is not None and want in message
+            assert message is not None and want in message, (message, want)
+        assert got[-1] is None  # in range: served
 
 
 def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):

@@ -120,11 +120,13 @@ class _TextModule(tf.Module):
         self.predict_ids = tf.function(self._checked_ids, input_signature=IDS_SIGNATURE)
 
     def _checked_ids(self, input_ids, input_mask, segment_ids):
-        """predict_ids: _serve_ids, once the three inputs are seen to have one shape and no
-        more columns than the model has positions (an error naming the input otherwise,
-        where TensorFlow's kernels might read past a short mask)."""
+        """predict_ids: _serve_ids, once the three inputs are seen to have one shape, no more
+        columns than the model has positions and values in range (an error naming the input
+        otherwise: TensorFlow's kernels might read past a short mask, and a CPU gather wraps
+        a negative id round to another token's embedding)."""
         shape = tf.shape(input_ids)
-        positions = self.model_positions()
+        config = self.encoder_config()
+        positions = config.max_position_embeddings
         checks = [tf.debugging.assert_equal(
                       tf.shape(value), shape,
                       message=f"predict_ids: {name} must have the shape of input_ids, "
@@ -133,6 +135,15 @@ class _TextModule(tf.Module):
         checks.append(tf.debugging.assert_less_equal(
             shape[1], positions, message=f"predict_ids: at most {positions} tokens a row (the "
             "positions of the model)"))
+        for name, value, size in (("input_ids", input_ids, config.vocab_size),
+                                  ("input_mask", input_mask, 2),
+                                  ("segment_ids", segment_ids, config.type_vocab_size)):
+            message = f"predict_ids: {name} must lie in [0, {size}) (" + (
+                "ids of the vocab" if name == "input_ids" else
+                "1 for a token, 0 for padding" if name == "input_mask" else
+                "token types of the model") + ")"
+            checks += [tf.debugging.assert_non_negative(value, message=message),
+                       tf.debugging.assert_less(value, size, message=message)]
         with tf.control_dependencies(checks):  # every input waits for the checks
             input_ids, input_mask, segment_ids = (
                 tf.identity(x) for x in (input_ids, input_mask, segment_ids))
@@ -224,8 +235,8 @@ class ServingModule(_TextModule):
 
     # -- the networks
 
-    def model_positions(self) -> int:
-        return self.model.discriminator_config.max_position_embeddings
+    def encoder_config(self):
+        return self.model.discriminator_config
 
     def _serve_ids(self, input_ids, input_mask, segment_ids):
         model = self.model
@@ -318,8 +329,8 @@ class TaskServingModule(_TextModule):
             return self._tagging(text)
         return self._sentence([self._tokenizer.tokenize(text)[:, :self.max_seq_length - 2]])
 
-    def model_positions(self) -> int:
-        return self.model.config.max_position_embeddings
+    def encoder_config(self):
+        return self.model.config
 
     def _serve_pair(self, text, text_b):
         text, text_b = self.same_batch(text, text_b)
@@ -712,10 +723,15 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     if version < 1:
         raise UserInputError(f"--version={version} must be a positive integer (TF Serving "
                              "serves the highest)")
+    for path in (export_dir, os.path.join(export_dir, model_name)):
+        if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
+            raise UserInputError(f"--export_dir: {path} is a file, not a directory; pass a "
+                                 "directory (new or one exported to before)")
     target = os.path.join(export_dir, model_name, str(version))
     if tf.io.gfile.exists(target) and not overwrite:
         raise UserInputError(f"{target} exists; pass --version={version + 1} (TF Serving "
                              "serves the highest version) or --overwrite")
+    models_config_text(export_dir, model_name)  # a bad models.config stops us here
     if kind == "task":
         loaded = load_finetuned(model_dir, trial, vocab_file)
         task, task_kind = loaded.info["task"], loaded.info["kind"]
@@ -788,21 +804,33 @@ def _write_warmup(directory: str, model_name: str, input_names=("text",)):
             writer.write(log.SerializeToString())
 
 
-def write_models_config(export_dir: str, model_name: str):
-    """Adds `model_name` to export_dir/models.config (TF Serving's --model_config_file),
+def models_config_text(export_dir: str, model_name: str) -> str:
+    """export_dir/models.config (TF Serving's --model_config_file) with `model_name` added,
     keeping the models already there; base paths are as the official Docker image mounts
-    them: /models/<name>."""
+    them: /models/<name>. A file there that is not a ModelServerConfig text proto raises
+    UserInputError, before anything is exported."""
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
     path = os.path.join(export_dir, MODELS_CONFIG)
     config = model_server_config_pb2.ModelServerConfig()
     if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
-            text_format.Parse(f.read(), config)
+            text = f.read()
+        try:
+            text_format.Parse(text, config)
+        except text_format.ParseError as e:
+            raise UserInputError(f"{path} is not a TF Serving model config ({e}); fix it, or "
+                                 "move it away and export again to write a new one") from None
     entries = config.model_config_list.config
     if not any(entry.name == model_name for entry in entries):
         entry = entries.add()
         entry.name, entry.base_path, entry.model_platform = (
             model_name, f"/models/{model_name}", "tensorflow")
-    atomic.write_text(path, text_format.MessageToString(config))
+    return text_format.MessageToString(config)
+
+
+def write_models_config(export_dir: str, model_name: str):
+    """Adds `model_name` to export_dir/models.config (see `models_config_text`)."""
+    atomic.write_text(os.path.join(export_dir, MODELS_CONFIG),
+                      models_config_text(export_dir, model_name))
 
