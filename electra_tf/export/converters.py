@@ -707,7 +707,7 @@ def _checked_case(vocab: list[str], vocab_file: str, lower_case: bool | None,
         if case_from is None:
             raise
         raise UserInputError(
-            f"{case_from} has do_lower_case={str(lower_case).lower()}, but its vocab "
+            f"{case_from} has do_lower_case={str(lower_case).lower()}, but the vocab "
             f"{vocab_file} is {'cased' if writer.vocab_is_cased(vocab) else 'uncased'}; pass "
             "--lower_case=true or false as the model was trained") from None
     return lower_case
