@@ -628,6 +628,12 @@ def test_tf1_import_takes_the_vocab_beside_the_checkpoint_and_its_case(tmp_path)
     os.remove(source)  # the model dir does not depend on the source's files
     tokens = load_pretrainer(out).tokenizer().encode(["John lives in Paris"])[0]
     assert tokens == [5, 7, 8, 9]  # John lives in Paris, capitals kept
+    # A model dir moved elsewhere reads its own copy (model_info.json names the old path).
+    os.rename(out, tmp_path / "moved")
+    loaded = load_pretrainer(str(tmp_path / "moved"))
+    assert loaded.vocab_file == str(tmp_path / "moved" / "vocab.txt")
+    assert loaded.tokenizer().encode(["John lives in Paris"])[0] == [5, 7, 8, 9]
+    os.rename(tmp_path / "moved", out)
     with pytest.raises(UserInputError, match=(
             f"^vocab file {tmp_path}/cased.txt is cased .* but --lower_case=true lower-cases "
             "the text, so they would never occur; pass --lower_case=false")):

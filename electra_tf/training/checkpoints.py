@@ -65,6 +65,11 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG)) as f:
         config = f.read()
     checkpoint = latest_checkpoint(model_dir)
+    own = os.path.join(model_dir, "vocab.txt")  # an import's copy
+    recorded = info.get("vocab_file")
+    if (not vocab_file and not (recorded and tf.io.gfile.exists(recorded))
+            and tf.io.gfile.exists(own)):
+        vocab_file = own  # the dir moved: its copy (checked against vocab_sha256 below)
     vocab_file = vocab_file or info.get("vocab_file")
     if not vocab_file or not tf.io.gfile.exists(vocab_file):
         raise UserInputError(f"the vocab of {model_dir} ({vocab_file}) is not there; pass "
