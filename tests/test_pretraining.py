@@ -323,6 +323,22 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     assert result["step"] == 4
 
 
+def test_a_resumed_run_removes_the_shards_of_an_interrupted_save(tmp_path, data):
+    """A save killed midway leaves ckpt-N_temp/ (the shards TensorFlow merges into
+    ckpt-N.data-* when the save completes), as large as a checkpoint, kept for good unless
+    step N is saved again (a preemption's save at step 3 is not); a rerun removes it."""
+    run(tmp_path, data, ["NUM_TRAIN_STEPS = 2"])
+    stale = tmp_path / "ckpt-3_temp"
+    tf.raw_ops.SaveV2(prefix=str(stale / "part-00000-of-00001"), tensor_names=["w"],
+                      shape_and_slices=[""], tensors=[tf.zeros([64])])
+    assert sorted(os.listdir(stale)) == ["part-00000-of-00001.data-00000-of-00001",
+                                         "part-00000-of-00001.index"]
+    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"])
+    assert result["step"] == 4 and not stale.exists()
+    assert f"removed {stale}: the part-written files of an interrupted save" in lines
+    assert os.path.exists(tmp_path / "ckpt-4.index")
+
+
 def test_an_imported_model_dir_is_not_resumed(tmp_path, data):
     """Pre-training in the dir convert_checkpoint.py wrote (its checkpoint holds the model
     only) was refused as 'a checkpoint of another model or configuration'; the message now

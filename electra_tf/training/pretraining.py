@@ -280,9 +280,15 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if loss_scale is not None:
         objects["loss_scale"] = loss_scale
     checkpoint = tf.train.Checkpoint(**objects)
+    directory = strategies.checkpoint_directory(model_dir, strategy)
+    # A save killed midway leaves its shards in ckpt-N_temp/ (TensorFlow merges them into
+    # ckpt-N.data-* and deletes the folder only when the save completes): a checkpoint's
+    # size on disk that nothing reads.
+    for stale in tf.io.gfile.glob(os.path.join(directory, "ckpt-*_temp")):
+        tf.io.gfile.rmtree(stale)
+        log(f"removed {stale}: the part-written files of an interrupted save")
     manager = tf.train.CheckpointManager(
-        checkpoint, strategies.checkpoint_directory(model_dir, strategy),
-        max_to_keep=keep_checkpoints, step_counter=state.step)
+        checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
     latest = tf.train.latest_checkpoint(model_dir)
     if latest:
         _restore(checkpoint, latest, model_dir)
