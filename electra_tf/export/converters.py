@@ -593,9 +593,7 @@ def gin_bindings(model: ElectraPretrainer) -> str:
         fraction = g.hidden_size / d.hidden_size
         layers = g.num_layers / d.num_layers
         derived = generator_config(d, fraction, layers)
-        shape = lambda c: (c.hidden_size, c.intermediate_size, c.num_heads,  # noqa: E731
-                           c.num_layers)
-        if model.sharing != "all" and shape(derived) != shape(g):
+        if model.sharing != "all" and _shape(derived) != _shape(g):
             raise UserInputError(
                 f"the generator's shape (hidden {g.hidden_size}, FFN {g.intermediate_size}, "
                 f"{g.num_heads} heads) is not the official derivation from the "
@@ -605,6 +603,10 @@ def gin_bindings(model: ElectraPretrainer) -> str:
                   f"pretrainer.generator_layers_fraction = {layers!r}"]
     return "\n".join(["# The architecture of an imported model (convert_checkpoint.py).",
                       *lines, ""])
+
+
+def _shape(config: EncoderConfig) -> tuple[int, int, int, int]:
+    return (config.hidden_size, config.intermediate_size, config.num_heads, config.num_layers)
 
 
 def check_output_dir(output_dir: str) -> None:
