@@ -396,10 +396,15 @@ def _same_value(recorded, binding_value: str) -> bool:
         return str(recorded) == binding_value.strip("'\"")
 
 
+def _defined(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def score_text(value) -> str:
     """A score to 4 decimals; 'undefined' for results.json's null (a Pearson or Spearman
-    correlation of a constant series) or a NaN."""
-    return "undefined" if value is None or not math.isfinite(value) else f"{value:.4f}"
+    correlation of a constant series) or a NaN. (As electra_tf.finetune.runner.score_text
+    prints it; this module stays free of TensorFlow, which importing the runner loads.)"""
+    return f"{value:.4f}" if _defined(value) else "undefined"
 
 
 def spread_text(stats: dict, metric: str | None = None) -> str:
@@ -411,7 +416,7 @@ def spread_text(stats: dict, metric: str | None = None) -> str:
 
 def points_text(value, baseline) -> str:
     """value - baseline in points (x100), signed; 'undefined' when either is."""
-    if score_text(value) == "undefined" or score_text(baseline) == "undefined":
+    if not (_defined(value) and _defined(baseline)):
         return "undefined"
     return f"{100 * (value - baseline):+.1f}"
 

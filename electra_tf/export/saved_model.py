@@ -135,13 +135,12 @@ class _TextModule(tf.Module):
         checks.append(tf.debugging.assert_less_equal(
             shape[1], positions, message=f"predict_ids: at most {positions} tokens a row (the "
             "positions of the model)"))
-        for name, value, size in (("input_ids", input_ids, config.vocab_size),
-                                  ("input_mask", input_mask, 2),
-                                  ("segment_ids", segment_ids, config.type_vocab_size)):
-            message = f"predict_ids: {name} must lie in [0, {size}) (" + (
-                "ids of the vocab" if name == "input_ids" else
-                "1 for a token, 0 for padding" if name == "input_mask" else
-                "token types of the model") + ")"
+        for name, value, size, what in (
+                ("input_ids", input_ids, config.vocab_size, "ids of the vocab"),
+                ("input_mask", input_mask, 2, "1 for a token, 0 for padding"),
+                ("segment_ids", segment_ids, config.type_vocab_size,
+                 "token types of the model")):
+            message = f"predict_ids: {name} must lie in [0, {size}) ({what})"
             checks += [tf.debugging.assert_non_negative(value, message=message),
                        tf.debugging.assert_less(value, size, message=message)]
         with tf.control_dependencies(checks):  # every input waits for the checks

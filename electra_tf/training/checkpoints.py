@@ -70,7 +70,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     if (not vocab_file and not (recorded and tf.io.gfile.exists(recorded))
             and tf.io.gfile.exists(own)):
         vocab_file = own  # the dir moved: its copy (checked against vocab_sha256 below)
-    vocab_file = vocab_file or info.get("vocab_file")
+    vocab_file = vocab_file or recorded
     if not vocab_file or not tf.io.gfile.exists(vocab_file):
         raise UserInputError(f"the vocab of {model_dir} ({vocab_file}) is not there; pass "
                              "--vocab_file with the vocab the model was trained with")
