@@ -516,14 +516,26 @@ def _weights_after(tmp_path, name, data, bindings, **kwargs):
     return result, model_values(str(tmp_path / name / "ckpt-2"))
 
 
+# The plain run the three tests below compare with, run once: one xdist worker runs them.
+ONE_BIG_BATCH = pytest.mark.xdist_group("plain_run")
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory, data):
+    """(result, weights) of 2 steps on one replica without dropout."""
+    return _weights_after(tmp_path_factory.mktemp("plain_run"), "one", data, [])
+
+
 def _assert_close(a, b):
     assert set(a) == set(b)
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=2e-5, atol=2e-7, err_msg=name)
 
 
-def test_mirrored_two_replicas_equal_one_replica_with_the_global_batch(tmp_path, data):
-    one, one_weights = _weights_after(tmp_path, "one", data, [])
+@ONE_BIG_BATCH
+def test_mirrored_two_replicas_equal_one_replica_with_the_global_batch(tmp_path, data,
+                                                                       plain_run):
+    one, one_weights = plain_run
     two, two_weights = _weights_after(tmp_path, "two", data, [], strategy="mirrored")
     for key in ("loss/total", "loss/generator", "loss/discriminator",
                 "discriminator/accuracy", "generator/mlm_accuracy"):
@@ -550,8 +562,9 @@ def test_mfu_peak_counts_chips_and_follows_the_tf32_switch(tmp_path, data):
     assert peaks == [494.5e12, 67e12]
 
 
-def test_gradient_accumulation_equals_one_step_of_the_whole_batch(tmp_path, data):
-    one, one_weights = _weights_after(tmp_path, "one", data, [])
+@ONE_BIG_BATCH
+def test_gradient_accumulation_equals_one_step_of_the_whole_batch(tmp_path, data, plain_run):
+    one, one_weights = plain_run
     four, four_weights = _weights_after(tmp_path, "four", data,
                                         ["pretraining.gradient_accumulation_steps = 4"])
     assert four["train"]["loss/total"] == pytest.approx(one["train"]["loss/total"], rel=1e-5)
@@ -586,16 +599,25 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
             assert code == 0, err
         return [out.strip().splitlines()[-1].rsplit(" ", 1)[1] for _, out, _ in outputs]
 
+    # Held-out files of 24 and 36 examples: 6 and 9 batches of 4 per worker.
+    from electra_tf.data import pipeline
+    records = tf.data.TFRecordDataset(pipeline.list_files(data)[0]).take(60)
+    for name, part in (("a", records.take(24)), ("b", records.skip(24))):
+        with tf.io.TFRecordWriter(str(tmp_path / f"held_out_{name}.tfrecord")) as writer:
+            for record in part:
+                writer.write(record.numpy())
     model = tmp_path / "model"
     outputs = cluster(model, 4, "--gin_bindings=pretraining.eval_steps = 100000",
-                      f"--eval_data={data}")
+                      f"--eval_data={tmp_path}/held_out_*.tfrecord")
     first = digests(outputs)
     assert first[0] == first[1]
     assert os.path.exists(model / "ckpt-4.index")  # the chief wrote it
     # The worker's checkpoints are gone but for its data position.
     assert sorted(os.listdir(model / ".worker-1-scratch")) == [
         "data-4.data-00000-of-00001", "data-4.index"]
-    assert "each evaluation runs" in outputs[0][1] and "eval at step 4" in outputs[0][1]
+    assert ("eval: --eval_data gives 6 full batches of 4 on each worker, fewer than "
+            "pretraining.eval_steps=100000; each evaluation runs 6 steps") in outputs[0][1]
+    assert "eval at step 4" in outputs[0][1]
     assert [re.findall(r"worker \d of 2 reads input pipeline \d", out)
             for _, out, _ in outputs] == [["worker 0 of 2 reads input pipeline 0"],
                                           ["worker 1 of 2 reads input pipeline 1"]]
@@ -763,8 +785,9 @@ def test_bad_steps_per_call_fails_with_one_line(tmp_path, data, bindings, kwargs
     assert not os.path.exists(tmp_path / "model_info.json")
 
 
-def test_xla_compiled_step_equals_the_plain_one(tmp_path, data):
-    _, plain = _weights_after(tmp_path, "plain", data, [])
+@ONE_BIG_BATCH
+def test_xla_compiled_step_equals_the_plain_one(tmp_path, data, plain_run):
+    _, plain = plain_run
     _, compiled = _weights_after(tmp_path, "xla", data, ["pretraining.jit_compile = True"])
     for name in plain:
         np.testing.assert_allclose(plain[name], compiled[name], rtol=1e-3, atol=1e-5,
