@@ -738,7 +738,7 @@ def test_every_variant_learns_on_real_text(name, real_batches):
     keras.utils.set_random_seed(2)
     generator = options.pop("generator", generator_config(REAL, 0.25))
     model = ElectraPretrainer(REAL, generator, **options)
-    history = _train(model, real_batches, 24)
+    history = _train(model, real_batches, 16)
     key = {"adversarial": "discriminator_loss", "uniform_generator": "discriminator_loss",
            "mlm": "generator_loss"}.get(name, "loss")
     falls, values = _falls(history, key)
