@@ -380,6 +380,14 @@ def _copy_data(data, folder, files=None, vocab_file=None):
     return str(folder / "*.tfrecord")
 
 
+def _write_records(path, records) -> str:
+    """The serialized examples `records` (a tf.data.Dataset) as the TFRecord file `path`."""
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record.numpy())
+    return str(path)
+
+
 def test_data_without_metadata_is_cased_as_its_vocab(tmp_path, data):
     """Records without metadata.json (the official builder's) record no casing: the run
     takes it from the vocab, so that a cased model is not served lower-cased text."""
@@ -446,23 +454,17 @@ def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
             sum(counts[i::workers]) // 4 for i in range(workers))
     # Fewer files than workers: records sharded round robin.
     assert pipeline.batches_per_worker(files[0], 4, 2, 10 ** 6) == counts[0] // 2 // 4
-    small = tmp_path / "small.tfrecord"
-    with tf.io.TFRecordWriter(str(small)) as writer:
-        for record in tf.data.TFRecordDataset(files[0]).take(20):
-            writer.write(record.numpy())
+    small = _write_records(tmp_path / "small.tfrecord", tf.data.TFRecordDataset(files[0]).take(20))
     result, lines = run(tmp_path / "run", data, ["pretraining.eval_steps = 50"],
-                        eval_data=str(small))
+                        eval_data=small)
     assert ("eval: --eval_data gives 2 full batches of 8, fewer than pretraining.eval_steps=50; "
             "each evaluation runs 2 steps") in lines
     assert result["eval"]["loss/total"] > 0
-    tiny = tmp_path / "tiny.tfrecord"
-    with tf.io.TFRecordWriter(str(tiny)) as writer:
-        for record in tf.data.TFRecordDataset(files[0]).take(3):
-            writer.write(record.numpy())
+    tiny = _write_records(tmp_path / "tiny.tfrecord", tf.data.TFRecordDataset(files[0]).take(3))
     with pytest.raises(UserInputError, match=r"^--eval_data=.*tiny.tfrecord holds fewer "
                                              r"examples than one evaluation batch of 8 "
                                              r"\(TRAIN_BATCH_SIZE=8\); hold out more"):
-        run(tmp_path / "tiny", data, eval_data=str(tiny))
+        run(tmp_path / "tiny", data, eval_data=tiny)
     assert not os.path.exists(tmp_path / "tiny")
 
 
@@ -602,10 +604,8 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     # Held-out files of 24 and 36 examples: 6 and 9 batches of 4 per worker.
     from electra_tf.data import pipeline
     records = tf.data.TFRecordDataset(pipeline.list_files(data)[0]).take(60)
-    for name, part in (("a", records.take(24)), ("b", records.skip(24))):
-        with tf.io.TFRecordWriter(str(tmp_path / f"held_out_{name}.tfrecord")) as writer:
-            for record in part:
-                writer.write(record.numpy())
+    _write_records(tmp_path / "held_out_a.tfrecord", records.take(24))
+    _write_records(tmp_path / "held_out_b.tfrecord", records.skip(24))
     model = tmp_path / "model"
     outputs = cluster(model, 4, "--gin_bindings=pretraining.eval_steps = 100000",
                       f"--eval_data={tmp_path}/held_out_*.tfrecord")
