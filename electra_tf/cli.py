@@ -1,12 +1,17 @@
 """What every script shares: quiet TensorFlow start-up and one-line errors.
 
-Import this module before TensorFlow. On a machine without an NVIDIA GPU, the CUDA build
-of TensorFlow logs a "failed call to cuInit" error at import; with nothing useful to say
-there, its C++ logging is silenced so that an error we print is the only line. Set
-TF_CPP_MIN_LOG_LEVEL yourself to override (0 also shows XLA's first log lines, below).
+Import this module first. A script imports no TensorFlow at module level: it defines its
+flags (choices from `electra_tf.choices`) and imports the library in its main, so that absl
+refuses a bad or missing flag, or prints --help, before TensorFlow's ~5 s start-up.
+
+On a machine without an NVIDIA GPU, the CUDA build of TensorFlow logs a "failed call to
+cuInit" error at import; with nothing useful to say there, its C++ logging is silenced so
+that an error we print is the only line. Set TF_CPP_MIN_LOG_LEVEL yourself to override (0
+also shows XLA's first log lines, below).
 """
 
 import gc
+import logging as python_logging
 import os
 import sys
 
@@ -83,26 +88,32 @@ def _absorb_first_xla_log():
         drop.wait()
 
 
-def run(main, trains: bool = False):
+def run(main, trains: bool = False, xla_cache: bool = False):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
     Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
     print what a user needs. `trains`: the script trains (it compiles XLA functions), so
-    XLA's first log lines are taken at start-up (`_absorb_first_xla_log`); the others do
-    not pay for that compilation.
+    XLA's first log lines are taken at start-up (`_absorb_first_xla_log`) and a bad
+    ELECTRA_TF_XLA_ELEMENTWISE fails there; the others do not pay for that compilation.
+    `xla_cache`: stage the XLA compilation cache (`training/xla_cache.py`) before app.run,
+    where importing TensorFlow lists the devices, reading TF_XLA_FLAGS.
     """
+    if xla_cache:
+        from electra_tf.training import xla_scratch
+        xla_scratch.stage()
 
     def guarded(argv):
         from absl import flags, logging
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
-            import tensorflow as tf
-            tf.get_logger().setLevel("WARNING")
-        if trains and _HIDE_INFO:
-            _absorb_first_xla_log()
+            # tf.get_logger(), which TensorFlow leaves at this level when it is imported
+            python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
         try:
-            from electra_tf.modeling.layers import xla_elementwise_setting
-            xla_elementwise_setting()  # a bad ELECTRA_TF_XLA_ELEMENTWISE fails here, as one line
+            if trains and _HIDE_INFO:
+                _absorb_first_xla_log()
+            if trains:
+                from electra_tf.modeling.layers import xla_elementwise_setting
+                xla_elementwise_setting()  # a bad ELECTRA_TF_XLA_ELEMENTWISE fails here
             return main(argv)
         except UserInputError as e:
             # gin appends "In call to configurable ..." lines; the first line is the message.

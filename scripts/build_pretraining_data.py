@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
-from electra_tf.data import corpus, writer  # noqa: E402
+from electra_tf import choices  # noqa: E402
 
 flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab file.")
@@ -26,16 +26,16 @@ flags.DEFINE_integer("num_workers", None, "Worker processes (default: one per co
                      "one per 32 MB of input, since each takes seconds to start).")
 flags.DEFINE_integer("num_shards", None, "Output shards (default: one per input piece).")
 flags.DEFINE_integer("seed", 12345, "Seed for the packing randomness.")
-flags.DEFINE_enum("input_format", corpus.TEXT, list(corpus.INPUT_FORMATS),
+flags.DEFINE_enum("input_format", choices.TEXT, list(choices.INPUT_FORMATS),
                   "text: one sentence per line, blank lines between documents; "
                   "jsonl: one JSON document per line.")
 flags.DEFINE_string("text_field", "text", "JSONL field holding the document text.")
 flags.DEFINE_bool("one_document_per_line", False,
                   "Text files hold one document per line instead of blank-line separated.")
 flags.DEFINE_enum("compression", "none", ["none", "gzip"], "TFRecord compression.")
-flags.DEFINE_integer("piece_mb", corpus.PIECE_BYTES >> 20,
+flags.DEFINE_integer("piece_mb", choices.PIECE_BYTES >> 20,
                      "Uncompressed files larger than this are split for parallel reading.")
-flags.DEFINE_enum("word_segmenter", "none", list(writer.WORD_SEGMENTERS),
+flags.DEFINE_enum("word_segmenter", "none", list(choices.WORD_SEGMENTERS),
                   "jieba: segment Chinese words and write a word_start feature, so that "
                   "whole-word masking masks Chinese words (needs the zh extra).")
 flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
@@ -44,6 +44,7 @@ flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
 
 def main(argv):
     del argv
+    from electra_tf.data import writer
     writer.build_pretraining_data(
         FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
         max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
-from electra_tf.export import saved_model  # noqa: E402
+from electra_tf import choices  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "A pre-training model dir (run_pretraining.py or "
                     "convert_checkpoint.py wrote it) or, with --kind=task, a fine-tuning "
@@ -29,7 +29,7 @@ flags.DEFINE_string("model_dir", None, "A pre-training model dir (run_pretrainin
 flags.DEFINE_string("export_dir", None, "Where EXPORT_DIR/MODEL_NAME/VERSION goes.")
 flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving: letters, "
                     "digits, '_', '-' and '.', starting with a letter or digit.")
-flags.DEFINE_enum("kind", "discriminator", list(saved_model.KINDS), "Which network to serve "
+flags.DEFINE_enum("kind", "discriminator", list(choices.EXPORT_KINDS), "Which network to serve "
                   "(task: a fine-tuned model).")
 flags.DEFINE_string("trial", None, "--kind=task with a fine-tuning output dir: the trial to "
                     "export, a number K (trial_K) or 'best' (default: the best dev score on "
@@ -47,6 +47,7 @@ def main(argv):
         from electra_tf.errors import UserInputError
         raise UserInputError(f"--top_k is for --kind=generator (its candidates per [MASK]), not "
                              f"--kind={FLAGS.kind}; drop it")
+    from electra_tf.export import saved_model
     path = saved_model.export(FLAGS.model_dir, FLAGS.export_dir, FLAGS.model_name, FLAGS.kind,
                               FLAGS.version, FLAGS.vocab_file, FLAGS.top_k, FLAGS.overwrite,
                               FLAGS.trial, log=print)

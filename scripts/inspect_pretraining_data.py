@@ -14,9 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
-from electra_tf.data import pipeline  # noqa: E402
 from electra_tf.errors import UserInputError  # noqa: E402
-from electra_tf.tokenization import Tokenizer  # noqa: E402
 
 flags.DEFINE_string("data", None, "Glob of pre-training TFRecords.")
 flags.DEFINE_string("vocab_file", None, "The vocab the data was built with.")
@@ -35,6 +33,8 @@ def main(argv):
     del argv
     if FLAGS.num_examples < 1:
         raise UserInputError(f"--num_examples={FLAGS.num_examples} must be at least 1")
+    from electra_tf.data import pipeline
+    from electra_tf.tokenization import Tokenizer
     files = pipeline.list_files(FLAGS.data)
     metadata = pipeline.read_metadata(files)
     length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")

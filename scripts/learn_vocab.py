@@ -17,8 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
-from electra_tf import vocab_learning  # noqa: E402
-from electra_tf.data import corpus  # noqa: E402
+from electra_tf import choices  # noqa: E402
 
 flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
 flags.DEFINE_string("output", None, "Where vocab.txt goes (one token per line; local or gs://).")
@@ -32,7 +31,7 @@ flags.DEFINE_integer("max_alphabet", None,
                      "Keep at most this many distinct characters, the most frequent; the "
                      "rest encode as [UNK] (default: every character seen).")
 flags.DEFINE_integer("max_lines", None, "Read at most this many lines.")
-flags.DEFINE_enum("input_format", corpus.TEXT, list(corpus.INPUT_FORMATS),
+flags.DEFINE_enum("input_format", choices.TEXT, list(choices.INPUT_FORMATS),
                   "text: plain text lines; jsonl: one JSON document per line.")
 flags.DEFINE_string("text_field", "text", "JSONL field holding the document text.")
 flags.mark_flags_as_required(["input", "output", "vocab_size"])
@@ -41,6 +40,7 @@ flags.mark_flags_as_required(["input", "output", "vocab_size"])
 def main(argv):
     del argv
     start = time.time()
+    from electra_tf import vocab_learning
     # Before any input is read: a bad --output fails now, not after the training.
     vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, FLAGS.input)
     stats = vocab_learning.CorpusStats()

@@ -21,11 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
-from electra_tf import gin_files  # noqa: E402
-from electra_tf.finetune import runner, tasks  # noqa: E402
-from electra_tf.training import optimization  # noqa: E402,F401  (registers `optimizer`)
-from electra_tf.training import strategies  # noqa: E402
-
 flags.DEFINE_string("task", None, "classification, regression, tagging, qa, or a named task: "
                     "cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 conll.")
 flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's or "
@@ -67,6 +62,10 @@ flags.mark_flags_as_required(["task", "init_checkpoint", "model_dir"])
 
 def main(argv):
     del argv
+    from electra_tf import gin_files
+    from electra_tf.finetune import runner, tasks
+    from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
+    from electra_tf.training import strategies
     task = tasks.get_task(FLAGS.task)
     runner.check_model_dir(FLAGS.model_dir, FLAGS.overwrite)
     # Files first: a bad file fails before a model is loaded or anything is written.

@@ -16,8 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
-from electra_tf import gin_files  # noqa: E402
-from electra_tf.training import pretraining, strategies, xla_cache  # noqa: E402
+from electra_tf import choices  # noqa: E402
 
 flags.DEFINE_multi_string("gin_file", None, "Gin files, in order (a bare name is looked up "
                           "in gin/, e.g. small.gin or ablations/mlm.gin).")
@@ -29,7 +28,7 @@ flags.DEFINE_string("eval_data", None, "Held-out TFRecords, evaluated every "
                     "CHECKPOINT_EVERY steps.")
 flags.DEFINE_string("vocab_file", None, "The vocab the data was built with (default: the "
                     "one named in the data's metadata.json).")
-flags.DEFINE_enum("strategy", "default", list(strategies.STRATEGIES), "tf.distribute strategy.")
+flags.DEFINE_enum("strategy", "default", list(choices.STRATEGIES), "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu ('local' on a TPU VM).")
 flags.DEFINE_integer("seed", 0, "Seed of initialisation, data order, masks, samples, dropout.")
 flags.DEFINE_bool("deterministic", False, "Deterministic TensorFlow ops: a rerun (or an "
@@ -43,6 +42,8 @@ flags.mark_flags_as_required(["gin_file", "model_dir", "train_data"])
 
 def main(argv):
     del argv
+    from electra_tf import gin_files
+    from electra_tf.training import pretraining
     gin_files.parse(FLAGS.gin_file, FLAGS.gin_bindings)
     result = pretraining.run_pretraining(
         FLAGS.model_dir, FLAGS.train_data, eval_data=FLAGS.eval_data,
@@ -58,5 +59,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    xla_cache.stage()  # before app.run: TensorFlow reads its cache flag when it starts
-    cli.run(main, trains=True)
+    cli.run(main, trains=True, xla_cache=True)

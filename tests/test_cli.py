@@ -1,10 +1,27 @@
-"""What every script shares (electra_tf.cli): its --help usage."""
+"""What every script shares (electra_tf.cli): its --help usage, its refusals of bad flags."""
 
 import ast
 import glob
 import os
+import subprocess
+import sys
 
+import pytest
 from conftest import ROOT
+
+SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py")))
+# What each script says without any flag: absl's refusal naming its first required flag,
+# or (detect_replaced.py, whose flags are all optional) its own one-line error.
+WITHOUT_FLAGS = {
+    "build_pretraining_data.py": "Flag --input must have a value other than None",
+    "convert_checkpoint.py": "Flag --source must have a value other than None",
+    "detect_replaced.py": "error: no sentence given; pass one or more after the flags",
+    "export_saved_model.py": "Flag --model_dir must have a value other than None",
+    "inspect_pretraining_data.py": "Flag --data must have a value other than None",
+    "learn_vocab.py": "Flag --input must have a value other than None",
+    "run_finetuning.py": "Flag --task must have a value other than None",
+    "run_pretraining.py": "Flag --gin_file must have a value other than None",
+}
 
 
 def test_every_script_usage_keeps_its_shell_line_breaks():
@@ -18,3 +35,49 @@ def test_every_script_usage_keeps_its_shell_line_breaks():
         assert docstring, path
         written = source.split('"""')[1]  # the docstring as written in the file
         assert written.count(" \\\n") == docstring.count(" \\\n"), path
+
+
+def _imports(script, *args):
+    """Runs `script` with `args`: (exit code, stderr without the import lines, the modules
+    it imported)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", os.path.join("scripts", script),
+                           *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    lines = done.stderr.splitlines()
+    modules = {line.rsplit("|", 1)[1].strip() for line in lines
+               if line.startswith("import time:") and "|" in line}
+    said = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return done.returncode, said, done.stdout, modules
+
+
+def test_the_refusal_table_names_every_script():
+    assert sorted(WITHOUT_FLAGS) == SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_script_refuses_a_missing_flag_and_prints_help_without_tensorflow(script):
+    """absl parses the flags before main and the scripts import the library in main, so a
+    missing or mistyped flag, or --helpshort, is answered without TensorFlow's ~5 s import."""
+    code, said, _, modules = _imports(script)
+    assert "absl.flags" in modules and "electra_tf.cli" in modules  # the probe sees imports
+    assert code == 1
+    assert WITHOUT_FLAGS[script] in said, said
+    assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
+    code, said, out, modules = _imports(script, "--helpshort")
+    assert out.startswith(ast.get_docstring(ast.parse(open(
+        os.path.join(ROOT, "scripts", script), encoding="utf-8").read())).splitlines()[0])
+    assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
+
+
+@pytest.mark.parametrize("script, flag, choices", [
+    ("run_pretraining.py", "--strategy=tpus", "default|mirrored|multi_worker_mirrored|tpu"),
+    ("build_pretraining_data.py", "--input_format=json", "text|jsonl"),
+    ("build_pretraining_data.py", "--word_segmenter=jeiba", "none|jieba"),
+    ("learn_vocab.py", "--input_format=txt", "text|jsonl"),
+    ("export_saved_model.py", "--kind=classifier", "discriminator|generator|encoder|task"),
+])
+def test_a_bad_choice_is_refused_with_the_choices_without_tensorflow(script, flag, choices):
+    """The enum flags' choices come from electra_tf.choices, which imports nothing heavy."""
+    code, said, _, modules = _imports(script, flag)
+    assert code == 1
+    assert f"{flag}: value should be one of <{choices}>" in said, said
+    assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]

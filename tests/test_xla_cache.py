@@ -9,10 +9,10 @@ import sys
 import pytest
 import tensorflow as tf
 
-from electra_tf.training import xla_cache
+from electra_tf.training import xla_cache, xla_scratch
 
 DEFAULT = tf.distribute.get_strategy()
-HOST = xla_cache._host()  # pylint: disable=protected-access
+HOST = xla_scratch.host()
 
 
 def _varint(value: int) -> bytes:
@@ -55,7 +55,7 @@ def test_whole_entries_pass_and_every_truncation_fails(tmp_path):
 @pytest.fixture
 def scratch(tmp_path, monkeypatch):
     """A scratch directory as `stage()` names it, in TF_XLA_FLAGS."""
-    path = tmp_path / f"{xla_cache._SCRATCH_PREFIX}123-{HOST}-abc"  # pylint: disable=protected-access
+    path = tmp_path / f"{xla_scratch.SCRATCH_PREFIX}123-{HOST}-abc"
     path.mkdir()
     monkeypatch.setenv("TF_XLA_FLAGS", f"--other_flag=1 {xla_cache.FLAG}={path}")
     return path
@@ -123,21 +123,21 @@ def _dead_pid() -> int:
 
 
 def test_stage_keeps_the_users_directory_or_sets_a_scratch_one(tmp_path, monkeypatch):
-    monkeypatch.setenv("TF_XLA_FLAGS", f"{xla_cache.FLAG}=/data/my_cache")
-    assert xla_cache.stage() is None
-    assert os.environ["TF_XLA_FLAGS"] == f"{xla_cache.FLAG}=/data/my_cache"
+    monkeypatch.setenv("TF_XLA_FLAGS", f"{xla_scratch.FLAG}=/data/my_cache")
+    assert xla_scratch.stage() is None
+    assert os.environ["TF_XLA_FLAGS"] == f"{xla_scratch.FLAG}=/data/my_cache"
     # Scratch dirs of this machine's dead processes go; live or other machines' stay.
-    monkeypatch.setattr(xla_cache.tempfile, "tempdir", str(tmp_path))
-    prefix = xla_cache._SCRATCH_PREFIX  # pylint: disable=protected-access
+    monkeypatch.setattr(xla_scratch.tempfile, "tempdir", str(tmp_path))
+    prefix = xla_scratch.SCRATCH_PREFIX
     dead = f"{prefix}{_dead_pid()}-{HOST}-a"
     kept = [f"{prefix}{os.getppid()}-{HOST}-b", f"{prefix}{_dead_pid()}-another_host-c"]
     for name in [dead, *kept]:
         (tmp_path / name).mkdir()
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")
-    scratch = xla_cache.stage()
+    scratch = xla_scratch.stage()
     assert os.path.dirname(scratch) == str(tmp_path)
     assert os.path.basename(scratch).startswith(f"{prefix}{os.getpid()}-{HOST}-")
-    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=0 {xla_cache.FLAG}={scratch}"
+    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_auto_jit=0 {xla_scratch.FLAG}={scratch}"
     assert sorted(os.listdir(tmp_path)) == sorted([*kept, os.path.basename(scratch)])
 
 

@@ -23,12 +23,9 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from electra_tf.choices import INPUT_FORMATS, JSONL, PIECE_BYTES, TEXT
 from electra_tf.errors import UserInputError
 
-TEXT = "text"
-JSONL = "jsonl"
-INPUT_FORMATS = (TEXT, JSONL)
-PIECE_BYTES = 64 << 20
 _COMPRESSED = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), ".bz2": bz2.BZ2File,
                ".xz": lzma.LZMAFile}
 _SEARCH_CHUNK = 1 << 16

@@ -29,6 +29,7 @@ import unicodedata
 import tensorflow as tf
 
 from electra_tf import atomic, tokenization
+from electra_tf.choices import WORD_SEGMENTERS
 from electra_tf.data import corpus
 from electra_tf.data.examples import ExampleBuilder, ExampleSerializer
 from electra_tf.errors import UserInputError
@@ -38,7 +39,6 @@ CUT_NOTE_FRACTION = 0.25  # a build that cuts more of its text than this says so
 STATE_DIR = ".build"
 FORMAT_VERSION = 1
 COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP"}
-WORD_SEGMENTERS = ("none", "jieba")
 # Starting a worker process (spawn, import TensorFlow, build the tokenizer) takes 2-4 s,
 # the time one worker builds 20-40 MB of text in (benchmarks/results/build_data.md), so
 # by default there is at most one worker per this much input.

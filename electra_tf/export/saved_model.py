@@ -77,11 +77,11 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf import atomic, tokenization
+from electra_tf.choices import EXPORT_KINDS as KINDS
 from electra_tf.errors import UserInputError
 from electra_tf.modeling.layers import precision_policy
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 
-KINDS = ("discriminator", "generator", "encoder", "task")
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_TEXTS = ("The quick brown fox jumps over the lazy dog.",
                 "ELECTRA pre-trains text encoders as [MASK] rather than generators.")

@@ -17,9 +17,8 @@ import os
 
 import tensorflow as tf
 
+from electra_tf.choices import STRATEGIES
 from electra_tf.errors import UserInputError
-
-STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 
 
 _CREATED: dict[tuple, tf.distribute.Strategy] = {}

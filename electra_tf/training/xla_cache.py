@@ -7,8 +7,10 @@ program jit_compile builds is written there, keyed by its HLO, and a later proce
 builds the same HLO loads it). This module covers what it leaves out:
 
 - TensorFlow reads the flag once, when it first lists devices, and absl's `app.run` does
-  that before a script's main can read --model_dir. So `stage()`, called by the script
-  before `app.run`, points TensorFlow at a scratch directory of this process; `attach()`,
+  that before a script's main can read --model_dir (`import tensorflow` registers a device
+  listing to run as soon as absl has parsed the flags). So `stage()` (in `xla_scratch`,
+  which imports no TensorFlow), called before `app.run` (`electra_tf.cli.run` with
+  xla_cache=True), points TensorFlow at a scratch directory of this process; `attach()`,
   once the run knows its model dir, copies the programs cached there into it, and
   `publish()` (after each loop) copies newly compiled ones back.
 - TensorFlow writes an entry in place, not atomically: a process killed while writing leaves
@@ -30,37 +32,19 @@ tensorflow.XlaSerializedCacheEntry": it tries the text format before the binary 
 entry is written in. The line is harmless.
 """
 
-import atexit
 import glob
 import hashlib
 import json
 import os
 import platform
 import re
-import shutil
-import socket
-import tempfile
 
 import tensorflow as tf
 
-FLAG = "--tf_xla_persistent_cache_directory"
+from electra_tf.training.xla_scratch import FLAG, SCRATCH_PREFIX, alive, host, stage  # noqa: F401
+
 SUBDIRECTORY = "xla_cache"
-_SCRATCH_PREFIX = "electra-xla-cache-"
 _ENTRY_FIELDS = {1, 2, 3}  # XlaSerializedCacheEntry: key, hlo_module, executable
-
-
-def stage() -> str | None:
-    """Point TensorFlow's cache at a scratch directory of this process (removed at exit);
-    returns it, or None where TF_XLA_FLAGS already names a cache directory (the user's).
-    Call before TensorFlow lists its devices (before absl's app.run)."""
-    flags = os.environ.get("TF_XLA_FLAGS", "")
-    if FLAG in flags:
-        return None
-    _remove_abandoned_scratch()
-    scratch = tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-{_host()}-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    os.environ["TF_XLA_FLAGS"] = f"{flags} {FLAG}={scratch}".strip()
-    return scratch
 
 
 class Cache:
@@ -79,7 +63,7 @@ class Cache:
             target = os.path.join(self.directory, name)
             if not tf.io.gfile.exists(target):
                 tf.io.gfile.makedirs(self.directory)
-                temporary = f"{target}.tmp-{os.getpid()}-{_host()}"
+                temporary = f"{target}.tmp-{os.getpid()}-{host()}"
                 tf.io.gfile.copy(path, temporary, overwrite=True)
                 tf.io.gfile.rename(temporary, target, overwrite=True)
                 self.log(f"XLA compilation cache: saved {name} for reruns")
@@ -95,7 +79,7 @@ def attach(model_dir: str, strategy: tf.distribute.Strategy, log=print) -> Cache
     flags = os.environ.get("TF_XLA_FLAGS", "")
     match = re.search(rf"{FLAG}=(\S+)", flags)
     scratch = match.group(1) if match else None
-    if scratch is None or not os.path.basename(scratch).startswith(_SCRATCH_PREFIX):
+    if scratch is None or not os.path.basename(scratch).startswith(SCRATCH_PREFIX):
         if scratch:  # the user's own, where TensorFlow writes in place
             if not re.search(r"--tf_xla_persistent_cache_read_only=(1|true)\b", flags, re.I):
                 _remove_incomplete(scratch, log)
@@ -201,9 +185,9 @@ def _remove_abandoned_temporaries(directory: str):
     """Copies `publish` left half done when its process was killed."""
     if not tf.io.gfile.isdir(directory):
         return
-    for path in tf.io.gfile.glob(os.path.join(directory, f"*.pb.tmp-*-{_host()}")):
+    for path in tf.io.gfile.glob(os.path.join(directory, f"*.pb.tmp-*-{host()}")):
         pid = path.rsplit(".tmp-", 1)[1].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             tf.io.gfile.remove(path)
 
 
@@ -224,29 +208,6 @@ def _read_varint(f) -> int | None:
         if byte[0] < 0x80:
             return value
     return None
-
-
-def _remove_abandoned_scratch():
-    """Scratch directories of this machine's processes that no longer run (killed before
-    their exit handler could remove them)."""
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{_SCRATCH_PREFIX}*")):
-        pid, _, rest = os.path.basename(path)[len(_SCRATCH_PREFIX):].partition("-")
-        if pid.isdigit() and rest.startswith(f"{_host()}-") and not _alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _host() -> str:
-    return socket.gethostname().replace("-", "_")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def _op_determinism() -> bool:
