@@ -641,14 +641,23 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
 # ------------------------------------------------------------------------------ variants
 
 
-def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path, data):
+def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path, data,
+                                                                       monkeypatch):
     # The generator must be the discriminator's shape (official rounding: FFN 4H).
-    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4",
+    # The switch at 2 on the checkpoint grid: its checkpoint is written once, switched
+    # (TensorFlow would rewrite the first one's index in place).
+    written = []
+    save = tf.train.CheckpointManager.save
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", lambda self, checkpoint_number,
+                        **kw: written.append(checkpoint_number) or save(
+                            self, checkpoint_number=checkpoint_number, **kw))
+    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "CHECKPOINT_EVERY = 2",
                                          "pretrainer.generator_hidden_fraction = 1.0",
                                          "pretrainer.intermediate_size = 128",
                                          "pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
                         files=("tiny.gin", "ablations/two_stage.gin"))
     assert "step 2: generator stage done" in " ".join(lines)
+    assert [int(n) for n in written] == [0, 2, 4]
     before, switch, after = (model_values(str(tmp_path / f"ckpt-{s}")) for s in (0, 2, 4))
     generator = [k for k in before if k.startswith("model/generator/layer_")]
     discriminator = [k for k in before if k.startswith("model/discriminator/layer_")]

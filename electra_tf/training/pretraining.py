@@ -317,7 +317,6 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     # -- the loop
     monitor = _Monitor(checkpoint, manager, state, num_train_steps,
                        model_dir if chief else None, on_nonfinite, max_restores, log)
-    trainer.on_stage_switch = monitor.stage_switched
     evaluator = None
     if eval_data:
         eval_dataset, _ = pipeline.worker_dataset(strategy, train_batch_size, eval_data,
@@ -354,6 +353,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
 
     def save_on_grid(_):
         step = int(state.step.numpy())
+        if two_stage and step == two_stage_steps and int(state.stage.numpy()) == 0:
+            return  # the switch, at the next loop's start, saves this step, switched
         if step % checkpoint_every == 0 or step == num_train_steps:
             save(step)
 
@@ -365,6 +366,15 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             path = manager.save(checkpoint_number=step, check_interval=False)
             if chief:
                 log(f"saved checkpoint to {path}.")
+
+    def switch_stage(step: int):
+        # Saved unless a SIGTERM at the generator stage's end saved this step already (not
+        # switched: a resume switches again): a checkpoint is written once, as TensorFlow
+        # would rewrite the existing one's index in place.
+        save(step)
+        monitor.stage_switched(step)
+
+    trainer.on_stage_switch = switch_stage
 
     # Loops end on multiples of checkpoint_every and eval_every (and at the two-stage
     # switch), so checkpoints and evaluations fall on the same steps whether or not a run
@@ -522,7 +532,6 @@ class _Monitor:
                  f"and will skip that batch ({len(self.skipped)}/{self.max_restores})")
 
     def stage_switched(self, step: int):
-        self.manager.save(checkpoint_number=step, check_interval=False)
         self.log(f"step {step}: generator stage done; the discriminator starts from the "
                  "generator's weights, the generator is frozen")
 
