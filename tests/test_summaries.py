@@ -1,5 +1,7 @@
 """Reading back a run's TensorBoard scalars, from any tf.io.gfile filesystem."""
 
+import glob
+
 import tensorflow as tf
 
 from electra_tf.training import summaries
@@ -15,3 +17,17 @@ def test_read_scalars_from_a_gfile_path_keeps_a_rewritten_steps_last_value():
     writer.flush()
     assert summaries.read_scalars("ram://summaries_test/train") == {
         "loss/total": [(3, 2.5), (4, 1.25)]}
+
+
+def test_read_scalars_keeps_what_precedes_a_record_cut_short(tmp_path):
+    """A kill -9 can leave an event file's last record part-written."""
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step in (2, 4, 6):
+            tf.summary.scalar("loss/total", step / 8, step=step)
+            writer.flush()
+    writer.close()
+    (path,) = glob.glob(str(tmp_path / "events.out.tfevents.*"))
+    with open(path, "rb+") as f:
+        f.truncate(f.seek(0, 2) - 5)
+    assert summaries.read_scalars(str(tmp_path)) == {"loss/total": [(2, 0.25), (4, 0.5)]}

@@ -45,7 +45,7 @@ from electra_tf.data import masking, pipeline, writer
 from electra_tf.errors import UserInputError
 from electra_tf.modeling import factory, flops
 from electra_tf.modeling.config import EncoderConfig
-from electra_tf.training import optimization, strategies
+from electra_tf.training import optimization, strategies, summaries
 from electra_tf.training import xla_cache as _xla_cache
 from electra_tf.training.trainer import (LossScale, PretrainingEvaluator, PretrainingTrainer,
                                          TrainState)
@@ -566,15 +566,8 @@ def _loop_lengths(steps_per_loop: int, intervals: list[int], boundary: int | Non
 
 def _evaluated_steps(model_dir: str) -> set[int]:
     """The steps of the evaluations in model_dir/eval's TensorBoard events."""
-    steps = set()
-    for path in tf.io.gfile.glob(os.path.join(model_dir, "eval", "events.out.tfevents.*")):
-        try:
-            for event in tf.compat.v1.train.summary_iterator(path):
-                if any(value.tag == "loss/total" for value in event.summary.value):
-                    steps.add(event.step)
-        except tf.errors.DataLossError:  # the end of a file a kill -9 cut short
-            pass
-    return steps
+    losses = summaries.read_scalars(os.path.join(model_dir, "eval")).get("loss/total", [])
+    return {step for step, _ in losses}
 
 
 def _steps_per_call(value, steps_per_loop: int, jit_compile: bool, strategy) -> int:

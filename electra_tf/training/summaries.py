@@ -8,11 +8,11 @@ import tensorflow as tf
 def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     """{tag: [(step, value), ...]} of every scalar in a TensorBoard run directory (e.g.
     MODEL_DIR/train), in the order written; a step written twice (a run that went back to
-    a checkpoint) keeps its last value. Any tf.io.gfile path (gs://...)."""
+    a checkpoint) keeps its last value; a file whose last record a kill -9 cut short gives
+    the records before it. Any tf.io.gfile path (gs://...)."""
     values: dict[str, dict[int, float]] = {}
     for path in sorted(tf.io.gfile.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
+        for event in _events(path):
             for value in event.summary.value:
                 if value.HasField("tensor") and value.tensor.dtype == tf.float32.as_datatype_enum:
                     number = float(tf.make_ndarray(value.tensor))
@@ -22,3 +22,11 @@ def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
                     continue
                 values.setdefault(value.tag, {})[event.step] = number
     return {tag: sorted(steps.items()) for tag, steps in values.items()}
+
+
+def _events(path: str):
+    try:
+        for record in tf.data.TFRecordDataset(path):
+            yield tf.compat.v1.Event.FromString(record.numpy())
+    except tf.errors.DataLossError:  # the end of a file a kill -9 cut short
+        return
