@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -636,6 +637,60 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
             "of fewer workers, or its .worker-1-scratch folder is gone), so 2 workers cannot "
             f"go on from it exactly; start a new --model_dir with --init_checkpoint={model}")
     assert not os.path.exists(model / "ckpt-8.index")
+
+
+def _save_steps(directory, steps):
+    value = tf.Variable(0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(value=value), str(directory),
+                                         max_to_keep=5)
+    for step in steps:
+        value.assign(step)
+        manager.save(checkpoint_number=step)
+
+
+def test_workers_resume_from_the_newest_step_every_one_saved(tmp_path):
+    """A machine that died during a save leaves its worker a checkpoint behind the others:
+    all go on from the newest step every worker saved, each process setting its own newer
+    checkpoints aside (not deleted), whatever the order the processes look in."""
+    from electra_tf.training import strategies
+    model = tmp_path / "model"
+    scratch = [model] + [Path(strategies.scratch_directory(str(model), i)) for i in (1, 2)]
+    for directory, steps in zip(scratch, ([20, 30, 40], [20, 30], [20, 30, 40])):
+        _save_steps(directory, steps)
+    logs = {task: [] for task in (0, 1, 2)}
+    for task in (1, 2, 0):  # worker 2 looks before the chief sets its step 40 aside
+        assert pretraining._common_checkpoint(  # pylint: disable=protected-access
+            str(model), str(scratch[task]), 3, logs[task].append) == str(model / "ckpt-30")
+    for directory in scratch:
+        assert tf.train.latest_checkpoint(str(directory)) == str(directory / "ckpt-30")
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(value=tf.Variable(0)),
+                                             str(directory), max_to_keep=5)
+        assert manager.checkpoints == [str(directory / f"ckpt-{s}") for s in (20, 30)]
+    assert 'model_checkpoint_path: "ckpt-30"' in (model / "checkpoint").read_text()
+    for directory in (scratch[0], scratch[2]):
+        assert sorted(os.listdir(directory / "set_aside")) == [
+            "ckpt-40.data-00000-of-00001", "ckpt-40.index"]
+    assert logs == {
+        0: ["not every worker saved step 40 (a save that did not finish): all go on from step "
+            "30, the newest that every worker saved",
+            f"set aside the checkpoints of step 40 in {model}/set_aside: not every worker "
+            "saved them"],
+        1: [],
+        2: [f"set aside the checkpoints of step 40 in {scratch[2]}/set_aside: not every worker "
+            "saved them"]}
+    assert pretraining._common_checkpoint(  # pylint: disable=protected-access
+        str(model), str(model), 3, logs[0].append) == str(model / "ckpt-30")
+    assert len(logs[0]) == 2  # nothing more to set aside or say
+    # No step every worker saved.
+    other = tmp_path / "other"
+    _save_steps(other, [10, 20])
+    _save_steps(strategies.scratch_directory(str(other), 1), [30])
+    with pytest.raises(UserInputError, match=(
+            rf"^--model_dir={other} holds checkpoints of steps 10, 20 and worker 1's of steps "
+            rf"30: no step in common, so 2 workers cannot go on from it exactly; start a new "
+            rf"--model_dir with --init_checkpoint={other}$")):
+        pretraining._common_checkpoint(  # pylint: disable=protected-access
+            str(other), str(other), 2, print)
 
 
 # ------------------------------------------------------------------------------ variants

@@ -36,7 +36,9 @@ import keras
 import numpy as np
 import orbit
 import tensorflow as tf
-# Not in the public API: silence() and turning op determinism back off.
+# Not in the public API: rewriting a checkpoint state as CheckpointManager does, silence()
+# and turning op determinism back off.
+from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.framework import config as _determinism
 from tensorflow.python.util import deprecation
 
@@ -54,6 +56,7 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 ON_NONFINITE = ("stop", "restore")
 OPERATIVE_CONFIG = "operative_config.gin"
 MODEL_INFO = "model_info.json"
+SET_ASIDE = "set_aside"  # checkpoints not every worker saved (_common_checkpoint)
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM
 # A discriminator AUC within this of 0.5 for this many steps is reported as a collapse.
 CHANCE_AUC_MARGIN = 0.03
@@ -287,9 +290,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     for stale in tf.io.gfile.glob(os.path.join(directory, "ckpt-*_temp")):
         tf.io.gfile.rmtree(stale)
         log(f"removed {stale}: the part-written files of an interrupted save")
+    latest = _common_checkpoint(model_dir, directory, workers, log)
     manager = tf.train.CheckpointManager(
         checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
-    latest = tf.train.latest_checkpoint(model_dir)
     if latest:
         _restore(checkpoint, latest, model_dir)
         step = int(state.step.numpy())
@@ -713,6 +716,70 @@ def _skip_capacity(model_dir, max_restores) -> int:
 def _data_position(model_dir: str, worker: int, step: int) -> str:
     """Where a finished run leaves a non-chief worker's input position (its iterator)."""
     return os.path.join(strategies.scratch_directory(model_dir, worker), f"data-{step}")
+
+
+def _common_checkpoint(model_dir: str, directory: str, workers: int, log) -> str | None:
+    """The checkpoint to resume from: the latest in model_dir or, with several workers, the
+    one of the newest step every worker saved a checkpoint (or, after a finished run, its
+    data position) at. Each worker saves its own at the same steps; a machine that died
+    during a save leaves one worker a step behind the others, and workers that went on from
+    different steps would run different numbers of steps between their collectives. Each
+    process sets aside its own newer checkpoints (into <its dir>/set_aside/, the checkpoint
+    state rewritten without them); the resumed run saves those steps again. `directory`:
+    where this process saves (`strategies.checkpoint_directory`)."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    if workers == 1 or latest is None:
+        return latest
+    saved = {0: set(_steps_saved(model_dir))}
+    for i in range(1, workers):
+        scratch = strategies.scratch_directory(model_dir, i)
+        saved[i] = set(_steps_saved(scratch)) | {
+            s for s in saved[0] if tf.io.gfile.exists(_data_position(model_dir, i, s) + ".index")}
+    if not all(saved.values()):
+        return latest  # a worker with nothing to go on from: _check_worker_positions says so
+    common = set.intersection(*saved.values())
+    if not common:
+        other = min(range(1, workers), key=lambda i: len(saved[i] & saved[0]))
+        raise UserInputError(
+            f"--model_dir={model_dir} holds checkpoints of steps "
+            f"{', '.join(map(str, sorted(saved[0])))} and worker {other}'s of steps "
+            f"{', '.join(map(str, sorted(saved[other])))}: no step in common, so {workers} "
+            f"workers cannot go on from it exactly; start a new --model_dir with "
+            f"--init_checkpoint={model_dir}")
+    step = max(common)
+    newest = max(max(steps) for steps in saved.values())
+    if step < newest and directory == model_dir:  # the chief
+        log(f"not every worker saved step {newest} (a save that did not finish): all go on "
+            f"from step {step}, the newest that every worker saved")
+    own = _steps_saved(directory)
+    newer = [s for s in own if s > step]
+    if newer:
+        aside = os.path.join(directory, SET_ASIDE)
+        tf.io.gfile.makedirs(aside)
+        for s in newer:
+            for path in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{s}.*")):
+                tf.io.gfile.rename(path, os.path.join(aside, os.path.basename(path)),
+                                   overwrite=True)
+        state = tf.train.get_checkpoint_state(directory)
+        times = list(state.all_model_checkpoint_timestamps)
+        kept = [i for i, path in enumerate(state.all_model_checkpoint_paths)
+                if int(path.rsplit("-", 1)[1]) <= step]
+        checkpoint_management.update_checkpoint_state_internal(
+            directory, os.path.join(directory, f"ckpt-{step}"),
+            [state.all_model_checkpoint_paths[i] for i in kept], save_relative_paths=True,
+            all_model_checkpoint_timestamps=[times[i] for i in kept] if times else None,
+            last_preserved_timestamp=state.last_preserved_timestamp)
+        log(f"set aside the checkpoints of step{'s' if len(newer) > 1 else ''} "
+            f"{', '.join(map(str, newer))} in {aside}: not every worker saved them")
+    return os.path.join(model_dir, f"ckpt-{step}")
+
+
+def _steps_saved(directory: str) -> list[int]:
+    """The steps of the whole checkpoints (their index written) that `directory`'s
+    checkpoint state lists."""
+    state = tf.train.get_checkpoint_state(directory)
+    paths = state.all_model_checkpoint_paths if state else []
+    return sorted(int(p.rsplit("-", 1)[1]) for p in paths if tf.io.gfile.exists(p + ".index"))
 
 
 def _check_worker_positions(model_dir, workers: int, step: int, num_train_steps: int):
