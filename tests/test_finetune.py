@@ -189,6 +189,13 @@ def test_squad_metrics_official_definitions():
     # apply_no_ans_threshold), q3 1.
     assert scores["f1"] == pytest.approx(100 * 2 / 3)
     assert scores["has_answer_f1"] == pytest.approx(50.0)
+    # A gold answer that normalises to nothing still makes its question answerable (the
+    # official qid_to_has_ans): "no answer" there scores 0, as evaluate-v2.0 scores it.
+    scores = metrics.squad_scores({"q1": ["The"], "q2": ["Paris"]}, {"q1": "", "q2": "Paris"},
+                                  {"q1": 0.9, "q2": 0.1})
+    assert scores == {"exact": 50.0, "f1": 50.0, "best_exact": 50.0,
+                      "best_exact_threshold": pytest.approx(0.1), "best_f1": 50.0,
+                      "best_f1_threshold": pytest.approx(0.1)}
 
 
 # ------------------------------------------------------------------------------ readers

@@ -329,7 +329,10 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
     exceeds `no_answer_threshold` as answered "" (right only if it has no answer), and
     `best_exact`/`best_f1` are the scores at the best threshold, found from the
     predictions as they are (never blanked: a question answered "" before the threshold
-    is applied could not gain from any)."""
+    is applied could not gain from any). A question is answerable if it has a gold answer,
+    as the official script's has-answer split counts it, even one that normalises to
+    nothing (only articles and punctuation), which its EM and F1 drop (v1.1's script would
+    compare it as it is: the one way these scores may differ from it)."""
     style = style or qa_style(golds)
     if style not in QA_STYLES:
         raise ValueError(f"style={style!r} is not one of {', '.join(QA_STYLES)}")
@@ -343,7 +346,7 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
         em_scores[qid] = max(exact_match(prediction, a, style) for a in answers)
         f1_scores[qid] = max(token_f1(prediction, a, style) for a in answers)
     n = len(golds)
-    has_answer = [q for q, a in golds.items() if any(_tokens(x, style) for x in a)]
+    has_answer = [q for q, a in golds.items() if any(a)]
     no_answer = [q for q in golds if q not in set(has_answer)]
     em, f1 = em_scores, f1_scores
     if no_answer_probs is not None:  # the official apply_no_ans_threshold
