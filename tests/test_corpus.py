@@ -7,6 +7,7 @@ import lzma
 import random
 
 import pytest
+import tensorflow as tf
 
 from electra_tf.data import corpus
 from electra_tf.errors import UserInputError
@@ -44,11 +45,14 @@ def test_one_document_per_line(tmp_path):
 def test_jsonl_documents_bad_records_and_missing_field(tmp_path):
     path = tmp_path / "c.jsonl"
     lines = [json.dumps({"text": "A one.\nA two.", "id": 1}), "{not json",
-             json.dumps({"text": "B only."}), json.dumps({"other": 3}), json.dumps({"text": 5})]
+             json.dumps({"text": "B only."}), json.dumps({"other": 3}), json.dumps({"text": 5}),
+             # Half an emoji: json.loads gives a lone surrogate, which no UTF-8 encodes.
+             '{"text": "Cut \\ud83d here, whole \\ud83d\\ude00 there."}']
     path.write_text("\n".join(lines) + "\n")
     docs, stats = _read(path, input_format="jsonl")
-    assert docs == [["A one.", "A two."], ["B only."]]
-    assert stats.bad_json_lines == 3
+    assert docs == [["A one.", "A two."], ["B only."], ["Cut \ufffd here, whole \U0001f600 there."]]
+    assert stats.bad_json_lines == 3 and stats.invalid_utf8_lines == 1
+    tf.constant(docs[-1])  # what failed on the surrogate
     with pytest.raises(UserInputError, match=r"record 1 has no field 'body' \(fields: id, text\)"
                                              r"; pass --text_field=NAME"):
         _read(path, input_format="jsonl", text_field="body")

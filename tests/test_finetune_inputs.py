@@ -36,6 +36,21 @@ def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
     _refused(f"{qa} line 1 is not UTF-8", squad.read_squad, str(qa), training=False)
 
 
+def test_a_lone_surrogate_escape_in_json_is_refused_naming_its_line(tmp_path):
+    """JSON may escape half of an emoji's surrogate pair (cut text); json.loads makes it a
+    str that no UTF-8 encodes, which TensorFlow refused with a traceback."""
+    table = tmp_path / "train.jsonl"
+    table.write_text('{"text": "Fine \\ud83d\\ude00.", "label": "pos"}\n'
+                     '{"text": "Cut \\ud83d.", "label": "neg"}\n', encoding="utf-8")
+    _refused(f"{table} line 2 holds a lone surrogate escape (half of a pair such as "
+             "\\ud83d\\ude00, an emoji): no character; fix or drop the text that holds it",
+             readers.read_table, str(table))
+    qa = tmp_path / "dev.json"
+    qa.write_text('{"data": [{"paragraphs": [{"context": "Emma \\udc00.", "qas": []}]}]}',
+                  encoding="utf-8")
+    _refused(f"{qa} holds a lone surrogate escape", squad.read_squad, str(qa), training=False)
+
+
 def test_byte_order_marks_are_dropped(tmp_path):
     conll = tmp_path / "train.txt"
     conll.write_text("\ufeff-DOCSTART- -X- O\n\nEmma NNP B-PER\n", encoding="utf-8")

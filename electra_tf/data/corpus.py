@@ -26,6 +26,9 @@ import tensorflow as tf
 from electra_tf.choices import INPUT_FORMATS, JSONL, PIECE_BYTES, TEXT
 from electra_tf.errors import UserInputError
 
+# What json.loads makes of a lone surrogate escape ("\ud83d", half an emoji cut in two):
+# a str no UTF-8 encodes, so TensorFlow refuses it.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _COMPRESSED = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), ".bz2": bz2.BZ2File,
                ".xz": lzma.LZMAFile}
 _SEARCH_CHUNK = 1 << 16
@@ -216,9 +219,9 @@ def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "te
                    stats: ReadStats | None = None) -> Iterator[list[str]]:
     """Yields the documents of a piece, each a list of non-empty lines.
 
-    Invalid UTF-8 is replaced (U+FFFD) and counted in `stats`; malformed JSONL records are
-    skipped and counted. A JSONL file whose first record is not a JSON object or lacks
-    `text_field` is an error.
+    Invalid UTF-8, and in JSONL a lone surrogate escape, is replaced (U+FFFD) and counted in
+    `stats`; malformed JSONL records are skipped and counted. A JSONL file whose first record
+    is not a JSON object or lacks `text_field` is an error.
     """
     if input_format not in INPUT_FORMATS:
         raise UserInputError(
@@ -327,6 +330,9 @@ def _jsonl_documents(piece: Piece, text_field: str, stats: ReadStats) -> Iterato
         if not isinstance(text, str):
             stats.bad_json_lines += 1
             continue
+        if LONE_SURROGATE.search(text):  # an escape like "\ud83d": no UTF-8 for it
+            text = LONE_SURROGATE.sub("\ufffd", text)
+            stats.invalid_utf8_lines += 1
         document = [s for s in text.split("\n") if s.strip()]
         if document:
             yield document

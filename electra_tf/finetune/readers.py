@@ -87,6 +87,18 @@ def _plain_tsv(text: str) -> bool:
             and any('"' in f and not _QUOTED_FIELD.fullmatch(f) for row in fields for f in row))
 
 
+def check_characters(value, where: str):
+    """Refuses JSON data holding a lone surrogate escape ("\\ud83d", half of an emoji's
+    pair, as cut text leaves it): json.loads gives a str that no UTF-8 encodes, which
+    TensorFlow would refuse later with a traceback."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserInputError(f"{where} holds a lone surrogate escape (half of a pair such as "
+                             "\\ud83d\\ude00, an emoji): no character; fix or drop the text "
+                             "that holds it") from None
+
+
 def table_format(path: str) -> str:
     """csv, tsv or jsonl, from the file's extension."""
     ext = os.path.splitext(path)[1].lower()
@@ -116,6 +128,7 @@ def _rows(path: str):
                 raise UserInputError(f"{path} line {number} is a JSON {type(row).__name__}, not "
                                      "an object; write one {\"text\": ..., \"label\": ...} "
                                      "object per line")
+            check_characters(row, f"{path} line {number}")
             rows.append((number, row))
             columns.update(row)
         return rows, sorted(columns)

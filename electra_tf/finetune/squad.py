@@ -54,6 +54,7 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
     except json.JSONDecodeError as e:
         raise UserInputError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a "
                              "SQuAD-format file") from None
+    readers.check_characters(data, path)
     examples, seen, qa = [], set(), None
     try:
         for article in data["data"]:
