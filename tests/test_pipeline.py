@@ -151,6 +151,24 @@ def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
     assert "was built with a different vocab than" in _error(directory, vocab_file=str(swapped))
     assert _error(tmp_path / "nothing").startswith(f"data {tmp_path}/nothing/*.tfrecord* "
                                                    "matches no file")
+    # Two builds' folders in one run: each metadata.json must agree with the first.
+    metadata = json.loads(open(os.path.join(directory, "metadata.json")).read())
+    name = sorted(n for n in os.listdir(directory) if n.endswith(".tfrecord"))[0]
+    for key, value, said in (("lower_case", False, "lower_case=True, {} lower_case=False"),
+                             ("vocab_sha256", "0123456789abcdef", "vocab {v} (sha256 {h}), {} "
+                              "vocab {v} (sha256 0123456789ab)")):
+        other = tmp_path / f"other_{key}"
+        other.mkdir()
+        shutil.copy(os.path.join(directory, name), other)
+        (other / "metadata.json").write_text(json.dumps({**metadata, key: value}))
+        with pytest.raises(UserInputError) as info:
+            pipeline.pretraining_dataset(f"{directory}/*.tfrecord,{other}/*.tfrecord", 4, 128,
+                                         UNCASED_VOCAB)
+        assert str(info.value) == (
+            f"--train_data mixes builds made differently: {directory}/metadata.json says "
+            + said.format(f"{other}/metadata.json", v=metadata["vocab_file"],
+                          h=metadata["vocab_sha256"][:12])
+            + "; train on data built with one vocab and the same build flags")
 
     # Without metadata.json (e.g. data from the official builder) the records are checked.
     bare = tmp_path / "bare"

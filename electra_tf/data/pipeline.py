@@ -86,15 +86,28 @@ def _compression_of(path: str) -> str:
 
 
 def read_metadata(files: list[str]) -> dict | None:
-    """The metadata.json beside the files, if there is one (data built by this project)."""
+    """The metadata.json beside the files, if there is one (data built by this project); of
+    the first folder that has one where the files lie in several (see `read_all_metadata`)."""
+    found = read_all_metadata(files)
+    return found[0] if found else None
+
+
+def read_all_metadata(files: list[str]) -> list[dict]:
+    """The metadata.json of each folder the files lie in that has one, in folder order."""
+    found = []
     for directory in sorted({os.path.dirname(f) for f in files}):
         path = os.path.join(directory, METADATA_FILE)
         if tf.io.gfile.exists(path):
             with tf.io.gfile.GFile(path) as f:
                 metadata = json.load(f)
             metadata["_path"] = path
-            return metadata
-    return None
+            found.append(metadata)
+    return found
+
+
+# What one run's data must agree on, where --train_data names several builds' folders.
+_BUILD_SETTINGS = ("max_seq_length", "vocab_sha256", "lower_case", "strip_accents",
+                   "word_segmenter")
 
 
 def _first_record(path: str, data_flag: str) -> tf.train.Example:
@@ -132,7 +145,18 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
     Returns {"premasked": bool, "max_predictions": int or None, "word_starts": bool,
     "metadata": dict or None}; word_starts says the records carry word boundaries.
     """
-    metadata = read_metadata(files)
+    found = read_all_metadata(files)
+    for other in found[1:]:
+        for key in _BUILD_SETTINGS:
+            if other.get(key) != found[0].get(key):
+                first, second = (
+                    f"vocab {m.get('vocab_file')} (sha256 {m[key][:12]})" if key == "vocab_sha256"
+                    else f"{key}={m.get(key)}" for m in (found[0], other))
+                raise UserInputError(
+                    f"{data_flag} mixes builds made differently: {found[0]['_path']} says "
+                    f"{first}, {other['_path']} {second}; train on data built with one vocab "
+                    "and the same build flags")
+    metadata = found[0] if found else None
     vocab = tokenization.load_vocab(vocab_file) if vocab_file is not None else None
     if metadata is not None:
         where = metadata["_path"]
