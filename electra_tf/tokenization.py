@@ -11,9 +11,17 @@ that is why the normalisation is ours.
 Being graph ops, the tokenizer also runs inside exported SavedModels (raw-string serving)
 and inside tf.data.
 
-Known difference: BERT maps a word longer than 100 *characters* to [UNK];
-tensorflow-text's limit is 100 UTF-8 *bytes*. Only words of 34 to 100 characters made of
-multi-byte characters differ.
+The reference it matches is transformers' ``BertTokenizer`` (the parity tests run it).
+Known differences:
+
+- transformers maps a word longer than 100 *characters* to [UNK]; tensorflow-text's limit
+  is 100 UTF-8 *bytes*, so words of 34 to 100 characters made of multi-byte characters
+  differ. Google's original ``tokenization.py`` (BERT's, which the official ELECTRA code
+  copies) allows 200 characters: a word of 101 to 200 characters is [UNK] here and in
+  transformers, word pieces there (long runs of Thai, Lao or kana, which have no spaces).
+- An all-capital Greek word ending in sigma: transformers and this tokenizer lower-case
+  "Σ" to "σ"; Google's original lower-cases whole words with Python's ``str.lower``, which
+  writes the final form "ς".
 
 Example:
     >>> tok = Tokenizer("data/vocab/bert_uncased.txt")
