@@ -408,3 +408,21 @@ def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path):
                 multi_char += end - start > 1
         assert ids.shape == (64, 64)
     assert multi_char > 50
+
+
+def test_uneven_worker_shares_are_noted(tmp_path):
+    """Workers take every N-th file and repeat their own: unequal shares of examples mean
+    unequal sampling, which a note says (by metadata.json's counts)."""
+    names = [f"pretrain_data-{i:05d}-of-00003.tfrecord" for i in range(3)]
+    (tmp_path / "metadata.json").write_text(json.dumps({"shards": [
+        {"file": n, "num_examples": 100, "num_tokens": 0} for n in names]}))
+    files = [str(tmp_path / n) for n in names]
+    assert pipeline.uneven_shares_note(files, 2) == (
+        "note: the 3 data files split over 2 workers into shares of 200, 100 examples; each "
+        "worker repeats its own, so an example of the smallest share is seen 2.0x as often as "
+        "one of the largest. More, smaller files even the shares out (build_pretraining_data.py "
+        "splits plain-text input into --piece_mb pieces)")
+    assert pipeline.uneven_shares_note(files, 3) is None  # even
+    assert pipeline.uneven_shares_note(files, 4) is None  # records are sharded instead
+    assert pipeline.uneven_shares_note(files[:2], 2) is None
+    assert pipeline.uneven_shares_note(files + [str(tmp_path / "other.tfrecord")], 2) is None

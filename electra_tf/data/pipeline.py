@@ -105,6 +105,31 @@ def read_all_metadata(files: list[str]) -> list[dict]:
     return found
 
 
+def uneven_shares_note(files: list[str], num_pipelines: int) -> str | None:
+    """A note where the input pipelines' shares of the files (file i goes to pipeline
+    i % num_pipelines, as `pretraining_dataset` shards them) hold unequal numbers of examples
+    by their folders' metadata.json: each pipeline repeats its own files, so the examples
+    of a smaller share are seen more often. None where the shares are within 10% of each
+    other, records are sharded instead (fewer files than pipelines) or a count is unknown."""
+    if num_pipelines < 2 or len(files) < num_pipelines:
+        return None
+    counts = {}
+    for metadata in read_all_metadata(files):
+        directory = os.path.dirname(metadata["_path"])
+        counts.update({os.path.join(directory, s["file"]): s["num_examples"]
+                       for s in metadata["shards"]})
+    if not all(f in counts for f in files):
+        return None
+    shares = [sum(counts[f] for f in files[i::num_pipelines]) for i in range(num_pipelines)]
+    if max(shares) <= 1.1 * min(shares):
+        return None
+    return (f"note: the {len(files)} data files split over {num_pipelines} workers into "
+            f"shares of {', '.join(map(str, shares))} examples; each worker repeats its own, "
+            f"so an example of the smallest share is seen {max(shares) / min(shares):.1f}x as "
+            "often as one of the largest. More, smaller files even the shares out "
+            "(build_pretraining_data.py splits plain-text input into --piece_mb pieces)")
+
+
 # What one run's data must agree on, where --train_data names several builds' folders.
 _BUILD_SETTINGS = ("max_seq_length", "vocab_sha256", "lower_case", "strip_accents",
                    "word_segmenter")

@@ -217,6 +217,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     workers = pipeline.num_workers(strategy)
     if workers > 1:
         log(f"worker {task_id} of {workers} reads input pipeline {task_id}")
+        note = pipeline.uneven_shares_note(train_files, workers)
+        if note and chief:
+            log(note)
     num_predictions = (info["max_predictions"] or max_predictions_per_seq
                        or masking.default_max_predictions(max_seq_length, mask_prob))
 
