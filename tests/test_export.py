@@ -98,7 +98,9 @@ def _serve_in_a_fresh_process(model_dir, tmp_path, name, kind):
 
 @pytest.mark.parametrize("kind", ["discriminator", "generator", "encoder"])
 def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir, tmp_path, kind):
-    _, loaded, ids, out = _serve_in_a_fresh_process(model_dir, tmp_path, "electra", kind)
+    path, loaded, ids, out = _serve_in_a_fresh_process(model_dir, tmp_path, "electra", kind)
+    # Only ops the official TF Serving image has (see SERVING_TEXT_OPS).
+    assert {op for op in _graph_ops(path) if not hasattr(tf.raw_ops, op)} <= SERVING_TEXT_OPS
     # The raw-text signature tokenized exactly as the tokenizer does.
     np.testing.assert_array_equal(out["text_input_mask"], ids["input_mask"])
     tokens = np.array([[loaded.tokenizer().vocab[i] if m else "" for i, m in zip(r, mr)]
@@ -499,6 +501,49 @@ def test_task_classification_best_trial_labels_and_signatures_agree(task_exports
     assert out["serving_default__label"].tolist() == [
         run["labels"][i] for i in out["serving_default__label_id"]]
     assert out["serving_default__label_id"].dtype == np.int32
+
+
+# The ops of tensorflow-text that the official TF Serving image has: its builds embed
+# tensorflow-text 2.12 (tensorflow/serving PR #4057), and a SavedModel with a later op
+# (e.g. TFText>RoundRobinTrim) fails to load there.
+SERVING_TEXT_OPS = {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "NormalizeUTF8"}
+
+
+def _graph_ops(path) -> set[str]:
+    from tensorflow.core.protobuf import saved_model_pb2
+    model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        model.ParseFromString(f.read())
+    return {node.op for graph in model.meta_graphs
+            for nodes in [graph.graph_def.node] + [f.node_def for f in
+                                                   graph.graph_def.library.function]
+            for node in nodes}
+
+
+def test_task_exports_use_only_ops_the_tf_serving_image_has(task_exports):
+    """Every op is TensorFlow's own or one of the tensorflow-text ops the official TF
+    Serving image was built with."""
+    for name, path in task_exports["paths"].items():
+        custom = {op for op in _graph_ops(path) if not hasattr(tf.raw_ops, op)}
+        assert custom <= SERVING_TEXT_OPS, (name, custom)
+    assert "FastWordpieceTokenizeWithOffsets" in _graph_ops(task_exports["paths"]["pair"])
+
+
+def test_pair_truncation_is_berts():
+    """A piece at a time from the longer text (from the second on a tie), as fine-tuning's
+    features._pack does, for every pair of lengths up to 12 and budgets around them."""
+    from electra_tf.export.saved_model import truncate_pair
+    lengths = [(x, y) for x in range(13) for y in range(13)]
+    a = tf.ragged.constant([list(range(x)) for x, _ in lengths], tf.int32, ragged_rank=1)
+    b = tf.ragged.constant([list(range(50, 50 + y)) for _, y in lengths], tf.int32,
+                           ragged_rank=1)
+    for budget in (0, 1, 6, 7, 12, 25):
+        cut_a, cut_b = truncate_pair(a, b, budget)
+        for i, (x, y) in enumerate(lengths):
+            first, second = list(range(x)), list(range(50, 50 + y))
+            while len(first) + len(second) > budget:
+                (first if len(first) > len(second) else second).pop()
+            assert (cut_a[i].numpy().tolist(), cut_b[i].numpy().tolist()) == (first, second)
 
 
 def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):

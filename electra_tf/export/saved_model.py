@@ -181,6 +181,19 @@ class _TextModule(tf.Module):
         return tf.where(input_mask > 0, tokens, "")
 
 
+def truncate_pair(a: tf.RaggedTensor, b: tf.RaggedTensor, budget: int):
+    """BERT's pair truncation (`features._pack`: a piece at a time from the longer text,
+    from the second on a tie) of each row to at most `budget` pieces, in closed form and
+    core TensorFlow ops: tensorflow-text's RoundRobinTrimmer writes its own op
+    (TFText>RoundRobinTrim), which the official TF Serving image, built with an older
+    tensorflow-text, does not have, and it would refuse to load the model."""
+    length_a, length_b = a.row_lengths(), b.row_lengths()
+    keep_b = tf.minimum(length_b, tf.maximum(budget - length_a, budget // 2))
+    keep_a = tf.minimum(length_a, budget - keep_b)
+    return [tf.ragged.boolean_mask(x, tf.ragged.range(length) < keep[:, None])
+            for x, length, keep in ((a, length_a, keep_a), (b, length_b, keep_b))]
+
+
 class ServingModule(_TextModule):
     """The exported computation: a pretrainer's network behind raw-text and ids signatures.
 
@@ -335,10 +348,9 @@ class TaskServingModule(_TextModule):
         text, text_b = self.same_batch(text, text_b)
         if self.kind == "qa":
             return self._qa(text, text_b)
-        tokenize = self._tokenizer.tokenize
-        # BERT's pair truncation (a piece at a time from the longer; features._pack).
-        return self._sentence(tf_text.RoundRobinTrimmer(self.max_seq_length - 3).trim(
-            [tokenize(text), tokenize(text_b)]))
+        return self._sentence(truncate_pair(self._tokenizer.tokenize(text),
+                                            self._tokenizer.tokenize(text_b),
+                                            self.max_seq_length - 3))
 
     def _sentence(self, segments):
         logits = self._serve_ids(*self.pack(*segments))["logits"]  # [b, C]
