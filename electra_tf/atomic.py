@@ -36,17 +36,28 @@ def write_text(path: str, text: str, overwrite: bool = True) -> None:
 def staged_dir(path: str, temporary: str | None = None):
     """Yields a temporary folder beside `path` to fill (`temporary`, default
     temporary_name(path)); when the block ends without an exception the folder becomes
-    `path` (a folder there is replaced; the caller has checked that it may be), else it is
-    removed."""
+    `path`, else it is removed. A folder already at `path` (the caller has checked that it
+    may be replaced) is renamed aside first and deleted only once the new one is in place:
+    if that fails, it is put back. (On object stores such as gs:// a folder's rename copies
+    it object by object, so there a reader may see it partly written.)"""
+    path = path.rstrip("/")
     temporary = temporary or temporary_name(path)
     if tf.io.gfile.exists(temporary):  # a given name, left by a killed run
         tf.io.gfile.rmtree(temporary)
     tf.io.gfile.makedirs(temporary)
     try:
         yield temporary
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-        tf.io.gfile.rename(temporary, path)
+        old = temporary_name(path) if tf.io.gfile.exists(path) else None
+        if old:
+            tf.io.gfile.rename(path, old)
+        try:
+            tf.io.gfile.rename(temporary, path)
+        except BaseException:
+            if old and not tf.io.gfile.exists(path):
+                tf.io.gfile.rename(old, path)
+            raise
+        if old:
+            tf.io.gfile.rmtree(old)
     finally:
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.rmtree(temporary)

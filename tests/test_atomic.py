@@ -48,3 +48,31 @@ def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
             open(os.path.join(temporary, "half.txt"), "w").write("half")
             raise RuntimeError("disk full")
     assert sorted(os.listdir(tmp_path)) == ["model"]
+
+
+def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_path,
+                                                                          monkeypatch):
+    """The folder being replaced is renamed aside, not deleted first: a failure while the
+    new one moves in puts it back (a TF Serving version never lost to a failed overwrite)."""
+    target = tmp_path / "1"
+    target.mkdir()
+    (target / "saved_model.pb").write_text("old")
+    rename, staged = tf.io.gfile.rename, []
+
+    def failing(source, destination, overwrite=False):
+        if source in staged:  # the new folder moving in
+            raise tf.errors.UnavailableError(None, None, "the disk went away")
+        return rename(source, destination, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", failing)
+    with pytest.raises(tf.errors.UnavailableError):
+        with atomic.staged_dir(str(target)) as temporary:
+            staged.append(temporary)
+            open(os.path.join(temporary, "saved_model.pb"), "w").write("new")
+    assert os.listdir(tmp_path) == ["1"]
+    assert (target / "saved_model.pb").read_text() == "old"
+    monkeypatch.setattr(tf.io.gfile, "rename", rename)
+    with atomic.staged_dir(str(target)) as temporary:
+        open(os.path.join(temporary, "saved_model.pb"), "w").write("new")
+    assert os.listdir(tmp_path) == ["1"]
+    assert (target / "saved_model.pb").read_text() == "new"
