@@ -201,6 +201,21 @@ def test_adversarial_reward_is_the_discriminators_loss_on_each_slot():
     expected = (-((reward - baseline) * log_p * weights).sum()
                 + (baseline_ce * weights).sum()) / weights.sum()
     assert float(loss) == pytest.approx(expected, rel=1e-5)
+    # Never sampling the original token, the policy is p renormalised without it: the score
+    # function is that policy's (the full softmax's would bias the gradient).
+    model = _model(algorithm="adversarial", disallow_correct=True)
+    original = np.array([[0, 4, 5], [6, 0, 2]], np.int32)  # never the sampled ids
+    batch["masked_lm_ids"] = tf.constant(original)
+    loss = _policy_gradient_loss(model, logits, hidden, sampled, disc_logits,
+                                 tf.constant(labels), batch, {"masked": weights.sum()})
+    z = model.reward_baseline(hidden).numpy()[..., 0].astype(np.float64)
+    baseline = np.logaddexp(0, -z)
+    kept = np.where(np.arange(7) == original[..., None], -np.inf, lg)
+    log_q = np.take_along_axis(kept - np.log(np.exp(kept).sum(-1, keepdims=True)),
+                               sampled.numpy()[..., None], -1)[..., 0]
+    expected = (-((reward - baseline) * log_q * weights).sum()
+                + ((np.logaddexp(0, z) - target * z) * weights).sum()) / weights.sum()
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
 def test_scatter_leaves_padding_slots_alone():

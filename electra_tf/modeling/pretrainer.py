@@ -492,7 +492,10 @@ def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, label
         tf.squeeze(model.reward_baseline(tf.stop_gradient(gen_hidden)), -1), tf.float32)
     baseline = tf.nn.softplus(-baseline_logit)
     advantage = tf.stop_gradient(reward - baseline)
-    log_p = _token_log_prob(logits / model.temperature, sampled)
+    policy = tf.cast(logits, tf.float32) / model.temperature
+    if model.disallow_correct:  # the policy sampled from: the original token's probability 0
+        policy += -1e9 * tf.one_hot(batch["masked_lm_ids"], tf.shape(policy)[-1])
+    log_p = _token_log_prob(policy, sampled)
     baseline_loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.exp(-reward),
                                                             logits=baseline_logit)
     return (-weighted_mean(advantage * log_p, weights, norms["masked"])
