@@ -53,14 +53,26 @@ flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a genera
 flags.mark_flags_as_required(["source", "input", "output_dir"])
 
 
+# The conversions that read each flag, beyond --source, --input, --output_dir and
+# --vocab_file, which all do: one given to another is refused, not ignored.
+READ_BY = {"generator_input": ("--source=hf",), "num_heads": ("--source=tf1",),
+           **{name: ("--source=tf1", "--source=hf") for name in
+              ("lower_case", "max_seq_length", "generator_hidden_fraction")}}
+
+
 def main(argv):
     del argv
     from electra_tf.errors import UserInputError
+    if FLAGS.target == "hf" and FLAGS.source != "native":
+        raise UserInputError("--target=hf converts one of our model dirs: pass "
+                             "--source=native --input=MODEL_DIR")
+    conversion = "--target=hf" if FLAGS.target == "hf" else f"--source={FLAGS.source}"
+    for name, readers in READ_BY.items():
+        if FLAGS[name].present and conversion not in readers:
+            raise UserInputError(f"--{name} is for {' and '.join(readers)}, not {conversion}; "
+                                 "drop it")
     from electra_tf.export import converters
     if FLAGS.target == "hf":
-        if FLAGS.source != "native":
-            raise UserInputError("--target=hf converts one of our model dirs: pass "
-                                 "--source=native --input=MODEL_DIR")
         written = converters.export_hf(FLAGS.input, FLAGS.output_dir, log=print,
                                        vocab_file=FLAGS.vocab_file)
         for directory in written:

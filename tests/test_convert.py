@@ -779,6 +779,25 @@ def test_an_output_dir_that_is_a_file_is_refused_up_front(tmp_path):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--source=tf1", "--generator_input=gen"], "--generator_input is for --source=hf, not "
+                                                "--source=tf1"),
+    (["--source=hf", "--num_heads=4"], "--num_heads is for --source=tf1, not --source=hf"),
+    (["--source=native", "--target=hf", "--max_seq_length=128"],
+     "--max_seq_length is for --source=tf1 and --source=hf, not --target=hf"),
+    (["--source=native", "--target=hf", "--nolower_case"],
+     "--lower_case is for --source=tf1 and --source=hf, not --target=hf"),
+])
+def test_a_flag_the_conversion_does_not_read_is_refused(tmp_path, args, said):
+    """Not ignored (a --generator_input given with --source=tf1 left the generator fresh,
+    without a word): one line, exit 1, before anything is read or written."""
+    done = subprocess.run([sys.executable, SCRIPT, *args, f"--input={tmp_path}/in",
+                           f"--output_dir={tmp_path}/out"], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"error: {said}; drop it"
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("objective, sharing, without", [
     ("mlm", "embeddings", ("generator", "discriminator_predictions")),  # electra_objective=False
     ("electra", "all", ("generator",))])  # untied_generator=False
