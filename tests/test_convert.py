@@ -17,7 +17,7 @@ import transformers
 
 from conftest import ROOT, pretrain
 from electra_tf.errors import UserInputError
-from electra_tf.export import converters, saved_model
+from electra_tf.export import converters, huggingface, saved_model
 from electra_tf.export.huggingface import hf_config
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
@@ -237,6 +237,23 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
         f"{tmp_path}/disc) or export --kind=encoder")
     saved_model.check_imported(load_pretrainer(str(tmp_path / "disc")), str(tmp_path / "disc"),
                                "discriminator")  # its head was imported
+    # A failure writing the generator leaves no discriminator/ either (it refused the rerun).
+    original = huggingface.hf_config
+
+    def failing(config, architecture, **kwargs):
+        if architecture == "ElectraForMaskedLM":
+            raise OSError("No space left on device")
+        return original(config, architecture, **kwargs)
+
+    huggingface.hf_config = failing
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            converters.export_hf(str(tmp_path / "run"), str(tmp_path / "full"))
+    finally:
+        huggingface.hf_config = original
+    assert os.listdir(tmp_path / "full") == []
+    assert [os.path.basename(d) for d in converters.export_hf(
+        str(tmp_path / "run"), str(tmp_path / "full"))] == ["discriminator", "generator"]
     # An earlier export is never mixed with a new one (a stale generator/ beside it).
     with pytest.raises(UserInputError, match=r"hf already holds an export \(discriminator/, "
                                              r"generator/\); use a new directory"):

@@ -23,6 +23,7 @@ load; optimizer slots (`adam_m`, `adam_v`), `global_step` and other extras are s
 listed.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -521,15 +522,18 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     # transformers' default pad_token_id is 0 ([PAD] in BERT's vocabs, not in every vocab).
     pad_id = tokenization.load_vocab(loaded.vocab_file).index(tokenization.PAD_TOKEN)
     written = []
-    for name, state, config, architecture in (
-            ("discriminator", discriminator, model.discriminator_config,
-             "ElectraForPreTraining" if has_head else "ElectraModel"),
-            ("generator", generator, model.generator.config if generator else None,
-             "ElectraForMaskedLM")):
-        if state is None:
-            continue
-        directory = os.path.join(output_dir, name)
-        with atomic.staged_dir(directory) as temporary:
+    # Both folders are filled before either moves in: a failure leaves neither (a lone
+    # discriminator/ would refuse the rerun as an earlier export).
+    with contextlib.ExitStack() as staged:
+        for name, state, config, architecture in (
+                ("discriminator", discriminator, model.discriminator_config,
+                 "ElectraForPreTraining" if has_head else "ElectraModel"),
+                ("generator", generator, model.generator.config if generator else None,
+                 "ElectraForMaskedLM")):
+            if state is None:
+                continue
+            directory = os.path.join(output_dir, name)
+            temporary = staged.enter_context(atomic.staged_dir(directory))
             save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
                       os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
             with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
@@ -541,7 +545,7 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
                            "strip_accents": loaded.strip_accents,
                            "tokenizer_class": "ElectraTokenizer",
                            "model_max_length": loaded.max_seq_length}, f, indent=2)
-        written.append(directory)
+            written.append(directory)
     return written
 
 
