@@ -9,6 +9,8 @@ import uuid
 
 import tensorflow as tf
 
+from electra_tf.errors import UserInputError
+
 
 def temporary_name(path: str) -> str:
     """A name beside `path` no other process or thread is writing."""
@@ -30,6 +32,24 @@ def write_text(path: str, text: str, overwrite: bool = True) -> None:
     finally:
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.remove(temporary)
+
+
+def check_folder(folder: str, flag: str = "--model_dir") -> None:
+    """A folder to write into that is a file, or inside one, fails at once, as one line
+    naming `flag` (not at the first write, with a traceback)."""
+    path = folder.rstrip("/") or "/"
+    while True:
+        if tf.io.gfile.exists(path):
+            if not tf.io.gfile.isdir(path):
+                raise UserInputError(
+                    f"{flag}={folder} is a file, not a folder; choose another {flag}"
+                    if path == folder.rstrip("/") else
+                    f"{flag}={folder} is inside {path}, a file; choose another {flag}")
+            return
+        parent = os.path.dirname(path)
+        if "://" in folder or parent in (path, ""):  # an object store has no files above
+            return
+        path = parent
 
 
 @contextlib.contextmanager

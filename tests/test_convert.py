@@ -234,7 +234,8 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
         f"{tmp_path}/disc was imported without a generator: it is freshly initialised, so its "
         "outputs are random; import one (convert_checkpoint.py --generator_input=an "
         f"ElectraForMaskedLM dir), pre-train it first (run_pretraining.py --init_checkpoint="
-        f"{tmp_path}/disc) or export --kind=encoder")
+        f"{tmp_path}/disc with --gin_file={tmp_path}/disc/operative_config.gin after the "
+        "size's file) or export --kind=encoder")
     saved_model.check_imported(load_pretrainer(str(tmp_path / "disc")), str(tmp_path / "disc"),
                                "discriminator")  # its head was imported
     # A failure writing the generator leaves no discriminator/ either (it refused the rerun).
@@ -349,7 +350,8 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
     assert str(error.value) == (
         f"{out} was imported without a replaced-token head (discriminator_predictions): it is "
         "freshly initialised, so its outputs are random; pre-train it first "
-        f"(run_pretraining.py --init_checkpoint={out}) or export --kind=encoder")
+        f"(run_pretraining.py --init_checkpoint={out} with --gin_file={out}/"
+        "operative_config.gin after the size's file) or export --kind=encoder")
     with pytest.raises(UserInputError, match=f"^{out} was imported without a generator: "):
         saved_model.export(out, serving, kind="generator")
     assert not os.path.exists(serving)
@@ -360,7 +362,8 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
     assert detect.stderr.strip().splitlines() == [
         f"error: {out} was imported without a replaced-token head (discriminator_predictions): "
         "it is freshly initialised, so its outputs are random; pre-train it first "
-        f"(run_pretraining.py --init_checkpoint={out})"]
+        f"(run_pretraining.py --init_checkpoint={out} with --gin_file={out}/"
+        "operative_config.gin after the size's file)"]
     saved_model.export(out, serving, kind="encoder")
     # The marker is the imported checkpoint's: a later one (pre-training went on) has trained
     # those parts.

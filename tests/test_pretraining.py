@@ -504,10 +504,24 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     b0 = model_values(str(tmp_path / "b" / "ckpt-0"))
     for name in a:
         np.testing.assert_array_equal(a[name], b0[name], err_msg=name)
-    with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model"):
+    with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model .*; "
+                                         r"describe its architecture: --gin_file=<its model "
+                                         r"dir>/operative_config.gin after the size's file"):
         run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
             init_checkpoint=str(tmp_path / "a"))
     assert not glob.glob(str(tmp_path / "c" / "ckpt-*"))
+    # A mistyped one is said to be missing, before anything is built; a model dir that is a
+    # file (or inside one) too (was a traceback at the first write).
+    with pytest.raises(UserInputError, match=(
+            rf"^{tmp_path}/ab is neither a model dir nor a checkpoint prefix \(no ")):
+        run(tmp_path / "d", data, init_checkpoint=str(tmp_path / "ab"))
+    (tmp_path / "afile").write_text("mine")
+    for model_dir, said in ((tmp_path / "afile", "is a file, not a folder"),
+                            (tmp_path / "afile" / "run", f"is inside {tmp_path}/afile, a file")):
+        with pytest.raises(UserInputError, match=rf"^--model_dir={model_dir} {said}; choose "
+                                                 r"another --model_dir\n"):
+            run(model_dir, data)
+    assert not (tmp_path / "d").exists() and (tmp_path / "afile").read_text() == "mine"
 
 
 # ------------------------------------------------------------------------------ one big batch

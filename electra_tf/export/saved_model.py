@@ -785,7 +785,8 @@ def check_imported(loaded, model_dir: str, kind: str, script: str = "export"):
         return
     what = {"discriminator_predictions": "replaced-token head (discriminator_predictions)",
             "generator": "generator"}[part]
-    fixes = [f"pre-train it first (run_pretraining.py --init_checkpoint={model_dir})"]
+    fixes = [f"pre-train it first (run_pretraining.py --init_checkpoint={model_dir} with "
+             f"--gin_file={model_dir}/operative_config.gin after the size's file)"]
     if part == "generator":
         fixes.insert(0, "import one (convert_checkpoint.py --generator_input=an "
                         "ElectraForMaskedLM dir)")

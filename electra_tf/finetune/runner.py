@@ -428,30 +428,12 @@ def input_digests(task_data: tasks.TaskData, init: Initialization) -> dict:
     return digests
 
 
-def _check_folder(model_dir: str) -> None:
-    """A model dir that is a file, or inside one, fails at once (not at the first write)."""
-    path = model_dir.rstrip("/") or "/"
-    while True:
-        if tf.io.gfile.exists(path):
-            if not tf.io.gfile.isdir(path):
-                raise UserInputError(
-                    f"--model_dir={model_dir} is a file, not a folder; choose another "
-                    "--model_dir" if path == model_dir.rstrip("/") else
-                    f"--model_dir={model_dir} is inside {path}, a file; choose another "
-                    "--model_dir")
-            return
-        parent = os.path.dirname(path)
-        if "://" in model_dir or parent in (path, ""):  # an object store has no files above
-            return
-        path = parent
-
-
 def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
     """What an earlier run left in `model_dir` (results.json first, then its trial
     folders), for `overwrite` to delete, or for a rerun to resume (`resumable_trials`).
     Without `overwrite` a finished run (results.json) is an error, as is a `model_dir` that
     is a file."""
-    _check_folder(model_dir)
+    atomic.check_folder(model_dir)
     if not tf.io.gfile.isdir(model_dir):
         return []
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]

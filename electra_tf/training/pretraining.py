@@ -161,7 +161,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     strategy = strategies.create_strategy(strategy, tpu)
     replicas = strategy.num_replicas_in_sync
 
-    # -- data: checked before anything is built or written
+    # -- the inputs: checked before anything is built or written
+    atomic.check_folder(model_dir)
+    if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # read: it must exist
+        from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
+        latest_checkpoint(init_checkpoint)  # a model dir or a checkpoint prefix
     train_files = pipeline.list_files(train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     vocab_file = _vocab_file(vocab_file, info, train_data)
@@ -950,5 +954,6 @@ def _initialise(model, path: str, earlier: dict, vocab_size: int):
             tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
         first = str(e).strip().splitlines()[0][:200]
         raise UserInputError(
-            f"--init_checkpoint={path} does not fit this model ({first}); check that the gin "
-            "files describe the checkpoint's architecture") from None
+            f"--init_checkpoint={path} does not fit this model ({first}); describe its "
+            "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
+            "file") from None
