@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -435,3 +436,19 @@ def test_official_vocabs_pass_the_accent_check_with_stripping():
         vocab = tokenization.load_vocab(vocab_file)
         assert [t for t in vocab if writer._strip_accents(t) != t] == []
         writer._check_accents(vocab, vocab_file, strip_accents=True)
+
+
+def test_metadata_names_the_vocab_by_its_absolute_path(tmp_path, monkeypatch):
+    """run_pretraining.py reads the vocab metadata.json names (its default --vocab_file),
+    maybe from another folder than the build's: a relative --vocab_file is made absolute."""
+    from conftest import corpus_lines
+    from electra_tf.data.writer import build_pretraining_data
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(UNCASED_VOCAB, "vocab.txt")
+    with open("corpus.txt", "w", encoding="utf-8") as f:
+        f.write("\n".join(corpus_lines(200)) + "\n")
+    metadata = build_pretraining_data("corpus.txt", "vocab.txt", "out", show_progress=False,
+                                      log=lambda *_: None)
+    assert metadata["vocab_file"] == str(tmp_path / "vocab.txt")
+    saved = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert saved["vocab_file"] == str(tmp_path / "vocab.txt")

@@ -393,7 +393,8 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
                              "point --input at the corpus")
     shards = min(num_shards or len(pieces), len(pieces))
     config = BuildConfig(
-        inputs=tuple(files), vocab_file=vocab_file,
+        # Absolute: metadata.json names the vocab for runs started from other folders.
+        inputs=tuple(files), vocab_file=_absolute(vocab_file),
         vocab_sha256=tokenization.vocab_sha256(vocab_file), vocab_size=tokenizer.vocab_size,
         lower_case=lower_case, strip_accents=tokenizer.strip_accents,
         max_seq_length=max_seq_length, num_shards=shards, seed=seed, input_format=input_format,
