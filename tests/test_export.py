@@ -266,8 +266,8 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]  # nothing half-written
     assert _script_error("export_saved_model.py", f"--model_dir={tmp_path}/nothing",
                          f"--export_dir={tmp_path}/x") == [
-        f"error: {tmp_path}/nothing has no operative_config.gin; pass a model dir written by "
-        "run_pretraining.py or convert_checkpoint.py"]
+        f"error: {tmp_path}/nothing does not exist or is not a folder; pass a model dir "
+        "written by run_pretraining.py or convert_checkpoint.py"]
     assert not os.path.exists(tmp_path / "x")
     # A model name TF Serving's config would reject stops before anything is written.
     with pytest.raises(UserInputError, match="--model_name='electra 2' is not a TF Serving"):
@@ -527,6 +527,16 @@ def test_task_exports_use_only_ops_the_tf_serving_image_has(task_exports):
         custom = {op for op in _graph_ops(path) if not hasattr(tf.raw_ops, op)}
         assert custom <= SERVING_TEXT_OPS, (name, custom)
     assert "FastWordpieceTokenizeWithOffsets" in _graph_ops(task_exports["paths"]["pair"])
+
+
+def test_a_fine_tuning_dir_where_a_pre_trained_one_belongs_is_said_so(task_exports):
+    """detect_replaced.py --model_dir (and any reader of a pre-training model dir) given a
+    fine-tuning output dir: one line saying what it is (was: it has no operative_config)."""
+    path = task_exports["root"] / "classification"
+    assert _script_error("detect_replaced.py", f"--model_dir={path}", "A sentence.") == [
+        f"error: {path} is a fine-tuning output dir (a task's model), not a pre-trained one; "
+        "pass the pre-training model dir it was fine-tuned from (or, to serve it, "
+        "export_saved_model.py --kind=task)"]
 
 
 def test_pair_truncation_is_berts():

@@ -56,6 +56,15 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     `vocab_file` overrides the vocab recorded in model_info.json (e.g. the run's data was
     built elsewhere). Raises UserInputError naming what is missing or does not fit.
     """
+    if not tf.io.gfile.isdir(model_dir):
+        raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
+                             "written by run_pretraining.py or convert_checkpoint.py")
+    if any(tf.io.gfile.exists(os.path.join(model_dir, name))
+           for name in ("results.json", "task_info.json")):  # finetune.runner's
+        raise UserInputError(f"{model_dir} is a fine-tuning output dir (a task's model), not "
+                             "a pre-trained one; pass the pre-training model dir it was "
+                             "fine-tuned from (or, to serve it, export_saved_model.py "
+                             "--kind=task)")
     for name in (OPERATIVE_CONFIG, MODEL_INFO):
         if not tf.io.gfile.exists(os.path.join(model_dir, name)):
             raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
