@@ -504,11 +504,13 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     b0 = model_values(str(tmp_path / "b" / "ckpt-0"))
     for name in a:
         np.testing.assert_array_equal(a[name], b0[name], err_msg=name)
-    with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model .*; "
-                                         r"describe its architecture: --gin_file=<its model "
-                                         r"dir>/operative_config.gin after the size's file"):
-        run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
-            init_checkpoint=str(tmp_path / "a"))
+    for dry_run in (True, False):  # a dry run checks it too
+        with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model "
+                                             r".*; describe its architecture: --gin_file=<its "
+                                             r"model dir>/operative_config.gin after the size's "
+                                             r"file"):
+            run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
+                init_checkpoint=str(tmp_path / "a"), dry_run=dry_run)
     assert not glob.glob(str(tmp_path / "c" / "ckpt-*"))
     # A mistyped one is said to be missing, before anything is built; a model dir that is a
     # file (or inside one) too (was a traceback at the first write).

@@ -253,6 +253,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     _check_resume(model_dir, model_info)
     if dry_run:
         next(iter(dataset))  # the pipeline runs
+        if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
+            _initialise(model, init_checkpoint, _model_info_of(init_checkpoint),
+                        model_info["vocab_size"])
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
             atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
         log(json.dumps(model_info, indent=2))
