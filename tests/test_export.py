@@ -249,6 +249,21 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
     with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=2"):
         saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
+    # A generator as version 2 of the discriminator's name would replace it in TF Serving.
+    with pytest.raises(UserInputError) as error:
+        saved_model.export(model_dir, str(tmp_path), "electra", "generator", version=2)
+    assert str(error.value) == (
+        f"{tmp_path}/electra/1 serves another kind of model (outputs input_mask, "
+        "replaced_probability, tokens) than this --kind=generator export (outputs "
+        "input_mask, mask_positions, tokens, top_k_probabilities, top_k_tokens), and TF "
+        "Serving serves a name's highest version only; pass another --model_name")
+    assert sorted(os.listdir(tmp_path / "electra")) == ["1"]
+    # A version written below a higher one is not the one served: said.
+    lines = []
+    saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=3)
+    saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=2,
+                       log=lines.append)
+    assert lines == ["note: low/3 is a higher version: TF Serving serves that one, not 2"]
     with pytest.raises(UserInputError, match="--kind=task exports a fine-tuned model"):
         saved_model.export(model_dir, str(tmp_path), "other", "task")
     with pytest.raises(UserInputError, match="has no operative_config.gin"):

@@ -758,9 +758,51 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     with atomic.staged_dir(target, hidden) as temporary:
         tf.saved_model.save(module, temporary, signatures={
             "serving_default": module.serving_default, "predict_ids": module.predict_ids})
+        _check_same_signature(temporary, export_dir, model_name, version, kind)
         _write_warmup(os.path.join(temporary, "assets.extra"), model_name, module.input_names)
     write_models_config(export_dir, model_name)
+    higher = [v for v in _versions(export_dir, model_name) if v > version]
+    if higher:
+        log(f"note: {model_name}/{max(higher)} is a higher version: TF Serving serves that one, "
+            f"not {version}")
     return target
+
+
+def _versions(export_dir: str, model_name: str) -> list[int]:
+    """The version folders TF Serving sees under a model name (numeric names)."""
+    folder = os.path.join(export_dir, model_name)
+    if not tf.io.gfile.isdir(folder):
+        return []
+    return sorted(int(n.rstrip("/")) for n in tf.io.gfile.listdir(folder)
+                  if n.rstrip("/").isdigit())
+
+
+def _signature(path: str) -> tuple[list[str], list[str]] | None:
+    """serving_default's input and output names in the SavedModel at `path`."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    pb = os.path.join(path, "saved_model.pb")
+    if not tf.io.gfile.exists(pb):
+        return None
+    model = saved_model_pb2.SavedModel()
+    with tf.io.gfile.GFile(pb, "rb") as f:
+        model.ParseFromString(f.read())
+    signature = model.meta_graphs[0].signature_def.get("serving_default")
+    return signature and (sorted(signature.inputs), sorted(signature.outputs))
+
+
+def _check_same_signature(path, export_dir, model_name, version, kind):
+    """One model name serves one kind of model: TF Serving serves its highest version, so a
+    version of another kind (a generator as version 2 of a discriminator's name) would
+    replace what its clients call."""
+    new = _signature(path)
+    for other in _versions(export_dir, model_name):
+        old = _signature(os.path.join(export_dir, model_name, str(other)))
+        if other != version and old is not None and old != new:
+            raise UserInputError(
+                f"{os.path.join(export_dir, model_name, str(other))} serves another kind of "
+                f"model (outputs {', '.join(old[1])}) than this --kind={kind} export (outputs "
+                f"{', '.join(new[1])}), and TF Serving serves a name's highest version only; "
+                "pass another --model_name")
 
 
 def fresh_parts(loaded) -> list[str]:
