@@ -95,8 +95,9 @@ def run(main, trains: bool = False, xla_cache: bool = False):
     print what a user needs. `trains`: the script trains (it compiles XLA functions), so
     XLA's first log lines are taken at start-up (`_absorb_first_xla_log`) and a bad
     ELECTRA_TF_XLA_ELEMENTWISE fails there; the others do not pay for that compilation.
-    `xla_cache`: stage the XLA compilation cache (`training/xla_cache.py`) before app.run,
-    where importing TensorFlow lists the devices, reading TF_XLA_FLAGS.
+    `xla_cache`: stage the XLA compilation cache (`training/xla_cache.py`) before app.run:
+    once absl has parsed the flags, an imported TensorFlow lists its devices, which reads
+    TF_XLA_FLAGS.
     """
     if xla_cache:
         from electra_tf.training import xla_scratch
