@@ -169,6 +169,14 @@ def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
             + said.format(f"{other}/metadata.json", v=metadata["vocab_file"],
                           h=metadata["vocab_sha256"][:12])
             + "; train on data built with one vocab and the same build flags")
+    # A build made before word_segmenter was recorded: none, as the other's.
+    older = tmp_path / "older"
+    older.mkdir()
+    shutil.copy(os.path.join(directory, name), older)
+    (older / "metadata.json").write_text(json.dumps(
+        {k: v for k, v in metadata.items() if k != "word_segmenter"}))
+    pipeline.pretraining_dataset(f"{directory}/*.tfrecord,{older}/*.tfrecord", 4, 128,
+                                 UNCASED_VOCAB)
 
     # Without metadata.json (e.g. data from the official builder) the records are checked.
     bare = tmp_path / "bare"

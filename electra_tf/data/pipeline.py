@@ -135,6 +135,12 @@ _BUILD_SETTINGS = ("max_seq_length", "vocab_sha256", "lower_case", "strip_accent
                    "word_segmenter")
 
 
+def _build_setting(metadata: dict, key: str):
+    """A build setting of metadata.json; builds made before word_segmenter was recorded
+    had none."""
+    return metadata.get(key, "none") if key == "word_segmenter" else metadata.get(key)
+
+
 def _first_record(path: str, data_flag: str) -> tf.train.Example:
     dataset = tf.data.TFRecordDataset(path, compression_type=_compression_of(path))
     try:
@@ -173,10 +179,10 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
     found = read_all_metadata(files)
     for other in found[1:]:
         for key in _BUILD_SETTINGS:
-            if other.get(key) != found[0].get(key):
+            if _build_setting(other, key) != _build_setting(found[0], key):
                 first, second = (
                     f"vocab {m.get('vocab_file')} (sha256 {m[key][:12]})" if key == "vocab_sha256"
-                    else f"{key}={m.get(key)}" for m in (found[0], other))
+                    else f"{key}={_build_setting(m, key)}" for m in (found[0], other))
                 raise UserInputError(
                     f"{data_flag} mixes builds made differently: {found[0]['_path']} says "
                     f"{first}, {other['_path']} {second}; train on data built with one vocab "
