@@ -31,8 +31,8 @@ from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.modeling.encoder import Encoder
 from electra_tf.modeling.layers import DiscriminatorHead, MaskedLMHead, initializer
-from electra_tf.modeling.tensors import (gather_positions, sample_from_logits, scatter_positions,
-                                        sparse_cross_entropy)
+from electra_tf.modeling.tensors import (gather_positions, sample_from_logits, sampling_logits,
+                                        scatter_positions, sparse_cross_entropy)
 
 SHARING = ("none", "embeddings", "all")
 OBJECTIVES = ("electra", "mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "electric")
@@ -492,10 +492,9 @@ def _policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits, label
         tf.squeeze(model.reward_baseline(tf.stop_gradient(gen_hidden)), -1), tf.float32)
     baseline = tf.nn.softplus(-baseline_logit)
     advantage = tf.stop_gradient(reward - baseline)
-    policy = tf.cast(logits, tf.float32) / model.temperature
-    if model.disallow_correct:  # the policy sampled from: the original token's probability 0
-        policy += -1e9 * tf.one_hot(batch["masked_lm_ids"], tf.shape(policy)[-1])
-    log_p = _token_log_prob(policy, sampled)
+    log_p = _token_log_prob(sampling_logits(  # the policy sampled from
+        logits, model.temperature, batch["masked_lm_ids"] if model.disallow_correct else None),
+        sampled)
     baseline_loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.exp(-reward),
                                                             logits=baseline_logit)
     return (-weighted_mean(advantage * log_p, weights, norms["masked"])

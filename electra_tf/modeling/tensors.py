@@ -35,6 +35,16 @@ def scatter_positions(sequence, positions, updates, weights):
 SAMPLE_BLOCK = 128
 
 
+def sampling_logits(logits, temperature: float = 1.0, disallow=None):
+    """The logits `sample_from_logits` draws from: float32, divided by `temperature`, the
+    `disallow` ids [B, ...] (if any) at -1e9, so their probability is 0. Their log-softmax
+    is the sampling policy's (the adversarial generator's policy gradient)."""
+    logits = tf.cast(logits, tf.float32) / temperature
+    if disallow is not None:
+        logits += -1e9 * tf.one_hot(disallow, tf.shape(logits)[-1], dtype=tf.float32)
+    return logits
+
+
 def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.0,
                        disallow=None):
     """One token per row of logits [B, ..., V], drawn from softmax(logits / temperature);
@@ -63,9 +73,7 @@ def sample_from_logits(logits, seed: int, example_index, temperature: float = 1.
       temperature: logits are divided by it; near 0 the sample is the argmax.
       disallow: optional ids [B, ...] that must not be sampled (e.g. the original token).
     """
-    logits = tf.cast(logits, tf.float32) / temperature
-    if disallow is not None:
-        logits += -1e9 * tf.one_hot(disallow, tf.shape(logits)[-1], dtype=tf.float32)
+    logits = sampling_logits(logits, temperature, disallow)
     shape = tf.shape(logits)
     vocab, width = shape[-1], SAMPLE_BLOCK
     blocks = (vocab + width - 1) // width
