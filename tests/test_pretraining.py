@@ -199,6 +199,37 @@ def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+def test_a_run_resumed_behind_its_last_summaries_shows_tensorboard_one_curve(tmp_path, data):
+    """A run killed after writing step 6's scalars but before saving step 6 resumes from
+    step 4 and writes step 6 again: TensorBoard (its Python loader) and read_scalars show
+    each step once, with the resumed run's value."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    from electra_tf.training import summaries
+    run(tmp_path, data, [])
+    for path in glob.glob(str(tmp_path / "ckpt-6.*")):  # as if killed before this save
+        os.remove(path)
+    (tmp_path / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-4"\nall_model_checkpoint_paths: "ckpt-0"\n'
+        'all_model_checkpoint_paths: "ckpt-4"\n')
+    (tmp_path / "train" / "before").mkdir()
+    for path in glob.glob(str(tmp_path / "train" / "events.*")):
+        shutil.copy(path, tmp_path / "train" / "before")
+    _, lines = run(tmp_path, data, [])
+    assert lines[0] == f"resuming from {tmp_path / 'ckpt-4'} (step 4)"
+    assert [step for step, _ in summary_tags(tmp_path / "train")["loss/total"]] == [
+        2, 4, 6, 6]  # in the event files: the first run's 6, then the resumed run's
+    resumed = summary_tags(tmp_path / "train")["loss/total"][-1][1]
+    board = plugin_event_accumulator.EventAccumulator(str(tmp_path / "train"))
+    board.Reload()
+    shown = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in board.Tensors("loss/total")]
+    assert [step for step, _ in shown] == [2, 4, 6] and shown[-1][1] == float(resumed)
+    assert summaries.read_scalars(str(tmp_path / "train"))["loss/total"] == shown
+    # The first run, which started at step 0, showed as it was.
+    assert [step for step, _ in summaries.read_scalars(
+        str(tmp_path / "train" / "before"))["loss/total"]] == [2, 4, 6]
+
+
 def test_a_resumed_xla_run_loads_its_compiled_step_and_ends_the_same(tmp_path, data):
     more = ["NUM_TRAIN_STEPS = 8", "pretraining.keep_checkpoints = 10",
             "pretraining.jit_compile = True"]

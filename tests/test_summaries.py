@@ -31,3 +31,18 @@ def test_read_scalars_keeps_what_precedes_a_record_cut_short(tmp_path):
     with open(path, "rb+") as f:
         f.truncate(f.seek(0, 2) - 5)
     assert summaries.read_scalars(str(tmp_path)) == {"loss/total": [(2, 0.25), (4, 0.5)]}
+
+
+def test_read_scalars_drops_what_a_restart_went_back_over(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step in (2, 4, 6):
+            tf.summary.scalar("loss/total", step / 8, step=step)
+            tf.summary.scalar("optimizer/grad_norm", 1.0, step=step)
+        start = tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START)
+        event = tf.compat.v1.Event(step=4, session_log=start)
+        tf.raw_ops.ImportEvent(writer=writer._resource, event=event.SerializeToString())
+        tf.summary.scalar("loss/total", 0.75, step=5)
+    writer.flush()
+    assert summaries.read_scalars(str(tmp_path)) == {
+        "loss/total": [(2, 0.25), (5, 0.75)], "optimizer/grad_norm": [(2, 1.0)]}

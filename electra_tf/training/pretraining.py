@@ -29,6 +29,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from absl import logging as absl_logging
 import gin
@@ -456,12 +457,14 @@ class _Monitor:
         self.skipped: list[int] = [int(s) for s in state.skip_steps.numpy() if s >= 0]
         self.summary_root = summary_root  # TensorBoard runs go to its train/ and eval/
         self.writers = {}
+        self.start_step = int(state.step.numpy())  # where this run (or its last restore) began
         self.chance_since = None  # the step since which the discriminator's AUC is ~0.5
 
     def _writer(self, run: str):
         if run not in self.writers:
             self.writers[run] = tf.summary.create_file_writer(
                 os.path.join(self.summary_root, run))
+            _mark_start(self.writers[run], self.start_step + 1)
         return self.writers[run]
 
     def write(self, run: str, values: dict):
@@ -539,6 +542,9 @@ class _Monitor:
                 "LEARNING_RATE or raise WARMUP_STEPS")
         self.skipped.append(bad_step)
         self.checkpoint.restore(latest).expect_partial()
+        self.start_step = restored_step
+        for writer in self.writers.values():
+            _mark_start(writer, restored_step + 1)
         skips = self.skipped + [-1] * (self.state.skip_steps.shape[0] - len(self.skipped))
         self.state.skip_steps.assign(tf.constant(skips, tf.int64))
         self.log(f"the loss was not finite at step {bad_step}: restored step {restored_step} "
@@ -554,6 +560,21 @@ class _Monitor:
                  f"{int(self.state.step.numpy())}; rerun the same command to resume")
         sys.stdout.flush()
         sys.exit(PREEMPTED_EXIT_CODE)
+
+
+def _mark_start(writer, first_step: int):
+    """A SessionLog START event at the first step a run (or a restore) computes, as Estimator
+    wrote on every (re)start: TensorBoard then drops what an earlier run of this model dir
+    wrote at or after that step (a run killed after its last checkpoint, a restore past a
+    non-finite loss), so each curve is the one the weights went through. (TensorBoard's fast
+    loader also drops steps a later write goes back over; its Python loader,
+    `--load_fast=false`, and other readers of the events need this.)"""
+    start = tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START)
+    event = tf.compat.v1.Event(wall_time=time.time(), step=first_step, session_log=start)
+    # tf.summary has no public writer of a whole Event; this is the op
+    # tf.compat.v1's import_event runs, on this writer's resource.
+    tf.raw_ops.ImportEvent(writer=writer._resource, event=event.SerializeToString())
+    writer.flush()
 
 
 def _orbit_log(message: str):
