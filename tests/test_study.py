@@ -255,7 +255,7 @@ tmp = {tmp!r}
 job = lambda n: rs.Job("scripts/x.py", [("n", n)])
 runner = rs.Runner(in_process=False)
 os.makedirs(os.path.join(tmp, "b"))
-rs._write_json(os.path.join(tmp, "b", rs.JOB_RECORD), {{"command": "another"}})
+rs._write_json(os.path.join(tmp, "b", rs.JOB_RECORD), {{"command": "another", "seconds": 1.0}})
 try:
     runner.run_all([(job("1"), os.path.join(tmp, "a"), lambda: False, None),
                     (job("2"), os.path.join(tmp, "b"), lambda: False, None)])
@@ -276,6 +276,25 @@ try:
     raise AssertionError("not refused")
 except UserInputError as e:
     assert str(e).startswith(os.path.join(tmp, "a") + " ran on another "), e
+# A job that failed before making anything (its dir holds only its record) is no run: its
+# command may change. One that made something keeps its command.
+rs._write_json(os.path.join(tmp, "c", rs.JOB_RECORD), {{"command": "another",
+                                                       "interrupted_seconds": 3.0}})
+runner.run_all([(job("3"), os.path.join(tmp, "c"), lambda: False, None)])
+assert rs._read_json(os.path.join(tmp, "c", rs.JOB_RECORD))["command"].endswith("--n=3")
+rs._write_json(os.path.join(tmp, "d", rs.JOB_RECORD), {{"command": "another"}})
+open(os.path.join(tmp, "d", "ckpt-2.index"), "w").close()
+try:
+    runner.run_all([(job("4"), os.path.join(tmp, "d"), lambda: False, None)])
+    raise AssertionError("not refused")
+except UserInputError as e:
+    assert "holds a run of another command" in str(e)
+# The gin files a job reads, includes too: a finished job on an edited one is refused.
+gin_dir = os.path.join({root!r}, "gin")
+assert rs.gin_inputs(["tiny.gin", "ablations/mlm.gin"]) == [
+    os.path.join(gin_dir, f) for f in ("tiny.gin", "ablations/mlm.gin", "pretraining.gin")]
+assert rs.gin_inputs(["finetune/tiny.gin"]) == [
+    os.path.join(gin_dir, "finetune", f) for f in ("tiny.gin", "finetuning.gin")]
 
 # A fine-tuning is done only from the same weights, on the same splits.
 work = {work!r}
@@ -318,6 +337,7 @@ def _snippet(code: str, timeout: int = 300) -> str:
 
 
 _JOB_SECONDS = r"""
+import re
 import time
 tmp = {tmp!r}
 job = rs.Job("scripts/x.py", [("n", "1")])
@@ -348,7 +368,9 @@ except KeyboardInterrupt:
 record = rs._read_json(path)
 assert "seconds" not in record and 0.3 <= record["interrupted_seconds"] < 1.0, record
 assert run(took=2.0) == round(2.0 + record["interrupted_seconds"], 1)
-assert rs._read_json(path) == {{"command": record["command"], "seconds": run(done=True)}}
+assert rs._read_json(path) == {{"command": record["command"], "seconds": run(done=True),
+                               "commit": rs.job_commit()}}
+assert re.fullmatch(r"[0-9a-f]{{7,}}(\+modified)?", rs.job_commit()), rs.job_commit()
 # While a job runs, its record holds its seconds so far (a SIGKILL loses one interval).
 rs.HEARTBEAT_SECONDS = 0.05
 seen = []
@@ -505,6 +527,56 @@ def test_gpus_hidden_from_the_planning_process_when_jobs_are_subprocesses(tmp_pa
     grid (building each pretrainer) hides the GPUs before any TensorFlow op, else it takes
     all of a GPU's memory before the first job starts; in process it keeps them."""
     _snippet(_GPUS_HIDDEN.format(tmp=str(tmp_path)))
+
+
+_BAD_INPUTS = r"""
+from electra_tf.errors import UserInputError
+tmp = {tmp!r}
+labelled = os.path.join(tmp, "labelled.csv")
+with open(labelled, "w") as f:
+    f.write("text,sentiment\nfine,1\n")
+
+
+def refused(*flags):
+    rs.FLAGS.unparse_flags()
+    rs.FLAGS(["run_study", "--jobs=1", "--configs=electra,random_init",
+              f"--work_dir={{tmp}}/work", *flags])
+    try:
+        rs.main([])
+    except UserInputError as e:
+        return str(e)
+    raise AssertionError(f"not refused: {{flags}}")
+
+
+# Each before any job runs (no data built).
+assert refused("--scale=toy", "--labelled_data=/nonexistent.csv") == (
+    "--labelled_data=/nonexistent.csv: no such file; give 'vader' or a CSV with a `text` "
+    "and a --label_column column")
+assert refused("--scale=toy", f"--labelled_data={{labelled}}", "--label_column=label") == (
+    f"--labelled_data={{labelled}} has no `label` column (its columns: text, sentiment); "
+    "pass --label_column")
+assert refused("--scale=toy", "--flops_budget=0") == (
+    "--flops_budget=0: give a positive number of FLOPs (the scale's: 1.3e+10)")
+assert refused("--scale=toy", "--flops_budget=1e6").startswith(
+    "a budget of 1e+06 FLOPs is under two steps of electra (")
+assert refused("--scale=toy", "--configs=mlm,random_init") == (
+    "random_init fine-tunes the electra run's discriminator with random weights: include "
+    "electra in --configs")
+assert refused("--scale=cpu", "--configs=" + ",".join([*rs.CONFIGS, rs.RANDOM_INIT]),
+               "--flops_budget=1e14", "--num_trials=2") == (
+    "--flops_budget=1e+14 --num_trials=2 makes another study than --scale=cpu's: its "
+    "results would replace benchmarks/results/study.{{json,md}}; pass --results_dir, e.g. "
+    "--results_dir=benchmarks/results/study_flops_budget")
+assert not os.path.exists(os.path.join(tmp, "work", "data32")), os.listdir(tmp + "/work")
+print("ok")
+"""
+
+
+def test_bad_study_inputs_are_refused_before_any_job_runs(tmp_path):
+    """A missing labelled file or column, a budget of no steps, random_init without electra,
+    and the scale's study run with other settings into its results: one line each, before
+    the data is built."""
+    _snippet(_BAD_INPUTS.format(tmp=str(tmp_path)))
 
 
 def test_a_part_of_the_grid_needs_its_own_results_dir(tmp_path):

@@ -32,7 +32,7 @@ Scales (`--scale`; the flags below override parts of them):
 - `cpu`: the grid on this project's 2-core machine. tiny.gin (2 layers, hidden 128, FFN 512,
   embeddings 128, generator 1/4, BERT uncased vocab) at seq 64, batch 32, LR 1e-4, warmup
   300 (benchmarks/finetune_study.py's settings, which keep the discriminator from
-  collapsing), on the 61 MB Debian corpus (216,468 packed examples); a budget of 2.2e14
+  collapsing), on the 61 MB Debian corpus (216,462 packed examples); a budget of 2.2e14
   FLOPs per configuration: ELECTRA 3,021 steps (97k examples, under half an epoch), BERT
   5,461, All-Tokens MLM 2,081, two-stage 4,573 (`--plan` prints them all); checkpoints at
   about every quarter of the ELECTRA and BERT runs; 5 seeds on 4,000 training / 2,000 dev
@@ -135,6 +135,7 @@ from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 import corpora  # noqa: E402
+from electra_tf import choices  # noqa: E402
 from electra_tf.errors import UserInputError  # noqa: E402
 
 # The grid (CONFIGS, GROUPS) is in grid.py, shared with benchmarks/zh_pos_study.py.
@@ -220,7 +221,8 @@ flags.DEFINE_string("labelled_data", None, "'vader' (the movie-review snippets) 
 flags.DEFINE_string("label_column", None, "The CSV's label column; default: the scale's.")
 flags.DEFINE_multi_string("pretrain_bindings", [], "More gin bindings for every "
                           "pre-training run, e.g. \"pretraining.precision='mixed_bfloat16'\".")
-flags.DEFINE_string("strategy", "default", "run_pretraining.py's --strategy.")
+flags.DEFINE_enum("strategy", "default", choices.STRATEGIES, "run_pretraining.py's "
+                  "--strategy.")
 flags.DEFINE_string("tpu", None, "run_pretraining.py's --tpu.")
 flags.DEFINE_string("work_dir", None, "Data, model dirs and fine-tuning runs (reruns reuse "
                     "them); default: benchmarks/.cache/study/<scale>.")
@@ -327,13 +329,24 @@ def execute(job: Job, in_process: bool) -> float:
         function(job)
     else:
         import subprocess
-        if subprocess.run(job.command(), cwd=common.REPO).returncode:
+        if subprocess.run(job.command(), cwd=common.REPO, env=_job_environment).returncode:
             raise UserInputError(f"this command failed (its output is above): "
                              f"{common.shown(job.command())}")
     return time.time() - started
 
 
 HEARTBEAT_SECONDS = 30.0
+_job_environment = None  # the subprocesses' (None: this process's)
+
+
+def keep_off_the_tpu():
+    """On a TPU VM, TensorFlow takes the TPU (libtpu's lock) for the life of the process that
+    imports it first: this one, which only plans, would leave its jobs none. It imports
+    TensorFlow with TPU_LOAD_LIBRARY=0 (as TensorBoard is run on TPU VMs); the jobs get
+    the environment as it was."""
+    global _job_environment
+    _job_environment = dict(os.environ)
+    os.environ["TPU_LOAD_LIBRARY"] = "0"
 
 
 def run_timed(job: Job, in_process: bool, record_path: str) -> float:
@@ -367,8 +380,16 @@ def run_timed(job: Job, in_process: bool, record_path: str) -> float:
     stop.set()
     clock.join()
     seconds = round(earlier + took, 1)
-    _write_json(record_path, {**record, "seconds": seconds})
+    _write_json(record_path, {**record, "seconds": seconds, "commit": job_commit()})
     return seconds
+
+
+def job_commit() -> str:
+    """The commit the repository is at, '+modified' if tracked files differ from it: kept
+    with each job, as a study's jobs can span commits."""
+    dirty = common._git("status", "--porcelain", "--untracked-files=no")
+    return common._git("rev-parse", "--short", "HEAD") + (
+        "+modified" if dirty and dirty != "unknown" else "")
 
 
 class Runner:
@@ -398,13 +419,19 @@ class Runner:
             shown_commands.append(shown)
             record_path = os.path.join(job_dir, JOB_RECORD)
             record = _read_json(record_path) if os.path.exists(record_path) else {}
+            # A job that failed before it made anything (a bad flag, a missing file) is
+            # not a run: its command may change.
+            if record and record["command"] != shown and not (
+                    "seconds" in record or set(os.listdir(job_dir)) - {
+                        JOB_RECORD, JOB_RECORD + ".tmp"}):
+                record = {}
             if record and record["command"] != shown:
                 raise UserInputError(f"{job_dir} holds a run of another command "
                                  f"({record['command']}); delete it or pass another --work_dir")
             digests = {common.shown([p]): _sha256(p) for p in (inputs[0] if inputs else ())}
             changed = [p for p, d in record.get("inputs", {}).items() if digests.get(p) != d]
             if changed:
-                raise UserInputError(f"{job_dir} ran on another {changed[0]} (it was rebuilt "
+                raise UserInputError(f"{job_dir} ran on another {changed[0]} (it changed "
                                      "since); delete it or pass another --work_dir")
             seconds.append(record.get("seconds", record.get("interrupted_seconds", 0.0)))
             # A job to run drops the seconds of a run it redoes; those of attempts cut off
@@ -480,6 +507,24 @@ def _write_json(path: str, value):
 def _read_json(path: str):
     with open(path) as f:
         return json.load(f)
+
+
+def gin_inputs(files: list[str]) -> list[str]:
+    """The gin files a job reads: `files`, resolved as the scripts resolve them, and those
+    they include. Kept in the job's record with their digests, so that a finished job is not
+    reused once a file it read was edited."""
+    import re
+
+    from electra_tf import gin_files
+    paths, todo = [], [os.path.abspath(gin_files.resolve(f)) for f in files]
+    while todo:
+        path = todo.pop(0)
+        if path not in paths:
+            paths.append(path)
+            with open(path) as f:  # includes resolve in gin/, as gin_files.parse reads them
+                todo += [os.path.join(gin_files.GIN_DIR, name) for name in
+                         re.findall(r"^include\s+['\"](.+?)['\"]", f.read(), re.M)]
+    return paths
 
 
 def _sha256(path: str) -> str:
@@ -592,8 +637,19 @@ def labelled_rows(scale: Scale, commands: list[str]) -> tuple[list, str]:
                       "mean rating above 0, negative: below; 0 dropped)")
     path = source if os.path.isabs(source) else os.path.join(common.REPO, source)
     column = FLAGS.label_column or scale.label_column
+    if not os.path.isfile(path):
+        raise UserInputError(f"--labelled_data={source}: no such file; give 'vader' or a CSV "
+                             "with a `text` and a --label_column column")
     with open(path, newline="", encoding="utf-8") as f:
-        rows = [(r[column], r["text"]) for r in csv.DictReader(f)]
+        reader = csv.DictReader(f)
+        missing = [c for c in (column, "text") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserInputError(
+                f"--labelled_data={source} has no `{missing[0]}` column (its columns: "
+                f"{', '.join(reader.fieldnames or []) or 'none'}); "
+                + ("pass --label_column" if missing[0] == column else "name the text column "
+                   "`text`"))
+        rows = [(r[column], r["text"]) for r in reader]
     return rows, f"{source} (label column `{column}`)"
 
 
@@ -686,6 +742,10 @@ def build_plan(scale: Scale, names: list[str], budget: float, curve_points: int)
                       **checkpoint_plan(steps, curve_points, scale.steps_per_loop),
                       "total_flops": per_example * batch * steps,
                       "hardware_total_flops": hardware * batch * steps}
+        if plan[name]["total_flops"] > 1.5 * budget:  # fewer steps than a run's least, 2
+            raise UserInputError(
+                f"a budget of {budget:.3g} FLOPs is under two steps of {name} "
+                f"({plan[name]['total_flops']:.3g} FLOPs); raise --flops_budget")
     return plan
 
 
@@ -822,17 +882,32 @@ def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: s
             "total_hours": round(total / 3600, 2)}
 
 
-def check_results_dir(names: list[str], with_random: bool, stem: str):
-    """A part of the grid (--configs) would write over the whole grid's results in
+# Flags that make another study than the scale's, whose results must not replace its own.
+OTHER_STUDY_FLAGS = ("flops_budget", "curve_points", "num_trials", "corpus", "labelled_data",
+                     "label_column")
+
+
+def check_results_dir(names: list[str], with_random: bool, stem: str, scale: Scale):
+    """A part of the grid (--configs), or the grid with another budget, corpus, labelled
+    data, curve or number of trials, would write over the scale's results in
     benchmarks/results/: refused unless --results_dir says where its go (--plan and
-    --estimate write none)."""
-    whole = set(names) == set(CONFIGS) and with_random
-    if whole or FLAGS.results_dir or FLAGS.scale == "toy" or FLAGS.plan or FLAGS.estimate:
+    --estimate write none; more --pretrain_seeds extend the scale's study)."""
+    if FLAGS.results_dir or FLAGS.scale == "toy" or FLAGS.plan or FLAGS.estimate:
         return
-    raise UserInputError(
-        f"--configs={','.join(FLAGS.configs)} is part of the grid: its results would replace "
-        f"the whole grid's benchmarks/results/{stem}.{{json,md}}; pass --results_dir, e.g. "
-        f"--results_dir=benchmarks/results/{stem}_{'_'.join(names) or RANDOM_INIT}")
+    if set(names) != set(CONFIGS) or not with_random:
+        raise UserInputError(
+            f"--configs={','.join(FLAGS.configs)} is part of the grid: its results would "
+            f"replace the whole grid's benchmarks/results/{stem}.{{json,md}}; pass "
+            f"--results_dir, e.g. "
+            f"--results_dir=benchmarks/results/{stem}_{'_'.join(names) or RANDOM_INIT}")
+    other = [f"--{name}={value:g}" if isinstance(value, float) else f"--{name}={value}"
+             for name, value in ((n, getattr(FLAGS, n)) for n in OTHER_STUDY_FLAGS)
+             if value not in (None, getattr(scale, name))]
+    if other:
+        raise UserInputError(
+            f"{' '.join(other)} makes another study than --scale={FLAGS.scale}'s: its results "
+            f"would replace benchmarks/results/{stem}.{{json,md}}; pass --results_dir, e.g. "
+            f"--results_dir=benchmarks/results/{stem}_{other[0][2:].split('=')[0]}")
 
 
 def hide_gpus():
@@ -848,16 +923,26 @@ def main(argv):
     del argv
     scale = SCALES[FLAGS.scale]
     names, with_random = selected_configs()
-    budget = FLAGS.flops_budget or scale.flops_budget
+    if with_random and "electra" not in names:
+        raise UserInputError(f"{RANDOM_INIT} fine-tunes the electra run's discriminator with "
+                             "random weights: include electra in --configs")
+    budget = scale.flops_budget if FLAGS.flops_budget is None else FLAGS.flops_budget
+    if budget <= 0:
+        raise UserInputError(f"--flops_budget={FLAGS.flops_budget:g}: give a positive number "
+                             f"of FLOPs (the scale's: {scale.flops_budget:.3g})")
     curve_points = FLAGS.curve_points or scale.curve_points
     num_trials = FLAGS.num_trials or scale.num_trials
     seeds = pretrain_seeds()
     in_process = scale.in_process if FLAGS.in_process is None else FLAGS.in_process
-    work = FLAGS.work_dir or os.path.join(common.CACHE_DIR, "study", FLAGS.scale)
+    # Absolute: the jobs run from the repository root.
+    work = os.path.abspath(FLAGS.work_dir or os.path.join(common.CACHE_DIR, "study",
+                                                          FLAGS.scale))
     results_dir = FLAGS.results_dir or (work if FLAGS.scale == "toy" else common.RESULTS_DIR)
     stem = "study" if FLAGS.scale == "cpu" else f"study_{FLAGS.scale}"
-    check_results_dir(names, with_random, stem)
+    check_results_dir(names, with_random, stem, scale)
     os.makedirs(work, exist_ok=True)
+    if not in_process and FLAGS.strategy == "tpu":
+        keep_off_the_tpu()
     if not in_process and not FLAGS.estimate:
         hide_gpus()
 
@@ -870,7 +955,8 @@ def main(argv):
     if FLAGS.plan:
         return 0
 
-    # -- data: pre-training TFRecords, the labelled splits
+    # -- data: the labelled splits, pre-training TFRecords
+    rows, labelled_source = labelled_rows(scale, runner.commands)
     data_dir = os.path.join(work, f"data{scale.seq_length}")
     build = Job("scripts/build_pretraining_data.py", [
         ("input", corpus_inputs(scale, runner.commands)),
@@ -878,11 +964,10 @@ def main(argv):
         ("output_dir", data_dir), ("max_seq_length", str(scale.seq_length))]
         + ([("num_workers", str(scale.build_workers))] if scale.build_workers else [])
         + [("progress", "false")])
+    train_csv, dev_csv, split_info = write_splits(rows, scale.num_train, scale.num_dev, work)
     runner.run(build, os.path.join(work, "data_job"),
                lambda: os.path.exists(os.path.join(data_dir, "metadata.json")))
     data_info = _read_json(os.path.join(data_dir, "metadata.json"))
-    rows, labelled_source = labelled_rows(scale, runner.commands)
-    train_csv, dev_csv, split_info = write_splits(rows, scale.num_train, scale.num_dev, work)
 
     if FLAGS.estimate:
         result = estimate(scale, plan, data_dir, train_csv, dev_csv, runner, num_trials,
@@ -894,18 +979,18 @@ def main(argv):
     # checkpoint of each (every checkpoint of the curve runs), and the electra
     # discriminator's shape with random weights. A fine-tuning job starts when its
     # pre-training is done.
-    if with_random and "electra" not in names:
-        raise UserInputError(f"{RANDOM_INIT} fine-tunes the electra run's discriminator with "
-                         "random weights: include electra in --configs")
     runs = [(name, seed) for name in names for seed in seeds]
     model_dirs = {(name, seed): os.path.join(work, "pretrain", run_name(name, seed))
                   for name, seed in runs}
-    data_record = [os.path.join(data_dir, "metadata.json")]  # a rebuilt data dir: refused
+    # A rebuilt data dir or an edited gin file: the runs on the old ones are refused.
+    data_record = [os.path.join(data_dir, "metadata.json")]
     items = [(pretraining_job(scale, CONFIGS[name], plan[name], data_dir,
                               model_dirs[name, seed], seed),
               model_dirs[name, seed], lambda final=os.path.join(
                   model_dirs[name, seed], f"ckpt-{plan[name]['steps']}.index"):
-              os.path.exists(final), None, data_record) for name, seed in runs]
+              os.path.exists(final), None,
+              data_record + gin_inputs(pretraining_gin(scale, CONFIGS[name])[0]))
+             for name, seed in runs]
     targets = [(name, seed, step, os.path.join(model_dirs[name, seed], f"ckpt-{step}"),
                 os.path.join(work, "finetune", run_name(name, seed), f"step{step}"))
                for name, seed in runs
@@ -920,10 +1005,14 @@ def main(argv):
                               random_init=name == RANDOM_INIT), out,
                lambda out=out, init=None if name == RANDOM_INIT else init: finetuned(
                    out, init, [train_csv, dev_csv]),
-               runs.index(("electra", seed) if name == RANDOM_INIT else (name, seed)))
+               runs.index(("electra", seed) if name == RANDOM_INIT else (name, seed)),
+               gin_inputs([scale.finetune_gin]))
               for name, seed, _, init, out in targets]
     seconds = runner.run_all(items)
     runner.close()
+    # The commit each job ran on (None: a job finished before records kept it).
+    commits = [_read_json(os.path.join(job_dir, JOB_RECORD)).get("commit")
+               for _, job_dir, *_ in items]
     configs = {}
     for name in names:
         configs[name] = {"title": CONFIGS[name].title,
@@ -947,14 +1036,16 @@ def main(argv):
                                      f"{plan[name][planned]:.6g}")
         configs[name]["runs"][str(seed)] = {"pretrain_seconds": took,
                                             "health": pretraining_health(model_dir),
+                                            "commit": commits[runs.index((name, seed))],
                                             "finetune": {}}
     baseline, outs = None, {}
-    for (name, seed, step, _, out), took in zip(targets, seconds[len(runs):]):
+    for (name, seed, step, _, out), took, commit in zip(targets, seconds[len(runs):],
+                                                        commits[len(runs):]):
         if name == RANDOM_INIT:
-            baseline = {"seconds": took, **finetune_summary(out)}
+            baseline = {"seconds": took, "commit": commit, **finetune_summary(out)}
         else:
             configs[name]["runs"][str(seed)]["finetune"][str(step)] = {
-                "seconds": took, **finetune_summary(out)}
+                "seconds": took, "commit": commit, **finetune_summary(out)}
             outs.setdefault((name, step), []).append(out)
     for (name, step), dirs in outs.items():
         configs[name]["finetune"][str(step)] = {
@@ -990,6 +1081,7 @@ def main(argv):
         "labelled_data": {"source": labelled_source, **split_info},
         "configs": configs, "random_init": baseline, "groups": GROUPS,
         "comparisons": comparisons,
+        "job_commits": {c or "not recorded": commits.count(c) for c in dict.fromkeys(commits)},
         "plots": [os.path.basename(p) for p in pngs], "commands": runner.commands}
     body = markdown(record, budget)
     json_path, md_path = common.write_results(stem, record, body, results_dir)
@@ -1121,6 +1213,7 @@ def markdown(record: dict, budget: float) -> str:
                   f"{r['runs'][0]} / " + (str(r["runs"][1]) if r["b_step"] else "-")]
                  for r in record["comparisons"]]))
     data = record["labelled_data"]
+    jobs = record.get("job_commits", {})
     return (
         f"Every configuration pre-trained with the same budget of {budget:.3g} FLOPs "
         f"({s['flops_counting']}), `{s['size_gin']}` + {', '.join(s['bindings']) or 'no bindings'}"
@@ -1138,8 +1231,10 @@ def markdown(record: dict, budget: float) -> str:
         + (" " + hardware_ratio(configs) if hardware_ratio(configs) else "")
         + "\n\n" + table + "\n\nELECTRA vs BERT along the runs (each checkpoint fine-tuned):\n\n"
         + curve + comparisons + "\n\nPlots: " + ", ".join(f"`{p}`" for p in record["plots"])
-        + f".\n\nCommit `{record['run']['git_commit']}`. Commands (from the repository "
-        "root):\n\n```\n" + "\n".join(record["commands"]) + "\n```\n")
+        + f".\n\nCommit `{record['run']['git_commit']}`"
+        + (" (the jobs ran on " + ", ".join(f"`{c}`: {n}" for c, n in jobs.items()) + ")"
+           if set(jobs) - {record["run"]["git_commit"]} else "")
+        + ". Commands (from the repository root):\n\n```\n" + "\n".join(record["commands"]) + "\n```\n")
 
 
 if __name__ == "__main__":
