@@ -67,6 +67,9 @@ def load_vocab(vocab_file: str) -> list[str]:
         raise UserInputError(
             f"vocab file {vocab_file} does not exist; pass --vocab_file=PATH to a WordPiece "
             "vocab (data/vocab/bert_uncased.txt ships with the project)")
+    if tf.io.gfile.isdir(vocab_file):
+        raise UserInputError(f"vocab file {vocab_file} is a folder; pass the vocab file in it "
+                             "(e.g. vocab.txt)")
     with tf.io.gfile.GFile(vocab_file, "rb") as f:
         data = f.read()
     try:

@@ -37,7 +37,12 @@ def main(argv):
         if not tf.io.gfile.exists(os.path.join(FLAGS.saved_model, "saved_model.pb")):
             raise UserInputError(f"--saved_model={FLAGS.saved_model} holds no saved_model.pb; "
                                  "pass EXPORT_DIR/MODEL_NAME/VERSION of an export")
-        signatures = tf.saved_model.load(FLAGS.saved_model).signatures
+        try:
+            signatures = tf.saved_model.load(FLAGS.saved_model).signatures
+        except (OSError, ValueError, tf.errors.OpError) as e:  # a corrupt or part copy
+            raise UserInputError(f"--saved_model={FLAGS.saved_model} could not be loaded "
+                                 f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                                 "export it again or copy it whole") from None
         serve = signatures.get("serving_default")
         if serve is None or set(serve.structured_input_signature[1]) != {"text"}:
             raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "

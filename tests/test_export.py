@@ -228,6 +228,12 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, tmp_pat
     assert _script_error("detect_replaced.py", f"--saved_model={path}",
                          f"--vocab_file={UNCASED_VOCAB}", "a sentence") == [
         "error: --vocab_file goes with --model_dir; a SavedModel holds its vocab"]
+    # A SavedModel copied without its variables.
+    part = tmp_path / "part"
+    shutil.copytree(path, part, ignore=shutil.ignore_patterns("variables"))
+    (error,) = _script_error("detect_replaced.py", f"--saved_model={part}", "a sentence")
+    assert error.startswith(f"error: --saved_model={part} could not be loaded (") and (
+        error.endswith("); export it again or copy it whole")), error
 
 
 def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen_data,

@@ -82,6 +82,10 @@ def test_missing_or_bad_vocab_is_one_clear_error(tmp_path):
     bad.write_text("hello\nworld\n")
     with pytest.raises(UserInputError, match=r"lacks the special tokens \[PAD\], \[UNK\]"):
         Tokenizer(str(bad))
+    # A model's folder where its vocab file was meant.
+    with pytest.raises(UserInputError, match=rf"^vocab file {tmp_path} is a folder; pass the "
+                                             r"vocab file in it \(e.g. vocab.txt\)$"):
+        Tokenizer(str(tmp_path))
 
 
 # Unicode separators other than the ASCII ones (Z*): no-break spaces, ogham and en/em
