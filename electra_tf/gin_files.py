@@ -8,12 +8,29 @@ is one UserInputError naming the file or binding.
 
 import difflib
 import os
+import tokenize
 
 import gin
 
 from electra_tf.errors import UserInputError
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
+
+
+# Parameters the scripts set (gin's denylist) and where a user sets them instead.
+SET_ELSEWHERE = {
+    **{f"{scope}.{flag}": f"pass --{flag}" for scope in ("pretraining", "finetuning")
+       for flag in ("model_dir", "train_data", "eval_data", "vocab_file", "strategy", "tpu",
+                    "seed", "deterministic", "dry_run", "init_checkpoint", "num_trials",
+                    "overwrite")},
+    "pretrainer.seed": "pass --seed",
+    "pretrainer.vocab_size": "it is the vocab file's size (--vocab_file)",
+    "optimizer.num_train_steps": "the schedule spans the run: bind NUM_TRAIN_STEPS "
+                                 "(fine-tuning: finetuning.num_epochs)",
+    "optimizer.restart_at": "two-stage training restarts the schedule at "
+                            "pretraining.two_stage_steps",
+    "optimizer.aggregate_gradients": "the trainer sets it for its strategy",
+}
 
 
 def resolve(name: str) -> str:
@@ -45,6 +62,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
                 f"--gin_file={name} changes a model that a size file sets up (OBJECTIVE, the "
                 "generator), so it must come after one, or the size file's values win; give "
                 f"e.g. --gin_file=small.gin --gin_file={name}")
+    _check_ablations_agree(paths)
     # `include 'pretraining.gin'` in our files resolves against the working directory first
     # (gin logs an error for each miss before trying its search paths): read from gin/.
     cwd = os.getcwd()
@@ -53,7 +71,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
         for path in paths:
             try:
                 gin.parse_config_file(path)
-            except (ValueError, SyntaxError, KeyError, IOError) as e:
+            except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
                 raise UserInputError(f"--gin_file={path}: {_first_line(e)}; fix the file or "
                                      "the name (see the files in gin/)") from None
     finally:
@@ -62,17 +80,51 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for binding in bindings:
         try:
             gin.parse_config(binding)
-        except (ValueError, SyntaxError, KeyError) as e:
+        except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
             message = _first_line(e)
             if message.startswith("malformed node or string"):
                 raise UserInputError(
                     f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
                     "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
                     from None
+            if "denylisted kwarg" in message:
+                name = binding.split("=", 1)[0].strip()
+                raise UserInputError(f"--gin_bindings={binding!r}: {name} is not set by gin; "
+                                     + SET_ELSEWHERE.get(name, "the run sets it itself")) \
+                    from None
             raise UserInputError(f"--gin_bindings={binding!r}: {message}; check the name "
                                  f"against the gin files (e.g. {example})") from None
     _check_macros_used(bindings, example)
     _check_macros_defined(example)
+
+
+def _check_ablations_agree(paths: list[str]) -> None:
+    """Ablation files set one study's values each; two that set the same name differently
+    (electra_15.gin then mlm.gin, generator_half.gin then sharing_all.gin), or a size file
+    of gin/ after one, would leave the last file's value in place without a word."""
+    ablations = os.path.join(GIN_DIR, "ablations") + os.sep
+    bound: dict[str, tuple[str, str]] = {}  # name -> (value, file)
+    for path in paths:
+        name = os.path.relpath(path, GIN_DIR)
+        if os.path.dirname(path) == GIN_DIR and bound:
+            earlier = next(iter(bound.values()))[1]
+            raise UserInputError(
+                f"--gin_file={name} comes after --gin_file={earlier} and would set its values "
+                f"back; give the size file first (--gin_file={name} --gin_file={earlier})")
+        if not path.startswith(ablations):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, equals, value = line.partition("=")
+                if not equals or line[:1] in " #\t":
+                    continue
+                key, value = key.strip(), value.strip()
+                if key in bound and bound[key][0] != value:
+                    raise UserInputError(
+                        f"--gin_file={name} sets {key} = {value}, which --gin_file="
+                        f"{bound[key][1]} set to {bound[key][0]}: they are different studies; "
+                        "run one, or bind the value you want with --gin_bindings")
+                bound[key] = (value, name)
 
 
 def _check_macros_used(bindings: list[str], example: str) -> None:
@@ -112,5 +164,7 @@ def _check_macros_defined(example: str) -> None:
 
 
 def _first_line(error: Exception) -> str:
+    if isinstance(error, tokenize.TokenError):  # ('EOF in multi-line statement', (2, 0))
+        return "a bracket or quote is not closed"
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__

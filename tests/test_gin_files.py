@@ -49,3 +49,50 @@ def test_an_undefined_macro_is_an_error_naming_it():
                                              r"%NUM_TRAIN_STEPS\?\) is used but no gin file or "
                                              r"--gin_bindings defines it"):
         gin_files.parse(["tiny.gin"], ["pretraining.num_train_steps = %NUM_TRAIN_STEP"])
+
+
+@pytest.mark.parametrize("files, message", [
+    (["tiny.gin", "ablations/electra_15.gin", "ablations/mlm.gin"],
+     r"^--gin_file=ablations/mlm.gin sets OBJECTIVE = 'mlm', which "
+     r"--gin_file=ablations/electra_15.gin set to 'electra_15': they are different studies"),
+    (["small.gin", "ablations/generator_half.gin", "ablations/sharing_all.gin"],
+     r"^--gin_file=ablations/sharing_all.gin sets pretrainer.generator_hidden_fraction = 1.0, "
+     r"which --gin_file=ablations/generator_half.gin set to 0.5"),
+    (["tiny.gin", "ablations/two_stage.gin", "ablations/adversarial.gin"],
+     r"sets pretrainer.algorithm = 'adversarial', which .*two_stage.gin set to 'two_stage'"),
+    (["tiny.gin", "ablations/mlm.gin", "small.gin"],
+     r"^--gin_file=small.gin comes after --gin_file=ablations/mlm.gin and would set its values "
+     r"back; give the size file first \(--gin_file=small.gin --gin_file=ablations/mlm.gin\)$"),
+])
+def test_ablation_files_that_undo_each_other_are_refused(files, message):
+    with pytest.raises(UserInputError, match=message):
+        gin_files.parse(files, [])
+
+
+def test_ablation_files_of_different_studies_combine():
+    import gin
+    gin_files.parse(["small.gin", "ablations/sharing_none.gin",
+                     "ablations/learned_loss_weights.gin", "ablations/electra_15.gin"], [])
+    assert (gin.query_parameter("pretrainer.sharing"), gin.query_parameter("%OBJECTIVE"),
+            gin.query_parameter("pretrainer.learn_loss_weights")) == ("none", "electra_15", True)
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("pretraining.seed = 3", r"^--gin_bindings='pretraining.seed = 3': pretraining.seed is not "
+                             r"set by gin; pass --seed$"),
+    ("optimizer.num_train_steps = 500", r"optimizer.num_train_steps is not set by gin; the "
+                                        r"schedule spans the run: bind NUM_TRAIN_STEPS"),
+    ("pretrainer.num_layers = [", r"^--gin_bindings='pretrainer.num_layers = \[': a bracket or "
+                                  r"quote is not closed"),
+])
+def test_a_binding_gin_cannot_take_says_what_to_do(binding, message):
+    with pytest.raises(UserInputError, match=message):
+        gin_files.parse(["tiny.gin"], [binding])
+
+
+def test_an_unclosed_bracket_in_a_gin_file_is_one_line(tmp_path):
+    path = tmp_path / "mine.gin"
+    path.write_text("pretrainer.num_layers = (3\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={path}: a bracket or quote is not "
+                                             r"closed; fix the file"):
+        gin_files.parse(["tiny.gin", str(path)], [])

@@ -950,3 +950,62 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
     for a, b in zip(fused, masked()):
         np.testing.assert_array_equal(a, b.numpy())
     assert 0.05 < np.mean(fused[0] == 0) < 0.15
+
+
+# ------------------------------------------------------------------------------ options that
+# cannot work together: one line naming them, before anything is built
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(objective="mlm", uniform_generator=True), r"^objective='mlm' replaces no tokens: "
+     r"uniform_generator applies .*; unbind it(\n|$)"),
+    (dict(algorithm="adversarial", uniform_generator=True), r"^algorithm=adversarial trains a "
+     r"generator; uniform_generator has none: use one or the other(\n|$)"),
+    (dict(objective="mlm", algorithm="two_stage"),
+     r"^algorithm=two_stage is defined for objective='electra'(\n|$)"),
+    (dict(objective="electric", temperature=2.0), r"^Electric's noise distribution is the "
+     r"generator's softmax.*temperature must be 1.0 and disallow_correct False(\n|$)"),
+    (dict(objective="electric", disallow_correct=True), r"disallow_correct False(\n|$)"),
+    (dict(objective="mlm", learn_loss_weights=True),
+     r"^learn_loss_weights balances .*: objective='mlm' has one loss; unbind it(\n|$)"),
+    (dict(algorithm="adversarial", learn_loss_weights=True),
+     r"policy-gradient loss can be negative, .* without bound; unbind it(\n|$)"),
+    (dict(adversarial_mle_weight=0.5), r"^adversarial_mle_weight=0.5 applies to "
+     r"algorithm='adversarial' \(this run's: 'joint'\); unbind it(\n|$)"),
+    (dict(algorithm="two_stage", num_heads=1),  # generator 1/1: heads hidden // 64 = 2
+     r"^algorithm='two_stage' .* \(the generator's num_heads 2 against 1; its heads are "
+     r"its hidden size / 64\)(\n|$)"),
+])
+def test_options_that_cannot_work_together_are_refused(options, message):
+    from electra_tf.errors import UserInputError
+    with pytest.raises(UserInputError, match=message):
+        factory.build_pretrainer(**{"hidden_size": 128, "num_layers": 1, "num_heads": 2,
+                                    "intermediate_size": 512, "generator_hidden_fraction": 1.0,
+                                    **options})
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("uniform_generator='False'", r"uniform_generator='False' must be True or False "
+                                  r"\(no quotes\)(\n|$)"),
+    ("num_layers=2.0", r"num_layers=2.0 must be an integer(\n|$)"),
+    ("num_layers=True", r"num_layers=True must be an integer(\n|$)"),
+    ("dropout_rate='0.1'", r"dropout_rate='0.1' must be a number \(no quotes\)(\n|$)"),
+    ("embedding_size='64'", r"embedding_size='64' must be an integer or None \(no quotes\)(\n|$)"),
+    ("num_heads=0", r"^num_heads=0 must be at least 1(\n|$)"),
+])
+def test_a_binding_of_the_wrong_type_is_refused_naming_it(binding, message):
+    from electra_tf.errors import UserInputError
+    gin_files.parse(["tiny.gin"], [f"pretrainer.{binding}"])
+    try:
+        with pytest.raises(UserInputError, match=message):
+            factory.build_pretrainer()
+    finally:
+        gin.clear_config()
+
+
+def test_a_generator_fraction_whose_heads_do_not_divide_it_says_so():
+    from electra_tf.errors import UserInputError
+    with pytest.raises(UserInputError, match=r"^generator_hidden_fraction=0.4 gives a generator "
+                       r"307 wide \(round\(768 x 0.4\)\) with 4 heads \(its width // 64\)"):
+        generator_config(encoder_config("base"), 0.4)
+    assert generator_config(encoder_config("base"), 1 / 3).hidden_size == 256

@@ -468,14 +468,13 @@ def test_create_optimizer_through_gin():
         gin.parse_config("""
             optimizer.name = 'lamb'
             optimizer.learning_rate = 2e-3
-            optimizer.num_train_steps = 100
             optimizer.warmup_steps = 10
             optimizer.warmup = 'then_decay'
             optimizer.weight_decay_rate = 0.0
             optimizer.bias_correction = True
-            optimizer.aggregate_gradients = False
         """)
-        optimizer = create_optimizer()
+        # The run passes these (gin would have its value overridden without a word).
+        optimizer = create_optimizer(num_train_steps=100, aggregate_gradients=False)
     finally:
         gin.clear_config()
     assert type(optimizer) is Lamb

@@ -347,12 +347,26 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     with pytest.raises(UserInputError, match=r"holds a run in float32 \(model_info.json\), whose "
                                              r"checkpoint has no loss scale for mixed_float16"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretraining.precision = 'mixed_float16'"])
+    # Another objective, or a pretrainer option the weights do not show, even in a dry run.
+    with pytest.raises(UserInputError, match=r"holds a run trained otherwise \(objective "
+                                             r"'electra' -> 'mlm'; model_info\.json\): resume "
+                                             r"it with .* \(its operative_config\.gin\)"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "OBJECTIVE = 'mlm'"], dry_run=True)
+    with pytest.raises(UserInputError, match=r"otherwise \(pretrainer\.temperature 1\.0 -> "
+                                             r"2\.0; model_info"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretrainer.temperature = 2.0"])
     # A dry run in it prints what it would run and leaves the run's own record.
-    info, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "OBJECTIVE = 'mlm'"], dry_run=True)
-    assert info["objective"] == "mlm" and info["generator_params"] == 0
+    info, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"], dry_run=True)
+    assert info["num_train_steps"] == 4
     assert {name: (tmp_path / name).read_bytes() for name in before} == before
-    result, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"])  # the same batch resumes
+    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"])  # the same batch resumes
     assert result["step"] == 4
+    # Run longer than first set: the config of its first 2 steps is kept beside the new one.
+    kept = tmp_path / "operative_config-2.gin"
+    assert kept.read_bytes() == before["operative_config.gin"]
+    assert (f"note: this run's gin config differs from the one its first 2 steps ran with, "
+            f"kept as {kept}") in lines
+    assert "NUM_TRAIN_STEPS = 4" in (tmp_path / "operative_config.gin").read_text()
 
 
 def test_a_resumed_run_removes_the_shards_of_an_interrupted_save(tmp_path, data):
@@ -1021,7 +1035,8 @@ def test_tpu_strategy_without_a_tpu_says_which_flag(monkeypatch):
 
 @pytest.mark.parametrize("case", ["unknown_binding", "unknown_file", "length_mismatch",
                                   "no_data", "batch_split", "xla_elementwise_env",
-                                  "misspelled_macro", "unknown_objective"])
+                                  "misspelled_macro", "unknown_objective", "quoted_flag",
+                                  "mask_prob_drift"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
     model_dir = tmp_path / "model"
     args = {
@@ -1035,6 +1050,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "misspelled_macro": script_args(model_dir, data, "NUM_TRAIN_STEP = 3"),
         # Raised inside a gin configurable, which appends lines of its own to the message.
         "unknown_objective": script_args(model_dir, data, "OBJECTIVE = 'electrra'"),
+        "quoted_flag": script_args(model_dir, data, "pretrainer.uniform_generator = 'False'"),
+        "mask_prob_drift": script_args(model_dir, data, "pretraining.mask_prob = 0.25"),
     }[case]
     expected = {
         "unknown_binding": r"--gin_bindings='pretrainer.hiden_size = 3': .*hiden_size",
@@ -1047,6 +1064,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "misspelled_macro": r"--gin_bindings='NUM_TRAIN_STEP = 3': no gin file uses the macro "
                             r"NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\?",
         "unknown_objective": r"objective='electrra' is not one of electra, mlm, ",
+        "quoted_flag": r"pretrainer.uniform_generator='False' must be True or False "
+                       r"\(no quotes\)",
+        "mask_prob_drift": r"pretraining.mask_prob=0.25 \(the data's masking\) and "
+                           r"pretrainer.mask_prob=0.15 differ; bind MASK_PROB",
     }[case]
     process = script(*args, env={"ELECTRA_TF_XLA_ELEMENTWISE": "false"}
                      if case == "xla_elementwise_env" else None)

@@ -1234,7 +1234,8 @@ def markdown(record: dict, budget: float) -> str:
         + f".\n\nCommit `{record['run']['git_commit']}`"
         + (" (the jobs ran on " + ", ".join(f"`{c}`: {n}" for c, n in jobs.items()) + ")"
            if set(jobs) - {record["run"]["git_commit"]} else "")
-        + ". Commands (from the repository root):\n\n```\n" + "\n".join(record["commands"]) + "\n```\n")
+        + ". Commands (from the repository root):\n\n```\n" + "\n".join(record["commands"])
+        + "\n```\n")
 
 
 if __name__ == "__main__":

@@ -45,13 +45,13 @@ class EncoderConfig:
     layer_norm_epsilon: float = 1e-12
 
     def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise UserInputError(f"hidden_size={self.hidden_size} is not a multiple of "
-                                 f"num_heads={self.num_heads}; pick sizes that divide")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
                 raise UserInputError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.hidden_size % self.num_heads:
+            raise UserInputError(f"hidden_size={self.hidden_size} is not a multiple of "
+                                 f"num_heads={self.num_heads}; pick sizes that divide")
 
     @property
     def embedding_width(self) -> int:
@@ -96,6 +96,12 @@ def generator_config(discriminator: EncoderConfig, hidden_fraction: float = 0.25
         raise UserInputError(f"generator fractions must be in (0, 1]; got hidden_fraction="
                              f"{hidden_fraction}, layers_fraction={layers_fraction}")
     hidden = int(round(discriminator.hidden_size * hidden_fraction))
+    if hidden % max(1, hidden // 64):
+        raise UserInputError(
+            f"generator_hidden_fraction={hidden_fraction} gives a generator "
+            f"{hidden} wide (round({discriminator.hidden_size} x {hidden_fraction})) with "
+            f"{hidden // 64} heads (its width // 64), which do not divide it; choose a fraction "
+            "that gives a multiple of 64 (or a width under 128)")
     return dataclasses.replace(
         discriminator, hidden_size=hidden, intermediate_size=4 * hidden,
         num_heads=max(1, hidden // 64),

@@ -4,6 +4,7 @@ option, and a custom size is a few bindings."""
 
 import gin
 
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 
@@ -25,6 +26,7 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
     """An ElectraPretrainer; the defaults are ELECTRA-Small. `vocab_size`, the special ids
     and the seed come from the data and the run, not from gin. See ElectraPretrainer for the
     options."""
+    _check_types(locals())
     discriminator = EncoderConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
         num_heads=num_heads, intermediate_size=intermediate_size,
@@ -44,3 +46,30 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
         disallow_correct=disallow_correct, uniform_generator=uniform_generator,
         adversarial_mle_weight=adversarial_mle_weight, mask_prob=mask_prob, cls_id=cls_id,
         sep_id=sep_id, seed=seed)
+
+
+_INTEGERS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size",
+             "max_position_embeddings", "type_vocab_size")
+_NUMBERS = ("dropout_rate", "attention_dropout_rate", "layer_norm_epsilon",
+            "generator_hidden_fraction", "generator_layers_fraction", "generator_weight",
+            "discriminator_weight", "temperature", "adversarial_mle_weight", "mask_prob")
+_FLAGS = ("learn_loss_weights", "disallow_correct", "uniform_generator")
+_MAY_BE_NONE = ("embedding_size", "discriminator_weight")
+
+
+def _check_types(values: dict):
+    """gin passes a binding's value as written: 'False' (a string, so true), 2.0 or '3'
+    where a count is meant would run wrong or fail deep in Keras."""
+    for name, value in values.items():
+        if value is None and name in _MAY_BE_NONE:
+            continue
+        wanted = ("an integer" if name in _INTEGERS and (
+                      isinstance(value, bool) or not isinstance(value, int))
+                  else "a number" if name in _NUMBERS and (
+                      isinstance(value, bool) or not isinstance(value, (int, float)))
+                  else "True or False" if name in _FLAGS and not isinstance(value, bool)
+                  else None)
+        if wanted:
+            raise UserInputError(f"pretrainer.{name}={value!r} must be {wanted}"
+                                 + (" or None" if name in _MAY_BE_NONE else "")
+                                 + (" (no quotes)" if isinstance(value, str) else ""))

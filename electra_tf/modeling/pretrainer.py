@@ -128,6 +128,14 @@ class ElectraPretrainer(keras.Model):
         _check_choice("objective", objective, OBJECTIVES)
         _check_choice("sharing", sharing, SHARING)
         _check_choice("algorithm", algorithm, ALGORITHMS)
+        if objective == "mlm" and uniform_generator:
+            raise UserInputError("objective='mlm' replaces no tokens: uniform_generator applies "
+                                 "to the objectives that sample replacements; unbind it")
+        if algorithm != "joint" and objective != "electra":
+            raise UserInputError(f"algorithm={algorithm} is defined for objective='electra'")
+        if algorithm != "joint" and uniform_generator:
+            raise UserInputError(f"algorithm={algorithm} trains a generator; uniform_generator "
+                                 "has none: use one or the other")
         needs_generator = objective != "mlm" and not uniform_generator
         if needs_generator and generator is None and sharing != "all":
             raise UserInputError(f"objective={objective} needs a generator config; pass "
@@ -143,9 +151,16 @@ class ElectraPretrainer(keras.Model):
                                          or dataclasses.replace(generator, embedding_size=None)
                                          != dataclasses.replace(discriminator,
                                                                 embedding_size=None)):
+            differ = [f"{f.name} {getattr(generator, f.name)} against "
+                      f"{getattr(discriminator, f.name)}"
+                      for f in dataclasses.fields(discriminator) if generator is not None
+                      and f.name != "embedding_size"
+                      and getattr(generator, f.name) != getattr(discriminator, f.name)]
             raise UserInputError("algorithm='two_stage' initialises the discriminator from the "
                                  "generator: use a generator of the discriminator's size "
-                                 "(fraction 1.0) and sharing 'embeddings' or 'none'")
+                                 "(fraction 1.0) and sharing 'embeddings' or 'none'"
+                                 + (f" (the generator's {', '.join(differ)}; its heads are "
+                                    "its hidden size / 64)" if differ else ""))
         if (algorithm == "two_stage" and sharing == "none"
                 and discriminator.embedding_width != discriminator.hidden_size):
             raise UserInputError(
@@ -161,8 +176,21 @@ class ElectraPretrainer(keras.Model):
                                       else discriminator_weight) <= 0:
             raise UserInputError("learn_loss_weights starts from the loss weights' logs: "
                                  "generator_weight and discriminator_weight must be positive")
-        if algorithm != "joint" and objective != "electra":
-            raise UserInputError(f"algorithm={algorithm} is defined for objective='electra'")
+        if objective == "electric" and (temperature != 1.0 or disallow_correct):
+            raise UserInputError(
+                "Electric's noise distribution is the generator's softmax, whose log enters "
+                "its loss: pretrainer.temperature must be 1.0 and disallow_correct False")
+        if learn_loss_weights and (objective == "mlm" or algorithm == "adversarial"):
+            raise UserInputError(
+                "learn_loss_weights balances the generator's and discriminator's losses: "
+                + ("objective='mlm' has one loss" if objective == "mlm" else
+                   "the adversarial generator's policy-gradient loss can be negative, which "
+                   "drives its learned weight up without bound")
+                + "; unbind it")
+        if adversarial_mle_weight and algorithm != "adversarial":
+            raise UserInputError(f"adversarial_mle_weight={adversarial_mle_weight} applies to "
+                                 f"algorithm='adversarial' (this run's: '{algorithm}'); unbind "
+                                 "it")
         if objective == "electric" and sharing == "all":
             raise UserInputError("Electric's generator is a two-tower cloze model; it cannot share "
                                  "all weights with the discriminator: use sharing 'embeddings'")

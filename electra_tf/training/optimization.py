@@ -474,7 +474,9 @@ def layerwise_lr_multipliers(encoder, decay: float, official: bool = False) -> d
 # ------------------------------------------------------------------------------ gin boundary
 
 
-@gin.configurable("optimizer")
+# The run sets these from its own settings: a binding would be overridden without a word.
+@gin.configurable("optimizer", denylist=["num_train_steps", "aggregate_gradients",
+                                         "restart_at"])
 def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_000,
                      warmup_steps: int = 10_000, name: str = "adamw",
                      warmup: str = "multiply", weight_decay_rate: float = 0.01,

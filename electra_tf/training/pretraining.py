@@ -195,12 +195,22 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         model = factory.build_pretrainer(vocab_size=len(vocab), seed=seed,
                                          cls_id=ids[tokenization.CLS_TOKEN],
                                          sep_id=ids[tokenization.SEP_TOKEN])
+        if model.mask_prob != mask_prob:  # Electric's noise ratio reads the model's
+            raise UserInputError(
+                f"pretraining.mask_prob={mask_prob} (the data's masking) and "
+                f"pretrainer.mask_prob={model.mask_prob} differ; bind MASK_PROB, which sets "
+                "both")
         if model.discriminator_config.max_position_embeddings < max_seq_length:
             raise UserInputError(
                 f"MAX_SEQ_LENGTH={max_seq_length} exceeds the model's max_position_embeddings="
                 f"{model.discriminator_config.max_position_embeddings}; raise "
                 "pretrainer.max_position_embeddings or use shorter sequences")
         two_stage = model.algorithm == "two_stage"
+        if two_stage_steps is not None and not two_stage:
+            raise UserInputError(
+                f"pretraining.two_stage_steps={two_stage_steps} applies to two-stage training "
+                f"(ablations/two_stage.gin; this run's algorithm: '{model.algorithm}'); unbind "
+                "it")
         if two_stage and two_stage_steps is None:
             two_stage_steps = num_train_steps // 2  # the paper's split
         if two_stage and not 0 < two_stage_steps < num_train_steps:
@@ -326,6 +336,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 "the embedding of the token it had there")
     if chief:
         atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
+        _keep_earlier_config(model_dir, int(state.step.numpy()), gin.operative_config_str(), log)
         atomic.write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
 
     # -- the loop
@@ -689,6 +700,14 @@ def describe(model, *, seq_length: int, num_predictions: int, mask_prob: float,
                                     * (num_train_steps - switch))
     return {
         "objective": model.objective, "sharing": model.sharing, "algorithm": model.algorithm,
+        # The pretrainer's options (pretrainer.*) that the weights do not show.
+        "options": {"temperature": model.temperature,
+                    "disallow_correct": model.disallow_correct,
+                    "uniform_generator": model.uniform_generator,
+                    "learn_loss_weights": model.loss_log_scales is not None,
+                    "generator_weight": model.generator_weight,
+                    "discriminator_weight": model.discriminator_weight,
+                    "adversarial_mle_weight": model.adversarial_mle_weight},
         "discriminator_params": _count(discriminator),
         "generator_params": _count(generator),
         "trainable_params": _count(model.trainable_variables),
@@ -833,6 +852,21 @@ def _check_worker_positions(model_dir, workers: int, step: int, num_train_steps:
             f"--model_dir with --init_checkpoint={model_dir}")
 
 
+def _keep_earlier_config(model_dir: str, step: int, config: str, log):
+    """A run resumed with other settings (a longer NUM_TRAIN_STEPS, another learning rate):
+    the config its first `step` steps ran with stays, as operative_config-<step>.gin."""
+    path = os.path.join(model_dir, OPERATIVE_CONFIG)
+    if step == 0 or not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        earlier = f.read()
+    if earlier != config:
+        kept = os.path.join(model_dir, OPERATIVE_CONFIG.replace(".gin", f"-{step}.gin"))
+        atomic.write_text(kept, earlier)
+        log(f"note: this run's gin config differs from the one its first {step} steps ran "
+            f"with, kept as {kept}")
+
+
 def _check_resume(model_dir, model_info):
     """A run resumes in the batches its checkpoint's data position counts: a model dir with
     a checkpoint and another batch size, sequence length or number of masked positions is
@@ -881,6 +915,18 @@ def _check_resume(model_dir, model_info):
             f"(model_info.json), this one has --seed={model_info['seed']}: its data order, "
             f"masks and samples would change mid-run; rerun with --seed={earlier['seed']}, or "
             "start a new --model_dir")
+    changed = [f"{key} {earlier[key]!r} -> {model_info[key]!r}"
+               for key in ("objective", "sharing", "algorithm", "mask_prob")
+               if key in earlier and earlier[key] != model_info[key]]
+    changed += [f"pretrainer.{key} {value!r} -> {model_info['options'][key]!r}"
+                for key, value in earlier.get("options", {}).items()
+                if model_info["options"].get(key) != value]
+    if changed:
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a run trained otherwise ({'; '.join(changed)}; "
+            "model_info.json): resume it with the gin files and bindings it ran with (its "
+            "operative_config.gin), or start a new --model_dir with "
+            f"--init_checkpoint={model_dir}")
     if earlier.get("two_stage_steps", model_info.get("two_stage_steps")) != model_info.get(
             "two_stage_steps"):
         raise UserInputError(
