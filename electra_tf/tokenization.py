@@ -14,11 +14,10 @@ and inside tf.data.
 The reference it matches is transformers' ``BertTokenizer`` (the parity tests run it).
 Known differences:
 
-- transformers maps a word longer than 100 *characters* to [UNK]; tensorflow-text's limit
-  is 100 UTF-8 *bytes*, so words of 34 to 100 characters made of multi-byte characters
-  differ. Google's original ``tokenization.py`` (BERT's, which the official ELECTRA code
-  copies) allows 200 characters: a word of 101 to 200 characters is [UNK] here and in
-  transformers, word pieces there (long runs of Thai, Lao or kana, which have no spaces).
+- A word longer than 100 characters is [UNK], as in transformers. Google's original
+  ``tokenization.py`` (BERT's, which the official ELECTRA code copies) allows 200: a word
+  of 101 to 200 characters is [UNK] here and in transformers, word pieces there (long runs
+  of Thai, Lao or kana, which have no spaces).
 - An all-capital Greek word ending in sigma: transformers and this tokenizer lower-case
   "Σ" to "σ"; Google's original lower-cases whole words with Python's ``str.lower``, which
   writes the final form "ς".
@@ -47,7 +46,13 @@ SEP_TOKEN = "[SEP]"
 MASK_TOKEN = "[MASK]"
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 SUFFIX_INDICATOR = "##"
-MAX_BYTES_PER_WORD = 100
+MAX_CHARS_PER_WORD = 100  # transformers' limit: a longer word is [UNK]
+# tensorflow-text limits a word in UTF-8 bytes: room for 100 characters of up to 4 bytes
+# each. A word over 100 bytes may still be over 100 characters, which `tokenize` checks
+# where a text holds a run of at least 26 characters (the fewest that make 101 bytes) that
+# are not whitespace or punctuation, the only places such a word can be.
+_MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
+_MAYBE_LONG_WORD = r"(?s).*[^\s\p{P}]{26,}.*"
 
 # BERT's _clean_text: \t \n \r become spaces; every other control or format character
 # (Unicode category C*), NUL and U+FFFD are deleted, joining the text around them. RE2 has
@@ -162,10 +167,11 @@ class Tokenizer:
         self._wordpiece = _tf_text().FastBertTokenizer(
             vocab=self.vocab,
             suffix_indicator=SUFFIX_INDICATOR,
-            max_bytes_per_word=MAX_BYTES_PER_WORD,
+            max_bytes_per_word=_MAX_BYTES_PER_WORD,
             token_out_type=tf.int32,
             unknown_token=UNK_TOKEN,
             lower_case_nfd_strip_accents=False)
+        self._continues = tf.constant(self.continuation_mask())
 
     @property
     def vocab_size(self) -> int:
@@ -174,7 +180,31 @@ class Tokenizer:
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """In-graph tokenization. texts: string [B] -> int32 ragged [B, (tokens)]."""
         texts = normalize(texts, self.lower_case, self.strip_accents)
-        return self._wordpiece.tokenize(texts)
+        maybe_long = tf.reduce_any(tf.strings.regex_full_match(texts, _MAYBE_LONG_WORD))
+        return tf.cond(maybe_long, lambda: self._tokenize_long_words(texts),
+                       lambda: self._wordpiece.tokenize(texts))
+
+    def _tokenize_long_words(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        """WordPiece with each word of over MAX_CHARS_PER_WORD characters one [UNK]."""
+        ids, starts, ends = self._wordpiece.tokenize_with_offsets(texts)
+        flat, rows = ids.flat_values, ids.value_rowids()
+        first = ~tf.gather(self._continues, flat)  # a word's first piece
+        word = tf.cumsum(tf.cast(first, tf.int32)) - 1
+        words = tf.reduce_sum(tf.cast(first, tf.int32))
+        begin = tf.math.unsorted_segment_min(starts.flat_values, word, words)
+        size = tf.math.unsorted_segment_max(ends.flat_values, word, words) - begin
+        # Characters are counted for the words of over 100 bytes only.
+        long = tf.where(size > MAX_CHARS_PER_WORD)[:, 0]
+        chars = tf.strings.length(tf.strings.substr(
+            tf.gather(texts, tf.gather(rows, tf.gather(tf.where(first)[:, 0], long))),
+            tf.gather(begin, long), tf.gather(size, long)), unit="UTF8_CHAR")
+        too_long = tf.scatter_nd(long[:, None], chars > MAX_CHARS_PER_WORD,
+                                 tf.shape(size, out_type=tf.int64))
+        unknown = tf.gather(too_long, word)
+        keep = first | ~unknown
+        return tf.RaggedTensor.from_value_rowids(
+            tf.boolean_mask(tf.where(unknown, self.unk_id, flat), keep),
+            tf.boolean_mask(rows, keep), nrows=ids.nrows())
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of many texts as (flat int32 ids, row_splits int64 [len(texts)+1])."""

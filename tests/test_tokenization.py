@@ -125,3 +125,29 @@ def test_decomposed_text_is_composed_as_the_reference(tmp_path):
     cased = Tokenizer(str(path), lower_case=False)
     assert [cased.convert_ids_to_tokens(row) for row in cased.encode(texts[:3])] == [
         ["Café", "café", "Café"], ["Tiếng", "tiếng"], ["가"]]
+
+
+LONG_WORDS = [
+    "ประเทศไทยมีชื่ออย่างเป็นทางการว่าราชอาณาจักรไทย",  # 47 characters, 141 bytes
+    "ประเทศไทยมีชื่ออย่างเป็นทางการว่าราชอาณาจักรไทย" * 3,
+    "テキスト" * 10, "テキスト" * 26,  # 40 characters (120 bytes): pieces; 104: [UNK] "ひらがなのぶん" * 6, "é" * 60, "é" * 101,
+    "a" * 100, "a" * 101, "b" * 450, "😀" * 26 + " 😀",
+    "plain words, then " + "x" * 150 + " and " + "テキスト" * 10 + ", then more",
+]
+
+
+@pytest.mark.parametrize("lower_case", [True, False], ids=["uncased", "cased"])
+def test_words_are_unknown_over_100_characters_not_100_bytes(lower_case):
+    """tensorflow-text counts a word's bytes: a word of 34-100 multi-byte characters (a
+    spaceless run of Thai or kana) was one [UNK]; transformers counts characters."""
+    import tensorflow as tf
+    for vocab in (UNCASED_VOCAB, CHINESE_VOCAB):
+        ours = Tokenizer(vocab, lower_case=lower_case)
+        expected = _reference_ids(BertTokenizer(vocab, do_lower_case=lower_case), LONG_WORDS)
+        assert ours.encode(LONG_WORDS) == expected
+        # In a graph (tf.data, serving) too, and beside texts without a long word.
+        graph = tf.function(ours.tokenize)(tf.constant(LONG_WORDS + ["short text"]))
+        assert graph.to_list()[:-1] == expected
+    tokenizer = Tokenizer(CHINESE_VOCAB, lower_case=lower_case)
+    ids = tokenizer.encode(LONG_WORDS[2:4])
+    assert len(ids[0]) > 1 and tokenizer.unk_id not in ids[0] and ids[1] == [tokenizer.unk_id]
