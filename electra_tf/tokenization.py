@@ -18,6 +18,9 @@ Known differences:
   ``tokenization.py`` (BERT's, which the official ELECTRA code copies) allows 200: a word
   of 101 to 200 characters is [UNK] here and in transformers, word pieces there (long runs
   of Thai, Lao or kana, which have no spaces).
+- A special token written in the text ("[SEP]", "[MASK]") is split as any text is, into
+  "[", "sep", "]", as Google's original does; transformers keeps its special tokens whole.
+  Pass sentence pairs as two texts, not joined with "[SEP]".
 - An all-capital Greek word ending in sigma: transformers and this tokenizer lower-case
   "Σ" to "σ"; Google's original lower-cases whole words with Python's ``str.lower``, which
   writes the final form "ς".
