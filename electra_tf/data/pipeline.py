@@ -24,6 +24,7 @@ and each pipeline's examples get disjoint indices.
 
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -141,6 +142,13 @@ def _build_setting(metadata: dict, key: str):
     return metadata.get(key, "none") if key == "word_segmenter" else metadata.get(key)
 
 
+def _tf_message(error: tf.errors.OpError) -> str:
+    """An op error's first line without TensorFlow's "{{function_node ...}}" and
+    "[Op:...] name: ..." wrapping."""
+    line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", error.message.splitlines()[0])
+    return re.sub(r"\s*\[Op:[^\]]*\]( name: \S*)?\s*$", "", line)
+
+
 def _first_record(path: str, data_flag: str) -> tf.train.Example:
     dataset = tf.data.TFRecordDataset(path, compression_type=_compression_of(path))
     try:
@@ -148,7 +156,7 @@ def _first_record(path: str, data_flag: str) -> tf.train.Example:
             return tf.train.Example.FromString(record.numpy())
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
         raise UserInputError(
-            f"data file {path} is corrupt ({e.message.splitlines()[0]}); rebuild it or remove "
+            f"data file {path} is corrupt ({_tf_message(e)}); rebuild it or remove "
             f"it from {data_flag}") from None
     except Exception as e:  # a protobuf DecodeError: the record is not a tf.train.Example
         raise UserInputError(
@@ -254,7 +262,7 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
                     pass
             except tf.errors.DataLossError as e:
                 raise UserInputError(
-                    f"data file {path} is corrupt ({e.message.splitlines()[0]}); rebuild it "
+                    f"data file {path} is corrupt ({_tf_message(e)}); rebuild it "
                     "or remove it") from None
     return {"premasked": bool(premasked), "max_predictions": max_predictions,
             "word_starts": word_starts, "metadata": metadata}
