@@ -8,6 +8,7 @@ is one UserInputError naming the file or binding.
 
 import difflib
 import os
+import re
 import tokenize
 
 import gin
@@ -72,8 +73,9 @@ def parse(files: list[str], bindings: list[str]) -> None:
             try:
                 gin.parse_config_file(path)
             except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
-                raise UserInputError(f"--gin_file={path}: {_first_line(e)}; fix the file or "
-                                     "the name (see the files in gin/)") from None
+                raise UserInputError(f"--gin_file={path}: " + (_set_elsewhere(e) or (
+                    f"{_first_line(e)}; fix the file or the name (see the files in "
+                    "gin/)"))) from None
     finally:
         os.chdir(cwd)
     example = os.path.relpath(paths[0], os.path.dirname(GIN_DIR)) if paths else "gin/"
@@ -87,10 +89,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
                     f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
                     "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
                     from None
-            if "denylisted kwarg" in message:
-                name = binding.split("=", 1)[0].strip()
-                raise UserInputError(f"--gin_bindings={binding!r}: {name} is not set by gin; "
-                                     + SET_ELSEWHERE.get(name, "the run sets it itself")) \
+            if _set_elsewhere(e):
+                raise UserInputError(f"--gin_bindings={binding!r}: {_set_elsewhere(e)}") \
                     from None
             raise UserInputError(f"--gin_bindings={binding!r}: {message}; check the name "
                                  f"against the gin files (e.g. {example})") from None
@@ -106,11 +106,11 @@ def _check_ablations_agree(paths: list[str]) -> None:
     bound: dict[str, tuple[str, str]] = {}  # name -> (value, file)
     for path in paths:
         name = os.path.relpath(path, GIN_DIR)
-        if os.path.dirname(path) == GIN_DIR and bound:
+        if bound and _is_size_file(path):
             earlier = next(iter(bound.values()))[1]
             raise UserInputError(
-                f"--gin_file={name} comes after --gin_file={earlier} and would set its values "
-                f"back; give the size file first (--gin_file={name} --gin_file={earlier})")
+                f"--gin_file={name} is a size file: after --gin_file={earlier} it would set "
+                "that file's values back; give one size file, before the ablation files")
         if not path.startswith(ablations):
             continue
         with open(path, encoding="utf-8") as f:
@@ -125,6 +125,15 @@ def _check_ablations_agree(paths: list[str]) -> None:
                         f"{bound[key][1]} set to {bound[key][0]}: they are different studies; "
                         "run one, or bind the value you want with --gin_bindings")
                 bound[key] = (value, name)
+
+
+def _is_size_file(path: str) -> bool:
+    """tiny.gin .. large.gin: the files of gin/ that set up a whole run (they include
+    pretraining.gin)."""
+    if os.path.dirname(path) != GIN_DIR:
+        return False
+    with open(path, encoding="utf-8") as f:
+        return re.search(r"^include\s+['\"]pretraining\.gin['\"]", f.read(), re.M) is not None
 
 
 def _check_macros_used(bindings: list[str], example: str) -> None:
@@ -161,6 +170,16 @@ def _check_macros_defined(example: str) -> None:
             raise UserInputError(
                 f"%{name}{hint} is used but no gin file or --gin_bindings defines it; define "
                 f"it (--gin_bindings='{name}=...') or fix the name (see {example})")
+
+
+def _set_elsewhere(error: Exception) -> str | None:
+    """For gin's "Configurable 'optimizer' has denylisted kwarg 'num_train_steps'": what to
+    do instead; None for other errors."""
+    match = re.search(r"Configurable '([\w.]+)' has denylisted kwarg '(\w+)'", str(error))
+    if not match:
+        return None
+    name = f"{match[1]}.{match[2]}"
+    return f"{name} is not set by gin; " + SET_ELSEWHERE.get(name, "the run sets it itself")
 
 
 def _first_line(error: Exception) -> str:

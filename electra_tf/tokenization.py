@@ -53,9 +53,14 @@ MAX_CHARS_PER_WORD = 100  # transformers' limit: a longer word is [UNK]
 # tensorflow-text limits a word in UTF-8 bytes: room for 100 characters of up to 4 bytes
 # each. A word over 100 bytes may still be over 100 characters, which `tokenize` checks
 # where a text holds a run of at least 26 characters (the fewest that make 101 bytes) that
-# are not whitespace or punctuation, the only places such a word can be.
+# are not whitespace, punctuation or CJK ideographs (each a word, `is_cjk`), the only
+# places such a word can be.
 _MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
-_MAYBE_LONG_WORD = r"(?s).*[^\s\p{P}]{26,}.*"
+# BERT's CJK ideographs (its basic tokenizer's list), each a token of its own.
+_CJK_BLOCKS = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CJK_CLASS = "".join(rf"\x{{{a:X}}}-\x{{{b:X}}}" for a, b in _CJK_BLOCKS)
+_MAYBE_LONG_WORD = rf"(?s).*[^\s\p{{P}}{_CJK_CLASS}]{{26,}}.*"
 
 # BERT's _clean_text: \t \n \r become spaces; every other control or format character
 # (Unicode category C*), NUL and U+FFFD are deleted, joining the text around them. RE2 has
@@ -265,7 +270,4 @@ def is_punctuation(c: str) -> bool:
 def is_cjk(cp: int) -> bool:
     """A CJK ideograph's code point, as BERT's basic tokenizer lists them (a token of its
     own)."""
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F
-            or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
-            or 0x2F800 <= cp <= 0x2FA1F)
+    return cp >= 0x3400 and any(a <= cp <= b for a, b in _CJK_BLOCKS)  # most text: below

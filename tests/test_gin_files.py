@@ -61,20 +61,25 @@ def test_an_undefined_macro_is_an_error_naming_it():
     (["tiny.gin", "ablations/two_stage.gin", "ablations/adversarial.gin"],
      r"sets pretrainer.algorithm = 'adversarial', which .*two_stage.gin set to 'two_stage'"),
     (["tiny.gin", "ablations/mlm.gin", "small.gin"],
-     r"^--gin_file=small.gin comes after --gin_file=ablations/mlm.gin and would set its values "
-     r"back; give the size file first \(--gin_file=small.gin --gin_file=ablations/mlm.gin\)$"),
+     r"^--gin_file=small.gin is a size file: after --gin_file=ablations/mlm.gin it would set "
+     r"that file's values back; give one size file, before the ablation files$"),
 ])
 def test_ablation_files_that_undo_each_other_are_refused(files, message):
     with pytest.raises(UserInputError, match=message):
         gin_files.parse(files, [])
 
 
-def test_ablation_files_of_different_studies_combine():
+def test_ablation_files_of_different_studies_combine(tmp_path):
     import gin
     gin_files.parse(["small.gin", "ablations/sharing_none.gin",
                      "ablations/learned_loss_weights.gin", "ablations/electra_15.gin"], [])
     assert (gin.query_parameter("pretrainer.sharing"), gin.query_parameter("%OBJECTIVE"),
             gin.query_parameter("pretrainer.learn_loss_weights")) == ("none", "electra_15", True)
+    # A user's own file after them (not a size file) sets what it sets.
+    mine = tmp_path / "my_lr.gin"
+    mine.write_text("LEARNING_RATE = 3e-4\n")
+    gin_files.parse(["small.gin", "ablations/mlm.gin", str(mine)], [])
+    assert gin.query_parameter("%LEARNING_RATE") == 3e-4
 
 
 @pytest.mark.parametrize("binding, message", [
@@ -84,15 +89,21 @@ def test_ablation_files_of_different_studies_combine():
                                         r"schedule spans the run: bind NUM_TRAIN_STEPS"),
     ("pretrainer.num_layers = [", r"^--gin_bindings='pretrainer.num_layers = \[': a bracket or "
                                   r"quote is not closed"),
+    ("pretraining/optimizer.aggregate_gradients = True",  # scoped
+     r"optimizer.aggregate_gradients is not set by gin; the trainer sets it"),
 ])
 def test_a_binding_gin_cannot_take_says_what_to_do(binding, message):
     with pytest.raises(UserInputError, match=message):
         gin_files.parse(["tiny.gin"], [binding])
 
 
-def test_an_unclosed_bracket_in_a_gin_file_is_one_line(tmp_path):
+def test_an_unclosed_bracket_or_a_denylisted_name_in_a_gin_file_is_one_line(tmp_path):
     path = tmp_path / "mine.gin"
     path.write_text("pretrainer.num_layers = (3\n")
     with pytest.raises(UserInputError, match=rf"^--gin_file={path}: a bracket or quote is not "
                                              r"closed; fix the file"):
+        gin_files.parse(["tiny.gin", str(path)], [])
+    path.write_text("optimizer.num_train_steps = 500\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={path}: optimizer.num_train_steps "
+                                             r"is not set by gin; the schedule spans the run"):
         gin_files.parse(["tiny.gin", str(path)], [])

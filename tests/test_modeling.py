@@ -977,11 +977,16 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"its hidden size / 64\)(\n|$)"),
 ])
 def test_options_that_cannot_work_together_are_refused(options, message):
+    """Those the networks cannot be built with, when built; those that only train wrongly,
+    before pre-training (check_training_options): a model trained so before the check
+    still loads for export and fine-tuning."""
     from electra_tf.errors import UserInputError
+    shape = {"hidden_size": 128, "num_layers": 1, "num_heads": 2, "intermediate_size": 512,
+             "generator_hidden_fraction": 1.0}
     with pytest.raises(UserInputError, match=message):
-        factory.build_pretrainer(**{"hidden_size": 128, "num_layers": 1, "num_heads": 2,
-                                    "intermediate_size": 512, "generator_hidden_fraction": 1.0,
-                                    **options})
+        factory.build_pretrainer(**{**shape, **options}).check_training_options()
+    if "uniform_generator" in options and options.get("objective") == "mlm":
+        assert factory.build_pretrainer(**{**shape, **options}).generator is not None
 
 
 @pytest.mark.parametrize("binding, message", [

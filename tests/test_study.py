@@ -568,6 +568,22 @@ assert refused("--scale=cpu", "--configs=" + ",".join([*rs.CONFIGS, rs.RANDOM_IN
     "results would replace benchmarks/results/study.{{json,md}}; pass --results_dir, e.g. "
     "--results_dir=benchmarks/results/study_flops_budget")
 assert not os.path.exists(os.path.join(tmp, "work", "data32")), os.listdir(tmp + "/work")
+# How the runs compute (precision, XLA), more seeds, and a 0 meaning the scale's value
+# keep the scale's study; other bindings, or seeds without 0, make another.
+cpu, grid = rs.SCALES["cpu"], list(rs.CONFIGS)
+rs.FLAGS.unparse_flags()
+rs.FLAGS(["run_study", "--scale=cpu", "--pretrain_bindings=pretraining.precision='mixed_bfloat16'",
+          "--pretrain_bindings=pretraining.jit_compile=True", "--pretrain_seeds=0,1",
+          "--curve_points=0"])
+rs.check_results_dir(grid, True, "study", cpu)
+for flag in ("--pretrain_bindings=LEARNING_RATE=3e-4", "--pretrain_seeds=1,2"):
+    rs.FLAGS.unparse_flags()
+    rs.FLAGS(["run_study", "--scale=cpu", flag])
+    try:
+        rs.check_results_dir(grid, True, "study", cpu)
+        raise AssertionError(f"not refused: {{flag}}")
+    except UserInputError as e:
+        assert str(e).startswith(f"{{flag}} makes another study than --scale=cpu's"), e
 print("ok")
 """
 

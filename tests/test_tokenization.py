@@ -130,7 +130,9 @@ def test_decomposed_text_is_composed_as_the_reference(tmp_path):
 LONG_WORDS = [
     "ประเทศไทยมีชื่ออย่างเป็นทางการว่าราชอาณาจักรไทย",  # 47 characters, 141 bytes
     "ประเทศไทยมีชื่ออย่างเป็นทางการว่าราชอาณาจักรไทย" * 3,
-    "テキスト" * 10, "テキスト" * 26,  # 40 characters (120 bytes): pieces; 104: [UNK] "ひらがなのぶん" * 6, "é" * 60, "é" * 101,
+    # 40 characters (120 bytes): pieces; 104: [UNK].
+    "テキスト" * 10, "テキスト" * 26,
+    "ひらがなのぶん" * 6, "é" * 60, "é" * 101,
     "a" * 100, "a" * 101, "b" * 450, "😀" * 26 + " 😀",
     "plain words, then " + "x" * 150 + " and " + "テキスト" * 10 + ", then more",
 ]

@@ -349,13 +349,14 @@ def keep_off_the_tpu():
     os.environ["TPU_LOAD_LIBRARY"] = "0"
 
 
-def run_timed(job: Job, in_process: bool, record_path: str) -> float:
+def run_timed(job: Job, in_process: bool, record_path: str, commit: str | None = None) -> float:
     """Runs a job (execute) and keeps its seconds in its record (record_path, written
     whole each time, atomically): while it runs, every HEARTBEAT_SECONDS, and when it fails
     or is stopped, `interrupted_seconds` (so a kill loses at most one interval); once it
     completes, `seconds`: its own and those of the attempts cut off before it. Returns
     `seconds`."""
     import threading
+    commit = commit or job_commit()  # the code it starts with
     record = _read_json(record_path)
     earlier = record.pop("interrupted_seconds", 0.0)
     started = time.time()
@@ -380,7 +381,7 @@ def run_timed(job: Job, in_process: bool, record_path: str) -> float:
     stop.set()
     clock.join()
     seconds = round(earlier + took, 1)
-    _write_json(record_path, {**record, "seconds": seconds, "commit": job_commit()})
+    _write_json(record_path, {**record, "seconds": seconds, "commit": commit})
     return seconds
 
 
@@ -398,6 +399,8 @@ class Runner:
 
     def __init__(self, in_process: bool, jobs: int = 1, eager: bool = False):
         self.in_process, self.jobs, self.eager = in_process, jobs, eager
+        # In process, jobs run the code this process imported: the commit it started at.
+        self.commit = job_commit() if in_process else None
         self.commands: list[str] = []
         self._pool = None
 
@@ -451,7 +454,7 @@ class Runner:
                 tf.config.run_functions_eagerly(True)
             for i, (job, path, _) in todo.items():  # items come after what they need
                 print("$ " + shown_commands[i], flush=True)
-                seconds[i] = run_timed(job, self.in_process, path)
+                seconds[i] = run_timed(job, self.in_process, path, self.commit)
             return seconds
         import concurrent.futures
         unfinished, running = set(todo), {}
@@ -459,7 +462,8 @@ class Runner:
             for i in [i for i, (_, _, after) in todo.items() if after not in unfinished]:
                 job, path, _ = todo.pop(i)
                 print("$ " + shown_commands[i], flush=True)
-                running[self._executor().submit(run_timed, job, self.in_process, path)] = i
+                running[self._executor().submit(run_timed, job, self.in_process, path,
+                                                self.commit)] = i
             completed, _ = concurrent.futures.wait(
                 running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in completed:
@@ -885,6 +889,10 @@ def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: s
 # Flags that make another study than the scale's, whose results must not replace its own.
 OTHER_STUDY_FLAGS = ("flops_budget", "curve_points", "num_trials", "corpus", "labelled_data",
                      "label_column")
+# Pre-training bindings that change how the runs compute, not what they learn (the small
+# scale's GPU command binds them); any other is another study.
+HOW_BINDINGS = ("pretraining.precision=", "pretraining.jit_compile=",
+                "pretraining.steps_per_call=")
 
 
 def check_results_dir(names: list[str], with_random: bool, stem: str, scale: Scale):
@@ -900,9 +908,14 @@ def check_results_dir(names: list[str], with_random: bool, stem: str, scale: Sca
             f"replace the whole grid's benchmarks/results/{stem}.{{json,md}}; pass "
             f"--results_dir, e.g. "
             f"--results_dir=benchmarks/results/{stem}_{'_'.join(names) or RANDOM_INIT}")
+    # (0 and None mean the scale's value for these flags, as main reads them.)
     other = [f"--{name}={value:g}" if isinstance(value, float) else f"--{name}={value}"
              for name, value in ((n, getattr(FLAGS, n)) for n in OTHER_STUDY_FLAGS)
-             if value not in (None, getattr(scale, name))]
+             if value not in (None, 0, getattr(scale, name))]
+    other += [f"--pretrain_bindings={b}" for b in FLAGS.pretrain_bindings
+              if not b.replace(" ", "").startswith(HOW_BINDINGS)]
+    if "0" not in [s.strip() for s in FLAGS.pretrain_seeds]:  # the scale's runs are seed 0's
+        other.append(f"--pretrain_seeds={','.join(FLAGS.pretrain_seeds)}")
     if other:
         raise UserInputError(
             f"{' '.join(other)} makes another study than --scale={FLAGS.scale}'s: its results "

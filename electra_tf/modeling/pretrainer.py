@@ -128,9 +128,6 @@ class ElectraPretrainer(keras.Model):
         _check_choice("objective", objective, OBJECTIVES)
         _check_choice("sharing", sharing, SHARING)
         _check_choice("algorithm", algorithm, ALGORITHMS)
-        if objective == "mlm" and uniform_generator:
-            raise UserInputError("objective='mlm' replaces no tokens: uniform_generator applies "
-                                 "to the objectives that sample replacements; unbind it")
         if algorithm != "joint" and objective != "electra":
             raise UserInputError(f"algorithm={algorithm} is defined for objective='electra'")
         if algorithm != "joint" and uniform_generator:
@@ -176,21 +173,6 @@ class ElectraPretrainer(keras.Model):
                                       else discriminator_weight) <= 0:
             raise UserInputError("learn_loss_weights starts from the loss weights' logs: "
                                  "generator_weight and discriminator_weight must be positive")
-        if objective == "electric" and (temperature != 1.0 or disallow_correct):
-            raise UserInputError(
-                "Electric's noise distribution is the generator's softmax, whose log enters "
-                "its loss: pretrainer.temperature must be 1.0 and disallow_correct False")
-        if learn_loss_weights and (objective == "mlm" or algorithm == "adversarial"):
-            raise UserInputError(
-                "learn_loss_weights balances the generator's and discriminator's losses: "
-                + ("objective='mlm' has one loss" if objective == "mlm" else
-                   "the adversarial generator's policy-gradient loss can be negative, which "
-                   "drives its learned weight up without bound")
-                + "; unbind it")
-        if adversarial_mle_weight and algorithm != "adversarial":
-            raise UserInputError(f"adversarial_mle_weight={adversarial_mle_weight} applies to "
-                                 f"algorithm='adversarial' (this run's: '{algorithm}'); unbind "
-                                 "it")
         if objective == "electric" and sharing == "all":
             raise UserInputError("Electric's generator is a two-tower cloze model; it cannot share "
                                  "all weights with the discriminator: use sharing 'embeddings'")
@@ -320,6 +302,30 @@ class ElectraPretrainer(keras.Model):
         sequence = self.discriminator(fake, batch["input_mask"], batch["segment_ids"],
                                       training=training)
         return sequence
+
+    def check_training_options(self):
+        """Refuses options that train wrongly together (or not at all) with one line; run
+        before pre-training. A model trained so before these checks still loads (export,
+        fine-tuning): the weights are what they are."""
+        if self.objective == "mlm" and self.uniform_generator:
+            raise UserInputError("objective='mlm' replaces no tokens: uniform_generator applies "
+                                 "to the objectives that sample replacements; unbind it")
+        if self.objective == "electric" and (self.temperature != 1.0 or self.disallow_correct):
+            raise UserInputError(
+                "Electric's noise distribution is the generator's softmax, whose log enters "
+                "its loss: pretrainer.temperature must be 1.0 and disallow_correct False")
+        if self.loss_log_scales is not None and (self.objective == "mlm"
+                                                 or self.algorithm == "adversarial"):
+            raise UserInputError(
+                "learn_loss_weights balances the generator's and discriminator's losses: "
+                + ("objective='mlm' has one loss" if self.objective == "mlm" else
+                   "the adversarial generator's policy-gradient loss can be negative, which "
+                   "drives its learned weight up without bound")
+                + "; unbind it")
+        if self.adversarial_mle_weight and self.algorithm != "adversarial":
+            raise UserInputError(
+                f"adversarial_mle_weight={self.adversarial_mle_weight} applies to "
+                f"algorithm='adversarial' (this run's: '{self.algorithm}'); unbind it")
 
     def combine(self, generator_loss, discriminator_loss, norms):
         if self.loss_log_scales is None:

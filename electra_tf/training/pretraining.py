@@ -195,6 +195,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         model = factory.build_pretrainer(vocab_size=len(vocab), seed=seed,
                                          cls_id=ids[tokenization.CLS_TOKEN],
                                          sep_id=ids[tokenization.SEP_TOKEN])
+        model.check_training_options()
         if model.mask_prob != mask_prob:  # Electric's noise ratio reads the model's
             raise UserInputError(
                 f"pretraining.mask_prob={mask_prob} (the data's masking) and "
@@ -860,8 +861,10 @@ def _keep_earlier_config(model_dir: str, step: int, config: str, log):
         return
     with tf.io.gfile.GFile(path) as f:
         earlier = f.read()
-    if earlier != config:
-        kept = os.path.join(model_dir, OPERATIVE_CONFIG.replace(".gin", f"-{step}.gin"))
+    kept = os.path.join(model_dir, OPERATIVE_CONFIG.replace(".gin", f"-{step}.gin"))
+    # One there already is the config that trained those steps (a resume that stopped
+    # before its next checkpoint left its own in operative_config.gin).
+    if earlier != config and not tf.io.gfile.exists(kept):
         atomic.write_text(kept, earlier)
         log(f"note: this run's gin config differs from the one its first {step} steps ran "
             f"with, kept as {kept}")
