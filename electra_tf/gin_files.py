@@ -89,9 +89,9 @@ def parse(files: list[str], bindings: list[str]) -> None:
                     f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
                     "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
                     from None
-            if _set_elsewhere(e):
-                raise UserInputError(f"--gin_bindings={binding!r}: {_set_elsewhere(e)}") \
-                    from None
+            hint = _set_elsewhere(e)
+            if hint:
+                raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None
             raise UserInputError(f"--gin_bindings={binding!r}: {message}; check the name "
                                  f"against the gin files (e.g. {example})") from None
     _check_macros_used(bindings, example)
@@ -127,13 +127,18 @@ def _check_ablations_agree(paths: list[str]) -> None:
                 bound[key] = (value, name)
 
 
+def includes(path: str) -> list[str]:
+    """The paths of the files a gin file includes, resolved in gin/ as `parse` reads them."""
+    with open(path, encoding="utf-8") as f:
+        return [os.path.join(GIN_DIR, name)
+                for name in re.findall(r"^include\s+['\"](.+?)['\"]", f.read(), re.M)]
+
+
 def _is_size_file(path: str) -> bool:
     """tiny.gin .. large.gin: the files of gin/ that set up a whole run (they include
     pretraining.gin)."""
-    if os.path.dirname(path) != GIN_DIR:
-        return False
-    with open(path, encoding="utf-8") as f:
-        return re.search(r"^include\s+['\"]pretraining\.gin['\"]", f.read(), re.M) is not None
+    return (os.path.dirname(path) == GIN_DIR
+            and os.path.join(GIN_DIR, "pretraining.gin") in includes(path))
 
 
 def _check_macros_used(bindings: list[str], example: str) -> None:

@@ -517,17 +517,13 @@ def gin_inputs(files: list[str]) -> list[str]:
     """The gin files a job reads: `files`, resolved as the scripts resolve them, and those
     they include. Kept in the job's record with their digests, so that a finished job is not
     reused once a file it read was edited."""
-    import re
-
     from electra_tf import gin_files
     paths, todo = [], [os.path.abspath(gin_files.resolve(f)) for f in files]
     while todo:
         path = todo.pop(0)
         if path not in paths:
             paths.append(path)
-            with open(path) as f:  # includes resolve in gin/, as gin_files.parse reads them
-                todo += [os.path.join(gin_files.GIN_DIR, name) for name in
-                         re.findall(r"^include\s+['\"](.+?)['\"]", f.read(), re.M)]
+            todo += gin_files.includes(path)
     return paths
 
 
@@ -1032,7 +1028,7 @@ def main(argv):
                          "gin_files": list(CONFIGS[name].gin_files),
                          "bindings": list(CONFIGS[name].bindings), **plan[name],
                          "pretrain_seconds": None, "health": None, "finetune": {}, "runs": {}}
-    for (name, seed), took in zip(runs, seconds):
+    for (name, seed), took, commit in zip(runs, seconds, commits):
         model_dir = model_dirs[name, seed]
         model_info = _read_json(os.path.join(model_dir, "model_info.json"))
         checks = [("train_flops_per_example", "reported_flops_per_example")]
@@ -1049,7 +1045,7 @@ def main(argv):
                                      f"{plan[name][planned]:.6g}")
         configs[name]["runs"][str(seed)] = {"pretrain_seconds": took,
                                             "health": pretraining_health(model_dir),
-                                            "commit": commits[runs.index((name, seed))],
+                                            "commit": commit,
                                             "finetune": {}}
     baseline, outs = None, {}
     for (name, seed, step, _, out), took, commit in zip(targets, seconds[len(runs):],
