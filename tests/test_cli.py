@@ -81,3 +81,61 @@ def test_a_bad_choice_is_refused_with_the_choices_without_tensorflow(script, fla
     assert code == 1
     assert f"{flag}: value should be one of <{choices}>" in said, said
     assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
+
+
+# One refusal per script that it makes after TensorFlow has started (tests elsewhere check
+# the scripts' refusals in the test's own process, `in_process.run_script`, which does not
+# see what TensorFlow's C++ logging writes to file descriptor 2).
+AFTER_TENSORFLOW = {
+    "build_pretraining_data.py": (["--input={missing}/*.txt", "--vocab_file={vocab}",
+                                   "--output_dir={out}"],
+                                  "error: input {missing}/*.txt matches no file; check the "
+                                  "path or glob in --input"),
+    "convert_checkpoint.py": (["--source=tf1", "--input={missing}/model.ckpt",
+                               "--output_dir={out}"],
+                              "error: --input={missing}/model.ckpt is not a TF1 checkpoint "
+                              "prefix (no {missing}/model.ckpt.index); pass e.g. "
+                              "electra_base/model.ckpt-766000"),
+    "detect_replaced.py": (["--saved_model={missing}", "a sentence"],
+                           "error: --saved_model={missing} holds no saved_model.pb; pass "
+                           "EXPORT_DIR/MODEL_NAME/VERSION of an export"),
+    "export_saved_model.py": (["--model_dir={missing}", "--export_dir={out}",
+                               "--model_name=electra", "--kind=discriminator"],
+                              "error: {missing} does not exist or is not a folder; pass a "
+                              "model dir written by run_pretraining.py or "
+                              "convert_checkpoint.py"),
+    "inspect_pretraining_data.py": (["--data={missing}/*.tfrecord", "--vocab_file={vocab}"],
+                                    "error: data {missing}/*.tfrecord matches no file; check the "
+                                    "path, or build the data with "
+                                    "scripts/build_pretraining_data.py"),
+    "learn_vocab.py": (["--input={missing}/*.txt", "--output={out}/vocab.txt",
+                        "--vocab_size=1000"],
+                       "error: input {missing}/*.txt matches no file; check the path or glob "
+                       "in --input"),
+    "run_finetuning.py": (["--task=sst3", "--init_checkpoint={missing}", "--model_dir={out}"],
+                          "error: --task=sst3 is unknown; choose one of classification, "),
+    "run_pretraining.py": (["--gin_file=tiny.gin", "--gin_bindings=pretrainer.hiden_size=3",
+                            "--model_dir={out}", "--train_data={missing}/*"],
+                           "error: --gin_bindings='pretrainer.hiden_size=3': Configurable "
+                           "'pretrainer' doesn't have a parameter named 'hiden_size'"),
+}
+
+
+def test_the_after_tensorflow_table_names_every_script():
+    assert sorted(AFTER_TENSORFLOW) == SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_refusal_after_tensorflow_starts_is_the_one_line_on_stderr(script, tmp_path):
+    """TensorFlow's start-up logs through C++ (the CUDA build's cuInit error on a machine
+    without a GPU, CPU feature notes) unless `electra_tf.cli` quiets it first: the error line
+    must be all a user sees, exit code 1, and nothing written."""
+    from conftest import UNCASED_VOCAB
+    args, expected = AFTER_TENSORFLOW[script]
+    names = {"missing": str(tmp_path / "missing"), "out": str(tmp_path / "out"),
+             "vocab": UNCASED_VOCAB}
+    code, said, out, modules = _imports(script, *[a.format(**names) for a in args])
+    assert "tensorflow" in modules  # (the refusal is made after TensorFlow's import)
+    assert code == 1
+    assert said.splitlines() == [said.strip()] and said.startswith(expected.format(**names)), said
+    assert out == "" and not os.path.exists(tmp_path / "out")

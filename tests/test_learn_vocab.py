@@ -2,8 +2,6 @@
 
 import collections
 import os
-import subprocess
-import sys
 import unicodedata
 
 import pytest
@@ -15,9 +13,9 @@ from conftest import CORPUS_GLOB, ROOT, chinese_reviews, corpus_lines
 from electra_tf import vocab_learning
 from electra_tf.errors import UserInputError
 from electra_tf.tokenization import Tokenizer
+from in_process import run_script
 
 TRAIN_LINES = 30000
-SCRIPT = os.path.join(ROOT, "scripts", "learn_vocab.py")
 
 
 @pytest.fixture(scope="module")
@@ -185,8 +183,7 @@ def test_max_lines_and_jsonl(tmp_path):
 
 
 def _run_script(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return run_script("learn_vocab.py", *args, cwd=ROOT)
 
 
 def test_script_writes_the_vocab(tmp_path):

@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, SMALL, cased_vocab, pretrain as run
+from in_process import run_script
 from electra_tf.errors import UserInputError
 from electra_tf.training import pretraining
 
@@ -1079,12 +1080,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
                             r"NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\?",
         "unknown_objective": r"objective='electrra' is not one of electra, mlm, ",
     }[case]
-    process = script(*args, env={"ELECTRA_TF_XLA_ELEMENTWISE": "false"}
-                     if case == "xla_elementwise_env" else None)
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 1
-    assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("error: ")
+    done = run_script("run_pretraining.py", *args, env={"ELECTRA_TF_XLA_ELEMENTWISE": "false"}
+                      if case == "xla_elementwise_env" else None)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: ")
     import re
-    assert re.search(expected, err), err
+    assert re.search(expected, done.stderr), done.stderr
     assert not os.path.exists(model_dir)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from conftest import CHINESE_VOCAB, DATA, ROOT, UNCASED_VOCAB
 from electra_tf.errors import UserInputError
+from in_process import run_script
 
 SCRIPT = os.path.join(ROOT, "scripts", "build_pretraining_data.py")
 TWO_NOVELS = ",".join(os.path.join(DATA, "corpus", n)
@@ -22,8 +23,9 @@ TWO_NOVELS = ",".join(os.path.join(DATA, "corpus", n)
 
 
 def build(*args, check=True, **kwargs):
-    result = subprocess.run([sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}",
-                             "--noprogress", *args], capture_output=True, text=True, **kwargs)
+    """The builder's command line, in this process (`in_process.run_script`)."""
+    result = run_script("build_pretraining_data.py", f"--vocab_file={UNCASED_VOCAB}",
+                        "--noprogress", *args, **kwargs)
     if check:
         assert result.returncode == 0, result.stderr[-2000:]
     return result
@@ -192,11 +194,8 @@ def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
 def test_chinese_corpus_builds_with_chinese_vocab(tmp_path):
     from conftest import chinese_reviews
     (tmp_path / "zh.txt").write_text("\n\n".join(chinese_reviews()) + "\n", encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, SCRIPT, f"--input={tmp_path}/zh.txt", f"--vocab_file={CHINESE_VOCAB}",
-         f"--output_dir={tmp_path}/out", "--max_seq_length=64", "--noprogress"],
-        capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    build(f"--input={tmp_path}/zh.txt", f"--vocab_file={CHINESE_VOCAB}",
+          f"--output_dir={tmp_path}/out", "--max_seq_length=64")
     _, records = read_records(tmp_path / "out")
     ids = np.array(tf.io.parse_example(records, {
         "input_ids": tf.io.FixedLenFeature([64], tf.int64)})["input_ids"])
