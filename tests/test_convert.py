@@ -6,8 +6,6 @@ hidden states; bad sources fail with one clear line."""
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,9 +20,14 @@ from electra_tf.export.huggingface import hf_config
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training.checkpoints import load_pretrainer
+from in_process import run_script
 
 TOLERANCE = 1e-4
-SCRIPT = os.path.join(ROOT, "scripts", "convert_checkpoint.py")
+
+
+def convert(*args):
+    """scripts/convert_checkpoint.py run with `args`, in this process."""
+    return run_script("convert_checkpoint.py", *args)
 
 
 def _vocab(path, size):
@@ -158,8 +161,7 @@ def test_tf1_cli_prints_what_it_skipped_and_refuses_bad_input(tmp_path):
     prefix = str(tmp_path / "model.ckpt")
     _official_checkpoint(prefix, rng)
     vocab = _vocab(tmp_path / "vocab.txt", 120)
-    run = lambda *args: subprocess.run([sys.executable, SCRIPT, *args],  # noqa: E731
-                                       capture_output=True, text=True)
+    run = convert
     ok = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/out",
              f"--vocab_file={vocab}", "--num_heads=1")
     assert ok.returncode == 0, ok.stderr
@@ -324,8 +326,7 @@ def _tiny_bert(directory, vocab_size=120):
 def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
     source = _tiny_bert(tmp_path / "bert")
     out = str(tmp_path / "imported")
-    ok = subprocess.run([sys.executable, SCRIPT, "--source=hf", f"--input={source}",
-                         f"--output_dir={out}"], capture_output=True, text=True)
+    ok = convert("--source=hf", f"--input={source}", f"--output_dir={out}")
     assert ok.returncode == 0, ok.stderr
     lines = ok.stdout.splitlines()
     assert lines[0].startswith(f"wrote {out}: discriminator ") and len(lines) == 3
@@ -355,9 +356,7 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
     with pytest.raises(UserInputError, match=f"^{out} was imported without a generator: "):
         saved_model.export(out, serving, kind="generator")
     assert not os.path.exists(serving)
-    detect = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "detect_replaced.py"),
-                             f"--model_dir={out}", "the license is granted"],
-                            capture_output=True, text=True)
+    detect = run_script("detect_replaced.py", f"--model_dir={out}", "the license is granted")
     assert detect.returncode == 1 and detect.stdout == ""
     assert detect.stderr.strip().splitlines() == [
         f"error: {out} was imported without a replaced-token head (discriminator_predictions): "
@@ -594,9 +593,8 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
                                            objective="electric")),
             ("uniform", ElectraPretrainer(config, uniform_generator=True))):
         converters.write_model_dir(model, str(tmp_path / name), vocab, True, 64, source="test")
-    electric = subprocess.run([sys.executable, SCRIPT, "--source=native", "--target=hf",
-                               f"--input={tmp_path}/electric", f"--output_dir={tmp_path}/hf"],
-                              capture_output=True, text=True)
+    electric = convert("--source=native", "--target=hf", f"--input={tmp_path}/electric",
+                       f"--output_dir={tmp_path}/hf")
     assert electric.returncode == 0, electric.stderr
     assert electric.stdout.splitlines() == [
         "note: Electric's discriminator head is an energy: discriminator/ holds it as "
@@ -783,8 +781,7 @@ def test_an_output_dir_that_is_a_file_is_refused_up_front(tmp_path):
     """convert_checkpoint.py --output_dir naming a file (or a path under one): one line,
     exit 1, before any reading (was a NotFoundError / FailedPreconditionError traceback)."""
     (tmp_path / "afile").write_text("mine")
-    run = lambda *args: subprocess.run([sys.executable, SCRIPT, *args],  # noqa: E731
-                                       capture_output=True, text=True)
+    run = convert
     imported = run("--source=hf", f"--input={tmp_path}/nothing", f"--output_dir={tmp_path}/afile")
     assert imported.returncode == 1
     assert imported.stderr.strip() == (f"error: --output_dir={tmp_path}/afile is a file, not a "
@@ -811,8 +808,7 @@ def test_an_output_dir_that_is_a_file_is_refused_up_front(tmp_path):
 def test_a_flag_the_conversion_does_not_read_is_refused(tmp_path, args, said):
     """Not ignored (a --generator_input given with --source=tf1 left the generator fresh,
     without a word): one line, exit 1, before anything is read or written."""
-    done = subprocess.run([sys.executable, SCRIPT, *args, f"--input={tmp_path}/in",
-                           f"--output_dir={tmp_path}/out"], capture_output=True, text=True)
+    done = convert(*args, f"--input={tmp_path}/in", f"--output_dir={tmp_path}/out")
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: {said}; drop it"
     assert os.listdir(tmp_path) == []

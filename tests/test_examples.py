@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import corpus_lines
 from electra_tf.data.examples import ExampleBuilder, ExampleSerializer, padded_features
 
 L = 128

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import FIXTURES, ROOT, UNCASED_VOCAB, pretrain
+from conftest import FIXTURES, UNCASED_VOCAB, pretrain
 from electra_tf import tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import readers
 from electra_tf.export import saved_model
 from electra_tf.training.checkpoints import load_pretrainer
+from in_process import run_script
 
 # One pytest-xdist worker runs them all (make test's --dist loadgroup): the module's
 # fixtures (pre-trained and fine-tuned models, about a minute) are built once.
@@ -60,11 +61,19 @@ def electric_dir(austen_data, tmp_path_factory):
 
 
 def _script_error(script, *args) -> list[str]:
-    """The stderr lines of scripts/`script` run with `args`, which must exit with 1."""
-    process = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args],
-                             capture_output=True, text=True)
-    assert process.returncode == 1, process.stderr
-    return process.stderr.strip().splitlines()
+    """The stderr lines of scripts/`script` run with `args` (in this process), which must
+    exit with 1."""
+    done = run_script(script, *args)
+    assert done.returncode == 1, done.stderr
+    return done.stderr.strip().splitlines()
+
+
+def _detect(*args) -> str:
+    """What scripts/detect_replaced.py run with `args` (in this process) prints; it must
+    succeed."""
+    done = run_script("detect_replaced.py", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _ids(loaded, texts):
@@ -159,12 +168,9 @@ def test_electric_discriminator_serves_the_probability_training_scores(electric_
         *[batch[k] for k in ("input_ids", "input_mask", "segment_ids")])).numpy()
     assert np.min(np.abs(expected - energy)[mask]) > 1.0
     # The detector prints the same, from the export and from the model dir.
-    script = os.path.join(ROOT, "scripts", "detect_replaced.py")
     n = int(mask[0].sum())
     for source in (f"--saved_model={path}", f"--model_dir={electric_dir}"):
-        result = subprocess.run([sys.executable, script, source, TEXTS[0]],
-                                capture_output=True, text=True, check=True)
-        printed = [float(line.split()[1]) for line in result.stdout.splitlines()[1:]]
+        printed = [float(line.split()[1]) for line in _detect(source, TEXTS[0]).splitlines()[1:]]
         np.testing.assert_allclose(printed, probability[0, 1:n - 1], atol=6e-4)
 
 
@@ -198,14 +204,9 @@ def test_saved_model_cli_warmup_records_and_models_config(model_dir, tmp_path):
 
 def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, tmp_path):
     path = saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
-    script = os.path.join(ROOT, "scripts", "detect_replaced.py")
-    outputs = []
-    for source in (f"--saved_model={path}", f"--model_dir={model_dir}"):
-        result = subprocess.run(
-            [sys.executable, script, source, "--threshold=0.0",
-             "The quick brown fox jumps over the lazy dog", "The quick red fox runs"],
-            capture_output=True, text=True, check=True)
-        outputs.append(result.stdout)
+    outputs = [_detect(source, "--threshold=0.0", "The quick brown fox jumps over the lazy dog",
+                       "The quick red fox runs")
+               for source in (f"--saved_model={path}", f"--model_dir={model_dir}")]
     assert outputs[0] == outputs[1]
     lines = outputs[0].splitlines()
     assert lines[0] == "The quick brown fox jumps over the lazy dog"
@@ -220,11 +221,9 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, tmp_pat
     (moved / "model_info.json").write_text(json.dumps({**info, "vocab_file": "/gone/v.txt"}))
     assert "pass --vocab_file" in _script_error("detect_replaced.py", f"--model_dir={moved}",
                                                 "a sentence")[0]
-    result = subprocess.run(
-        [sys.executable, script, f"--model_dir={moved}", f"--vocab_file={UNCASED_VOCAB}",
-         "--threshold=0.0", "The quick brown fox jumps over the lazy dog",
-         "The quick red fox runs"], capture_output=True, text=True, check=True)
-    assert result.stdout == outputs[0]
+    assert _detect(f"--model_dir={moved}", f"--vocab_file={UNCASED_VOCAB}", "--threshold=0.0",
+                   "The quick brown fox jumps over the lazy dog",
+                   "The quick red fox runs") == outputs[0]
     assert _script_error("detect_replaced.py", f"--saved_model={path}",
                          f"--vocab_file={UNCASED_VOCAB}", "a sentence") == [
         "error: --vocab_file goes with --model_dir; a SavedModel holds its vocab"]

@@ -16,9 +16,9 @@ import tensorflow as tf
 
 from conftest import (CHINESE_VOCAB, DATA, FIXTURES, ROOT, UNCASED_VOCAB, cased_vocab,
                       pretrain)
+from in_process import run_script
 
 MOVIES = os.path.join(FIXTURES, "finetune", "movie_snippets.csv")
-SCRIPT = os.path.join(ROOT, "scripts", "run_finetuning.py")
 PYTHON = sys.executable
 
 
@@ -1265,13 +1265,12 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
     ids = Tokenizer(CHINESE_VOCAB).encode([picked[0][1][:10]])[0]
     assert len(ids) == 10 and 100 not in ids  # one known token per character
     out = tmp_path / "out"
-    result = subprocess.run(
-        [PYTHON, SCRIPT, "--task=classification", "--init_checkpoint=none", "--model_size=tiny",
-         f"--vocab_file={CHINESE_VOCAB}", f"--train_file={train}", f"--dev_file={train}",
-         f"--model_dir={out}", "--gin_bindings=MAX_SEQ_LENGTH=48",
-         "--gin_bindings=TRAIN_BATCH_SIZE=8", "--gin_bindings=NUM_EPOCHS=15",
-         "--gin_bindings=LEARNING_RATE=1e-3", "--gin_bindings=LAYERWISE_LR_DECAY=1.0"],
-        capture_output=True, text=True, cwd=ROOT)
+    args = ["--task=classification", "--init_checkpoint=none", "--model_size=tiny",
+            f"--vocab_file={CHINESE_VOCAB}", f"--train_file={train}", f"--dev_file={train}",
+            f"--model_dir={out}", "--gin_bindings=MAX_SEQ_LENGTH=48",
+            "--gin_bindings=TRAIN_BATCH_SIZE=8", "--gin_bindings=NUM_EPOCHS=15",
+            "--gin_bindings=LEARNING_RATE=1e-3", "--gin_bindings=LAYERWISE_LR_DECAY=1.0"]
+    result = run_script("run_finetuning.py", *args, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "finetune/tiny.gin" in result.stdout  # picked by the model's size
     results = json.loads((out / "results.json").read_text())
@@ -1281,7 +1280,7 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
     assert [r[2] for r in table[1:]] == [names[label] for label, _ in picked]
     # The same command again is refused before anything is loaded: the run stays whole.
     before = (out / "results.json").read_bytes()
-    again = subprocess.run(result.args, capture_output=True, text=True, cwd=ROOT)
+    again = run_script("run_finetuning.py", *args, cwd=ROOT)
     assert again.returncode == 1
     assert again.stderr.strip().splitlines()[-1] == (
         f"error: --model_dir={out} already holds a fine-tuning run (results.json, trial_0); "
@@ -1292,15 +1291,6 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
 # ------------------------------------------------------------------------------ bad input
 
 
-def _script_error(tmp_path, *args):
-    result = subprocess.run([PYTHON, SCRIPT, f"--model_dir={tmp_path / 'out'}", *args],
-                            capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
-    assert not os.path.exists(tmp_path / "out")  # nothing half-written
-    return last
-
-
 def test_bad_file_fails_with_one_clear_line_through_the_script(tmp_path):
     rows = movie_rows()[:10]
     good = write_csv(tmp_path / "train.csv", ["sentiment", "text"],
@@ -1308,11 +1298,10 @@ def test_bad_file_fails_with_one_clear_line_through_the_script(tmp_path):
     bad_json = tmp_path / "dev.jsonl"
     bad_json.write_text('{"text": "Fine.", "sentiment": "positive"}\n{"text": "Oops", '
                         '"sentiment": \n', encoding="utf-8")
-    result = subprocess.run(
-        [PYTHON, SCRIPT, f"--model_dir={tmp_path / 'out'}", "--task=classification",
-         "--init_checkpoint=none", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={good}",
-         f"--dev_file={bad_json}", "--label_column=sentiment"],
-        capture_output=True, text=True, cwd=ROOT)
+    result = run_script(
+        "run_finetuning.py", f"--model_dir={tmp_path / 'out'}", "--task=classification",
+        "--init_checkpoint=none", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={good}",
+        f"--dev_file={bad_json}", "--label_column=sentiment", cwd=ROOT)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: {bad_json} line 2 is not valid JSON (Expecting value); the file must hold "

@@ -8,14 +8,11 @@ import math
 import os
 import re
 import string
-import subprocess
-import sys
 
 import pytest
 
 from conftest import ROOT, UNCASED_VOCAB
-
-SCRIPT = os.path.join(ROOT, "scripts", "run_finetuning.py")
+from in_process import run_script
 
 
 # ------------------------------------------------------------------------------ QA metrics
@@ -186,11 +183,10 @@ def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["label", "text"], REVIEWS)
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
-    result = subprocess.run(
-        [sys.executable, SCRIPT, "--task=classification", "--init_checkpoint=none",
-         "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
-         f"--dev_file={train}", f"--model_dir={notes}"],
-        capture_output=True, text=True, cwd=ROOT)
+    result = run_script(
+        "run_finetuning.py", "--task=classification", "--init_checkpoint=none",
+        "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
+        f"--dev_file={train}", f"--model_dir={notes}", cwd=ROOT)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (

@@ -11,6 +11,7 @@ import tensorflow as tf
 from conftest import ROOT, UNCASED_VOCAB, corpus_lines
 from electra_tf.data import pipeline
 from electra_tf.errors import UserInputError
+from in_process import run_script
 
 SCRIPT = os.path.join(ROOT, "scripts", "inspect_pretraining_data.py")
 
@@ -27,8 +28,7 @@ def data(tmp_path_factory):
 
 
 def inspect(*args):
-    return subprocess.run([sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}", *args],
-                          capture_output=True, text=True)
+    return run_script("inspect_pretraining_data.py", f"--vocab_file={UNCASED_VOCAB}", *args)
 
 
 def test_shows_masked_examples(data):
