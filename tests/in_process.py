@@ -41,7 +41,10 @@ def run_script(script: str, *args: str, env: dict | None = None,
 
     path = os.path.join(ROOT, "scripts", script)
     app.define_help_flags()  # (app.run defines them once a process: they are not the script's)
-    defined = set(flags.FLAGS)
+    defined = _flag_state()
+    for name in list(flags.FLAGS):  # a benchmark's flags, from a module a test imported
+        if not flags.FLAGS.find_module_defining_flag(name, "").startswith("absl."):
+            delattr(flags.FLAGS, name)
     saved_argv, saved_path, saved_env, saved_cwd = sys.argv, list(sys.path), dict(os.environ), \
         os.getcwd()
     saved_levels = absl_logging.get_verbosity(), logging.getLogger("tensorflow").level
@@ -68,9 +71,9 @@ def run_script(script: str, *args: str, env: dict | None = None,
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv, sys.path[:] = saved_argv, saved_path
-        for name in set(flags.FLAGS) - defined:
-            delattr(flags.FLAGS, name)
         flags.FLAGS.unparse_flags()
+        vars(flags.FLAGS).clear()  # the script's flags gone, the others back
+        vars(flags.FLAGS).update(defined)
         absl_logging.set_verbosity(saved_levels[0])
         logging.getLogger("tensorflow").setLevel(saved_levels[1])
         gc.unfreeze()  # cli.run freezes what it leaves, for a process about to exit
@@ -81,3 +84,13 @@ def run_script(script: str, *args: str, env: dict | None = None,
         code = 1
     return subprocess.CompletedProcess([sys.executable, path, *args], code, out.getvalue(),
                                        err.getvalue())
+
+
+def _flag_state() -> dict:
+    """A copy of absl's flag registry (FLAGS' attributes: dicts of flags, of the flags of
+    each module, lists of them), to put back after a script has defined its own."""
+    def copy(value):
+        if isinstance(value, dict):
+            return {k: copy(v) for k, v in value.items()}
+        return list(value) if isinstance(value, list) else value
+    return {name: copy(value) for name, value in vars(flags.FLAGS).items()}
