@@ -42,16 +42,16 @@ def run_script(script: str, *args: str, env: dict | None = None,
     path = os.path.join(ROOT, "scripts", script)
     app.define_help_flags()  # (app.run defines them once a process: they are not the script's)
     defined = _flag_state()
-    for name in list(flags.FLAGS):  # a benchmark's flags, from a module a test imported
-        if not flags.FLAGS.find_module_defining_flag(name, "").startswith("absl."):
-            delattr(flags.FLAGS, name)
-    saved_argv, saved_path, saved_env, saved_cwd = sys.argv, list(sys.path), dict(os.environ), \
-        os.getcwd()
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_levels = absl_logging.get_verbosity(), logging.getLogger("tensorflow").level
     saved_cli = cli._absorb_first_xla_log, xla_scratch.stage
     out, err = io.StringIO(), io.StringIO()
     code = 0
     try:
+        for name in list(flags.FLAGS):  # a benchmark's flags, from a module a test imported
+            if not flags.FLAGS.find_module_defining_flag(name, "").startswith("absl."):
+                delattr(flags.FLAGS, name)
         sys.argv = [path, *args]
         os.environ.update(env or {})
         if cwd is not None:
