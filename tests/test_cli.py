@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, UNCASED_VOCAB
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py")))
 # What each script says without any flag: absl's refusal naming its first required flag,
@@ -130,7 +130,6 @@ def test_a_refusal_after_tensorflow_starts_is_the_one_line_on_stderr(script, tmp
     """TensorFlow's start-up logs through C++ (the CUDA build's cuInit error on a machine
     without a GPU, CPU feature notes) unless `electra_tf.cli` quiets it first: the error line
     must be all a user sees, exit code 1, and nothing written."""
-    from conftest import UNCASED_VOCAB
     args, expected = AFTER_TENSORFLOW[script]
     names = {"missing": str(tmp_path / "missing"), "out": str(tmp_path / "out"),
              "vocab": UNCASED_VOCAB}

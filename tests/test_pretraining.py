@@ -21,9 +21,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, SMALL, cased_vocab, pretrain as run
-from in_process import run_script
 from electra_tf.errors import UserInputError
 from electra_tf.training import pretraining
+from in_process import run_script
 
 SCRIPT = os.path.join(ROOT, "scripts", "run_pretraining.py")
 NO_DROPOUT = ["pretrainer.dropout_rate = 0.0", "pretrainer.attention_dropout_rate = 0.0"]
