@@ -52,6 +52,19 @@ def test_eval_pass_is_ordered_finite_and_drops_the_remainder(austen_data):
                 [{k: v.numpy() for k, v in b.items()} for b in again])
 
 
+def test_no_autotuning_thread_keeps_a_freed_iterator_waiting(austen_data):
+    """tf.data's autotuning thread holds an iterator a tf.function read from (the trainer's)
+    until its next wake-up when it is freed: up to a minute in the garbage collection of a
+    process that trains again (the study's workers, the tests). The pipeline runs without it,
+    training and evaluation alike, with its parallel stages and prefetch still on."""
+    directory, _ = austen_data
+    for is_training in (True, False):
+        options = dataset(directory, is_training=is_training).options()
+        assert options.autotune.enabled is False
+        assert options.deterministic is True
+        assert options.experimental_optimization.map_parallelization is True
+
+
 def test_same_seed_same_stream_other_seed_other_stream(austen_data):
     directory, _ = austen_data
     a = take(iter(dataset(directory, seed=5)), 4)
