@@ -219,7 +219,8 @@ def main(argv):
         "Reference: parse-only pipeline (TFRecordDataset -> repeat -> batch -> "
         "parse_example -> prefetch) on the same files in the same run.",
         "pretraining_dataset runs without tf.data's autotuning thread (its parallel "
-        "stages at one call per core, the prefetch buffer growing while the consumer waits); "
+        "stages at the parallelism AUTOTUNE starts at, untuned; the prefetch buffer growing "
+        "while the consumer waits); "
         "'autotuning on' is the same pipeline with it, as TensorFlow's default and this "
         "pipeline before (the thread keeps a freed iterator waiting for up to a minute).",
         "Masking alone: `masking.mask_batch` in a tf.function on one batch already in memory "

@@ -392,12 +392,12 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_optimization.map_parallelization = True
-    # No autotuning thread: the parallel stages run at their AUTOTUNE default (one call per
-    # core; the interleave at its cycle length) and the prefetch buffer still grows while
-    # the step waits for it. An iterator that a tf.function has read from (the trainer's)
-    # waits for that thread's next wake-up when it is freed, up to a minute later; a
-    # process that runs several trainings (the study's workers, a notebook, the tests)
-    # stalls that long in the garbage collection that frees it.
+    # No autotuning thread: the parallel stages run at the parallelism TensorFlow starts
+    # AUTOTUNE at, untuned, and the prefetch buffer still grows while the step waits for
+    # it. An iterator that a tf.function has read from (the trainer's) waits for that
+    # thread's next wake-up when it is freed, up to a minute later; a process that runs
+    # several trainings (the study's workers, a notebook, the tests) stalls that long in
+    # the garbage collection that frees it.
     options.autotune.enabled = False
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
