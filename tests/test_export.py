@@ -29,20 +29,26 @@ pytestmark = pytest.mark.xdist_group("export")
 TEXTS = ["The quick red fox runs over the lazy dog.",
          "She was [MASK] happy to see him, and [MASK] said so.",
          "Ünïcödé, CJK 中文 and ligatures ﬁ survive."]
-# Run in a fresh interpreter: load the SavedModel as TF Serving's Python clients do, call
-# both signatures, save every output.
+# Run in one fresh interpreter (TensorFlow's start-up is the slow part): load each
+# SavedModel as TF Serving's Python clients do, call both signatures, save every output.
 LOADER = """
-import sys, numpy as np, tensorflow as tf, tensorflow_text
-path, ids_file, out_file = sys.argv[1:4]
-model = tf.saved_model.load(path)
-ids = np.load(ids_file)
-text = model.signatures["serving_default"](text=tf.constant(%r))
-by_ids = model.signatures["predict_ids"](**{k: tf.constant(ids[k]) for k in ids.files})
+import json, sys, numpy as np, tensorflow as tf, tensorflow_text
 plain = lambda v: (np.char.decode(v.numpy().astype(bytes), "utf-8")
                    if v.dtype == tf.string else v.numpy())
-np.savez(out_file, **{"text_" + k: plain(v) for k, v in text.items()},
-         **{"ids_" + k: plain(v) for k, v in by_ids.items()})
+for path, ids_file, out_file in json.loads(sys.argv[1]):
+    model = tf.saved_model.load(path)
+    ids = np.load(ids_file)
+    text = model.signatures["serving_default"](text=tf.constant(%r))
+    by_ids = model.signatures["predict_ids"](**{k: tf.constant(ids[k]) for k in ids.files})
+    np.savez(out_file, **{"text_" + k: plain(v) for k, v in text.items()},
+             **{"ids_" + k: plain(v) for k, v in by_ids.items()})
 """ % (TEXTS,)
+# What `served` exports, by the name a test asks for: (the model dir fixture, the model
+# name in the export dir, --kind).
+SERVED = {"discriminator": ("model_dir", "electra", "discriminator"),
+          "generator": ("model_dir", "electra-generator", "generator"),
+          "encoder": ("model_dir", "electra-encoder", "encoder"),
+          "electric": ("electric_dir", "electric", "discriminator")}
 
 
 @pytest.fixture(scope="module")
@@ -92,27 +98,38 @@ def _ids(loaded, texts):
     return {"input_ids": input_ids, "input_mask": mask, "segment_ids": np.zeros_like(mask)}
 
 
-def _serve_in_a_fresh_process(model_dir, tmp_path, name, kind):
-    """Exports `kind`, then serves TEXTS through both signatures in a new process (LOADER):
-    (the SavedModel's path, the loaded model dir, TEXTS' ids, the signatures' outputs)."""
-    path = saved_model.export(model_dir, str(tmp_path), name, kind)
-    loaded = load_pretrainer(model_dir)
-    ids = _ids(loaded, TEXTS)
-    np.savez(tmp_path / "ids.npz", **ids)
-    subprocess.run([sys.executable, "-c", LOADER, path, str(tmp_path / "ids.npz"),
-                    str(tmp_path / "out.npz")], check=True, capture_output=True,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    return path, loaded, ids, dict(np.load(tmp_path / "out.npz"))
+@pytest.fixture(scope="module")
+def served(model_dir, electric_dir, tmp_path_factory):
+    """SERVED exported (the pre-trained model's three kinds into one export dir, as a user
+    serving them together would), then TEXTS served through both signatures of each in
+    one new process (LOADER): {name: (the SavedModel's path, the loaded model dir, TEXTS'
+    ids, the signatures' outputs)}."""
+    root = tmp_path_factory.mktemp("served")
+    dirs = {"model_dir": model_dir, "electric_dir": electric_dir}
+    exports, jobs = {}, []
+    for name, (source, model_name, kind) in SERVED.items():
+        export_dir = root / ("electric" if source == "electric_dir" else "serving")
+        path = saved_model.export(dirs[source], str(export_dir), model_name, kind)
+        loaded = load_pretrainer(dirs[source])
+        ids = _ids(loaded, TEXTS)
+        np.savez(root / f"{name}_ids.npz", **ids)
+        jobs.append((path, str(root / f"{name}_ids.npz"), str(root / f"{name}_out.npz")))
+        exports[name] = (path, loaded, ids)
+    subprocess.run([sys.executable, "-c", LOADER, json.dumps(jobs)], check=True,
+                   capture_output=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    return {name: (*exports[name], dict(np.load(root / f"{name}_out.npz")))
+            for name in SERVED}
 
 
 @pytest.mark.parametrize("kind", ["discriminator", "generator", "encoder"])
-def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir, tmp_path, kind):
-    path, loaded, ids, out = _serve_in_a_fresh_process(model_dir, tmp_path, "electra", kind)
+def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(served, kind):
+    path, loaded, ids, out = served[kind]
     # Only ops the official TF Serving image has (see SERVING_TEXT_OPS).
     assert {op for op in _graph_ops(path) if not hasattr(tf.raw_ops, op)} <= SERVING_TEXT_OPS
     # The raw-text signature tokenized exactly as the tokenizer does.
     np.testing.assert_array_equal(out["text_input_mask"], ids["input_mask"])
-    tokens = np.array([[loaded.tokenizer().vocab[i] if m else "" for i, m in zip(r, mr)]
+    tokenizer = loaded.tokenizer()  # (once: each call reads the vocab file)
+    tokens = np.array([[tokenizer.vocab[i] if m else "" for i, m in zip(r, mr)]
                        for r, mr in zip(ids["input_ids"], ids["input_mask"])])
     np.testing.assert_array_equal(out["text_tokens"].astype(str), tokens)
     model = loaded.model
@@ -130,13 +147,13 @@ def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir,
                                    atol=1e-4)
         # Two [MASK]s in the second text, none in the others.
         np.testing.assert_array_equal(out["text_mask_positions"][0], [-1, -1])
-        positions = np.nonzero(ids["input_ids"][1] == loaded.tokenizer().mask_id)[0]
+        positions = np.nonzero(ids["input_ids"][1] == tokenizer.mask_id)[0]
         np.testing.assert_array_equal(out["text_mask_positions"][1], positions)
         probabilities = tf.nn.softmax(expected[1].numpy()[positions]).numpy()
         top = np.argsort(-probabilities, axis=-1)[:, :5]
         np.testing.assert_array_equal(
             out["text_top_k_tokens"][1].astype(str),
-            np.array(loaded.tokenizer().vocab)[top])
+            np.array(tokenizer.vocab)[top])
         np.testing.assert_allclose(out["text_top_k_probabilities"][1],
                                    np.take_along_axis(probabilities, top, -1), atol=1e-5)
     else:
@@ -145,12 +162,11 @@ def test_each_kind_loads_in_a_fresh_process_and_agrees_with_the_model(model_dir,
         np.testing.assert_allclose(out["text_cls_output"], expected[:, 0], atol=1e-5)
 
 
-def test_electric_discriminator_serves_the_probability_training_scores(electric_dir, tmp_path):
+def test_electric_discriminator_serves_the_probability_training_scores(served, electric_dir):
     """Electric's discriminator head is an energy; training scores a token with
     sigmoid(energy + log q(token | context) + log(p / (1 - p))), q the two-tower cloze model.
     The export (both signatures) and the detector give that, on the same input."""
-    path, loaded, ids, out = _serve_in_a_fresh_process(electric_dir, tmp_path, "electric",
-                                                       "discriminator")
+    path, loaded, ids, out = served["electric"]
     model = loaded.model
     assert model.objective == "electric"
     # Training's logits on this input: no slot masked, so the corrupted input is the input.
@@ -174,9 +190,9 @@ def test_electric_discriminator_serves_the_probability_training_scores(electric_
         np.testing.assert_allclose(printed, probability[0, 1:n - 1], atol=6e-4)
 
 
-def test_saved_model_cli_warmup_records_and_models_config(model_dir, tmp_path):
-    path = saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
-    saved_model.export(model_dir, str(tmp_path), "electra-encoder", "encoder")
+def test_saved_model_cli_warmup_records_and_models_config(served):
+    path = served["discriminator"][0]
+    export_dir = os.path.dirname(os.path.dirname(path))
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     listing = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True,
                              text=True, check=True).stdout
@@ -196,14 +212,15 @@ def test_saved_model_cli_warmup_records_and_models_config(model_dir, tmp_path):
     assert os.listdir(os.path.join(path, "assets")) == ["bert_uncased.txt"]
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
-    config = text_format.Parse((tmp_path / "models.config").read_text(),
-                               model_server_config_pb2.ModelServerConfig())
+    with open(os.path.join(export_dir, "models.config")) as f:
+        config = text_format.Parse(f.read(), model_server_config_pb2.ModelServerConfig())
     assert [(c.name, c.base_path) for c in config.model_config_list.config] == [
-        ("electra", "/models/electra"), ("electra-encoder", "/models/electra-encoder")]
+        ("electra", "/models/electra"), ("electra-generator", "/models/electra-generator"),
+        ("electra-encoder", "/models/electra-encoder")]
 
 
-def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, tmp_path):
-    path = saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
+def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served, tmp_path):
+    path = served["discriminator"][0]
     outputs = [_detect(source, "--threshold=0.0", "The quick brown fox jumps over the lazy dog",
                        "The quick red fox runs")
                for source in (f"--saved_model={path}", f"--model_dir={model_dir}")]
