@@ -715,6 +715,8 @@ def real_batches(austen_data):
 def _train(model, batches, steps, phase="joint", lr=2e-3):
     optimizer = keras.optimizers.Adam(lr)
     variables = model.phase_variables(phase)
+    # Its slots now: made at the first call, they would have step_fn traced twice.
+    optimizer.build(variables)
 
     @tf.function
     def step_fn(batch, step):
