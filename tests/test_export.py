@@ -105,15 +105,17 @@ def served(model_dir, electric_dir, tmp_path_factory):
     one new process (LOADER): {name: (the SavedModel's path, the loaded model dir, TEXTS'
     ids, the signatures' outputs)}."""
     root = tmp_path_factory.mktemp("served")
-    dirs = {"model_dir": model_dir, "electric_dir": electric_dir}
+    sources = {}  # each model dir loaded once: (the loaded model dir, TEXTS' ids)
+    for source, directory in (("model_dir", model_dir), ("electric_dir", electric_dir)):
+        loaded = load_pretrainer(directory)
+        sources[source] = (directory, loaded, _ids(loaded, TEXTS))
+        np.savez(root / f"{source}_ids.npz", **sources[source][2])
     exports, jobs = {}, []
     for name, (source, model_name, kind) in SERVED.items():
+        directory, loaded, ids = sources[source]
         export_dir = root / ("electric" if source == "electric_dir" else "serving")
-        path = saved_model.export(dirs[source], str(export_dir), model_name, kind)
-        loaded = load_pretrainer(dirs[source])
-        ids = _ids(loaded, TEXTS)
-        np.savez(root / f"{name}_ids.npz", **ids)
-        jobs.append((path, str(root / f"{name}_ids.npz"), str(root / f"{name}_out.npz")))
+        path = saved_model.export(directory, str(export_dir), model_name, kind)
+        jobs.append((path, str(root / f"{source}_ids.npz"), str(root / f"{name}_out.npz")))
         exports[name] = (path, loaded, ids)
     subprocess.run([sys.executable, "-c", LOADER, json.dumps(jobs)], check=True,
                    capture_output=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
