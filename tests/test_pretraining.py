@@ -99,8 +99,8 @@ def summary_tags(directory) -> dict:
 
 
 def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, data):
-    result, lines = run(tmp_path, data, ["pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
-                        eval_data=data)
+    result, lines = run(tmp_path, data, ["pretraining.device_name = 'NVIDIA H100 80GB HBM3'",
+                                         "pretraining.eval_steps = 10"], eval_data=data)
     assert result["step"] == 6
     steps = sorted(int(p.split("-")[-1].split(".")[0])
                    for p in glob.glob(str(tmp_path / "ckpt-*.index")))
@@ -311,7 +311,8 @@ def test_checkpoints_and_evaluations_stay_on_their_grid(tmp_path, data):
     """At the multiples of CHECKPOINT_EVERY and eval_every (4 here), though loops are 3
     steps long, a save falls off the grid (the two-stage switch at 3) or a run resumes; an
     evaluation missing at the step a run resumes from (one killed) runs then."""
-    loops = ["STEPS_PER_LOOP = 3", "pretraining.keep_checkpoints = 10"]
+    loops = ["STEPS_PER_LOOP = 3", "pretraining.keep_checkpoints = 10",
+             "pretraining.eval_steps = 10"]
     two_stage = ["pretrainer.generator_hidden_fraction = 1.0",
                  "pretrainer.intermediate_size = 128", "pretraining.two_stage_steps = 3"]
     run(tmp_path / "a", data, loops + two_stage + ["NUM_TRAIN_STEPS = 10"],
