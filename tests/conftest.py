@@ -40,7 +40,7 @@ def chinese_reviews():
 def pytest_configure(config):
     # XLA's CPU backend without LLVM's optimisations, in this process and the scripts the
     # tests start: the tests check XLA's programs (their HLO) and results, not how fast
-    # the CPU code it emits runs, and each compilation then takes about 30% less CPU. XLA
+    # the CPU code it emits runs, and the tests that compile take about 30% less CPU. XLA
     # reads XLA_FLAGS at its first compilation; a user's own XLA_FLAGS are kept.
     os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
     # Two logical CPU devices, so tests can use a real MirroredStrategy with 2 replicas.
