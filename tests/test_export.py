@@ -43,12 +43,12 @@ for path, ids_file, out_file in json.loads(sys.argv[1]):
     np.savez(out_file, **{"text_" + k: plain(v) for k, v in text.items()},
              **{"ids_" + k: plain(v) for k, v in by_ids.items()})
 """ % (TEXTS,)
-# What `served` exports, by the name a test asks for: (the model dir fixture, the model
-# name in the export dir, --kind).
-SERVED = {"discriminator": ("model_dir", "electra", "discriminator"),
-          "generator": ("model_dir", "electra-generator", "generator"),
-          "encoder": ("model_dir", "electra-encoder", "encoder"),
-          "electric": ("electric_dir", "electric", "discriminator")}
+# What `served` exports, by the name a test asks for: (the model dir fixture, the export
+# dir, the model name in it, --kind).
+SERVED = {"discriminator": ("model_dir", "serving", "electra", "discriminator"),
+          "generator": ("model_dir", "serving", "electra-generator", "generator"),
+          "encoder": ("model_dir", "serving", "electra-encoder", "encoder"),
+          "electric": ("electric_dir", "electric", "electric", "discriminator")}
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +111,9 @@ def served(model_dir, electric_dir, tmp_path_factory):
         sources[source] = (directory, loaded, _ids(loaded, TEXTS))
         np.savez(root / f"{source}_ids.npz", **sources[source][2])
     exports, jobs = {}, []
-    for name, (source, model_name, kind) in SERVED.items():
+    for name, (source, export_dir, model_name, kind) in SERVED.items():
         directory, loaded, ids = sources[source]
-        export_dir = root / ("electric" if source == "electric_dir" else "serving")
-        path = saved_model.export(directory, str(export_dir), model_name, kind)
+        path = saved_model.export(directory, str(root / export_dir), model_name, kind)
         jobs.append((path, str(root / f"{source}_ids.npz"), str(root / f"{name}_out.npz")))
         exports[name] = (path, loaded, ids)
     subprocess.run([sys.executable, "-c", LOADER, json.dumps(jobs)], check=True,
