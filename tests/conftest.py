@@ -1,6 +1,8 @@
 """Shared fixtures: the project's real vocabularies and corpus."""
 
+import contextlib
 import os
+import warnings
 
 import pytest
 
@@ -60,6 +62,34 @@ def no_gin_config_left():
     gin.clear_config()
 
 
+@contextlib.contextmanager
+def functions_run_eagerly():
+    """tf.functions run eagerly inside: the step's ops without tracing a graph and
+    optimising it. A 2-step run of SMALL took 5 s so against 9-10 s traced (in a process
+    that had run one before), and a 6-step run's weights were within 1e-8 of the traced
+    run's (rounding: Grappler rewrites some arithmetic). For tests whose subject is what
+    a run writes, refuses or restores, and runs that only make a model dir; the tests of
+    the step itself (a short run, kill -9 and SIGTERM, replicas, workers, XLA, non-finite
+    losses, two-stage's switch) run it traced, as users do."""
+    import tensorflow as tf
+    before = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        with warnings.catch_warnings():  # tf.data's functions are traced as always
+            warnings.filterwarnings("ignore", message="Even though the `tf.config.experimental"
+                                    "_run_functions_eagerly` option is set")
+            yield
+    finally:
+        tf.config.run_functions_eagerly(before)
+
+
+@pytest.fixture
+def eager():
+    """functions_run_eagerly() for the test."""
+    with functions_run_eagerly():
+        yield
+
+
 @pytest.fixture(scope="session")
 def mirrored_strategy():
     """The process's MirroredStrategy over the 2 logical CPUs (one for all tests: two over
@@ -102,9 +132,10 @@ def cased_vocab(path) -> str:
     return str(path)
 
 
-def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), **kwargs):
+def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), eager=False, **kwargs):
     """run_pretraining in this process with the gin files and SMALL + bindings; returns
-    (its result, the lines it logged)."""
+    (its result, the lines it logged). eager: inside functions_run_eagerly(), for a run
+    that only makes a model dir for the test."""
     import gin
 
     from electra_tf import gin_files
@@ -112,7 +143,9 @@ def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), **kwargs):
     lines = []
     gin_files.parse(list(files), SMALL + list(bindings))
     try:
-        result = pretraining.run_pretraining(str(model_dir), data, log=lines.append, **kwargs)
+        with functions_run_eagerly() if eager else contextlib.nullcontext():
+            result = pretraining.run_pretraining(str(model_dir), data, log=lines.append,
+                                                 **kwargs)
     finally:
         gin.clear_config()
     return result, lines

@@ -205,7 +205,7 @@ def test_tf1_cli_prints_what_it_skipped_and_refuses_bad_input(tmp_path):
 
 def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
     pretrain(tmp_path / "run", os.path.join(austen_data[0], "*.tfrecord"),
-             ["NUM_TRAIN_STEPS = 2"])
+             ["NUM_TRAIN_STEPS = 2"], eager=True)
     written = converters.export_hf(str(tmp_path / "run"), str(tmp_path / "hf"))
     assert [os.path.basename(d) for d in written] == ["discriminator", "generator"]
     hf_disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "hf" / "discriminator")

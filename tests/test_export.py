@@ -54,7 +54,8 @@ SERVED = {"discriminator": ("model_dir", "serving", "electra", "discriminator"),
 @pytest.fixture(scope="module")
 def model_dir(austen_data, tmp_path_factory):
     directory = tmp_path_factory.mktemp("model")
-    pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"), ["NUM_TRAIN_STEPS = 2"])
+    pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"), ["NUM_TRAIN_STEPS = 2"],
+             eager=True)
     return str(directory)
 
 
@@ -62,7 +63,7 @@ def model_dir(austen_data, tmp_path_factory):
 def electric_dir(austen_data, tmp_path_factory):
     directory = tmp_path_factory.mktemp("electric")
     pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"), ["NUM_TRAIN_STEPS = 2"],
-             files=("tiny.gin", "ablations/electric.gin"))
+             files=("tiny.gin", "ablations/electric.gin"), eager=True)
     return str(directory)
 
 
@@ -256,7 +257,7 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served,
 def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen_data,
                                                                          tmp_path):
     pretrain(tmp_path / "mlm", os.path.join(austen_data[0], "*.tfrecord"),
-             ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'mlm'"])
+             ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'mlm'"], eager=True)
     assert _script_error("detect_replaced.py", f"--model_dir={tmp_path}/mlm",
                          "the license is granted") == [
         f"error: --model_dir={tmp_path}/mlm was pre-trained with objective mlm, which trains no "

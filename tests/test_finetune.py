@@ -47,7 +47,7 @@ def read_tsv(path):
 def model_dir(tmp_path_factory, austen_data):
     """A very small pre-trained ELECTRA (conftest.SMALL: 1 layer, hidden 32; seq 128)."""
     directory = tmp_path_factory.mktemp("pretrained")
-    pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"))
+    pretrain(directory, os.path.join(austen_data[0], "*.tfrecord"), eager=True)
     return str(directory)
 
 

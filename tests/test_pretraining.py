@@ -200,6 +200,7 @@ def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+@pytest.mark.usefixtures("eager")
 def test_a_run_resumed_behind_its_last_summaries_shows_tensorboard_one_curve(tmp_path, data):
     """A run killed after writing step 6's scalars but before saving step 6 resumes from
     step 4 and writes step 6 again: TensorBoard (its Python loader) and read_scalars show
@@ -330,6 +331,7 @@ def test_checkpoints_and_evaluations_stay_on_their_grid(tmp_path, data):
     assert not any(line.startswith(("step ", "eval ", "saved ")) for line in lines), lines
 
 
+@pytest.mark.usefixtures("eager")
 def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(tmp_path,
                                                                                data):
     """The checkpoint's data position counts batches of the first run's size: a rerun with
@@ -371,6 +373,7 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     assert "NUM_TRAIN_STEPS = 4" in (tmp_path / "operative_config.gin").read_text()
 
 
+@pytest.mark.usefixtures("eager")
 def test_a_resumed_run_removes_the_shards_of_an_interrupted_save(tmp_path, data):
     """A save killed midway leaves ckpt-N_temp/ (the shards TensorFlow merges into
     ckpt-N.data-* when the save completes), as large as a checkpoint, kept for good unless
@@ -387,6 +390,7 @@ def test_a_resumed_run_removes_the_shards_of_an_interrupted_save(tmp_path, data)
     assert os.path.exists(tmp_path / "ckpt-4.index")
 
 
+@pytest.mark.usefixtures("eager")
 def test_an_imported_model_dir_is_not_resumed(tmp_path, data):
     """Pre-training in the dir convert_checkpoint.py wrote (its checkpoint holds the model
     only) was refused as 'a checkpoint of another model or configuration'; the message now
@@ -451,6 +455,7 @@ def test_data_without_metadata_is_cased_as_its_vocab(tmp_path, data):
         assert (info["lower_case"], info["strip_accents"]) == (lower_case, lower_case)
 
 
+@pytest.mark.usefixtures("eager")
 def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_path, data):
     """A model dir resumes only with the vocab it was trained with (one of the same size
     but other tokens, e.g. a learn_vocab.py rerun, is refused by its hash before anything
@@ -487,6 +492,7 @@ def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_p
     assert any("was trained with another vocab of the same size" in line for line in lines)
 
 
+@pytest.mark.usefixtures("eager")
 def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
     """Each worker must run as many evaluation steps (one that runs out first would leave the
     others in their all-reduce forever): the steps are what the poorest worker's share of
@@ -516,6 +522,7 @@ def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
     assert not os.path.exists(tmp_path / "tiny")
 
 
+@pytest.mark.usefixtures("eager")
 def test_an_in_process_run_puts_back_what_it_set_for_the_process(tmp_path, data):
     """During a run SIGTERM only flags a save for its loop (PreemptionCheckpointHandler),
     and the run sets Keras' precision policy and (--deterministic) op determinism; after
@@ -544,6 +551,7 @@ def test_an_in_process_run_puts_back_what_it_set_for_the_process(tmp_path, data)
         signal.signal(signal.SIGTERM, before)
 
 
+@pytest.mark.usefixtures("eager")
 def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     run(tmp_path / "a", data)
     run(tmp_path / "b", data, ["NUM_TRAIN_STEPS = 2"], init_checkpoint=str(tmp_path / "a"))
