@@ -361,11 +361,14 @@ class PretrainingTrainer(orbit.StandardTrainer):
 
 class PretrainingEvaluator(orbit.StandardEvaluator):
     """orbit evaluator: the pre-training losses and metrics on held-out records (dropout
-    off; masks and samples keyed by the examples, so every evaluation sees the same)."""
+    off; masks and samples keyed by the examples, so every evaluation sees the same). An
+    evaluation's steps run in one tf.function (a while loop, as the trainer's loop): one
+    call from the host per evaluation, not one per step."""
 
     def __init__(self, model: ElectraPretrainer, strategy, eval_dataset, state: TrainState,
                  local_replicas: int = 1):
-        super().__init__(eval_dataset, orbit.StandardEvaluatorOptions(use_tf_function=True))
+        super().__init__(eval_dataset, orbit.StandardEvaluatorOptions(
+            use_tf_function=True, use_tf_while_loop=True))
         self.model, self.strategy, self.state = model, strategy, state
         self.local_replicas = local_replicas
         with strategy.scope():
