@@ -174,7 +174,7 @@ class Scale:
 SCALES = {
     "toy": Scale(
         size_gin="tiny.gin",
-        # Dropout off: run eagerly, its masks were 12% of the toy study's CPU.
+        # Dropout off: its masks, run eagerly, were 12% of the toy study's CPU.
         bindings=("pretrainer.num_layers=1", "pretrainer.hidden_size=64",
                   "pretrainer.num_heads=1", "pretrainer.intermediate_size=256",
                   "pretrainer.embedding_size=64", "WARMUP_STEPS=2",
