@@ -539,59 +539,61 @@ def test_an_evaluation_is_the_models_metrics_on_the_held_out_batches(data, mirro
                       intermediate_size=64, embedding_size=32)
     options = dict(max_seq_length=128, vocab_file=UNCASED_VOCAB, seed=5, is_training=False)
     batches = list(pipeline.pretraining_dataset(data, 8, **options).take(3))
-    keras.utils.set_random_seed(1)
-    weights = None
-    for strategy in (tf.distribute.get_strategy(), mirrored_strategy):
+
+    def build(strategy):
         with strategy.scope():
             model = ElectraPretrainer(d, generator_config(d, 0.5, 1.0))
             model(batches[0])
             state = TrainState(max_skips=1)
-        if weights is None:
-            # A unigram generator, sharpened (its logits' bias twice the log counts of the
-            # masked words): it predicts the commonest at every slot and samples common
-            # words, some right.
-            ids = np.concatenate([b["masked_lm_ids"].numpy()[b["masked_lm_weights"].numpy() > 0]
-                                  for b in batches])
-            model.generator_predictions.output_bias.assign(
-                2 * np.log(np.bincount(ids, minlength=30522) + 0.01).astype(np.float32))
+        state.step.assign(7)
+        return model, state
+
+    keras.utils.set_random_seed(1)
+    model, state = build(tf.distribute.get_strategy())
+    # A unigram generator, sharpened (its logits' bias twice the log counts of the masked
+    # words): it predicts the commonest at every slot and samples common words, some right.
+    ids = np.concatenate([b["masked_lm_ids"].numpy()[b["masked_lm_weights"].numpy() > 0]
+                          for b in batches])
+    model.generator_predictions.output_bias.assign(
+        2 * np.log(np.bincount(ids, minlength=30522) + 0.01).astype(np.float32))
+    outputs = [model(b, step=7, training=False) for b in batches]
+
+    def weighted(values, weights):
+        return sum(float(np.sum(v * w)) for v, w in zip(values, weights)) / sum(
+            float(np.sum(w)) for w in weights)
+
+    slots = [o["masked_lm_weights"].numpy() for o in outputs]
+    tokens = [o["discriminator_weights"].numpy() for o in outputs]
+    labels = [o["discriminator_labels"].numpy() for o in outputs]
+    said = [(o["discriminator_logits"].numpy() > 0) for o in outputs]
+    ids = [o["masked_lm_ids"].numpy() for o in outputs]
+    expected = {
+        "loss/total": np.mean([float(o["loss"]) for o in outputs]),
+        "loss/generator": np.mean([float(o["generator_loss"]) for o in outputs]),
+        "loss/discriminator": np.mean([float(o["discriminator_loss"]) for o in outputs]),
+        "generator/mlm_accuracy": weighted(
+            [np.argmax(o["mlm_logits"].numpy(), -1) == i for o, i in zip(outputs, ids)], slots),
+        "generator/sampled_accuracy": weighted(
+            [o["sampled_ids"].numpy() == i for o, i in zip(outputs, ids)], slots),
+        "discriminator/accuracy": weighted([s == y for s, y in zip(said, labels)], tokens),
+        "discriminator/replaced_fraction": weighted(labels, tokens),
+        "discriminator/recall": weighted(said, [t * y for t, y in zip(tokens, labels)]),
+    }
+    assert 0.02 < expected["generator/mlm_accuracy"] < 0.2
+    assert 0.01 < expected["generator/sampled_accuracy"] < 0.2
+    assert 0.05 < expected["discriminator/replaced_fraction"] < 0.2
+
+    for strategy in (tf.distribute.get_strategy(), mirrored_strategy):
+        if strategy is mirrored_strategy:
             weights = model.get_weights()
-            state.step.assign(7)
-            outputs = [model(b, step=7, training=False) for b in batches]
-        else:
+            model, state = build(strategy)
             model.set_weights(weights)
-            state.step.assign(7)
         dataset, local = pipeline.worker_dataset(strategy, 8, data, **options)
         evaluator = PretrainingEvaluator(model, strategy, dataset, state, local)
         evaluator.evaluate(tf.constant(3, tf.int32))
         first = evaluator.last_eval
         evaluator.evaluate(tf.constant(3, tf.int32))
         assert evaluator.last_eval == first
-
-        def weighted(values, weights):
-            return sum(float(np.sum(v * w)) for v, w in zip(values, weights)) / sum(
-                float(np.sum(w)) for w in weights)
-
-        slots = [o["masked_lm_weights"].numpy() for o in outputs]
-        tokens = [o["discriminator_weights"].numpy() for o in outputs]
-        labels = [o["discriminator_labels"].numpy() for o in outputs]
-        said = [(o["discriminator_logits"].numpy() > 0) for o in outputs]
-        ids = [o["masked_lm_ids"].numpy() for o in outputs]
-        expected = {
-            "loss/total": np.mean([float(o["loss"]) for o in outputs]),
-            "loss/generator": np.mean([float(o["generator_loss"]) for o in outputs]),
-            "loss/discriminator": np.mean([float(o["discriminator_loss"]) for o in outputs]),
-            "generator/mlm_accuracy": weighted(
-                [np.argmax(o["mlm_logits"].numpy(), -1) == i for o, i in zip(outputs, ids)],
-                slots),
-            "generator/sampled_accuracy": weighted(
-                [o["sampled_ids"].numpy() == i for o, i in zip(outputs, ids)], slots),
-            "discriminator/accuracy": weighted([s == y for s, y in zip(said, labels)], tokens),
-            "discriminator/replaced_fraction": weighted(labels, tokens),
-            "discriminator/recall": weighted(said, [t * y for t, y in zip(tokens, labels)]),
-        }
-        assert 0.02 < expected["generator/mlm_accuracy"] < 0.2
-        assert 0.01 < expected["generator/sampled_accuracy"] < 0.2
-        assert 0.05 < expected["discriminator/replaced_fraction"] < 0.2
         for tag, value in expected.items():
             assert first[tag] == pytest.approx(value, rel=1e-5, abs=1e-7), (strategy, tag)
 
