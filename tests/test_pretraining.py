@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, SMALL, cased_vocab, pretrain as run
+from conftest import ROOT, SMALL, UNCASED_VOCAB, cased_vocab, pretrain as run
 from electra_tf.errors import UserInputError
 from electra_tf.training import pretraining
 from in_process import run_script
@@ -395,7 +395,6 @@ def test_an_imported_model_dir_is_not_resumed(tmp_path, data):
     """Pre-training in the dir convert_checkpoint.py wrote (its checkpoint holds the model
     only) was refused as 'a checkpoint of another model or configuration'; the message now
     names the fix, and the same import as --init_checkpoint trains."""
-    from conftest import UNCASED_VOCAB
     from electra_tf.export import converters
     from electra_tf.modeling.config import EncoderConfig, generator_config
     d = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=1, num_heads=1,
@@ -534,7 +533,6 @@ def test_an_evaluation_is_the_models_metrics_on_the_held_out_batches(data, mirro
     from electra_tf.modeling.config import EncoderConfig, generator_config
     from electra_tf.modeling.pretrainer import ElectraPretrainer
     from electra_tf.training.trainer import PretrainingEvaluator, TrainState
-    from conftest import UNCASED_VOCAB
     d = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=1, num_heads=1,
                       intermediate_size=64, embedding_size=32)
     options = dict(max_seq_length=128, vocab_file=UNCASED_VOCAB, seed=5, is_training=False)
@@ -552,10 +550,10 @@ def test_an_evaluation_is_the_models_metrics_on_the_held_out_batches(data, mirro
     model, state = build(tf.distribute.get_strategy())
     # A unigram generator, sharpened (its logits' bias twice the log counts of the masked
     # words): it predicts the commonest at every slot and samples common words, some right.
-    ids = np.concatenate([b["masked_lm_ids"].numpy()[b["masked_lm_weights"].numpy() > 0]
-                          for b in batches])
+    masked = np.concatenate([b["masked_lm_ids"].numpy()[b["masked_lm_weights"].numpy() > 0]
+                             for b in batches])
     model.generator_predictions.output_bias.assign(
-        2 * np.log(np.bincount(ids, minlength=30522) + 0.01).astype(np.float32))
+        2 * np.log(np.bincount(masked, minlength=30522) + 0.01).astype(np.float32))
     outputs = [model(b, step=7, training=False) for b in batches]
 
     def weighted(values, weights):
@@ -1030,7 +1028,6 @@ def _write_premasked(path, batch, rows):
 def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     import keras
 
-    from conftest import UNCASED_VOCAB
     from electra_tf.data.pipeline import pretraining_dataset
     # 48 real examples as pre-masked (BERT-format) records.
     examples = next(iter(pretraining_dataset(data, 48, 128, UNCASED_VOCAB, is_training=False)))
