@@ -646,11 +646,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             finite = tf.math.is_finite(tf.linalg.global_norm(grads))
         if clip_norm:
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-        if replicas == 1 or tf.__internal__.distribute.strategy_supports_no_merge_call():
-            apply(grads, finite)
-        else:
-            context.merge_call(lambda distribution, g, f: distribution.extended
-                               .call_for_each_replica(apply, args=(g, f)), args=(grads, finite))
+        apply(grads, finite)  # (Keras merge_calls where the strategy needs it)
         if loss_scale is not None:
             loss_scale.update(finite)
         return loss, finite
