@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
+from electra_tf import choices  # noqa: E402
+
 flags.DEFINE_string("task", None, "classification, regression, tagging, qa, or a named task: "
                     "cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 conll.")
 flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's or "
@@ -53,9 +55,11 @@ flags.DEFINE_bool("random_init", False, "Build the encoder --init_checkpoint des
                   "its random initial weights (the no-pre-training baseline).")
 flags.DEFINE_enum("model_size", "small", ["tiny", "small", "base", "large"],
                   "The encoder's size with --init_checkpoint=none.")
-flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker_mirrored"],
+flags.DEFINE_enum("strategy", "default", list(choices.STRATEGIES),
                   "default: CPU or one GPU; mirrored: all local GPUs; multi_worker_mirrored: "
-                  "the workers in TF_CONFIG. The batch is split over the replicas.")
+                  "the workers in TF_CONFIG; tpu: the TPU --tpu names. The batch is split "
+                  "over the replicas.")
+flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu ('local' on a TPU VM).")
 flags.DEFINE_bool("lower_case", True, "Lower-case text, with --init_checkpoint=none.")
 flags.mark_flags_as_required(["task", "init_checkpoint", "model_dir"])
 
@@ -80,7 +84,7 @@ def main(argv):
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
-    strategy = strategies.create_strategy(FLAGS.strategy)
+    strategy = strategies.create_strategy(FLAGS.strategy, FLAGS.tpu)
     results = runner.run_finetuning(data, init, FLAGS.model_dir, num_trials=FLAGS.num_trials,
                                     seed=FLAGS.seed, strategy=strategy,
                                     overwrite=FLAGS.overwrite)

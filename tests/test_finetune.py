@@ -552,6 +552,73 @@ def test_xla_fine_tuning_trains_the_weights_of_the_uncompiled_step(tmp_path, ini
     assert runner._batch(features, np.array([2]), 32)["label_ids"].tolist() == [2]
 
 
+def test_static_shapes_train_and_predict_as_batches_cut_to_their_longest(
+        tmp_path, init, mirrored_strategy, monkeypatch):
+    """finetuning.static_shapes (on by itself under TPUStrategy): every training batch keeps
+    all MAX_SEQ_LENGTH positions and every prediction batch has eval_batch_size rows (the
+    last padded with empty rows). With dropout off the weights and the dev predictions end
+    as with batches cut to their longest sequence: on one device; with XLA compiling the
+    whole step, clipping and update included, as a TPU compiles it (jit_compile=True
+    refuses an op XLA cannot compile); and on 2 replicas, which split the predictions too.
+    A sentence task, and SQuAD 2.0 with ELECTRA's head (its beam search)."""
+    from electra_tf.finetune import runner
+    quiet = dataclasses.replace(init, config=dataclasses.replace(
+        init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
+    shapes = []
+    batch = runner._batch
+
+    def recorded(*args, **kwargs):
+        out = batch(*args, **kwargs)
+        shapes.append(out["input_ids"].shape)
+        return out
+
+    monkeypatch.setattr(runner, "_batch", recorded)
+    rows = movie_rows()[:24]
+    sentences = write_csv(tmp_path / "train.csv", ["label", "text"],
+                          [(r["sentiment"], r["text"]) for r in rows])
+    qa = squad_json(tmp_path / "squad.json",
+                    [austen_sentences(12)[i:i + 2] for i in range(0, 12, 2)], impossible=True)
+    bindings = ["NUM_EPOCHS = 2", "LEARNING_RATE = 1e-3", "finetuning.head_dropout = 0.0",
+                "finetuning.eval_batch_size = 10"]
+    runs = (("classification", sentences, [], ("static", "static_xla", "static_mirrored")),
+            ("squad_v2", qa, ["MAX_SEQ_LENGTH = 96", "finetuning.max_query_length = 24"],
+             ("static_xla",)))
+    for task, train, more, variants in runs:
+        length = 96 if task == "squad_v2" else 48
+        outcome = {}
+        for name in ("cut",) + variants:
+            shapes.clear()
+            results = finetune(
+                task, tmp_path / f"{task}_{name}", quiet, bindings + more + [
+                    f"finetuning.static_shapes = {name != 'cut'}",
+                    f"finetuning.jit_compile = {name == 'static_xla'}"],
+                strategy=mirrored_strategy if name == "static_mirrored" else None,
+                train_file=train, dev_file=train)
+            assert results["hyperparameters"]["static_shapes"] is (name != "cut")
+            if name == "cut":
+                assert min(shape[1] for shape in shapes) < length  # there was padding to cut
+            else:
+                assert set(shapes) == {(8, length), (10, length)}, name
+            reader = tf.train.load_checkpoint(str(tmp_path / f"{task}_{name}" / "trial_0"
+                                                  / "model" / "ckpt"))
+            outcome[name] = ({n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+                              if n.startswith("model/") and "OPTIMIZER_SLOT" not in n},
+                             results["trials"][0]["dev"])
+        cut, scores = outcome["cut"]
+        assert len(cut) > 20
+        for name in variants:
+            weights, dev = outcome[name]
+            assert weights.keys() == cut.keys()
+            for key in cut:
+                np.testing.assert_allclose(weights[key], cut[key], rtol=1e-4, atol=2e-5,
+                                           err_msg=f"{task} {name}: {key}")
+            assert dev == pytest.approx(scores, abs=1e-6), f"{task} {name}"
+        if task == "classification":  # the dev predictions, row by row
+            predicted = [read_tsv(tmp_path / f"{task}_{name}" / "trial_0" /
+                                  "dev_predictions.tsv") for name in ("cut",) + variants]
+            assert len(predicted[0]) == 25 and all(p == predicted[0] for p in predicted)
+
+
 def test_a_random_encoder_on_a_cased_vocab_needs_lower_case_false(tmp_path):
     """--init_checkpoint=none takes its casing from --lower_case (default true): with a
     cased vocab that would lower-case every text, so it is refused as the data builder
@@ -1016,6 +1083,13 @@ def test_finetuning_batch_must_split_over_replicas(tmp_path, init, mirrored_stra
                                              "replicas; use a multiple of 2"):
         finetune("classification", tmp_path / "out", init, ["TRAIN_BATCH_SIZE = 7"],
                  strategy=mirrored_strategy, train_file=train, dev_file=train)
+    # With static shapes the predictions are split over the replicas too.
+    with pytest.raises(UserInputError, match=r"^finetuning.eval_batch_size=9 does not split "
+                                             "over 2 replicas; use a multiple of 2\n"):
+        finetune("classification", tmp_path / "out", init,
+                 ["finetuning.static_shapes = True", "finetuning.eval_batch_size = 9"],
+                 strategy=mirrored_strategy, train_file=train, dev_file=train)
+    assert not (tmp_path / "out").exists()
 
 
 def squad_json(path, contexts, impossible=False):

@@ -139,6 +139,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                    double_unordered: bool = True, loss_reduction: str = "mean",
                    log_every: int | None = None, save_model: bool = True,
                    precision: str = "float32", jit_compile: bool = False,
+                   static_shapes: bool | None = None,
                    strategy: tf.distribute.Strategy | None = None) -> dict:
     """Fine-tune `num_trials` times (seeds seed, seed+1, ...) and write results.json.
 
@@ -192,7 +193,14 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         uncompiled step is bound by kernel launches). Batches are then padded to a multiple
         of 32 tokens, so that XLA compiles one program per 32 tokens of length, not one per
         length.
-      strategy: a MirroredStrategy or MultiWorkerMirroredStrategy
+      static_shapes: every batch has the same shape, as TPUs need (they compile one
+        program per shape): training batches keep all MAX_SEQ_LENGTH positions, and
+        prediction batches also all `eval_batch_size` rows (the last one padded with empty
+        rows, whose outputs are dropped); on one or several local replicas (not several
+        workers) the predictions are split over the replicas. With `jit_compile` on one
+        device XLA compiles the whole step, the update included, as a TPU does. None: on
+        under TPUStrategy, off elsewhere.
+      strategy: a MirroredStrategy, MultiWorkerMirroredStrategy or TPUStrategy
         (`strategies.create_strategy`) to split each batch over its replicas; the update
         equals one device's on the whole batch. None: the default device.
 
@@ -228,13 +236,18 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} and TRAIN_BATCH_SIZE="
                              f"{train_batch_size} are too small; use at least 8 and 1")
     strategy = strategy or tf.distribute.get_strategy()
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        raise UserInputError("fine-tuning on TPUs is not supported yet; use --strategy=default, "
-                             "mirrored or multi_worker_mirrored")
+    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    if tpu and static_shapes is not None and not static_shapes:
+        raise UserInputError("finetuning.static_shapes=False cannot run on a TPU, which "
+                             "compiles one program per shape; leave it unset")
+    static = tpu if static_shapes is None else bool(static_shapes)
     replicas = strategy.num_replicas_in_sync
     if train_batch_size % replicas:
         raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} does not split over "
                              f"{replicas} replicas; use a multiple of {replicas}")
+    if static and _predicts_on_replicas(strategy) and eval_batch_size % replicas:
+        raise UserInputError(f"finetuning.eval_batch_size={eval_batch_size} does not split "
+                             f"over {replicas} replicas; use a multiple of {replicas}")
     epochs = task.epochs if num_epochs is None else float(num_epochs)
     tokenizer = init.tokenizer()
     options = dict(max_seq_length=max_seq_length, doc_stride=doc_stride,
@@ -269,7 +282,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         warmup_proportion=warmup_proportion, clip_norm=clip_norm, head_dropout=head_dropout,
         double_unordered=double_unordered, loss_reduction=loss_reduction,
         tag_encoding=tag_encoding, precision=precision, jit_compile=jit_compile,
-        save_model=save_model),
+        save_model=save_model,
+        # (only when on: trials recorded before the option existed still resume)
+        **({"static_shapes": True} if static else {})),
         # (as JSON has them: a binding to another configurable is spelt by its repr)
         optimizer=json.loads(json.dumps(gin.get_bindings("optimizer"), default=repr)))
 
@@ -313,17 +328,19 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 loss_scale = LossScale() if precision == "mixed_float16" else None
             loss, skipped = _train(model, optimizer, adapter, train, steps, train_batch_size,
                                    trial_seed, clip_norm, log_every or max(1, steps // 10), log,
-                                   strategy, loss_scale, jit_compile, loss_reduction == "sum")
+                                   strategy, loss_scale, jit_compile, loss_reduction == "sum",
+                                   static)
             dev, outputs = {}, {}
             for i, split in enumerate(adapter.dev_splits):
-                predicted = _predict(model, split.features, eval_batch_size)
+                predicted = _predict(model, split.features, eval_batch_size, strategy, static)
                 scores = adapter.score(split, predicted, n_best_size=n_best_size,
                                        max_answer_length=max_answer_length,
                                        no_answer_threshold=no_answer_threshold)
                 suffix = "" if i == 0 else "_" + split.name.removeprefix("dev_")
                 dev.update({k + suffix: v for k, v in scores.items()})
                 outputs[split.name] = predicted
-            test_outputs = {s.name: _predict(model, s.features, eval_batch_size)
+            test_outputs = {s.name: _predict(model, s.features, eval_batch_size, strategy,
+                                             static)
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -354,7 +371,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              warmup_proportion=warmup_proportion,
                              double_unordered=double_unordered,
                              loss_reduction=loss_reduction, precision=precision,
-                             jit_compile=jit_compile,
+                             jit_compile=jit_compile, static_shapes=static,
                              **(dict(qa_head=qa_head, beam_size=beam_size,
                                      no_answer_threshold=no_answer_threshold)
                                 if task.kind == "qa" else {}),
@@ -512,8 +529,8 @@ def _chief_decides(strategy: tf.distribute.Strategy, keep: list[bool],
                    chief: bool) -> list[bool]:
     """The chief's `keep` on every worker: the workers must train the same trials, and only
     the chief reads the model dir (another may not see it)."""
-    if strategy.num_replicas_in_sync == 1:
-        return keep
+    if strategy.num_replicas_in_sync == 1 or isinstance(strategy, tf.distribute.TPUStrategy):
+        return keep  # one process: the chief (a TPU's replicas are driven by one client)
     mine = tf.constant([int(k and chief) for k in keep], tf.int32)
     # Every replica of the chief adds its keep, every other replica 0.
     summed = strategy.reduce(tf.distribute.ReduceOp.SUM,
@@ -585,12 +602,34 @@ def table(results: dict) -> str:
 LENGTH_MULTIPLE = 32  # under XLA, training batches are cut to a multiple of this many tokens
 
 
-def _batch(features: dict, index: np.ndarray, multiple: int = 1) -> dict:
+def _batch(features: dict, index: np.ndarray, multiple: int = 1,
+           rows: int | None = None) -> dict:
     """Rows `index` of the features, cut to the longest sequence among them rounded up to
-    a multiple of `multiple` (at most the features' length)."""
+    a multiple of `multiple` (at most the features' length); with `rows`, padded to that
+    many rows with zeros (empty rows: their input_mask is 0)."""
     longest = int(features["input_mask"][index].sum(axis=1).max())
     length = min(features["input_mask"].shape[1], -(-longest // multiple) * multiple)
-    return {k: (v[index][:, :length] if v.ndim == 2 else v[index]) for k, v in features.items()}
+    batch = {k: (v[index][:, :length] if v.ndim == 2 else v[index])
+             for k, v in features.items()}
+    if rows is not None and rows > len(index):
+        batch = {k: np.concatenate([v, np.zeros((rows - len(v),) + v.shape[1:], v.dtype)])
+                 for k, v in batch.items()}
+    return batch
+
+
+def _split_rows(strategy, batch: dict, rows: int):
+    """`batch` as per-replica values: replica i takes rows [i * rows, (i + 1) * rows)."""
+    return strategy.experimental_distribute_values_from_function(
+        lambda context: {k: v[context.replica_id_in_sync_group * rows:][:rows]
+                         for k, v in batch.items()})
+
+
+def _predicts_on_replicas(strategy) -> bool:
+    """Whether static-shape predictions are split over the strategy's replicas: several
+    replicas, all of them driven by this process (not several workers, each of which would
+    see only its own replicas' outputs)."""
+    return (strategy.num_replicas_in_sync > 1
+            and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy))
 
 
 def _signature(features: dict) -> dict:
@@ -599,7 +638,7 @@ def _signature(features: dict) -> dict:
 
 def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_norm,
            log_every, log, strategy, loss_scale=None, jit_compile=False,
-           summed=False) -> tuple[float, int]:
+           summed=False, static=False) -> tuple[float, int]:
     """`steps` AdamW steps over shuffled batches; returns the mean loss of the last
     `log_every` steps and the number of steps skipped. Each replica takes an equal slice of
     every batch; its loss is weighted by its share of the batch's loss denominator
@@ -609,9 +648,14 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     unscaled after; a step whose gradients overflow is skipped and the scale halves. With
     `jit_compile` XLA compiles the forward and backward pass (the replicas' all-reduce and
     the update stay outside it, so any strategy runs it). `summed`: minimise the sum over
-    the batch instead of the mean (the reported loss stays the mean)."""
+    the batch instead of the mean (the reported loss stays the mean). `static`: every batch
+    keeps all positions (one shape: a TPU compiles the step once); with `jit_compile` on
+    one device, XLA compiles the whole step, the clipping and the update included, as a
+    TPU compiles it (a TPU compiles whatever runs in its replicas anyway)."""
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
+    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    whole = static and jit_compile and replicas == 1
 
     def apply(grads, finite):
         if loss_scale is None:
@@ -628,7 +672,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
                  for g, v in zip(tape.gradient(scaled, variables), variables)]
         return loss, grads
 
-    if jit_compile:
+    if jit_compile and not whole and not tpu:
         gradients = tf.function(gradients, jit_compile=True)
 
     def replica_step(batch):
@@ -652,7 +696,8 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         return loss, finite
 
     if replicas == 1:
-        step = tf.function(replica_step, input_signature=[_signature(features)])
+        step = tf.function(replica_step, input_signature=[_signature(features)],
+                           jit_compile=True if whole else None)
     else:
         @tf.function(reduce_retracing=True)
         def step(batch):
@@ -660,13 +705,10 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             return tuple(strategy.experimental_local_results(r)[0] for r in results)
 
     def distribute(batch):
-        if replicas == 1:
-            return batch
-        rows = batch_size // replicas
-        return strategy.experimental_distribute_values_from_function(
-            lambda context: {k: v[context.replica_id_in_sync_group * rows:][:rows]
-                             for k, v in batch.items()})
+        return batch if replicas == 1 else _split_rows(strategy, batch, batch_size // replicas)
 
+    multiple = (features["input_mask"].shape[1] if static else
+                LENGTH_MULTIPLE if jit_compile else 1)
     rng = np.random.default_rng(seed)
     n = len(features["input_ids"])
     order = np.empty(0, np.int64)  # the data order: one permutation per epoch, batches
@@ -676,8 +718,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
         while len(order) < batch_size:
             order = np.concatenate([order, rng.permutation(n)])
         index, order = order[:batch_size], order[batch_size:]
-        loss, applied = step(distribute(_batch(features, index,
-                                               LENGTH_MULTIPLE if jit_compile else 1)))
+        loss, applied = step(distribute(_batch(features, index, multiple)))
         recent.append(float(loss))
         skipped += not bool(applied)
         if not np.isfinite(recent[-1]):
@@ -691,19 +732,42 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     return last, skipped
 
 
-def _predict(model, features: dict, batch_size: int) -> dict:
-    """The model's outputs on every row, as numpy arrays padded back to the full length."""
+def _predict(model, features: dict, batch_size: int, strategy=None,
+             static: bool = False) -> dict:
+    """The model's outputs on every row, as numpy arrays padded back to the full length.
+    `static`: every batch has all positions and `batch_size` rows (the last padded with
+    empty rows, whose outputs are dropped), split over the strategy's replicas where this
+    process drives them all (`_predicts_on_replicas`); else one device runs each batch cut
+    to its longest sequence."""
     inputs = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
-
-    @tf.function(input_signature=[_signature(inputs)])
-    def forward(batch):
-        return model(batch, training=False)
-
     n, full = len(inputs["input_ids"]), inputs["input_ids"].shape[1]
+    strategy = strategy or tf.distribute.get_strategy()
+    if static and _predicts_on_replicas(strategy):
+        rows = batch_size // strategy.num_replicas_in_sync
+
+        @tf.function
+        def replicated(batch):
+            return strategy.run(lambda b: model(b, training=False), args=(batch,))
+
+        def forward(batch):
+            out = replicated(_split_rows(strategy, batch, rows))
+            return {k: np.concatenate([t.numpy() for t in
+                                       strategy.experimental_local_results(v)])
+                    for k, v in out.items()}
+    else:
+        @tf.function(input_signature=[_signature(inputs)])
+        def traced(batch):
+            return model(batch, training=False)
+
+        def forward(batch):
+            return {k: v.numpy() for k, v in traced(batch).items()}
+
     chunks = []
     for start in range(0, n, batch_size):
-        out = forward(_batch(inputs, np.arange(start, min(n, start + batch_size))))
-        chunks.append({k: _pad_to(k, v.numpy(), full) for k, v in out.items()})
+        index = np.arange(start, min(n, start + batch_size))
+        out = forward(_batch(inputs, index, full if static else 1,
+                             rows=batch_size if static else None))
+        chunks.append({k: _pad_to(k, v[:len(index)], full) for k, v in out.items()})
     if not chunks:
         return {}
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
