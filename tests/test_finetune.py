@@ -1381,6 +1381,16 @@ def test_bad_file_fails_with_one_clear_line_through_the_script(tmp_path):
         f"error: {bad_json} line 2 is not valid JSON (Expecting value); the file must hold "
         "one JSON object per line")
     assert not os.path.exists(tmp_path / "out")  # nothing half-written
+    # --strategy=tpu with no TPU to be found: one line naming the flag that finds one.
+    result = run_script(
+        "run_finetuning.py", f"--model_dir={tmp_path / 'out'}", "--task=classification",
+        "--init_checkpoint=none", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={good}",
+        f"--dev_file={good}", "--label_column=sentiment", "--strategy=tpu", cwd=ROOT)
+    assert result.returncode == 1
+    assert re.fullmatch(r"error: --strategy=tpu found no TPU \(.*\); pass --tpu=NAME \(the "
+                        r"TPU's name or grpc:// address, or --tpu=local on a TPU VM\)",
+                        result.stderr.strip().splitlines()[-1])
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_missing_column_and_unknown_label_name_the_file_and_the_fix(tmp_path):
