@@ -625,9 +625,12 @@ def _split_rows(strategy, batch: dict, rows: int):
 
 
 def _predicts_on_replicas(strategy) -> bool:
-    """Whether static-shape predictions are split over the strategy's replicas: several
-    replicas, all of them driven by this process (not several workers, each of which would
-    see only its own replicas' outputs)."""
+    """Whether static-shape predictions run through the strategy's replicas: on a TPU
+    (which runs only what strategy.run puts on it), or on several replicas all driven by
+    this process (not several workers, each of which would see only its own replicas'
+    outputs)."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return True
     return (strategy.num_replicas_in_sync > 1
             and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy))
 
@@ -695,7 +698,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             loss_scale.update(finite)
         return loss, finite
 
-    if replicas == 1:
+    if replicas == 1 and not tpu:  # (a TPU runs only what strategy.run puts on it)
         step = tf.function(replica_step, input_signature=[_signature(features)],
                            jit_compile=True if whole else None)
     else:
@@ -705,7 +708,8 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             return tuple(strategy.experimental_local_results(r)[0] for r in results)
 
     def distribute(batch):
-        return batch if replicas == 1 else _split_rows(strategy, batch, batch_size // replicas)
+        return (batch if replicas == 1 and not tpu else
+                _split_rows(strategy, batch, batch_size // replicas))
 
     multiple = (features["input_mask"].shape[1] if static else
                 LENGTH_MULTIPLE if jit_compile else 1)
