@@ -196,10 +196,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       static_shapes: every batch has the same shape, as TPUs need (they compile one
         program per shape): training batches keep all MAX_SEQ_LENGTH positions, and
         prediction batches also all `eval_batch_size` rows (the last one padded with empty
-        rows, whose outputs are dropped); on one or several local replicas (not several
-        workers) the predictions are split over the replicas. With `jit_compile` on one
-        device XLA compiles the whole step, the update included, as a TPU does. None: on
-        under TPUStrategy, off elsewhere.
+        rows, whose outputs are dropped); on a TPU, or on several replicas of this process
+        (not several workers), the predictions are split over the replicas. With
+        `jit_compile` on one device XLA compiles the whole step, the update included, as a
+        TPU does, and each prediction batch. None: on under TPUStrategy (which refuses
+        mixed_float16), off elsewhere.
       strategy: a MirroredStrategy, MultiWorkerMirroredStrategy or TPUStrategy
         (`strategies.create_strategy`) to split each batch over its replicas; the update
         equals one device's on the whole batch. None: the default device.
@@ -236,11 +237,14 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} and TRAIN_BATCH_SIZE="
                              f"{train_batch_size} are too small; use at least 8 and 1")
     strategy = strategy or tf.distribute.get_strategy()
-    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    tpu = _on_tpu(strategy)
     if tpu and static_shapes is not None and not static_shapes:
         raise UserInputError("finetuning.static_shapes=False cannot run on a TPU, which "
                              "compiles one program per shape; leave it unset")
     static = tpu if static_shapes is None else bool(static_shapes)
+    if tpu and precision == "mixed_float16":
+        raise UserInputError("finetuning.precision='mixed_float16' is for GPUs; TPUs compute "
+                             "in bfloat16: use 'mixed_bfloat16'")
     replicas = strategy.num_replicas_in_sync
     if train_batch_size % replicas:
         raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} does not split over "
@@ -332,7 +336,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                                    static)
             dev, outputs = {}, {}
             for i, split in enumerate(adapter.dev_splits):
-                predicted = _predict(model, split.features, eval_batch_size, strategy, static)
+                predicted = _predict(model, split.features, eval_batch_size, strategy, static,
+                                     jit_compile)
                 scores = adapter.score(split, predicted, n_best_size=n_best_size,
                                        max_answer_length=max_answer_length,
                                        no_answer_threshold=no_answer_threshold)
@@ -340,7 +345,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 dev.update({k + suffix: v for k, v in scores.items()})
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size, strategy,
-                                             static)
+                                             static, jit_compile)
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -529,7 +534,7 @@ def _chief_decides(strategy: tf.distribute.Strategy, keep: list[bool],
                    chief: bool) -> list[bool]:
     """The chief's `keep` on every worker: the workers must train the same trials, and only
     the chief reads the model dir (another may not see it)."""
-    if strategy.num_replicas_in_sync == 1 or isinstance(strategy, tf.distribute.TPUStrategy):
+    if strategy.num_replicas_in_sync == 1 or _on_tpu(strategy):
         return keep  # one process: the chief (a TPU's replicas are driven by one client)
     mine = tf.constant([int(k and chief) for k in keep], tf.int32)
     # Every replica of the chief adds its keep, every other replica 0.
@@ -624,12 +629,19 @@ def _split_rows(strategy, batch: dict, rows: int):
                          for k, v in batch.items()})
 
 
+def _on_tpu(strategy) -> bool:
+    """Whether `strategy` is a TPUStrategy (tf.distribute's or its experimental one, which
+    is another class)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy,
+                                 tf.distribute.experimental.TPUStrategy))
+
+
 def _predicts_on_replicas(strategy) -> bool:
     """Whether static-shape predictions run through the strategy's replicas: on a TPU
     (which runs only what strategy.run puts on it), or on several replicas all driven by
     this process (not several workers, each of which would see only its own replicas'
     outputs)."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
+    if _on_tpu(strategy):
         return True
     return (strategy.num_replicas_in_sync > 1
             and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy))
@@ -657,7 +669,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     TPU compiles it (a TPU compiles whatever runs in its replicas anyway)."""
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
-    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    tpu = _on_tpu(strategy)
     whole = static and jit_compile and replicas == 1
 
     def apply(grads, finite):
@@ -737,12 +749,12 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
 
 
 def _predict(model, features: dict, batch_size: int, strategy=None,
-             static: bool = False) -> dict:
+             static: bool = False, jit_compile: bool = False) -> dict:
     """The model's outputs on every row, as numpy arrays padded back to the full length.
     `static`: every batch has all positions and `batch_size` rows (the last padded with
     empty rows, whose outputs are dropped), split over the strategy's replicas where this
     process drives them all (`_predicts_on_replicas`); else one device runs each batch cut
-    to its longest sequence."""
+    to its longest sequence, with `static` and `jit_compile` as one XLA program."""
     inputs = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
     n, full = len(inputs["input_ids"]), inputs["input_ids"].shape[1]
     strategy = strategy or tf.distribute.get_strategy()
@@ -759,7 +771,8 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
                                        strategy.experimental_local_results(v)])
                     for k, v in out.items()}
     else:
-        @tf.function(input_signature=[_signature(inputs)])
+        @tf.function(input_signature=[_signature(inputs)],
+                     jit_compile=True if static and jit_compile else None)
         def traced(batch):
             return model(batch, training=False)
 
