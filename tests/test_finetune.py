@@ -558,9 +558,10 @@ def test_static_shapes_train_and_predict_as_batches_cut_to_their_longest(
     all MAX_SEQ_LENGTH positions and every prediction batch has eval_batch_size rows (the
     last padded with empty rows). With dropout off the weights and the dev predictions end
     as with batches cut to their longest sequence: on one device; with XLA compiling the
-    whole step, clipping and update included, as a TPU compiles it (jit_compile=True
-    refuses an op XLA cannot compile); and on 2 replicas, which split the predictions too.
-    A sentence task, and SQuAD 2.0 with ELECTRA's head (its beam search)."""
+    whole step, clipping and update included, and each prediction batch, as a TPU compiles
+    them (jit_compile=True refuses an op XLA cannot compile); and on 2 replicas, which split
+    the predictions too. A sentence task, and SQuAD 2.0 with ELECTRA's head (whose beam
+    search runs in the predictions)."""
     from electra_tf.finetune import runner
     quiet = dataclasses.replace(init, config=dataclasses.replace(
         init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
