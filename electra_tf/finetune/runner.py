@@ -670,7 +670,10 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
     tpu = _on_tpu(strategy)
-    whole = static and jit_compile and replicas == 1
+    # One replica off a TPU steps without strategy.run (a TPU runs only what strategy.run
+    # puts on it); there XLA may compile the whole step.
+    direct = replicas == 1 and not tpu
+    whole = static and jit_compile and direct
 
     def apply(grads, finite):
         if loss_scale is None:
@@ -710,7 +713,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             loss_scale.update(finite)
         return loss, finite
 
-    if replicas == 1 and not tpu:  # (a TPU runs only what strategy.run puts on it)
+    if direct:
         step = tf.function(replica_step, input_signature=[_signature(features)],
                            jit_compile=True if whole else None)
     else:
@@ -720,8 +723,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
             return tuple(strategy.experimental_local_results(r)[0] for r in results)
 
     def distribute(batch):
-        return (batch if replicas == 1 and not tpu else
-                _split_rows(strategy, batch, batch_size // replicas))
+        return batch if direct else _split_rows(strategy, batch, batch_size // replicas)
 
     multiple = (features["input_mask"].shape[1] if static else
                 LENGTH_MULTIPLE if jit_compile else 1)
