@@ -1392,6 +1392,18 @@ def test_bad_file_fails_with_one_clear_line_through_the_script(tmp_path):
                         r"TPU's name or grpc:// address, or --tpu=local on a TPU VM\)",
                         result.stderr.strip().splitlines()[-1])
     assert not os.path.exists(tmp_path / "out")
+    # An optimizer.* binding that each trial sets from finetuning.* (pre-training reads it):
+    # refused, not overridden without a word.
+    result = run_script(
+        "run_finetuning.py", f"--model_dir={tmp_path / 'out'}", "--task=classification",
+        "--init_checkpoint=none", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={good}",
+        f"--dev_file={good}", "--label_column=sentiment",
+        "--gin_bindings=optimizer.learning_rate = 1e-3", cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: optimizer.learning_rate is not read by fine-tuning, which sets it from its own "
+        "settings; bind LEARNING_RATE (finetuning.learning_rate) instead")
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_missing_column_and_unknown_label_name_the_file_and_the_fix(tmp_path):

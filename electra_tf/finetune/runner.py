@@ -56,6 +56,12 @@ NO_INIT = ("none", "random")
 # no-answer threshold, qa_na_threshold = -2.75 on the impossibility logit, as a probability.
 ANSWERABLE_WEIGHT = 0.5
 ELECTRA_NO_ANSWER_THRESHOLD = float(1.0 / (1.0 + np.exp(2.75)))
+# optimizer.* parameters a trial sets from its own settings (pre-training takes them from
+# gin): a binding of one would be overridden without a word. What to bind instead.
+SET_BY_FINETUNING = {
+    "learning_rate": "LEARNING_RATE (finetuning.learning_rate)",
+    "warmup_steps": "finetuning.warmup_proportion",
+    "learning_rate_multipliers": "LAYERWISE_LR_DECAY (finetuning.layerwise_lr_decay)"}
 
 
 # ------------------------------------------------------------------------------ the encoder
@@ -152,7 +158,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         folders, deleted first). Without it a finished run (results.json) is refused, and an
         interrupted one (trial folders only) resumed: its complete trials are kept if their
         task_info.json matches this run's (else refused), the others trained.
-      learning_rate: peak learning rate (of the top layer and the head).
+      learning_rate: peak learning rate: the head's; with layer-wise decay the top block
+        learns at learning_rate x layerwise_lr_decay, each block below a factor slower.
       train_batch_size, max_seq_length: the batch and the sequence length; None: the
         official code's for the task (128; 512 for QA), at most the encoder's positions.
       num_epochs: passes over the training set; None: the paper's for the task (3; 10 for
@@ -209,6 +216,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     """
     if num_trials < 1:
         raise UserInputError(f"--num_trials={num_trials} must be at least 1")
+    bound = gin.get_bindings("optimizer")
+    for name, instead in SET_BY_FINETUNING.items():
+        if name in bound:
+            raise UserInputError(f"optimizer.{name} is not read by fine-tuning, which sets it "
+                                 f"from its own settings; bind {instead} instead")
     earlier = check_model_dir(model_dir, overwrite)
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
