@@ -49,7 +49,7 @@ flags.DEFINE_integer("max_seq_length", None, "The longest input the model dir wi
                      "(default: the checkpoint's positions, 512 for the released models).")
 flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a generator gets a "
                    "fresh one this fraction of the discriminator's hidden size (the released "
-                   "models': small and large 1/4, base 1/3).")
+                   "models': small and large 1/4, base 1/3); refused for one with a generator.")
 flags.mark_flags_as_required(["source", "input", "output_dir"])
 
 
@@ -80,14 +80,17 @@ def main(argv):
         return 0
     if FLAGS.source == "native":
         raise UserInputError("--source=native is for --target=hf; a model dir is already native")
+    # Given only for a source without a generator (the converters refuse it otherwise).
+    fraction = (FLAGS.generator_hidden_fraction if FLAGS["generator_hidden_fraction"].present
+                else None)
     if FLAGS.source == "tf1":
         result = converters.import_tf1(FLAGS.input, FLAGS.output_dir, FLAGS.vocab_file,
                                        FLAGS.lower_case, FLAGS.num_heads, FLAGS.max_seq_length,
-                                       FLAGS.generator_hidden_fraction)
+                                       fraction)
     else:
         result = converters.import_hf(FLAGS.input, FLAGS.output_dir, FLAGS.generator_input,
                                       FLAGS.vocab_file, FLAGS.lower_case, FLAGS.max_seq_length,
-                                      FLAGS.generator_hidden_fraction)
+                                      fraction)
     info = result["model_info"]
     print(f"wrote {FLAGS.output_dir}: discriminator {info['discriminator_params']:,} "
           f"parameters (hidden {info['discriminator']['hidden_size']}, "

@@ -457,6 +457,23 @@ def test_hf_generator_sharing_only_the_word_table_is_refused(tmp_path):
         converters.import_hf(str(tmp_path / "d"), str(tmp_path / "out"), str(tmp_path / "g"),
                              vocab_file=_vocab(tmp_path / "vocab.txt", 120))
     assert not os.path.exists(tmp_path / "out")
+    # Position embeddings of another length: their shapes named (was numpy's broadcast error).
+    longer = transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        hidden_size=16, num_attention_heads=1, intermediate_size=32,
+        **{**kwargs, "max_position_embeddings": 128}))
+    with torch.no_grad():
+        for ours, theirs in zip(longer.electra.embeddings.parameters(),
+                                discriminator.embeddings.parameters()):
+            if ours.shape == theirs.shape:
+                ours.copy_(theirs)
+    longer.save_pretrained(tmp_path / "g128")
+    with pytest.raises(UserInputError, match=(
+            f"^{tmp_path}/g128 has the discriminator's word embeddings but its own "
+            r"'electra\.embeddings\.position_embeddings\.weight' \(shape \[128, 32\], the "
+            r"discriminator's \[64, 32\]\): ")):
+        converters.import_hf(str(tmp_path / "d"), str(tmp_path / "out"),
+                             str(tmp_path / "g128"), vocab_file=_vocab(tmp_path / "vocab.txt", 120))
+    assert not os.path.exists(tmp_path / "out")
 
 
 @pytest.mark.parametrize("without", [("generator", "generator_predictions"),
@@ -468,10 +485,17 @@ def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):
     rng = np.random.default_rng(0)
     values, _ = _official_checkpoint(str(tmp_path / "ckpt" / "model.ckpt-1"), rng,
                                      without=without)
-    out = str(tmp_path / "out")
-    result = converters.import_tf1(str(tmp_path / "ckpt" / "model.ckpt-1"), out,
-                                   _vocab(tmp_path / "vocab.txt", 120),
-                                   generator_hidden_fraction=0.5)
+    out, prefix = str(tmp_path / "out"), str(tmp_path / "ckpt" / "model.ckpt-1")
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    if without[0] != "generator":  # a fraction for the generator it has: refused, not ignored
+        with pytest.raises(UserInputError) as raised:
+            converters.import_tf1(prefix, out, vocab, generator_hidden_fraction=0.5)
+        assert str(raised.value) == (
+            f"--generator_hidden_fraction is for a checkpoint without a generator; {prefix} "
+            "has one (generator_predictions/): drop the flag")
+        assert not os.path.exists(out)
+    result = converters.import_tf1(prefix, out, vocab, generator_hidden_fraction=(
+        0.5 if without[0] == "generator" else None))
     expected = ["generator"] if without[0] == "generator" else ["discriminator_predictions"]
     assert result["not_imported"] == expected
     assert json.load(open(os.path.join(out, "model_info.json")))["not_imported"] == expected
@@ -511,7 +535,15 @@ def test_tf1_names_translate_back_from_transformers_names(tmp_path):
     # Embeddings as wide as the hidden size need no projection.
     (dict(embed=64),
      " has electra/embeddings_project/bias (shape (64,)) that a model of its other "
-     "tensors' shapes has no place for; is it an official ELECTRA checkpoint?")])
+     "tensors' shapes has no place for; is it an official ELECTRA checkpoint?"),
+    # The official Electric's two towers (was: imported as ELECTRA with a fresh generator,
+    # its energy head served as replaced-token probabilities).
+    (dict(without=("generator", "generator_predictions"),
+          reshaped={f"generator_{d}/encoder/layer_0/output/dense/bias": (16,)
+                    for d in ("ltr", "rtl")}),
+     " is an Electric checkpoint (the official code's generator_ltr/, generator_rtl/): its "
+     "two-tower generator and energy head are not imported; convert ELECTRA checkpoints "
+     "only")])
 def test_tf1_import_names_a_bad_tensor_in_the_checkpoints_terms(tmp_path, checkpoint, error):
     prefix = str(tmp_path / "model.ckpt")
     _official_checkpoint(prefix, np.random.default_rng(0), **checkpoint)
@@ -520,6 +552,29 @@ def test_tf1_import_names_a_bad_tensor_in_the_checkpoints_terms(tmp_path, checkp
                               num_heads=1)
     assert str(raised.value) == prefix + error
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_hf_import_reads_bfloat16_and_float16_weights_as_float32(tmp_path):
+    """A model saved in bfloat16 (which safetensors' numpy reader has not) or float16
+    imports with each weight the saved value, in float32."""
+    import copy
+    torch.manual_seed(0)
+    model = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        vocab_size=120, embedding_size=32, hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    for dtype in (torch.bfloat16, torch.float16):
+        saved = copy.deepcopy(model).to(dtype)
+        saved.save_pretrained(tmp_path / str(dtype))
+        out = str(tmp_path / f"{dtype}_out")
+        converters.import_hf(str(tmp_path / str(dtype)), out, vocab_file=vocab)
+        loaded = load_pretrainer(out).model.discriminator
+        query = saved.electra.encoder.layer[0].attention.self.query.weight.detach().float().numpy()
+        assert len(np.unique(query)) > 100  # real values, rounded to the type
+        np.testing.assert_array_equal(loaded.blocks[0].attention.query.kernel.numpy(), query.T)
+        np.testing.assert_array_equal(
+            loaded.embeddings.word_embeddings.numpy(),
+            saved.electra.embeddings.word_embeddings.weight.detach().float().numpy())
 
 
 def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):
@@ -610,6 +665,30 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
     assert written == [str(tmp_path / "hf2" / "discriminator")]
     assert lines == ["note: no generator/: this model sampled its replacements uniformly (it "
                      "has no masked-LM generator)"]
+    # One network (BERT's MLM, or ELECTRA sharing all weights) is written as two; imported
+    # back, they are two (of the official shape: an FFN 4 x hidden, hidden / 64 heads).
+    config = EncoderConfig(vocab_size=120, hidden_size=64, num_layers=1, num_heads=1,
+                           intermediate_size=256, embedding_size=64, max_position_embeddings=64)
+    for name, model, one, more in (
+            ("all", ElectraPretrainer(config, config, sharing="all"), "sharing 'all'", ""),
+            ("mlm", ElectraPretrainer(config, None, objective="mlm"), "objective mlm (BERT)",
+             ", objective 'electra'")):
+        converters.write_model_dir(model, str(tmp_path / name), vocab, True, 64, source="test")
+        lines = []
+        converters.export_hf(str(tmp_path / name), str(tmp_path / f"hf_{name}"),
+                             log=lines.append)
+        assert lines[-1] == (
+            f"note: {one} trains one network: generator/ and discriminator/ hold copies of "
+            "its encoder; imported back with --generator_input they are two networks of "
+            f"full size (sharing 'embeddings'{more}), not this one")
+        result = converters.import_hf(str(tmp_path / f"hf_{name}" / "discriminator"),
+                                      str(tmp_path / f"back_{name}"),
+                                      str(tmp_path / f"hf_{name}" / "generator"))
+        back = load_pretrainer(str(tmp_path / f"back_{name}")).model
+        assert (back.objective, back.sharing) == ("electra", "embeddings")
+        assert back.generator is not back.discriminator
+        assert back.generator.config.hidden_size == 64
+        assert result["not_imported"] == ([] if name == "all" else ["discriminator_predictions"])
 
 
 def test_hf_import_errors_name_the_tensor(tmp_path):
@@ -759,7 +838,7 @@ def test_corrupt_sources_are_refused_in_one_line(tmp_path):
     (tmp_path / "hf" / "config.json").write_text(config)
     (tmp_path / "hf" / "model.safetensors").write_bytes(weights[:len(weights) // 2])
     assert refusal(lambda: converters.import_hf(source, out)) == (
-        f"{source}/model.safetensors could not be read (Error while deserializing header: "
+        f"{source}/model.safetensors could not be read (Error while deserializing: "
         "incomplete metadata, file not fully covered): it is truncated or corrupt; "
         "re-download it")
     prefix = str(tmp_path / "tf1" / "model.ckpt-1")

@@ -50,6 +50,8 @@ NOT_IMPORTED = {
     "generator": "the generator (its layers and masked-LM head)"}
 # TF1 tensors that are not weights of the networks.
 _SKIPPED = re.compile(r"(^global_step$|/adam_[mv]$|^generator_predictions/temperature$)")
+# The official code's Electric (electric_objective=True) scopes, which ELECTRA has not.
+_ELECTRIC_SCOPES = {"generator_ltr", "generator_rtl", "cloze_predictions"}
 
 
 # ------------------------------------------------------------------------------ TF1
@@ -123,7 +125,14 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     discriminator, generator, shared, skipped = {}, {}, {}, []
     try:
         reader = tf.train.load_checkpoint(checkpoint)
-        for name in sorted(reader.get_variable_to_shape_map()):
+        names = sorted(reader.get_variable_to_shape_map())
+        electric = sorted({name.split("/")[0] for name in names} & _ELECTRIC_SCOPES)
+        if electric:  # read as ELECTRA, its head's energies would be served as probabilities
+            raise UserInputError(
+                f"{checkpoint} is an Electric checkpoint (the official code's "
+                f"{', '.join(s + '/' for s in electric)}): its two-tower generator and energy "
+                "head are not imported; convert ELECTRA checkpoints only")
+        for name in names:
             network, hf_name = tf1_to_hf_name(name)
             if _SKIPPED.search(name) or network is None:
                 skipped.append(name)
@@ -175,15 +184,21 @@ def config_from_state_dict(state: dict, num_heads: int | None = None,
         type_vocab_size=tensor("electra.embeddings.token_type_embeddings.weight").shape[0])
 
 
+def _fraction(generator_hidden_fraction: float | None) -> float:
+    """A fresh generator's hidden fraction: 1/4 (small's and large's) unless given."""
+    return 0.25 if generator_hidden_fraction is None else generator_hidden_fraction
+
+
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
                lower_case: bool | None = None, num_heads: int | None = None,
                max_seq_length: int | None = None,
-               generator_hidden_fraction: float = 0.25) -> dict:
+               generator_hidden_fraction: float | None = None) -> dict:
     """Imports an official TF1 ELECTRA checkpoint (both networks, any size) into a model
     dir; returns {"model_info", "skipped", "not_imported", "notes"}. A checkpoint without a
     generator or a replaced-token head (a fine-tuned one) gets those parts freshly
-    initialised (a generator of `generator_hidden_fraction`), listed in `not_imported` as
-    import_hf does.
+    initialised (a generator of `generator_hidden_fraction`, None: 1/4), listed in
+    `not_imported` as import_hf does; a fraction for a checkpoint with a generator is
+    refused.
 
     `vocab_file` None: the vocab.txt beside the checkpoint (the released checkpoints ship
     one), else DEFAULT_VOCAB, said in `notes`. `lower_case` None: as the vocab is (cased
@@ -195,6 +210,10 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
         vocab_file = beside if tf.io.gfile.exists(beside) else _default_vocab(
             f"{os.path.dirname(checkpoint) or '.'} has no vocab.txt", notes)
     discriminator, generator, skipped = read_tf1(checkpoint)
+    if generator and generator_hidden_fraction is not None:
+        raise UserInputError(f"--generator_hidden_fraction is for a checkpoint without a "
+                             f"generator; {checkpoint} has one (generator_predictions/): drop "
+                             "the flag")
     disc_config = config_from_state_dict(discriminator, num_heads, checkpoint=checkpoint)
     objective, sharing = "electra", "embeddings"
     if generator and not any(k.startswith("electra.encoder.") for k in generator):
@@ -214,7 +233,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
                               discriminator["electra.embeddings.word_embeddings.weight"])
         sharing = "embeddings" if tied else "none"
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
-        gen_config = generator_config(disc_config, generator_hidden_fraction)
+        gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
     model = new_pretrainer(disc_config, gen_config, sharing, objective)
     try:
         not_imported = _load_networks(model, discriminator, generator or None)
@@ -274,6 +293,34 @@ def _load_networks(model: ElectraPretrainer, discriminator: dict,
 # ------------------------------------------------------------------------------ HuggingFace
 
 
+def _read_safetensors(path: str) -> dict:
+    """{name: array} of a safetensors file, read through tf.io.gfile (gs:// too), floats as
+    float32 (safetensors' numpy reader has no bfloat16, in which models are often saved)."""
+    from safetensors import deserialize
+    with tf.io.gfile.GFile(path, "rb") as f:
+        tensors = deserialize(f.read())
+    state = {}
+    for name, tensor in tensors:
+        data, dtype = tensor["data"], tensor["dtype"]
+        if dtype == "BF16":  # the upper half of a float32's bits
+            value = (np.frombuffer(data, "<u2").astype(np.uint32) << 16).view(np.float32)
+        elif dtype in _SAFETENSORS_TYPES:
+            value = np.frombuffer(data, _SAFETENSORS_TYPES[dtype])
+        else:
+            raise UserInputError(f"{path}: tensor {name!r} is of type {dtype}, which this "
+                                 "import does not read; save the model in float32, float16 or "
+                                 "bfloat16")
+        # A copy, writable and native-endian (frombuffer's view is neither).
+        kind = np.float32 if value.dtype.kind == "f" else value.dtype.newbyteorder("=")
+        state[name] = value.astype(kind).reshape(tensor["shape"])
+    return state
+
+
+# safetensors' type names (but BF16, which numpy has not), little-endian as the format is.
+_SAFETENSORS_TYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+                      "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
 def read_hf_dir(directory: str) -> tuple[dict, dict]:
     """(config.json, state dict of numpy arrays) of a transformers model directory
     (model.safetensors, or pytorch_model.bin, which needs torch)."""
@@ -289,9 +336,8 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     bin_path = os.path.join(directory, "pytorch_model.bin")
     if tf.io.gfile.exists(safetensors_path):
         from safetensors import SafetensorError
-        from safetensors.numpy import load_file
         try:
-            state = load_file(safetensors_path)
+            state = _read_safetensors(safetensors_path)
         except SafetensorError as e:
             raise UserInputError(f"{safetensors_path} could not be read ({_first_line(e)}): it "
                                  "is truncated or corrupt; re-download it") from None
@@ -348,7 +394,7 @@ def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
 def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None = None,
               vocab_file: str | None = None, lower_case: bool | None = None,
               max_seq_length: int | None = None,
-              generator_hidden_fraction: float = 0.25) -> dict:
+              generator_hidden_fraction: float | None = None) -> dict:
     """Imports transformers directories into a model dir: an `ElectraForPreTraining` (or
     `ElectraModel`, a fine-tuned `ElectraFor*` or a BERT checkpoint: the encoder only, a
     task head, pooler or BERT's heads skipped and listed) and optionally an
@@ -356,11 +402,15 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     "notes"}.
 
     Without a generator (or a replaced-token head), those parts start from a fresh
-    initialisation (a generator of `generator_hidden_fraction`): random until pre-trained
-    further. They are listed in `not_imported` and in model_info.json, where
-    `saved_model.check_imported` (export, detection) finds them.
+    initialisation (a generator of `generator_hidden_fraction`, None: 1/4; refused with
+    `generator_dir`): random until pre-trained further. They are listed in `not_imported`
+    and in model_info.json, where `saved_model.check_imported` (export, detection) finds
+    them.
     """
     check_new_model_dir(output_dir)
+    if generator_dir and generator_hidden_fraction is not None:
+        raise UserInputError("--generator_hidden_fraction is for a source without a generator; "
+                             "--generator_input gives one: drop the flag")
     disc_hf, disc_state = read_hf_dir(discriminator_dir)
     if (any(k.startswith(("generator_predictions.", "generator_lm_head.")) for k in disc_state)
             and not any(k.startswith("discriminator_predictions.") for k in disc_state)):
@@ -386,11 +436,15 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         for name in shared:
             theirs = disc_state.get(name, disc_state.get(name[len("electra."):]))
             if theirs is not None and not np.array_equal(theirs, gen_state[name]):
+                ours = gen_state[name]
+                apart = (f"max abs difference {np.max(np.abs(theirs - ours)):.3g}"
+                         if theirs.shape == ours.shape else
+                         f"shape {list(ours.shape)}, the discriminator's {list(theirs.shape)}")
                 raise UserInputError(
                     f"{generator_dir} has the discriminator's word embeddings but its own "
-                    f"'{name}' (max abs difference {np.max(np.abs(theirs - gen_state[name])):.3g}"
-                    "): this project's networks share the whole embedding block or nothing; "
-                    "import the discriminator alone (without --generator_input)")
+                    f"'{name}' ({apart}): this project's networks share the whole embedding "
+                    "block or nothing; import the discriminator alone (without "
+                    "--generator_input)")
         if not tied and gen_config.embedding_width != gen_config.hidden_size:
             raise UserInputError(
                 f"{generator_dir} has word embeddings of its own (not the discriminator's), "
@@ -399,7 +453,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
                 "hidden size, so it cannot hold them; import the discriminator alone (without "
                 "--generator_input)")
     else:
-        gen_config = generator_config(disc_config, generator_hidden_fraction)
+        gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
         sharing = "embeddings"
     model = new_pretrainer(disc_config, gen_config, sharing)
     not_imported = _load_networks(model, disc_state, gen_state)
@@ -566,6 +620,13 @@ def _hf_notes(model: ElectraPretrainer) -> list[str]:
         notes.append(f"objective {model.objective} trains no replaced-token head: "
                      "discriminator/ holds the encoder only (load it with ElectraModel or an "
                      "ElectraFor* fine-tuning class)")
+    if model.generator is not None and model.generator is model.discriminator:
+        one = ("objective mlm (BERT)" if model.objective == "mlm" else "sharing 'all'")
+        notes.append(f"{one} trains one network: generator/ and discriminator/ hold copies "
+                     "of its encoder; imported back with --generator_input they are two "
+                     "networks of full size (sharing 'embeddings'"
+                     + (", objective 'electra'" if model.objective == "mlm" else "")
+                     + "), not this one")
     return notes
 
 
