@@ -492,7 +492,7 @@ def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):
             converters.import_tf1(prefix, out, vocab, generator_hidden_fraction=0.5)
         assert str(raised.value) == (
             f"--generator_hidden_fraction is for a checkpoint without a generator; {prefix} "
-            "has one (generator_predictions/): drop the flag")
+            "has one: drop the flag")
         assert not os.path.exists(out)
     result = converters.import_tf1(prefix, out, vocab, generator_hidden_fraction=(
         0.5 if without[0] == "generator" else None))

@@ -212,8 +212,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     discriminator, generator, skipped = read_tf1(checkpoint)
     if generator and generator_hidden_fraction is not None:
         raise UserInputError(f"--generator_hidden_fraction is for a checkpoint without a "
-                             f"generator; {checkpoint} has one (generator_predictions/): drop "
-                             "the flag")
+                             f"generator; {checkpoint} has one: drop the flag")
     disc_config = config_from_state_dict(discriminator, num_heads, checkpoint=checkpoint)
     objective, sharing = "electra", "embeddings"
     if generator and not any(k.startswith("electra.encoder.") for k in generator):
