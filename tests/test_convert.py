@@ -474,6 +474,12 @@ def test_hf_generator_sharing_only_the_word_table_is_refused(tmp_path):
         converters.import_hf(str(tmp_path / "d"), str(tmp_path / "out"),
                              str(tmp_path / "g128"), vocab_file=_vocab(tmp_path / "vocab.txt", 120))
     assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(UserInputError) as raised:  # a fraction for the generator given
+        converters.import_hf(str(tmp_path / "d"), str(tmp_path / "out"), str(tmp_path / "g"),
+                             generator_hidden_fraction=0.5)
+    assert str(raised.value) == ("--generator_hidden_fraction is for a source without a "
+                                 "generator; --generator_input gives one: drop the flag")
+    assert not os.path.exists(tmp_path / "out")
 
 
 @pytest.mark.parametrize("without", [("generator", "generator_predictions"),
@@ -487,13 +493,18 @@ def test_tf1_import_without_a_part_records_it_fresh(tmp_path, without):
                                      without=without)
     out, prefix = str(tmp_path / "out"), str(tmp_path / "ckpt" / "model.ckpt-1")
     vocab = _vocab(tmp_path / "vocab.txt", 120)
-    if without[0] != "generator":  # a fraction for the generator it has: refused, not ignored
-        with pytest.raises(UserInputError) as raised:
-            converters.import_tf1(prefix, out, vocab, generator_hidden_fraction=0.5)
-        assert str(raised.value) == (
-            f"--generator_hidden_fraction is for a checkpoint without a generator; {prefix} "
-            "has one: drop the flag")
+    if without[0] != "generator":
+        # Through the script: a fraction for the generator it has is refused, not ignored,
+        # and without the flag (its default 1/4 not passed on) the import runs.
+        args = ("--source=tf1", f"--input={prefix}", f"--vocab_file={vocab}")
+        done = convert(*args, f"--output_dir={out}", "--generator_hidden_fraction=0.5")
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"error: --generator_hidden_fraction is for a checkpoint without a generator; "
+            f"{prefix} has one: drop the flag")
         assert not os.path.exists(out)
+        done = convert(*args, f"--output_dir={tmp_path / 'by_script'}")
+        assert done.returncode == 0, done.stderr
     result = converters.import_tf1(prefix, out, vocab, generator_hidden_fraction=(
         0.5 if without[0] == "generator" else None))
     expected = ["generator"] if without[0] == "generator" else ["discriminator_predictions"]

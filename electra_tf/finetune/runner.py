@@ -159,7 +159,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         interrupted one (trial folders only) resumed: its complete trials are kept if their
         task_info.json matches this run's (else refused), the others trained.
       learning_rate: peak learning rate: the head's; with layer-wise decay the top block
-        learns at learning_rate x layerwise_lr_decay, each block below a factor slower.
+        learns at learning_rate x layerwise_lr_decay (x its square with
+        official_layerwise_decay), each block below a factor slower.
       train_batch_size, max_seq_length: the batch and the sequence length; None: the
         official code's for the task (128; 512 for QA), at most the encoder's positions.
       num_epochs: passes over the training set; None: the paper's for the task (3; 10 for
@@ -216,7 +217,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     """
     if num_trials < 1:
         raise UserInputError(f"--num_trials={num_trials} must be at least 1")
-    bound = gin.get_bindings("optimizer")
+    bound = gin.get_bindings("optimizer", resolve_references=False)
     for name, instead in SET_BY_FINETUNING.items():
         if name in bound:
             raise UserInputError(f"optimizer.{name} is not read by fine-tuning, which sets it "
