@@ -28,6 +28,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 
 import tensorflow as tf
+from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
@@ -67,9 +68,13 @@ def read_lines(inputs: str | list[str], input_format: str = corpus.TEXT,
         raise UserInputError(f"--max_lines={max_lines} must be at least 1 (or unset: read every "
                              "line)")
     files = corpus.expand_inputs(inputs)
-    if input_format == corpus.TEXT:  # JSONL read as text fails here, before any reading
-        for path in files:
+    # Each file's first line, before any is read in full: JSONL read as text, or a JSONL
+    # file without `text_field`, fails here, not when the training reaches it.
+    for path in files:
+        if input_format == corpus.TEXT:
             corpus.check_text(path)
+        else:
+            corpus.check_jsonl(path, text_field)
     pieces = corpus.plan_pieces(files)
     stats = stats if stats is not None else CorpusStats()
     return _read_lines(pieces, input_format, text_field, max_lines, stats)
@@ -97,12 +102,18 @@ def _continuation_chars() -> tuple[str, ...]:
     """Every character that can occur inside a word (so may need a "##" form), in code order.
 
     Punctuation, CJK ideographs, whitespace and control characters always stand alone or
-    are removed, so they never continue a word.
+    are removed, so they never continue a word. Both Python's Unicode tables (14.0 in 3.11)
+    and RE2's, which our Tokenizer reads and which are newer (an emoji of Unicode 15 is a
+    symbol there, unassigned in Python), are asked: a character either keeps in a word is
+    kept.
     """
+    codes = [cp for cp in range(sys.maxunicode + 1) if not 0xD800 <= cp <= 0xDFFF]
+    in_words = tf.strings.regex_full_match([chr(cp) for cp in codes],
+                                           r"[\p{L}\p{M}\p{N}\p{S}]").numpy()
     chars = []
-    for cp in range(sys.maxunicode + 1):
+    for cp, in_word in zip(codes, in_words):
         c = chr(cp)
-        if (unicodedata.category(c)[0] != "C" and not c.isspace()
+        if ((in_word or (unicodedata.category(c)[0] != "C" and not c.isspace()))
                 and not tokenization.is_cjk(cp) and not tokenization.is_punctuation(c)):
             chars.append(c)
     return tuple(chars)
@@ -134,7 +145,8 @@ def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool
       num_unused: [unusedN] placeholders between [PAD] and [UNK] (99 puts [UNK] at 100).
       min_frequency: a pair of pieces must occur this often to be merged into a new piece.
       max_alphabet: keep at most this many distinct characters, the most frequent (ties
-        broken arbitrarily); the rest encode as [UNK]. Default: every character seen.
+        broken arbitrarily); a word holding any other encodes as one [UNK]. Default:
+        every character seen.
 
     Returns:
       The tokens, id order. Every character seen comes with its "##" form (unless it never
@@ -172,7 +184,11 @@ def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool
         normalizers.NFC(),
         normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False,
                                    strip_accents=strip_accents, lowercase=lower_case)])
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # tokenizers' CJK blocks start CJK Extension E at U+2B920, BERT's (and our Tokenizer's)
+    # at U+2B820: the 256 ideographs between are split off here.
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.BertPreTokenizer(),
+        pre_tokenizers.Split(Regex("[\U0002B820-\U0002B91F]"), "isolated")])
     # The trainer numbers "##c" pieces in hash-map order and breaks ties between equally
     # frequent merges by number, so its output varies from run to run. Declaring every
     # possible "##c" up front as a special token fixes their numbers, and the result. They
@@ -239,9 +255,12 @@ def _char_piece_counts(trainer) -> collections.Counter:
 def check_output(path: str, overwrite: bool = False, inputs: str | list[str] | None = None):
     """Raises UserInputError unless `path` can take the vocab file; reads no input.
 
-    Refused: a folder (or a path ending in "/"), a path under a file, an existing file
-    unless `overwrite`, and, whatever `overwrite` says, one of the `inputs` files.
+    Refused: an empty path, a folder (or a path ending in "/"), a path under a file or in
+    a local folder this process cannot write to, an existing file unless `overwrite`, and,
+    whatever `overwrite` says, one of the `inputs` files.
     """
+    if not path:
+        raise UserInputError("--output is empty; pass a file path, e.g. --output=vocab.txt")
     if path.endswith("/") or tf.io.gfile.isdir(path):
         raise UserInputError(f"--output={path} is a folder; pass a file path, e.g. "
                              f"--output={os.path.join(path, 'vocab.txt')}")
@@ -251,6 +270,8 @@ def check_output(path: str, overwrite: bool = False, inputs: str | list[str] | N
     if parent and tf.io.gfile.exists(parent) and not tf.io.gfile.isdir(parent):
         raise UserInputError(f"--output={path} lies under {parent}, which is a file, not a "
                              "folder; pass another --output")
+    if "://" not in path:
+        _check_writable(path, parent or ".")
     if not tf.io.gfile.exists(path):
         return
     if inputs is not None and _same_file(path, corpus.expand_inputs(inputs)):
@@ -258,6 +279,18 @@ def check_output(path: str, overwrite: bool = False, inputs: str | list[str] | N
                              "--output")
     if not overwrite:
         raise _exists(path)
+
+
+def _check_writable(path: str, folder: str) -> None:
+    """Creates and removes a file in `folder` (the nearest existing folder above `path`), so
+    that a folder the vocab cannot go to fails before the training, not after it."""
+    probe = atomic.temporary_name(os.path.join(folder, os.path.basename(path)))
+    try:
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as error:
+        raise UserInputError(f"--output={path} cannot be written ({folder}: "
+                             f"{error.strerror}); pass another --output") from None
 
 
 def _exists(path: str) -> UserInputError:
@@ -275,10 +308,13 @@ def write_vocab(tokens: list[str], path: str, overwrite: bool = False):
     """Writes one token per line, atomically (a temporary file renamed); local or gs://.
 
     An existing file at `path` is replaced only if `overwrite` (see `check_output`). If the
-    write fails, the temporary file is removed.
+    write fails, the temporary file is removed and UserInputError names `path`.
     """
     check_output(path, overwrite)
     try:
         atomic.write_text(path, "\n".join(tokens) + "\n", overwrite=overwrite)
     except tf.errors.AlreadyExistsError:  # created while the vocab was being learned
         raise _exists(path) from None
+    except tf.errors.OpError as error:  # e.g. a bucket this account may not write to
+        raise UserInputError(f"--output={path} could not be written ({error.message}); "
+                             "pass another --output") from None

@@ -28,8 +28,8 @@ flags.DEFINE_bool("strip_accents", None, "Strip accents; defaults to --lower_cas
 flags.DEFINE_integer("num_unused", 99, "[unusedN] tokens after [PAD]; 99 puts [UNK] at id 100.")
 flags.DEFINE_integer("min_frequency", 2, "Merge two pieces only if they occur this often.")
 flags.DEFINE_integer("max_alphabet", None,
-                     "Keep at most this many distinct characters, the most frequent; the "
-                     "rest encode as [UNK] (default: every character seen).")
+                     "Keep at most this many distinct characters, the most frequent; a word "
+                     "holding any other encodes as one [UNK] (default: every character seen).")
 flags.DEFINE_integer("max_lines", None, "Read at most this many lines.")
 flags.DEFINE_enum("input_format", choices.TEXT, list(choices.INPUT_FORMATS),
                   "text: plain text lines; jsonl: one JSON document per line.")

@@ -2,6 +2,7 @@
 
 import collections
 import os
+import re
 import unicodedata
 
 import pytest
@@ -180,6 +181,12 @@ def test_max_lines_and_jsonl(tmp_path):
         "first line", "second line"]
     with pytest.raises(UserInputError, match="matches no file"):
         vocab_learning.read_lines(str(tmp_path / "missing*.txt"))
+    # A JSONL file without the field fails when the reader is made, before any file is read
+    # (the trainer read every earlier file first).
+    (tmp_path / "a.jsonl").write_text('{"text": "read first"}\n', encoding="utf-8")
+    with pytest.raises(UserInputError) as info:
+        vocab_learning.read_lines([str(tmp_path / "a.jsonl"), str(path)], "jsonl")
+    assert str(info.value).startswith(f"{path}: record 1 has no field 'text'")
 
 
 def _run_script(*args):
@@ -269,13 +276,15 @@ def test_write_vocab_replaces_only_with_overwrite_and_leaves_no_temporary(tmp_pa
     assert path.read_text(encoding="utf-8") == "[PAD]\na\n"
     assert os.listdir(tmp_path) == ["vocab.txt"]
 
-    # Any failure of the write removes the temporary file.
+    # Any failure of the write removes the temporary file and is one line naming --output.
     def fail(*args, **kwargs):
         raise tf.errors.PermissionDeniedError(None, None, "permission denied")
 
     monkeypatch.setattr(vocab_learning.tf.io.gfile, "rename", fail)
-    with pytest.raises(tf.errors.PermissionDeniedError):
+    with pytest.raises(UserInputError) as info:
         vocab_learning.write_vocab(["[PAD]", "c"], str(tmp_path / "new.txt"))
+    assert str(info.value) == (f"--output={tmp_path}/new.txt could not be written (permission "
+                               "denied); pass another --output")
     assert os.listdir(tmp_path) == ["vocab.txt"]
 
 
@@ -297,11 +306,17 @@ def test_script_checks_the_output_before_reading_the_input(tmp_path):
         (tmp_path / "file" / "sub" / "vocab.txt",
          f"error: --output={tmp_path}/file/sub/vocab.txt lies under {tmp_path}/file, which is a "
          "file, not a folder; pass another --output"),
+        ("", "error: --output is empty; pass a file path, e.g. --output=vocab.txt"),
     ]
     for output, expected in cases:
         result = _run_script(f"--input={unread}", f"--output={output}", "--vocab_size=200")
         assert result.returncode == 1
         assert result.stderr.strip().splitlines() == [expected]
+    # A folder no file can be created in (/proc, even for root) is refused before too.
+    result = _run_script(f"--input={unread}", "--output=/proc/vocab.txt", "--vocab_size=200")
+    assert result.returncode == 1
+    assert re.fullmatch(r"error: --output=/proc/vocab.txt cannot be written \(/proc: [^()]+\); "
+                        "pass another --output", result.stderr.strip())
     assert existing.read_text(encoding="utf-8") == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["docs.jsonl", "file", "vocab.txt"]
 
@@ -338,3 +353,30 @@ def test_script_bad_number_is_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "error: --max_alphabet=-1 must be at least 1 (or unset: every character seen)"]
     assert sorted(os.listdir(tmp_path)) == ["c.txt"]
+
+
+def test_deterministic_for_characters_newer_than_pythons_unicode():
+    # Emoji of Unicode 15 (unassigned in Python 3.11's tables, symbols in RE2's, which the
+    # Tokenizer reads) continue words too: their "##" forms are declared up front as
+    # Python's are, or the trainer numbers them in hash-map order and the ties between
+    # equally frequent merges come out differently from one call to the next.
+    emoji = [chr(cp) for cp in (0x1FA75, 0x1FA76, 0x1FA77, 0x1FA87, 0x1FA88, 0x1FAAD,
+                                0x1FAAE, 0x1FAAF, 0x1FABB, 0x1FABC, 0x1FAE8, 0x1FAF7)]
+    lines = [" ".join(a + e for a, e in zip("abcdefghijkl", emoji))] * 5
+    vocabs = {tuple(vocab_learning.learn_vocab(lines, 5 + 12 * 3 + 6, num_unused=0))
+              for _ in range(6)}
+    assert len(vocabs) == 1
+    vocab = vocabs.pop()
+    assert vocab[29:] == tuple(["##" + c for c in "abcdef"] + ["##" + e for e in emoji])
+
+
+def test_cjk_extension_e_stands_alone_as_in_the_tokenizer(tmp_path):
+    # tokenizers' CJK blocks start Extension E 256 code points late (U+2B920, not BERT's
+    # U+2B820): those ideographs are split off all the same, so no piece joins them.
+    word = "\U0002B820\U0002B821"
+    vocab = vocab_learning.learn_vocab([f"{word} {word} 一二 一二"] * 5, 9, num_unused=0)
+    assert vocab[5:] == ["一", "二", "\U0002B820", "\U0002B821"]
+    path = tmp_path / "vocab.txt"
+    vocab_learning.write_vocab(vocab, str(path))
+    tokenizer = Tokenizer(str(path))
+    assert tokenizer.convert_ids_to_tokens(tokenizer.encode([word])[0]) == list(word)
