@@ -255,6 +255,21 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
     finally:
         huggingface.hf_config = original
     assert os.listdir(tmp_path / "full") == []
+    # ... and so does a failure moving discriminator/ in after generator/ moved in.
+    rename = tf.io.gfile.rename
+
+    def failing_rename(source, target, overwrite=False):
+        if target.endswith("/discriminator"):
+            raise OSError("Input/output error")
+        return rename(source, target, overwrite)
+
+    tf.io.gfile.rename = failing_rename
+    try:
+        with pytest.raises(OSError, match="Input/output error"):
+            converters.export_hf(str(tmp_path / "run"), str(tmp_path / "full"))
+    finally:
+        tf.io.gfile.rename = rename
+    assert os.listdir(tmp_path / "full") == []
     assert [os.path.basename(d) for d in converters.export_hf(
         str(tmp_path / "run"), str(tmp_path / "full"))] == ["discriminator", "generator"]
     # An earlier export is never mixed with a new one (a stale generator/ beside it).

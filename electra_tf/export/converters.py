@@ -575,9 +575,11 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     # transformers' default pad_token_id is 0 ([PAD] in BERT's vocabs, not in every vocab).
     pad_id = tokenization.load_vocab(loaded.vocab_file).index(tokenization.PAD_TOKEN)
     written = []
-    # Both folders are filled before either moves in: a failure leaves neither (a lone
-    # discriminator/ would refuse the rerun as an earlier export).
+    # Both folders are filled before either moves in, and one moved in before the other's
+    # move failed is removed: a failure leaves neither (a lone folder would refuse the rerun
+    # as an earlier export).
     with contextlib.ExitStack() as staged:
+        staged.push(lambda failed, *_: _remove(written) if failed else None)
         for name, state, config, architecture in (
                 ("discriminator", discriminator, model.discriminator_config,
                  "ElectraForPreTraining" if has_head else "ElectraModel"),
@@ -600,6 +602,14 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
                            "model_max_length": loaded.max_seq_length}, f, indent=2)
             written.append(directory)
     return written
+
+
+def _remove(directories: list[str]) -> None:
+    """Removes those of `directories` that exist (returns None: an exception unwinding an
+    ExitStack that calls it goes on)."""
+    for directory in directories:
+        if tf.io.gfile.exists(directory):
+            tf.io.gfile.rmtree(directory)
 
 
 def _hf_notes(model: ElectraPretrainer) -> list[str]:
