@@ -77,6 +77,10 @@ def main(argv):
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
                       text_column=FLAGS.text_column, text_b_column=FLAGS.text_b_column,
                       label_column=FLAGS.label_column)
+    # The strategy before the checkpoint is read: multi_worker_mirrored (collective ops) and
+    # tpu (connecting to the cluster) configure TensorFlow's runtime, which must not have run
+    # an op yet.
+    strategy = strategies.create_strategy(FLAGS.strategy, FLAGS.tpu)
     init = runner.load_initialization(FLAGS.init_checkpoint, FLAGS.vocab_file,
                                       random_init=FLAGS.random_init,
                                       model_size=FLAGS.model_size, lower_case=FLAGS.lower_case)
@@ -84,7 +88,6 @@ def main(argv):
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
-    strategy = strategies.create_strategy(FLAGS.strategy, FLAGS.tpu)
     results = runner.run_finetuning(data, init, FLAGS.model_dir, num_trials=FLAGS.num_trials,
                                     seed=FLAGS.seed, strategy=strategy,
                                     overwrite=FLAGS.overwrite)

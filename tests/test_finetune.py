@@ -1002,65 +1002,55 @@ def test_summed_loss_steps_on_count_times_the_mean_gradients(tmp_path, init):
             np.testing.assert_allclose(total, count * mean, rtol=1e-4, atol=1e-4 * largest)
 
 
-_WORKER = """
-import dataclasses, json, sys
-sys.path.insert(0, {root!r})
-from electra_tf.training import strategies
-strategy = strategies.create_strategy("multi_worker_mirrored")
-from electra_tf.finetune import runner, tasks
-from electra_tf import gin_files
-init = runner.load_initialization({init!r})
-init = dataclasses.replace(init, config=dataclasses.replace(
-    init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
-data = tasks.load(tasks.get_task("classification"), train_file={train!r}, dev_file={train!r},
-                  log=lambda *_: None)
-gin_files.parse(["finetune/tiny.gin"], {bindings!r})
-results = runner.run_finetuning(data, init, sys.argv[1], strategy=strategy)
-print(json.dumps(results["trials"][0]["dev"]))
-"""
-
-
 def test_multi_worker_fine_tuning_trains_one_devices_weights_and_the_chief_writes(
-        tmp_path, model_dir, init):
-    """2 worker processes on 127.0.0.1 (a replica each): the chief's weights are those one
-    device trains on the whole batch, both workers score alike, and only the chief writes
-    the model dir (on shared storage two writers deleted each other's trial folders: here
-    each worker is given its own, and the other worker's stays unwritten)."""
-    import dataclasses
+        tmp_path, austen_data):
+    """run_finetuning.py in 2 worker processes on 127.0.0.1 (a replica each): the chief's
+    weights are those one device trains on the whole batch, both workers score alike, and
+    only the chief writes the model dir (on shared storage two writers deleted each other's
+    trial folders: here each worker is given its own, and the other worker's stays
+    unwritten). The strategy is made before the checkpoint is read: after it, collective
+    ops could no longer be configured."""
     import socket
 
     import tensorflow as tf
+
+    from electra_tf.finetune import runner
+    pretrained = tmp_path / "pretrained"  # dropout off: one device's weights to compare
+    pretrain(pretrained, os.path.join(austen_data[0], "*.tfrecord"),
+             ["pretrainer.dropout_rate = 0.0", "pretrainer.attention_dropout_rate = 0.0"],
+             eager=True)
     rows = movie_rows()[:24]
     train = write_csv(tmp_path / "train.csv", ["label", "text"],
                       [(r["sentiment"], r["text"]) for r in rows])
     bindings = ["MAX_SEQ_LENGTH = 48", "TRAIN_BATCH_SIZE = 8", "NUM_EPOCHS = 1",
                 "LEARNING_RATE = 1e-3", "finetuning.head_dropout = 0.0"]
     out = str(tmp_path / "worker_")
-    code = _WORKER.format(root=ROOT, init=model_dir, train=train, bindings=bindings)
     ports = []
     for _ in range(2):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(f"127.0.0.1:{s.getsockname()[1]}")
     processes = [subprocess.Popen(
-        [PYTHON, "-c", code, out + str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        [PYTHON, os.path.join(ROOT, "scripts", "run_finetuning.py"), "--task=classification",
+         f"--init_checkpoint={pretrained}", f"--model_dir={out}{i}", f"--train_file={train}",
+         f"--dev_file={train}", "--gin_file=finetune/tiny.gin",
+         "--strategy=multi_worker_mirrored"] + [f"--gin_bindings={b}" for b in bindings],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CONFIG": json.dumps(
             {"cluster": {"worker": ports}, "task": {"type": "worker", "index": i}})})
         for i in range(2)]
     outputs = [p.communicate(timeout=600) for p in processes]
     for p, (_, err) in zip(processes, outputs):
         assert p.returncode == 0, err[-3000:]
-    scores = [json.loads(o.strip().splitlines()[-1]) for o, _ in outputs]
-    assert scores[0] == scores[1]
+    scores = [[line for line in o.splitlines() if line.startswith("trial 0 (seed ")]
+              for o, _ in outputs]
+    assert len(scores[0]) == 1 and scores[0] == scores[1], outputs
     assert sorted(os.listdir(out + "0")) == ["results.json", "trial_0"]
     assert not os.path.exists(out + "1")
     assert "worker 1: the chief writes" in outputs[1][0]
 
-    quiet = dataclasses.replace(init, config=dataclasses.replace(
-        init.config, dropout_rate=0.0, attention_dropout_rate=0.0))
-    one = finetune("classification", tmp_path / "one", quiet, bindings[2:], train_file=train,
-                   dev_file=train)
+    one = finetune("classification", tmp_path / "one", runner.load_initialization(
+        str(pretrained)), bindings[2:], train_file=train, dev_file=train)
     with open(os.path.join(out + "0", "results.json")) as f:
         assert json.load(f)["trials"][0]["final_train_loss"] == pytest.approx(
             one["trials"][0]["final_train_loss"], rel=1e-4)
