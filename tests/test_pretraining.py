@@ -795,8 +795,9 @@ def _save_steps(directory, steps):
 
 def test_workers_resume_from_the_newest_step_every_one_saved(tmp_path):
     """A machine that died during a save leaves its worker a checkpoint behind the others:
-    all go on from the newest step every worker saved, each process setting its own newer
-    checkpoints aside (not deleted), whatever the order the processes look in."""
+    all go on from the newest step every worker saved, each process from its own checkpoint
+    (its own data position) and setting its own newer checkpoints aside (not deleted),
+    whatever the order the processes look in."""
     from electra_tf.training import strategies
     model = tmp_path / "model"
     scratch = [model] + [Path(strategies.scratch_directory(str(model), i)) for i in (1, 2)]
@@ -805,7 +806,8 @@ def test_workers_resume_from_the_newest_step_every_one_saved(tmp_path):
     logs = {task: [] for task in (0, 1, 2)}
     for task in (1, 2, 0):  # worker 2 looks before the chief sets its step 40 aside
         assert pretraining._common_checkpoint(  # pylint: disable=protected-access
-            str(model), str(scratch[task]), 3, logs[task].append) == str(model / "ckpt-30")
+            str(model), str(scratch[task]), 3, logs[task].append) == str(
+                scratch[task] / "ckpt-30")
     for directory in scratch:
         assert tf.train.latest_checkpoint(str(directory)) == str(directory / "ckpt-30")
         manager = tf.train.CheckpointManager(tf.train.Checkpoint(value=tf.Variable(0)),

@@ -777,7 +777,8 @@ def _common_checkpoint(model_dir: str, directory: str, workers: int, log) -> str
     different steps would run different numbers of steps between their collectives. Each
     process sets aside its own newer checkpoints (into <its dir>/set_aside/, the checkpoint
     state rewritten without them); the resumed run saves those steps again. `directory`:
-    where this process saves (`strategies.checkpoint_directory`)."""
+    where this process saves (`strategies.checkpoint_directory`); the checkpoint returned
+    is its own when it has one of that step."""
     latest = tf.train.latest_checkpoint(model_dir)
     if workers == 1 or latest is None:
         return latest
@@ -822,7 +823,10 @@ def _common_checkpoint(model_dir: str, directory: str, workers: int, log) -> str
             last_preserved_timestamp=state.last_preserved_timestamp)
         log(f"set aside the checkpoints of step{'s' if len(newer) > 1 else ''} "
             f"{', '.join(map(str, newer))} in {aside}: not every worker saved them")
-    return os.path.join(model_dir, f"ckpt-{step}")
+    # A worker's own copy holds its own data position; the chief's would have it read the
+    # chief's share of the data (TensorFlow's PreemptionCheckpointHandler restores the own
+    # copy afterwards, but not on every platform: it does nothing on Google Cloud's CPU VMs).
+    return os.path.join(directory if step in own else model_dir, f"ckpt-{step}")
 
 
 def _steps_saved(directory: str) -> list[int]:
