@@ -730,15 +730,21 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     share of them (files sharded by worker, unequal) gives the steps both run. The cluster
     has a chief and a worker, whose task ids are both 0: each reads its own input pipeline
     (both read pipeline 0 before, the same batches). A finished run goes on to more steps
-    exactly: the worker keeps its data position (it resumed on the chief's before)."""
+    exactly: the worker keeps its data position (it resumed on the chief's before). A
+    SIGTERM to one worker stops both at one step, and each resumes from its own checkpoint
+    (a worker restored the chief's, and so its data position, where TensorFlow's handler
+    did not restore the worker's own after it)."""
     addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
 
+    def start(model_dir, steps, *more):
+        return [script(*script_args(model_dir, data, f"NUM_TRAIN_STEPS = {steps}"), *more,
+                       "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
+                           {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
+                            "task": {"type": task, "index": 0}})})
+                for task in ("chief", "worker")]
+
     def cluster(model_dir, steps, *more):
-        processes = [script(*script_args(model_dir, data, f"NUM_TRAIN_STEPS = {steps}"), *more,
-                            "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
-                                {"cluster": {"chief": addresses[:1], "worker": addresses[1:]},
-                                 "task": {"type": task, "index": 0}})})
-                     for task in ("chief", "worker")]
+        processes = start(model_dir, steps, *more)
         outputs = [p.communicate(timeout=600) for p in processes]
         return [(p.returncode, out, err) for p, (out, err) in zip(processes, outputs)]
 
@@ -767,21 +773,39 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     assert [re.findall(r"worker \d of 2 reads input pipeline \d", out)
             for _, out, _ in outputs] == [["worker 0 of 2 reads input pipeline 0"],
                                           ["worker 1 of 2 reads input pipeline 1"]]
-    outputs = cluster(model, 6)
+    # A finished run goes on, the worker from its data position; a SIGTERM to the worker
+    # makes both save the same step (the save on the grid is not made twice) and exit; the
+    # rerun goes on from it, each worker from its own checkpoint.
+    every = "--gin_bindings=CHECKPOINT_EVERY = 2"
+    processes = start(model, 400, every)
+    _wait_for(str(model / "ckpt-8.index"), processes[0])
+    processes[1].send_signal(signal.SIGTERM)
+    stopped = []
+    for p in processes:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == pretraining.PREEMPTED_EXIT_CODE, err[-3000:]
+        stopped.append(re.findall(r"preempted \(SIGTERM\): saved a checkpoint at step (\d+)",
+                                  out))
+    assert f"worker 1 resumes its data position from {model}/.worker-1-scratch/data-4" in out
+    assert len(stopped[0]) == 1 and stopped[0] == stopped[1]
+    at = int(stopped[0][0])
+    assert 8 <= at < 400
+    assert os.path.exists(model / ".worker-1-scratch" / f"ckpt-{at}.index")
+    outputs = cluster(model, at + 2, every)
     went_on = digests(outputs)
     assert went_on[0] == went_on[1]
-    assert f"worker 1 resumes its data position from {model}/.worker-1-scratch/data-4" in \
-        outputs[1][1]
+    assert f"resuming from {model}/.worker-1-scratch/ckpt-{at} (step {at})" in outputs[1][1]
     assert sorted(os.listdir(model / ".worker-1-scratch")) == [
-        "data-6.data-00000-of-00001", "data-6.index"]
+        f"data-{at + 2}.data-00000-of-00001", f"data-{at + 2}.index"]
     # Without the worker's position both refuse, before writing anything.
     shutil.rmtree(model / ".worker-1-scratch")
-    for code, _, err in cluster(model, 8):
+    for code, _, err in cluster(model, at + 4):
         assert code == 1 and err.strip().splitlines()[-1] == (
-            f"error: --model_dir={model} holds no data position at step 6 for worker 1 (a run "
-            "of fewer workers, or its .worker-1-scratch folder is gone), so 2 workers cannot "
-            f"go on from it exactly; start a new --model_dir with --init_checkpoint={model}")
-    assert not os.path.exists(model / "ckpt-8.index")
+            f"error: --model_dir={model} holds no data position at step {at + 2} for worker 1 "
+            "(a run of fewer workers, or its .worker-1-scratch folder is gone), so 2 workers "
+            f"cannot go on from it exactly; start a new --model_dir with --init_checkpoint="
+            f"{model}")
+    assert not os.path.exists(model / f"ckpt-{at + 4}.index")
 
 
 def _save_steps(directory, steps):
@@ -1000,6 +1024,20 @@ def test_bad_steps_per_call_fails_with_one_line(tmp_path, data, bindings, kwargs
 def test_xla_compiled_step_equals_the_plain_one(tmp_path, data, plain_run):
     _, plain = plain_run
     _, compiled = _weights_after(tmp_path, "xla", data, ["pretraining.jit_compile = True"])
+    for name in plain:
+        np.testing.assert_allclose(plain[name], compiled[name], rtol=1e-3, atol=1e-5,
+                                   err_msg=name)
+
+
+@ONE_BIG_BATCH
+def test_xla_on_two_replicas_compiles_each_replicas_pass_and_equals_the_plain_step(
+        tmp_path, data, plain_run):
+    """With several replicas (off a TPU) XLA compiles each replica's forward and backward
+    pass; the all-reduces and the update stay outside it (TensorFlow's all-reduce inside a
+    compiled program failed: "destinations can not be empty")."""
+    _, plain = plain_run
+    _, compiled = _weights_after(tmp_path, "xla2", data, ["pretraining.jit_compile = True"],
+                                 strategy="mirrored")
     for name in plain:
         np.testing.assert_allclose(plain[name], compiled[name], rtol=1e-3, atol=1e-5,
                                    err_msg=name)

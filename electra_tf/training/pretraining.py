@@ -10,8 +10,8 @@ Everything the run writes is in the model dir: `ckpt-N` checkpoints (model, opti
 input iterator and the loop state, so rerunning the same command resumes exactly where the
 last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_config.gin`
 and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop it
-arrives in (with several workers, TensorFlow's PreemptionCheckpointHandler has them agree on
-a step: the end of the loop after) and exits with code 143.
+arrives in (with several workers, TensorFlow's PreemptionCheckpointHandler, told of the
+signal, has them agree on a step: the end of the loop after) and exits with code 143.
 
 A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
 the default), or restores the last checkpoint and skips the offending batch, at most
@@ -108,7 +108,9 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
       gradient_accumulation_steps: micro-batches per replica batch.
       clip_norm: global-norm clipping (None: off).
       precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
-      jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      jit_compile: compile the step with XLA: the whole step on one replica or a TPU,
+        each replica's forward and backward pass with several elsewhere (the all-reduces
+        and the update outside XLA).
       steps_per_call: with jit_compile, steps one compiled program runs (see
         `trainer.PretrainingTrainer`): on a GPU each call ends with the host waiting for
         the device, so fewer calls keep the device busy. Default: steps_per_loop with XLA
@@ -350,25 +352,31 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                                   **data_options)
         evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas)
     monitor.trainer, monitor.evaluator = trainer, evaluator
+    # SIGTERM sets a flag; this process handles it itself, since TensorFlow's
+    # PreemptionCheckpointHandler does nothing on Google Cloud's TPU and CPU VMs and watches
+    # maintenance events, not SIGTERM, on its GPU VMs (a Spot VM's stop would have saved
+    # nothing there).
+    terminated = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     if workers == 1:
-        # One process (default, mirrored, TPU): SIGTERM sets a flag, and the end of the loop
-        # it arrives in saves and exits. TensorFlow's PreemptionCheckpointHandler does
-        # nothing on Google Cloud's TPU and CPU VMs and watches maintenance events, not
-        # SIGTERM, on its GPU VMs: a Spot VM's stop would have saved nothing.
-        terminated = threading.Event()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: terminated.set())
-
+        # One process (default, mirrored, TPU): the end of the loop the signal arrives in
+        # saves and exits.
         def save_if_preempted(_):
             if terminated.is_set():
                 save(int(state.step.numpy()))
                 monitor.preempted()
-    else:  # the workers must agree on the step to save at: TensorFlow's handler does that
+    else:
+        # The workers must agree on the step to save at: TensorFlow's handler does that,
+        # watching the flag (on every platform it serves), then saves (with `save`: not
+        # twice) and exits at once (its grace period is an hour on Google Cloud's GPU VMs).
         with strategy.scope():
             preemption = tf.distribute.experimental.PreemptionCheckpointHandler(
                 _cluster_resolver(strategy), manager,
                 termination_config=tf.distribute.experimental.TerminationConfig(
-                    exit_fn=monitor.preempted))
+                    termination_watcher_fn=terminated.is_set, exit_fn=monitor.preempted,
+                    grace_period=0,
+                    save_fn=lambda *_, **__: save(int(state.step.numpy()))))
 
         def save_if_preempted(_):
             # Its save reads TensorFlow's own deprecated total_run_calls, whose 6-line

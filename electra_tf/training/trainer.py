@@ -106,7 +106,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
       accumulation_steps: micro-batches per replica batch (k); the replica batch must divide.
       clip_norm: global-norm clipping of the summed gradients (None: no clipping).
       loss_scale: a LossScale under mixed_float16, else None.
-      jit_compile: compile each replica's step with XLA (one device, or GPUs).
+      jit_compile: compile the step with XLA: the whole replica step on one replica or a
+        TPU, each replica's forward and backward pass with several elsewhere.
       steps_per_call: with jit_compile, steps one compiled call runs (see the module
         docstring); a loop of n steps makes n // k such calls, then n % k single steps.
       phase: "joint", or a function step -> phase for two-stage training.
@@ -257,11 +258,36 @@ class PretrainingTrainer(orbit.StandardTrainer):
 
     # -- the step
 
+    def _compiles_whole_step(self) -> bool:
+        """Whether XLA compiles the whole replica step, the all-reduces and the update
+        included: on one replica (and on a TPU, which compiles whatever its replicas run).
+        With several replicas elsewhere it compiles each replica's forward and backward
+        pass alone: TensorFlow's all-reduce inside a program XLA compiles fails on CPUs
+        ("destinations can not be empty") and across workers."""
+        return self.jit_compile and (self.strategy.num_replicas_in_sync == 1 or isinstance(
+            self.strategy, tf.distribute.TPUStrategy))
+
     def _replica_step_fn(self):
         key = (self.phase, self.jit_compile)
         if key not in self._replica_steps:
             fn = self._replica_step
-            if self.jit_compile:
+            if self._compiles_whole_step():
+                fn = tf.function(fn, jit_compile=True)
+            self._replica_steps[key] = fn
+        return self._replica_steps[key]
+
+    def _gradients_fn(self):
+        """self._gradients of this phase's variables, as a function of (batch, normalizers,
+        record); compiled by itself when XLA does not compile the whole step."""
+        key = (self.phase, "gradients")
+        if key not in self._replica_steps:
+            phase = self.phase
+
+            def fn(batch, normalizers, record):
+                return self._gradients(batch, normalizers, self.model.phase_variables(phase),
+                                       record)
+
+            if self.jit_compile and not self._compiles_whole_step():
                 fn = tf.function(fn, jit_compile=True)
             self._replica_steps[key] = fn
         return self._replica_steps[key]
@@ -291,7 +317,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         # neither applied nor recorded in the metrics.
         skip = tf.reduce_any(tf.equal(self.state.skip_steps, self.state.step))
         record = ~skip
-        grads, losses = self._gradients(batch, normalizers, variables, record)
+        grads, losses = self._gradients_fn()(batch, normalizers, record)
         grads = sum_over_replicas(context, grads)
         losses = sum_over_replicas(context, losses)
         self.metrics.update_losses(*losses, keep=record)
