@@ -1148,6 +1148,21 @@ def test_a_bad_xla_flags_gives_xlas_one_line_and_writes_nothing(tmp_path, data):
     assert not os.path.exists(model_dir)
 
 
+def test_a_tf_config_that_is_not_a_cluster_is_one_line(monkeypatch):
+    from electra_tf.training import strategies
+    example = ('{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": {"type": '
+               '"worker", "index": 0}}')
+    for value, start in (("{'cluster': {}}", "TF_CONFIG is not JSON (Expecting property name "
+                                             "enclosed in double quotes: line 1 column 2 "
+                                             "(char 1))"),
+                         ('{"task": {"type": "worker", "index": 0}}',
+                          'TF_CONFIG has no "cluster" object')):
+        monkeypatch.setenv("TF_CONFIG", value)
+        with pytest.raises(UserInputError) as error:
+            strategies.create_strategy("multi_worker_mirrored")
+        assert str(error.value) == f"{start}; set it to e.g. {example}"
+
+
 def test_tpu_strategy_without_a_tpu_says_which_flag(monkeypatch):
     from electra_tf.training import strategies
     monkeypatch.delenv("TPU_NAME", raising=False)

@@ -315,6 +315,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         tf.io.gfile.rmtree(stale)
         log(f"removed {stale}: the part-written files of an interrupted save")
     latest = _common_checkpoint(model_dir, directory, workers, log)
+    if workers > 1:
+        # Every worker has chosen before any saves: the chief's first checkpoint (ckpt-0)
+        # would look to a worker that looked after it like a run to resume.
+        strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)),
+                        axis=None)
     manager = tf.train.CheckpointManager(
         checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
     if latest:

@@ -8,8 +8,8 @@
 - `tpu`: a Cloud TPU, found by `--tpu` (a name, a grpc:// address, or "local" on a TPU VM).
 
 Under `multi_worker_mirrored` every worker takes part in saving a checkpoint, but only the
-chief (worker 0) writes the model directory; the others write to a scratch directory that
-is removed when the run ends.
+chief (worker 0) writes the model directory; the others write to a scratch directory, which
+keeps only the worker's data position (`data-STEP`) when the run ends.
 """
 
 import json
@@ -51,6 +51,7 @@ def _create(name: str, tpu: str | None) -> tf.distribute.Strategy:
             raise UserInputError(
                 "--strategy=multi_worker_mirrored needs the TF_CONFIG environment variable "
                 "describing the cluster and this worker's index; set it on every worker")
+        _check_tf_config(os.environ["TF_CONFIG"])
         return tf.distribute.MultiWorkerMirroredStrategy()
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
@@ -128,10 +129,21 @@ def device_description(strategy: tf.distribute.Strategy) -> str | None:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name")
 
 
-def tf_config_task() -> dict | None:
-    """The parsed TF_CONFIG task, if any (for messages)."""
-    config = os.environ.get("TF_CONFIG")
-    return json.loads(config).get("task") if config else None
+_TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": '
+                      '{"type": "worker", "index": 0}}')
+
+
+def _check_tf_config(text: str) -> None:
+    """One line for a TF_CONFIG that is not JSON or has no cluster (TensorFlow's resolver
+    fails on it with a traceback)."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserInputError(f"TF_CONFIG is not JSON ({e}); set it to e.g. "
+                             f"{_TF_CONFIG_EXAMPLE}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
+        raise UserInputError(f"TF_CONFIG has no \"cluster\" object; set it to e.g. "
+                             f"{_TF_CONFIG_EXAMPLE}")
 
 
 def sum_over_replicas(context: tf.distribute.ReplicaContext | None, values):
