@@ -31,6 +31,15 @@ def main(argv):
         raise UserInputError("pass exactly one of --saved_model or --model_dir")
     if FLAGS.vocab_file and FLAGS.saved_model:
         raise UserInputError("--vocab_file goes with --model_dir; a SavedModel holds its vocab")
+    if not 0.0 <= FLAGS.threshold <= 1.0:  # (nan fails too)
+        raise UserInputError(f"--threshold={FLAGS.threshold} is not a probability; pass a "
+                             "number from 0 to 1 (default 0.5)")
+    for i, sentence in enumerate(sentences, 1):
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8, as Python keeps them
+            raise UserInputError(f"sentence {i} is not UTF-8 text; pass UTF-8 (e.g. a terminal "
+                                 "set to UTF-8)") from None
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (registers the tokenizer's ops the SavedModel uses)
     if FLAGS.saved_model:
@@ -39,7 +48,7 @@ def main(argv):
                                  "pass EXPORT_DIR/MODEL_NAME/VERSION of an export")
         try:
             signatures = tf.saved_model.load(FLAGS.saved_model).signatures
-        except (OSError, ValueError, tf.errors.OpError) as e:  # a corrupt or part copy
+        except (OSError, ValueError, IndexError, tf.errors.OpError) as e:  # a corrupt copy
             raise UserInputError(f"--saved_model={FLAGS.saved_model} could not be loaded "
                                  f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                                  "export it again or copy it whole") from None
@@ -64,16 +73,24 @@ def main(argv):
     if "replaced_probability" not in out:
         raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "
                              "export one with export_saved_model.py --kind=discriminator")
+    # The most tokens the model takes (its max_seq_length): the length of a text longer
+    # than any model's, asked for only when a sentence is as long as the longest.
+    longest = []
     for i, sentence in enumerate(sentences):
         print(sentence)
+        mask = out["input_mask"][i].numpy()
         for token, probability, real in zip(out["tokens"][i].numpy(),
-                                            out["replaced_probability"][i].numpy(),
-                                            out["input_mask"][i].numpy()):
+                                            out["replaced_probability"][i].numpy(), mask):
             token = token.decode()
             if not real or token in ("[CLS]", "[SEP]"):
                 continue
             mark = "  <- replaced" if probability > FLAGS.threshold else ""
             print(f"  {token:<16} {probability:.3f}{mark}")
+        if mask.all() and not longest:
+            longest.append(serve(text=tf.constant(["a " * 8192]))["input_mask"].shape[1])
+        if mask.all() and len(mask) == longest[0]:
+            print(f"  note: the sentence fills all {len(mask)} positions the model takes "
+                  "(its max_seq_length): tokens beyond them were cut")
     return 0
 
 

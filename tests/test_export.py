@@ -252,6 +252,46 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served,
     (error,) = _script_error("detect_replaced.py", f"--saved_model={part}", "a sentence")
     assert error.startswith(f"error: --saved_model={part} could not be loaded (") and (
         error.endswith("); export it again or copy it whole")), error
+    # ... and with its variables cut short, as an interrupted copy leaves them.
+    cut = tmp_path / "cut"
+    shutil.copytree(path, cut)
+    (data_file,) = (cut / "variables").glob("variables.data-*")
+    data_file.write_bytes(data_file.read_bytes()[:1000])
+    (error,) = _script_error("detect_replaced.py", f"--saved_model={cut}", "a sentence")
+    assert error.startswith(f"error: --saved_model={cut} could not be loaded (") and (
+        error.endswith("); export it again or copy it whole")), error
+    # A model dir whose checkpoint or model_info.json is cut short.
+    for name in ("checkpoint", "info"):
+        broken = tmp_path / f"broken_{name}"
+        shutil.copytree(model_dir, broken)
+        if name == "checkpoint":
+            latest = os.path.basename(load_pretrainer(str(broken)).checkpoint)
+            (data_file,) = broken.glob(f"{latest}.data-*")
+            data_file.write_bytes(data_file.read_bytes()[:1000])
+        else:
+            info_file = broken / "model_info.json"
+            info_file.write_text(info_file.read_text()[:50])
+        (error,) = _script_error("detect_replaced.py", f"--model_dir={broken}", "a sentence")
+        expected = (rf"error: {broken}/ckpt-\d+ could not be read \(\w+: .*\): its files are "
+                    "truncated or corrupt; copy them again" if name == "checkpoint" else
+                    rf"error: {broken}/model_info.json is not JSON \(.*\): a part copy or an "
+                    "edit gone wrong; copy the model dir again")
+        assert re.fullmatch(expected, error), error
+    # Sentences that are not UTF-8 (bytes from a Latin-1 terminal, as Python keeps them),
+    # a threshold that is no probability, and a sentence longer than the model takes.
+    assert _script_error("detect_replaced.py", f"--saved_model={path}", "fine",
+                         "caf\udce9 au lait") == [
+        "error: sentence 2 is not UTF-8 text; pass UTF-8 (e.g. a terminal set to UTF-8)"]
+    for threshold in ("nan", "1.5", "-0.1"):
+        assert _script_error("detect_replaced.py", f"--saved_model={path}",
+                             f"--threshold={threshold}", "a sentence") == [
+            f"error: --threshold={float(threshold)} is not a probability; pass a number from "
+            "0 to 1 (default 0.5)"]
+    long = _detect(f"--saved_model={path}", "word " * 300).splitlines()
+    assert len(long) == 1 + 126 + 1 and long[-1] == (
+        "  note: the sentence fills all 128 positions the model takes (its max_seq_length): "
+        "tokens beyond them were cut")
+    assert "note:" not in outputs[0]
 
 
 def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen_data,

@@ -70,7 +70,16 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
             raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
                                  "run_pretraining.py or convert_checkpoint.py")
     with tf.io.gfile.GFile(os.path.join(model_dir, MODEL_INFO)) as f:
-        info = json.load(f)
+        try:
+            info = json.load(f)
+        except json.JSONDecodeError as e:
+            raise UserInputError(f"{model_dir}/{MODEL_INFO} is not JSON ({e}): a part copy or an "
+                                 "edit gone wrong; copy the model dir again") from None
+    missing = [k for k in ("vocab_size", "max_seq_length")
+               if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise UserInputError(f"{model_dir}/{MODEL_INFO} lacks {', '.join(missing)}; pass a model "
+                             "dir written by run_pretraining.py or convert_checkpoint.py")
     with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG)) as f:
         config = f.read()
     checkpoint = latest_checkpoint(model_dir)
@@ -120,3 +129,7 @@ def read_weights(model, checkpoint: str, described_by: str):
     except (AssertionError, ValueError) as e:
         raise UserInputError(f"{checkpoint} does not fit the model its {described_by} "
                              f"describes ({str(e).splitlines()[0][:160]})") from None
+    except (IndexError, tf.errors.OpError) as e:  # a truncated or corrupt data file
+        raise UserInputError(f"{checkpoint} could not be read ({type(e).__name__}: "
+                             f"{str(e).strip().splitlines()[0][:160]}): its files are "
+                             "truncated or corrupt; copy them again") from None
