@@ -932,10 +932,16 @@ def test_mixed_precision_runs_learn(tmp_path, data, precision):
     result, _ = run(tmp_path, data, [f"pretraining.precision = '{precision}'",
                                      "NUM_TRAIN_STEPS = 12"])
     assert np.isfinite(result["train"]["loss/total"])
+    train = summary_tags(tmp_path / "train")
     if precision == "mixed_float16":
         # The first steps overflow the initial scale 2^15: it halves, those steps are skipped.
         assert 1 <= result["train"]["optimizer/loss_scale"] < 2 ** 15
-    train = summary_tags(tmp_path / "train")
+    # The norm recorded (and clipped to 1) is that of the unscaled gradients, about 45-50
+    # here in either precision: under float16 loss scaling the scaled ones are the scale
+    # (2^11 at the end) times larger. (A loop whose steps all overflowed records none: 0.)
+    norms = [float(v) for _, v in train["optimizer/grad_norm"]]
+    recorded = [n for n in norms if n > 0]
+    assert len(recorded) >= len(norms) - 2 and all(20 < n < 100 for n in recorded), norms
     losses = [float(v) for _, v in train["loss/total"]]
     assert losses[-1] < losses[0]
 
