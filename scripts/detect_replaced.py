@@ -75,7 +75,7 @@ def main(argv):
                              "export one with export_saved_model.py --kind=discriminator")
     # The most tokens the model takes (its max_seq_length): the length of a text longer
     # than any model's, asked for only when a sentence is as long as the longest.
-    longest = []
+    limit = None
     for i, sentence in enumerate(sentences):
         print(sentence)
         mask = out["input_mask"][i].numpy()
@@ -86,9 +86,9 @@ def main(argv):
                 continue
             mark = "  <- replaced" if probability > FLAGS.threshold else ""
             print(f"  {token:<16} {probability:.3f}{mark}")
-        if mask.all() and not longest:
-            longest.append(serve(text=tf.constant(["a " * 8192]))["input_mask"].shape[1])
-        if mask.all() and len(mask) == longest[0]:
+        if mask.all() and limit is None:
+            limit = serve(text=tf.constant(["a " * 8192]))["input_mask"].shape[1]
+        if mask.all() and len(mask) == limit:
             print(f"  note: the sentence fills all {len(mask)} positions the model takes "
                   "(its max_seq_length): tokens beyond them were cut")
     return 0
