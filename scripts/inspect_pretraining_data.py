@@ -24,6 +24,9 @@ flags.DEFINE_float("mask_prob", 0.15, "Fraction of tokens to mask.")
 flags.DEFINE_integer("max_predictions_per_seq", None,
                      "Masked positions per sequence (default: int((mask_prob + 0.005) x L)).")
 flags.DEFINE_bool("whole_word_masking", False, "Mask whole words.")
+flags.DEFINE_enum("premasked_records", "remask", ["remask", "as_written"],
+                  "Pre-masked BERT records: their original tokens masked again (as training "
+                  "does by default) or BERT's masks as written.")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the masks.")
 flags.mark_flags_as_required(["data", "vocab_file"])
 FLAGS = flags.FLAGS
@@ -45,8 +48,15 @@ def main(argv):
         FLAGS.data, FLAGS.num_examples, length, FLAGS.vocab_file, mask_prob=FLAGS.mask_prob,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000,
+        premasked=FLAGS.premasked_records,
         length_flag="--max_seq_length", data_flag="--data", mask_prob_flag="--mask_prob",
         predictions_flag="--max_predictions_per_seq")
+    note = pipeline.premasked_note(
+        pipeline.validate_data(files, length, FLAGS.vocab_file, length_flag="--max_seq_length",
+                               data_flag="--data"),
+        FLAGS.premasked_records, "--data", "--premasked_records=as_written")
+    if note:
+        print(note)
     if metadata:  # after the checks, so that a mismatch is the only thing printed
         print(f"{metadata['_path']}: {_totals(metadata, files)}, max_seq_length {length}, "
               f"vocab {metadata['vocab_size']}")

@@ -45,6 +45,32 @@ def test_shows_masked_examples(data):
     assert all("[MASK]" in line for line in inputs)
 
 
+def test_pre_masked_records_are_shown_masked_again_or_as_written(data, tmp_path):
+    directory, _ = data
+    # The data's first examples, masked once and written in BERT's pre-masked format.
+    batch = next(iter(pipeline.pretraining_dataset(f"{directory}/*.tfrecord", 2, 64,
+                                                   UNCASED_VOCAB, is_training=False)))
+    with tf.io.TFRecordWriter(str(tmp_path / "bert.tfrecord")) as writer:
+        for i in range(2):
+            feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=batch[k][i]))
+                       for k in pipeline.FEATURES + pipeline.PREMASKED_FEATURES[:2]}
+            feature["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(
+                value=batch["masked_lm_weights"][i]))
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature=feature)).SerializeToString())
+    args = (f"--data={tmp_path}/bert.tfrecord", "--max_seq_length=64", "--num_examples=2",
+            "--seed=5")
+    remasked, kept = inspect(*args), inspect(*args, "--premasked_records=as_written")
+    assert remasked.returncode == kept.returncode == 0, remasked.stderr + kept.stderr
+    assert remasked.stdout.splitlines()[0].startswith(
+        "note: --data holds pre-masked BERT records: their original tokens are put back")
+    assert kept.stdout.splitlines()[0].startswith(
+        "note: --data holds pre-masked BERT records, used as written: BERT's static masks")
+    shown = [line for line in kept.stdout.splitlines() if line.startswith("  masked: ")]
+    again = [line for line in remasked.stdout.splitlines() if line.startswith("  masked: ")]
+    assert len(shown) == len(again) == 2 and shown != again  # other masks, same 2 examples
+
+
 def test_a_closed_stdout_ends_quietly_as_a_pipe_into_head(data):
     """`inspect_pretraining_data.py ... | head -1`: the reader is gone before the script
     writes, so its first line meets a closed pipe; exit 141 (SIGPIPE's), no traceback."""

@@ -121,24 +121,96 @@ def test_input_pipelines_read_disjoint_examples(austen_data, tmp_path, num_files
     assert not set(seen[0]) & set(seen[1])
 
 
-def test_premasked_bert_records_pass_through(tmp_path):
-    rng = np.random.default_rng(0)
-    with tf.io.TFRecordWriter(str(tmp_path / "bert.tfrecord")) as writer:
-        for _ in range(8):
-            features = {"input_ids": rng.integers(1000, 2000, 128), "input_mask": np.ones(128),
-                        "segment_ids": np.zeros(128), "masked_lm_positions": np.arange(1, 21),
-                        "masked_lm_ids": rng.integers(1000, 2000, 20)}
+def _bert_premask(originals, rng, slots=20):
+    """BERT's create_pretraining_data of real examples: min(slots, round(0.15 x tokens))
+    positions (not [CLS], [SEP] or padding; the rest of the slots padding), 80% of them
+    [MASK], 10% a random token, 10% kept; the originals in masked_lm_ids."""
+    rows = []
+    for ids, mask in zip(originals["input_ids"], originals["input_mask"]):
+        candidates = [i for i in range(int(mask.sum())) if ids[i] not in (101, 102)]
+        n = min(slots, max(1, round(0.15 * mask.sum())))
+        positions = np.sort(rng.choice(candidates, n, replace=False))
+        masked = ids.copy()
+        for p, r in zip(positions, rng.random(n)):
+            masked[p] = 103 if r < 0.8 else rng.integers(1000, 30522) if r < 0.9 else ids[p]
+        pad = slots - n
+        rows.append({"input_ids": masked, "input_mask": mask,
+                     "segment_ids": originals["segment_ids"][len(rows)],
+                     "masked_lm_positions": np.concatenate([positions, np.zeros(pad, int)]),
+                     "masked_lm_ids": np.concatenate([ids[positions], np.zeros(pad, int)]),
+                     "masked_lm_weights": np.concatenate([np.ones(n), np.zeros(pad)])})
+    return rows
+
+
+def _write_records(path, rows):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in rows:
             feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v.astype(int)))
-                       for k, v in features.items()}
-            feature["masked_lm_weights"] = tf.train.Feature(
-                float_list=tf.train.FloatList(value=[1.0] * 20))
+                       for k, v in row.items() if k != "masked_lm_weights"}
+            if "masked_lm_weights" in row:
+                feature["masked_lm_weights"] = tf.train.Feature(
+                    float_list=tf.train.FloatList(value=row["masked_lm_weights"]))
             writer.write(tf.train.Example(
                 features=tf.train.Features(feature=feature)).SerializeToString())
-    batch = next(iter(pipeline.pretraining_dataset(f"{tmp_path}/*.tfrecord", 4, 128,
-                                                   UNCASED_VOCAB)))
-    assert batch["masked_lm_positions"].shape == (4, 20)
+
+
+@pytest.fixture(scope="module")
+def bert_records(austen_data, tmp_path_factory):
+    """64 real examples twice: as they were built (plain/) and masked by BERT's builder
+    (bert/, 20 slots), and BERT's records as numpy arrays."""
+    directory, _ = austen_data
+    spec = {n: tf.io.FixedLenFeature([128], tf.int64) for n in pipeline.FEATURES}
+    records = tf.data.TFRecordDataset(pipeline.list_files(directory)[0]).take(64)
+    originals = {k: v.numpy() for k, v in
+                 tf.io.parse_example(next(iter(records.batch(64))), spec).items()}
+    out = tmp_path_factory.mktemp("bert_records")
+    os.makedirs(out / "plain")
+    os.makedirs(out / "bert")
+    _write_records(out / "plain" / "data.tfrecord",
+                   [{k: v[i] for k, v in originals.items()} for i in range(64)])
+    rows = _bert_premask(originals, np.random.default_rng(0))
+    _write_records(out / "bert" / "data.tfrecord", rows)
+    return out, originals, {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+def test_unmask_puts_the_original_tokens_back(bert_records):
+    _, originals, bert = bert_records
+    assert (bert["input_ids"] != originals["input_ids"]).sum() > 0.8 * bert[
+        "masked_lm_weights"].sum()
+    restored = pipeline.unmask({k: tf.constant(v, tf.float32 if k.endswith("weights")
+                                               else tf.int32) for k, v in bert.items()})
+    for name in pipeline.FEATURES:
+        np.testing.assert_array_equal(restored[name].numpy(), originals[name])
+
+
+@pytest.mark.parametrize("whole_word_masking", [False, True])
+def test_premasked_records_are_masked_again_as_the_same_records_unmasked(
+        bert_records, whole_word_masking):
+    """By default BERT's records are ELECTRA's data: the run's masks (19 slots at 0.15 x 128,
+    not the records' 20; 85% [MASK], the rest kept, never a random token), batch for batch
+    those of the same examples built without masks."""
+    out, originals, _ = bert_records
+    kwargs = dict(batch_size=16, is_training=False, seed=3, whole_word_masking=whole_word_masking)
+    remasked = [{k: v.numpy() for k, v in b.items()} for b in dataset(out / "bert", **kwargs)]
+    plain = [{k: v.numpy() for k, v in b.items()} for b in dataset(out / "plain", **kwargs)]
+    assert_same(remasked, plain)
+    ids = np.concatenate([b["input_ids"] for b in remasked])
+    assert remasked[0]["masked_lm_positions"].shape == (16, 19)
+    assert ((ids == originals["input_ids"]) | (ids == 103)).all()
+    assert 0.8 * 0.85 * 64 * 19 < (ids == 103).sum() < 64 * 19
+
+
+def test_premasked_records_as_written_pass_through(bert_records):
+    out, _, bert = bert_records
+    batch = next(iter(dataset(out / "bert", is_training=False, premasked="as_written",
+                              mask_prob=0.3, whole_word_masking=True)))
+    assert batch["masked_lm_positions"].shape == (16, 20)
     assert batch["masked_lm_weights"].dtype == tf.float32
-    assert (batch["input_ids"].numpy() != 103).all()  # left exactly as written
+    for name in ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+        np.testing.assert_array_equal(batch[name].numpy(), bert[name][:16])
+    with pytest.raises(UserInputError, match=r"^premasked='bert' is not one of remask, "
+                                             r"as_written$"):
+        dataset(out / "bert", premasked="bert")
 
 
 def _error(directory, **kwargs):

@@ -1071,6 +1071,29 @@ def _write_premasked(path, batch, rows):
                 feature=feature)).SerializeToString())
 
 
+def test_premasked_records_are_masked_by_the_run_unless_kept_as_written(tmp_path, data):
+    from electra_tf.data.pipeline import pretraining_dataset
+    examples = next(iter(pretraining_dataset(data, 16, 128, UNCASED_VOCAB, is_training=False)))
+    path = str(tmp_path / "bert.tfrecord")
+    _write_premasked(path, {k: v.numpy() for k, v in examples.items()}, range(16))
+    twelve = "pretraining.max_predictions_per_seq = 12"
+    info, lines = run(tmp_path / "remask", path, [twelve], vocab_file=UNCASED_VOCAB,
+                      dry_run=True)
+    assert info["masked_positions"] == 12
+    assert lines[0] == ("note: --train_data holds pre-masked BERT records: their original "
+                        "tokens are put back and masked again as other records are (dynamic "
+                        "masking at mask_prob); pretraining.premasked_records='as_written' "
+                        "keeps BERT's masks")
+    info, lines = run(tmp_path / "kept", path,
+                      [twelve, "pretraining.premasked_records = 'as_written'"],
+                      vocab_file=UNCASED_VOCAB, dry_run=True)
+    assert info["masked_positions"] == 19 and "used as written" in lines[0]
+    with pytest.raises(UserInputError, match=r"^pretraining.premasked_records='bert' is not "
+                                             r"one of remask, as_written\n"):
+        run(tmp_path / "bad", path, ["pretraining.premasked_records = 'bert'"],
+            vocab_file=UNCASED_VOCAB, dry_run=True)
+
+
 def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     import keras
 
@@ -1086,7 +1109,7 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     # seed first: set it here too, or the order depends on the tests run before this one.
     key = {examples["input_ids"][i].tobytes(): i for i in range(48)}
     keras.utils.set_random_seed(0)
-    stream = pretraining_dataset(clean, 8, 128, UNCASED_VOCAB, seed=0)
+    stream = pretraining_dataset(clean, 8, 128, UNCASED_VOCAB, seed=0, premasked="as_written")
     seen = [[key[row.tobytes()] for row in b["input_ids"].numpy()] for b in stream.take(8)]
     counts = np.bincount(sum(seen, []), minlength=48)
     poisoned = next(i for i in range(48) if counts[i] == 1 and i not in seen[0])
@@ -1095,9 +1118,13 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     path = str(tmp_path / "poisoned.tfrecord")
     _write_premasked(path, examples, range(48))
 
+    as_written = "pretraining.premasked_records = 'as_written'"  # the poisoned weights
     result, lines = run(tmp_path / "model", path,
-                        ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8"],
-                        vocab_file=UNCASED_VOCAB)
+                        ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",
+                         as_written], vocab_file=UNCASED_VOCAB)
+    assert lines[0] == ("note: --train_data holds pre-masked BERT records, used as written: "
+                        "BERT's static masks and 80/10/10 replacement in their 19 slots; "
+                        "mask_prob, max_predictions_per_seq and whole_word_masking do not apply")
     restores = [line for line in lines if line.startswith("the loss was not finite")]
     restored_to = 4 if bad_step >= 4 else 0
     assert restores == [f"the loss was not finite at step {bad_step}: restored step "
@@ -1112,12 +1139,12 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     # After the limit, the natural next step: a rerun with more restores resumes the run.
     result, lines = run(tmp_path / "model", path,
                         ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",
-                         "pretraining.max_restores = 5"], vocab_file=UNCASED_VOCAB)
-    assert result["step"] == 8 and lines[0].startswith("resuming from ")
+                         "pretraining.max_restores = 5", as_written], vocab_file=UNCASED_VOCAB)
+    assert result["step"] == 8 and lines[1].startswith("resuming from ")
     with pytest.raises(UserInputError, match=r"max_restores=65 exceeds the 64 skipped batches "
                                              r"this run's checkpoints can record"):
-        run(tmp_path / "model", path, ["pretraining.max_restores = 65", "NUM_TRAIN_STEPS = 8"],
-            vocab_file=UNCASED_VOCAB)
+        run(tmp_path / "model", path, ["pretraining.max_restores = 65", "NUM_TRAIN_STEPS = 8",
+                                       as_written], vocab_file=UNCASED_VOCAB)
 
 
 def test_a_collapsed_discriminator_is_reported_once():

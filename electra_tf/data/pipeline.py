@@ -12,8 +12,12 @@ same masks, because the masks are keyed by each example's index in the stream, w
 iterator state carries.
 
 Records may be ours or the official builder's (input_ids, input_mask, segment_ids), or
-pre-masked BERT records (also masked_lm_positions/ids/weights), which pass through as they
-are. `validate_data` checks them against the run's config before any work starts.
+pre-masked BERT records (also masked_lm_positions/ids/weights). By default the original
+tokens of pre-masked records are put back (masked_lm_ids at masked_lm_positions) and masked
+again like any other record (`premasked="remask"`: ELECTRA's dynamic masking at the run's
+mask_prob, whole words if asked); `premasked="as_written"` keeps BERT's static masks and its
+80/10/10 replacement. `validate_data` checks records against the run's config before any
+work starts.
 
 For tf.distribute, `worker_dataset` builds this worker's pipeline (the trainer slices its
 batches among the worker's replicas; its iterator can be checkpointed), and
@@ -37,6 +41,7 @@ from electra_tf.errors import UserInputError
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 WORD_START = "word_start"  # optional: written by the builder's word segmenter (Chinese)
 PREMASKED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+PREMASKED_MODES = ("remask", "as_written")  # what pretraining_dataset does with them
 
 
 def list_files(file_pattern: str | list[str]) -> list[str]:
@@ -268,13 +273,42 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
             "word_starts": word_starts, "metadata": metadata}
 
 
+def unmask(batch: dict) -> dict:
+    """Pre-masked records' input_ids, input_mask and segment_ids with the original tokens
+    (masked_lm_ids at the masked_lm_positions whose weight is not 0) back in place."""
+    length = tf.shape(batch["input_ids"])[1]
+    chosen = (tf.one_hot(batch["masked_lm_positions"], length, dtype=tf.int32)
+              * tf.cast(batch["masked_lm_weights"] > 0, tf.int32)[..., None])  # [B, N, L]
+    original = tf.reduce_max(chosen * batch["masked_lm_ids"][..., None], axis=1)
+    masked = tf.reduce_max(chosen, axis=1) > 0
+    return {"input_ids": tf.where(masked, original, batch["input_ids"]),
+            "input_mask": batch["input_mask"], "segment_ids": batch["segment_ids"]}
+
+
+def premasked_note(info: dict, premasked: str, data_flag: str = "--train_data",
+                   as_written: str = "pretraining.premasked_records='as_written'"
+                   ) -> str | None:
+    """The line a run prints about pre-masked records (`validate_data`'s info; `as_written`:
+    the setting that keeps their masks), or None for other records."""
+    if not info["premasked"]:
+        return None
+    if premasked == "as_written":
+        return (f"note: {data_flag} holds pre-masked BERT records, used as written: BERT's "
+                f"static masks and 80/10/10 replacement in their {info['max_predictions']} "
+                "slots; mask_prob, max_predictions_per_seq and whole_word_masking do not apply")
+    return (f"note: {data_flag} holds pre-masked BERT records: their original tokens are put "
+            "back and masked again as other records are (dynamic masking at mask_prob); "
+            f"{as_written} keeps BERT's masks")
+
+
 def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, vocab_file: str,
                         *, mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
                         replace_with_mask_prob: float = 0.85, whole_word_masking: bool = False,
                         seed: int = 0, is_training: bool = True,
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10000, cycle_length: int = 8,
-                        validate: bool = True, length_flag: str = "MAX_SEQ_LENGTH",
+                        validate: bool = True, premasked: str = "remask",
+                        length_flag: str = "MAX_SEQ_LENGTH",
                         data_flag: str = "--train_data", mask_prob_flag: str = "MASK_PROB",
                         predictions_flag: str = "pretraining.max_predictions_per_seq"
                         ) -> tf.data.Dataset:
@@ -298,6 +332,11 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       input_context: from distribute_datasets_from_function.
       shuffle_buffer_size, cycle_length: tf.data knobs.
       validate: check data against config first (validate_data).
+      premasked: for pre-masked BERT records, "remask" (put the original tokens back and
+        mask them as unmasked records are: dynamic, at mask_prob, with
+        max_predictions_per_seq slots) or "as_written" (BERT's static masks and 80/10/10
+        replacement as the records hold them, with their number of slots; mask_prob and
+        whole_word_masking do not apply).
       length_flag, data_flag, mask_prob_flag, predictions_flag: the caller's names for
         max_seq_length, file_pattern, mask_prob and max_predictions_per_seq, for the fixes
         the errors suggest (gin bindings in training, flags in a script).
@@ -313,10 +352,14 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
             else {"premasked": False, "max_predictions": None, "word_starts": False})
     tokenizer_vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(tokenizer_vocab)}
+    if premasked not in PREMASKED_MODES:
+        raise UserInputError(f"premasked={premasked!r} is not one of "
+                             f"{', '.join(PREMASKED_MODES)}")
+    as_written = info["premasked"] and premasked == "as_written"
     if not 0 < mask_prob < 1:
         raise UserInputError(f"{mask_prob_flag}={mask_prob} must be between 0 and 1 (the "
                              "paper: 0.15, 0.25 for large)")
-    num_predictions = info["max_predictions"] or max_predictions_per_seq
+    num_predictions = (info["max_predictions"] if as_written else None) or max_predictions_per_seq
     if not num_predictions:
         num_predictions = masking.default_max_predictions(max_seq_length, mask_prob)
         if num_predictions < 1:
@@ -357,7 +400,7 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
 
     spec = {n: tf.io.FixedLenFeature([max_seq_length], tf.int64) for n in FEATURES}
     if info["premasked"]:
-        spec.update({n: tf.io.FixedLenFeature([num_predictions],
+        spec.update({n: tf.io.FixedLenFeature([info["max_predictions"]],
                                               tf.float32 if n.endswith("weights") else tf.int64)
                      for n in PREMASKED_FEATURES})
     use_word_starts = whole_word_masking and info["word_starts"]
@@ -373,8 +416,10 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
         batch = {n: tf.cast(v, tf.float32 if n.endswith("weights") else tf.int32)
                  for n, v in parsed.items()}
         stream_index = index * num_pipelines + pipeline_id
-        if info["premasked"]:
+        if as_written:
             return {**batch, "example_index": stream_index}
+        if info["premasked"]:
+            batch = unmask(batch)
         is_continuation = None
         if use_word_starts:
             is_continuation = tf.equal(batch.pop(WORD_START), 0)

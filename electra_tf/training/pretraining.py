@@ -76,7 +76,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     checkpoint_every: int = 5000, keep_checkpoints: int = 5,
                     eval_every: int | None = None, eval_steps: int = 100,
                     mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
-                    whole_word_masking: bool = False, gradient_accumulation_steps: int = 1,
+                    whole_word_masking: bool = False, premasked_records: str = "remask",
+                    gradient_accumulation_steps: int = 1,
                     clip_norm: float | None = 1.0, precision: str = "float32",
                     jit_compile: bool = False, steps_per_call: int | None = None,
                     xla_cache: bool = True, on_nonfinite: str = "stop",
@@ -105,6 +106,9 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
         checkpoint_every or eval_every), checkpoint_every, keep_checkpoints, eval_every
         (default: checkpoint_every), eval_steps: the loop.
       mask_prob, max_predictions_per_seq, whole_word_masking: the input pipeline's masking.
+      premasked_records: for pre-masked BERT records, "remask" (their original tokens
+        masked again as any record's) or "as_written" (BERT's static masks as they are);
+        see `pipeline.pretraining_dataset`'s `premasked`.
       gradient_accumulation_steps: micro-batches per replica batch.
       clip_norm: global-norm clipping (None: off).
       precision: "float32", "mixed_bfloat16" or "mixed_float16" (with loss scaling).
@@ -134,6 +138,7 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     **({} if eval_every is None else {"eval_every": eval_every}))
     _check_choice("pretraining.precision", precision, PRECISIONS)
     _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
+    _check_choice("pretraining.premasked_records", premasked_records, pipeline.PREMASKED_MODES)
     # The run sets Keras' global precision policy, op determinism (--deterministic) and
     # the process's SIGTERM handler (which only flags the signal for the run's loop, and
     # holds the run's model): put all three back
@@ -156,7 +161,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
 def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, deterministic,
          dry_run, init_checkpoint, num_train_steps, train_batch_size, max_seq_length,
          steps_per_loop, checkpoint_every, keep_checkpoints, eval_every, eval_steps, mask_prob,
-         max_predictions_per_seq, whole_word_masking, gradient_accumulation_steps, clip_norm,
+         max_predictions_per_seq, whole_word_masking, premasked_records,
+         gradient_accumulation_steps, clip_norm,
          precision, jit_compile, steps_per_call, xla_cache, on_nonfinite, max_restores,
          two_stage_steps, device_name, log, **_):
 
@@ -173,9 +179,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     vocab_file = _vocab_file(vocab_file, info, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
+    eval_info = None
     if eval_data:
-        pipeline.validate_data(pipeline.list_files(eval_data), max_seq_length, vocab_file,
-                               data_flag="--eval_data")
+        eval_info = pipeline.validate_data(pipeline.list_files(eval_data), max_seq_length,
+                                           vocab_file, data_flag="--eval_data")
     vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(vocab)}
 
@@ -229,7 +236,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
 
     data_options = dict(max_seq_length=max_seq_length, vocab_file=vocab_file,
                         mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
-                        whole_word_masking=whole_word_masking, seed=seed)
+                        whole_word_masking=whole_word_masking, seed=seed,
+                        premasked=premasked_records)
     dataset, local_replicas = pipeline.worker_dataset(strategy, train_batch_size, train_data,
                                                       worker_index=task_id, **data_options)
     workers = pipeline.num_workers(strategy)
@@ -238,7 +246,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         note = pipeline.uneven_shares_note(train_files, workers)
         if note and chief:
             log(note)
-    num_predictions = (info["max_predictions"] or max_predictions_per_seq
+    for data_info, flag in ((info, "--train_data"), (eval_info, "--eval_data")):
+        note = data_info and pipeline.premasked_note(data_info, premasked_records, flag)
+        if note and chief:
+            log(note)
+    num_predictions = ((info["max_predictions"] if premasked_records == "as_written" else None)
+                       or max_predictions_per_seq
                        or masking.default_max_predictions(max_seq_length, mask_prob))
 
     device = device_name or strategies.device_description(strategy)
