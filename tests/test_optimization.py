@@ -39,6 +39,25 @@ def test_schedule_matches_formula(warmup, expected):
             assert float(value) == pytest.approx(lr, rel=1e-6, abs=1e-12)
 
 
+def test_schedule_decay_power_is_the_official_polynomial_decay():
+    """lr_decay_power: base x (1 - min(step, T) / T)^p x min(1, step / W), as the official
+    tf.train.polynomial_decay(..., power=p) times the warmup (then_decay: over T - W)."""
+    schedule = LinearWarmupLinearDecay(BASE, T, W, decay_power=2.0)
+    for step, lr in {0: 0.0, 5: BASE * 0.95 ** 2 * 0.5, 10: BASE * 0.9 ** 2,
+                     55: BASE * 0.45 ** 2, 100: 0.0, 150: 0.0}.items():
+        assert float(schedule(step)) == pytest.approx(lr, rel=1e-6, abs=1e-12)
+    then = LinearWarmupLinearDecay(BASE, T, W, "then_decay", decay_power=0.5)
+    assert float(then(55)) == pytest.approx(BASE * 0.5 ** 0.5, rel=1e-6)
+    optimizer = create_optimizer(learning_rate=BASE, num_train_steps=T, warmup_steps=W,
+                                 decay_power=3.0)
+    assert float(optimizer.learning_rate) == 0.0  # step 0: the warmup's start
+    assert optimizer._learning_rate.get_config()["decay_power"] == 3.0  # noqa: SLF001
+    restarted = create_optimizer(learning_rate=BASE, num_train_steps=T, warmup_steps=W,
+                                 decay_power=3.0, restart_at=40)._learning_rate  # noqa: SLF001
+    assert float(restarted(20)) == pytest.approx(BASE * 0.5 ** 3, rel=1e-6)
+    assert float(restarted(40 + 30)) == pytest.approx(BASE * 0.5 ** 3, rel=1e-6)
+
+
 def test_schedule_without_warmup_and_config_round_trip():
     schedule = LinearWarmupLinearDecay(BASE, T, 0)
     assert [float(schedule(s)) for s in (0, 50, 100)] == pytest.approx([BASE, BASE / 2, 0])
@@ -48,7 +67,8 @@ def test_schedule_without_warmup_and_config_round_trip():
         original = LinearWarmupLinearDecay(BASE, T, W, warmup)
         copy = LinearWarmupLinearDecay.from_config(original.get_config())
         assert copy.get_config() == original.get_config() == {
-            "learning_rate": BASE, "num_train_steps": T, "warmup_steps": W, "warmup": warmup}
+            "learning_rate": BASE, "num_train_steps": T, "warmup_steps": W, "warmup": warmup,
+            "decay_power": 1.0}
         restored = keras.optimizers.schedules.deserialize(
             keras.optimizers.schedules.serialize(original))
         assert float(restored(7)) == float(original(7))
@@ -61,6 +81,8 @@ def test_schedule_without_warmup_and_config_round_trip():
     ((BASE, T, T + 1, "then_decay"), "warmup_steps=101 exceeds num_train_steps=100"),
     ((BASE, T, W, "cosine"), "warmup='cosine' is not a known schedule; use one of multiply"),
     ((-1.0, T, W), "learning_rate=-1.0 is negative"),
+    ((BASE, T, W, "multiply", -1), "decay_power=-1 must be a number >= 0"),
+    ((BASE, T, W, "multiply", "2"), "decay_power='2' must be a number >= 0"),
 ])
 def test_schedule_rejects_bad_arguments(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):

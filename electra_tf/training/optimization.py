@@ -53,7 +53,8 @@ def _path(variable) -> str:
 
 @keras.saving.register_keras_serializable(package="electra_tf")
 class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup and linear decay to 0 at `num_train_steps`; float32 output.
+    """Linear warmup and polynomial decay (linear by default) to 0 at `num_train_steps`;
+    float32 output.
 
     Args:
       learning_rate: the peak (base) learning rate.
@@ -62,6 +63,8 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
       warmup: "multiply" (the official ELECTRA/BERT schedule: the decay from base to 0 over
         all T steps, multiplied by min(1, step / warmup_steps)), or "then_decay" (warm up
         to base, then decay from base to 0 over the remaining T - warmup_steps steps).
+      decay_power: the decay's power p, base x (1 - done)^p (the official lr_decay_power,
+        tf.train.polynomial_decay's power; 1, linear, in every official configuration).
 
     Example:
       >>> schedule = LinearWarmupLinearDecay(1e-3, num_train_steps=100, warmup_steps=10)
@@ -70,7 +73,7 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, learning_rate: float, num_train_steps: int, warmup_steps: int,
-                 warmup: str = "multiply"):
+                 warmup: str = "multiply", decay_power: float = 1.0):
         if warmup not in WARMUPS:
             raise UserInputError(f"warmup={warmup!r} is not a known schedule; use one of "
                                  f"{', '.join(WARMUPS)}")
@@ -85,6 +88,10 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                                  "the number of optimizer steps of the run")
         if warmup_steps < 0:
             raise UserInputError(f"warmup_steps={warmup_steps} is negative; use 0 for no warmup")
+        if (isinstance(decay_power, bool) or not isinstance(decay_power, (int, float))
+                or not decay_power >= 0):
+            raise UserInputError(f"decay_power={decay_power!r} must be a number >= 0 (1: "
+                                 "linear decay, the official)")
         if warmup == "then_decay" and warmup_steps > num_train_steps:
             raise UserInputError(f"warmup_steps={warmup_steps} exceeds num_train_steps="
                                  f"{num_train_steps}; with warmup='then_decay' the warmup must fit "
@@ -93,6 +100,7 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.num_train_steps = int(num_train_steps)
         self.warmup_steps = int(warmup_steps)
         self.warmup = warmup
+        self.decay_power = float(decay_power)
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
@@ -104,11 +112,13 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             # Before the warmup ends `done` is 0, after it `warm` is 1: one product for both.
             decay_steps = float(max(self.num_train_steps - self.warmup_steps, 1))
             done = tf.clip_by_value((step - float(self.warmup_steps)) / decay_steps, 0.0, 1.0)
-        return self.learning_rate * warm * (1.0 - done)
+        decay = 1.0 - done if self.decay_power == 1.0 else tf.pow(1.0 - done, self.decay_power)
+        return self.learning_rate * warm * decay
 
     def get_config(self):
         return {"learning_rate": self.learning_rate, "num_train_steps": self.num_train_steps,
-                "warmup_steps": self.warmup_steps, "warmup": self.warmup}
+                "warmup_steps": self.warmup_steps, "warmup": self.warmup,
+                "decay_power": self.decay_power}
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -479,7 +489,8 @@ def layerwise_lr_multipliers(encoder, decay: float, official: bool = False) -> d
                                          "restart_at"])
 def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_000,
                      warmup_steps: int = 10_000, name: str = "adamw",
-                     warmup: str = "multiply", weight_decay_rate: float = 0.01,
+                     warmup: str = "multiply", decay_power: float = 1.0,
+                     weight_decay_rate: float = 0.01,
                      beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
                      bias_correction: bool = False, exclude_from_weight_decay=NO_DECAY,
                      learning_rate_multipliers: dict[str, float] | None = None,
@@ -496,16 +507,18 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
         raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
                              f"{', '.join(OPTIMIZERS)}")
     if restart_at is None:
-        schedule = LinearWarmupLinearDecay(learning_rate, num_train_steps, warmup_steps, warmup)
+        schedule = LinearWarmupLinearDecay(learning_rate, num_train_steps, warmup_steps, warmup,
+                                           decay_power)
     else:
         if not 0 < restart_at < num_train_steps:
             raise UserInputError(f"restart_at={restart_at} must be inside the run (0, "
                                  f"num_train_steps={num_train_steps})")
         schedule = RestartedSchedule(
             LinearWarmupLinearDecay(learning_rate, restart_at, min(warmup_steps, restart_at),
-                                    warmup),
+                                    warmup, decay_power),
             LinearWarmupLinearDecay(learning_rate, num_train_steps - restart_at,
-                                    min(warmup_steps, num_train_steps - restart_at), warmup),
+                                    min(warmup_steps, num_train_steps - restart_at), warmup,
+                                    decay_power),
             restart_at)
     cls = AdamWeightDecay if name == "adamw" else Lamb
     return cls(schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
