@@ -93,6 +93,40 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     assert stats.invalid_utf8_lines == 1
 
 
+def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
+    """Real Chinese reviews saved as GBK (every line with a character fails UTF-8), also
+    gzipped and as JSONL, Latin-1 French, and UTF-16 (Notepad's "Unicode"): one line naming
+    the file and the fix, before the build or vocab learning reads it. A UTF-8 file with a
+    bad line among good ones is read, the line replaced and counted."""
+    from conftest import chinese_reviews
+    reviews = chinese_reviews()[:40]
+    (tmp_path / "zh.txt").write_bytes("\n".join(reviews).encode("gbk", "replace") + b"\n")
+    with gzip.open(tmp_path / "zh.txt.gz", "wb") as f:
+        f.write("\n\n".join(reviews).encode("gbk", "replace"))
+    (tmp_path / "zh.jsonl").write_bytes("\n".join(
+        json.dumps({"text": r}, ensure_ascii=False) for r in reviews).encode("gbk", "replace"))
+    for name, check in (("zh.txt", corpus.check_text), ("zh.txt.gz", corpus.check_text),
+                        ("zh.jsonl", lambda p: corpus.check_jsonl(p, "text"))):
+        with pytest.raises(UserInputError) as info:
+            check(str(tmp_path / name))
+        assert str(info.value) == (
+            f"input {tmp_path / name} is not UTF-8 text (40 of its first 40 non-blank lines "
+            f"are not, the first at byte 0x{reviews[0].encode('gbk')[0]:02x}); re-save it as "
+            "UTF-8 with its encoding named, e.g. iconv -f gbk -t utf-8 (Chinese) or -f latin1")
+    (tmp_path / "fr.txt").write_bytes("Le café est très bon.\nÀ demain.\nMerci.\n"
+                                      .encode("latin-1"))
+    with pytest.raises(UserInputError, match=r"fr.txt is not UTF-8 text \(2 of its first 3 "):
+        corpus.check_text(str(tmp_path / "fr.txt"))
+    (tmp_path / "u16.txt").write_bytes("A sentence.\n".encode("utf-16"))
+    with pytest.raises(UserInputError) as info:
+        corpus.check_text(str(tmp_path / "u16.txt"))
+    assert str(info.value) == (f"input {tmp_path}/u16.txt is UTF-16 text (it starts with a "
+                               "UTF-16 byte-order mark), not UTF-8; re-save it as UTF-8 (iconv "
+                               "-f utf-16 -t utf-8)")
+    (tmp_path / "mostly.txt").write_bytes(b"good line\nbad \xff line\nok\n")
+    corpus.check_text(str(tmp_path / "mostly.txt"))
+
+
 @pytest.mark.parametrize("one_document_per_line", [False, True])
 @pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
 def test_byte_range_pieces_never_split_or_repeat_documents(tmp_path, one_document_per_line,

@@ -237,6 +237,15 @@ def test_out_of_range_settings_are_one_clear_error(tmp_path):
                                    "every line)")
 
 
+def test_a_corpus_that_is_not_utf8_is_refused_before_learning(tmp_path):
+    from conftest import chinese_reviews
+    path = tmp_path / "zh.txt"
+    path.write_bytes("\n".join(chinese_reviews()[:20]).encode("gbk", "replace"))
+    with pytest.raises(UserInputError, match=r"^input .*zh.txt is not UTF-8 text \(20 of its "
+                                             r"first 20 non-blank lines are not"):
+        next(vocab_learning.read_lines(str(path)))
+
+
 def test_decomposed_text_learns_composed_pieces():
     # "e" + U+0301 (as macOS writes "é") is composed first, as BERT's reference and our
     # Tokenizer compose it, so the vocab holds "é" and "café", no lone combining mark.

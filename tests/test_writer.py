@@ -147,7 +147,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
 
 @pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",
                                   "blank_text", "tiny_length", "plain_text_as_jsonl",
-                                  "jsonl_as_text"])
+                                  "jsonl_as_text", "gbk_text"])
 def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
     out = tmp_path / "out"
     args = [f"--input={TWO_NOVELS}", f"--output_dir={out}"]
@@ -181,6 +181,11 @@ def test_bad_input_is_one_line_nonzero_exit_and_no_output(tmp_path, case):
         args[0] = f"--input={tmp_path}/c.jsonl"
         expected = (f"error: {tmp_path}/c.jsonl is JSONL (its first line is a JSON object) but "
                     "is read as plain text; pass --input_format=jsonl")
+    elif case == "gbk_text":  # a Chinese corpus saved by an editor in GBK
+        from conftest import chinese_reviews
+        (tmp_path / "zh.txt").write_bytes("\n".join(chinese_reviews()).encode("gbk", "replace"))
+        args[0] = f"--input={TWO_NOVELS},{tmp_path}/zh.txt"
+        expected = f"error: input {tmp_path}/zh.txt is not UTF-8 text ("
     elif case == "tiny_length":
         args.append("--max_seq_length=4")
         expected = "error: --max_seq_length=4 is too small; use at least 8"

@@ -246,13 +246,49 @@ def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "te
         yield document
 
 
+_ENCODING_SAMPLE_BYTES = 1 << 18
+_ENCODING_SAMPLE_LINES = 1000
+
+
+def check_encoding(path: str):
+    """Raises UserInputError if at least half of the first non-blank lines of `path` (up to
+    1,000, in its first 256 KB, decompressed) are not UTF-8: a file in another encoding
+    (GBK, Latin-1, UTF-16), which reading would turn into replacement characters and
+    [UNK]s line after line. A few bad lines are kept, replaced, and counted in a note."""
+    compression = _compression(path)
+    with _open_raw(path) as raw:
+        try:
+            sample = (compression(raw) if compression else raw).read(_ENCODING_SAMPLE_BYTES)
+        except (EOFError, OSError, ValueError):
+            return  # reading says it is truncated or corrupt
+    if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UserInputError(f"input {path} is UTF-16 text (it starts with a UTF-16 byte-order "
+                             "mark), not UTF-8; re-save it as UTF-8 (iconv -f utf-16 -t utf-8)")
+    lines = sample.split(b"\n")
+    if len(sample) == _ENCODING_SAMPLE_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # cut by the sample
+    lines = [line for line in lines if line.strip()][:_ENCODING_SAMPLE_LINES]
+    bad = []
+    for number, line in enumerate(lines, 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad.append((number, line[e.start]))
+    if bad and 2 * len(bad) >= len(lines):
+        raise UserInputError(
+            f"input {path} is not UTF-8 text ({len(bad)} of its first {len(lines)} non-blank "
+            f"lines are not, the first at byte 0x{bad[0][1]:02x}); re-save it as UTF-8 with "
+            "its encoding named, e.g. iconv -f gbk -t utf-8 (Chinese) or -f latin1")
+
+
 def check_jsonl(path: str, text_field: str):
     """Raises UserInputError unless the first record of JSONL file `path` is a JSON object
-    with `text_field`.
+    with `text_field`, and the file is UTF-8 (check_encoding).
 
-    Reads one line: the cheap check that a build can make of every input before it writes
+    Reads its start: the cheap check that a build can make of every input before it writes
     anything (read_documents makes the same check as it reads).
     """
+    check_encoding(path)
     first = _first_line(path)
     if first is not None:
         _check_first_record(path, *first, text_field)
@@ -270,9 +306,10 @@ def _first_line(path: str) -> tuple[int, str] | None:
 
 
 def check_text(path: str):
-    """Raises UserInputError if `path`, read as plain text, is JSONL: a name ending in .jsonl
-    or .json (before any compression suffix) whose first line is a JSON object, which as
-    text would train on its braces and field names."""
+    """Raises UserInputError if `path`, read as plain text, is not UTF-8 (check_encoding) or
+    is JSONL: a name ending in .jsonl or .json (before any compression suffix) whose first
+    line is a JSON object, which as text would train on its braces and field names."""
+    check_encoding(path)
     name = re.sub(r"\.(gz|bz2|xz)$", "", os.path.basename(path))
     if not name.endswith((".jsonl", ".json")):
         return
