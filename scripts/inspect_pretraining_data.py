@@ -51,11 +51,13 @@ def main(argv):
         premasked=FLAGS.premasked_records,
         length_flag="--max_seq_length", data_flag="--data", mask_prob_flag="--mask_prob",
         predictions_flag="--max_predictions_per_seq")
-    note = pipeline.premasked_note(
-        pipeline.validate_data(files, length, FLAGS.vocab_file, length_flag="--max_seq_length",
-                               data_flag="--data"),
-        FLAGS.premasked_records, "--data", "--premasked_records=as_written")
-    if note:
+    info = pipeline.validate_data(files, length, FLAGS.vocab_file,
+                                  length_flag="--max_seq_length", data_flag="--data")
+    notes = [pipeline.premasked_note(info, FLAGS.premasked_records, "--data",
+                                     "--premasked_records=as_written"),
+             FLAGS.whole_word_masking and pipeline.whole_word_note(files, tokenizer.vocab, info,
+                                                                   "--data")]
+    for note in filter(None, notes):
         print(note)
     if metadata:  # after the checks, so that a mismatch is the only thing printed
         print(f"{metadata['_path']}: {_totals(metadata, files)}, max_seq_length {length}, "

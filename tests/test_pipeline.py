@@ -458,8 +458,9 @@ def test_segmenter_words_keep_the_sentence_ids(vocab):
         assert words == ["我", "[UNK][UNK]", "cafe", "和", "naive", "的", "pokemon", "[UNK][UNK]"]
 
 
-def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path):
+def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path, austen_data):
     from conftest import chinese_reviews
+    from electra_tf import tokenization
     from electra_tf.data.writer import build_pretraining_data
     (tmp_path / "zh.txt").write_text("\n\n".join(chinese_reviews()) + "\n", encoding="utf-8")
     quiet = {"show_progress": False, "log": lambda *_: None, "max_seq_length": 64}
@@ -504,6 +505,21 @@ def test_chinese_whole_word_masking_masks_segmenter_words(tmp_path):
                 multi_char += end - start > 1
         assert ids.shape == (64, 64)
     assert multi_char > 50
+
+    # Whole-word masking of the characters' build masks characters one by one: a note says
+    # so (not for the words' build, nor for English, whose words are "##" pieces).
+    vocab = tokenization.load_vocab(CHINESE_VOCAB)
+    notes = {name: pipeline.whole_word_note(
+        pipeline.list_files(str(tmp_path / name)), vocab,
+        pipeline.validate_data(pipeline.list_files(str(tmp_path / name)), 64, CHINESE_VOCAB))
+        for name in ("words", "chars")}
+    assert notes == {"words": None, "chars": (
+        "note: whole-word masking on --train_data, built without --word_segmenter: a word is "
+        "a token and its '##' pieces, so Chinese characters are masked one by one; rebuild "
+        "the data with --word_segmenter=jieba to mask Chinese words")}
+    english = pipeline.list_files(austen_data[0])
+    assert pipeline.whole_word_note(english, tokenization.load_vocab(UNCASED_VOCAB),
+                                    pipeline.validate_data(english, 128)) is None
 
 
 def test_uneven_worker_shares_are_noted(tmp_path):

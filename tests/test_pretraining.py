@@ -359,6 +359,10 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     with pytest.raises(UserInputError, match=r"otherwise \(pretrainer\.temperature 1\.0 -> "
                                              r"2\.0; model_info"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretrainer.temperature = 2.0"])
+    # Other masks mid-run, as another MASK_PROB would give.
+    with pytest.raises(UserInputError, match=r"otherwise \(whole_word_masking False -> True; "
+                                             r"model_info"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretraining.whole_word_masking = True"])
     # A dry run in it prints what it would run and leaves the run's own record.
     info, _ = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4"], dry_run=True)
     assert info["num_train_steps"] == 4

@@ -285,6 +285,24 @@ def unmask(batch: dict) -> dict:
             "input_mask": batch["input_mask"], "segment_ids": batch["segment_ids"]}
 
 
+def whole_word_note(files: list[str], vocab: list[str], info: dict,
+                    data_flag: str = "--train_data") -> str | None:
+    """A note where whole-word masking meets records without word boundaries (`info`:
+    `validate_data`'s) whose first example is mostly CJK characters: its words are then
+    "##" pieces, and each Chinese character is a word of its own."""
+    if info["word_starts"]:
+        return None
+    example = _first_record(files[0], data_flag)
+    tokens = [vocab[i] for i in example.features.feature["input_ids"].int64_list.value
+              if 0 < i < len(vocab)]
+    cjk = sum(len(t) == 1 and tokenization.is_cjk(ord(t)) for t in tokens)
+    if not tokens or cjk < 0.3 * len(tokens):
+        return None
+    return (f"note: whole-word masking on {data_flag}, built without --word_segmenter: a word "
+            "is a token and its '##' pieces, so Chinese characters are masked one by one; "
+            "rebuild the data with --word_segmenter=jieba to mask Chinese words")
+
+
 def premasked_note(info: dict, premasked: str, data_flag: str = "--train_data",
                    as_written: str = "pretraining.premasked_records='as_written'"
                    ) -> str | None:

@@ -250,6 +250,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         note = data_info and pipeline.premasked_note(data_info, premasked_records, flag)
         if note and chief:
             log(note)
+    note = whole_word_masking and pipeline.whole_word_note(train_files, vocab, info)
+    if note and chief:
+        log(note)
     num_predictions = ((info["max_predictions"] if premasked_records == "as_written" else None)
                        or max_predictions_per_seq
                        or masking.default_max_predictions(max_seq_length, mask_prob))
@@ -264,7 +267,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     metadata = info["metadata"] or {}
     cased = "lower_case" not in metadata and writer.vocab_is_cased(vocab)
     model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
-                      device=device, seed=seed,
+                      device=device, seed=seed, whole_word_masking=whole_word_masking,
+                      **({"premasked_records": premasked_records} if info["premasked"] else {}),
                       **({"two_stage_steps": two_stage_steps} if two_stage else {}),
                       peak_flops_per_second=peak and peak * strategies.num_chips(strategy,
                                                                                  device),
@@ -948,9 +952,10 @@ def _check_resume(model_dir, model_info):
             f"(model_info.json), this one has --seed={model_info['seed']}: its data order, "
             f"masks and samples would change mid-run; rerun with --seed={earlier['seed']}, or "
             "start a new --model_dir")
-    changed = [f"{key} {earlier[key]!r} -> {model_info[key]!r}"
-               for key in ("objective", "sharing", "algorithm", "mask_prob")
-               if key in earlier and earlier[key] != model_info[key]]
+    changed = [f"{key} {earlier[key]!r} -> {model_info.get(key)!r}"
+               for key in ("objective", "sharing", "algorithm", "mask_prob",
+                           "whole_word_masking", "premasked_records")
+               if key in earlier and earlier[key] != model_info.get(key)]
     changed += [f"pretrainer.{key} {value!r} -> {model_info['options'][key]!r}"
                 for key, value in earlier.get("options", {}).items()
                 if model_info["options"].get(key) != value]
