@@ -171,6 +171,10 @@ def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_pat
     sentences = readers.read_conll(str(conll))
     assert [(s.words, s.tags) for s in sentences] == [
         (["New York", "sleeps"], ["B-LOC", "O"]), (["Emma"], ["B-PER"])]
+    # A Chinese NER file's ideographic space is a word (tagged O), not a blank before the tag.
+    conll.write_text("北\tB-LOC\n京\tI-LOC\n\u3000\tO\n好\tO\n", encoding="utf-8")
+    assert [(s.words, s.tags) for s in readers.read_conll(str(conll))] == [
+        (["北", "京", "\u3000", "好"], ["B-LOC", "I-LOC", "O", "O"])]
     conll.write_text("Emma NNP B-NP B-PER\nsmiled VBD B-VP O\n\nMr B-PER\n", encoding="utf-8")
     _refused(f"{conll} line 4 has 2 columns but line 1 has 4; give every line the same "
              "columns", readers.read_conll, str(conll), tag_column=1)

@@ -320,6 +320,9 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Exam
 # ------------------------------------------------------------------------------ CoNLL
 
 
+_ASCII_SPACE = " \t\r\f\v"
+
+
 def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[TaggedSentence]:
     """Sentences of a CoNLL-style file: a token per line, columns separated by tabs where
     the line has any (so a word may hold spaces: "New York\tB-LOC"), else by whitespace (the
@@ -344,8 +347,11 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
         untagged.clear()
 
     for number, line in enumerate(lines, 1):
-        fields = ([field.strip() for field in line.strip().split("\t")] if "\t" in line.strip()
-                  else line.split())
+        # Tab-separated columns keep a word that is a Unicode space (U+3000, NBSP: Chinese
+        # NER corpora tag the ideographic space), which becomes [UNK] as BERT deletes it.
+        text = line.strip(_ASCII_SPACE)
+        fields = ([field.strip(_ASCII_SPACE) for field in text.split("\t")] if "\t" in text
+                  else text.split())
         if not fields:
             flush()
             continue
