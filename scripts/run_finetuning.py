@@ -26,8 +26,9 @@ from electra_tf import choices  # noqa: E402
 flags.DEFINE_string("task", None, "classification, regression, tagging, qa, or a named task: "
                     "cola sst2 mrpc stsb qqp mnli qnli rte wnli squad_v1 squad_v2 conll.")
 flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's or "
-                    "convert_checkpoint.py's) or a ckpt-N prefix in one; 'none' for a "
-                    "randomly initialised encoder of --model_size.")
+                    "convert_checkpoint.py's) or a ckpt-N prefix in one; a fine-tuned "
+                    "model (a run_finetuning.py --model_dir or trial_K dir: its encoder); "
+                    "'none' for a randomly initialised encoder of --model_size.")
 flags.DEFINE_string("model_dir", None, "Where results.json, predictions and weights go.")
 flags.DEFINE_bool("overwrite", False, "Replace the run --model_dir already holds (its "
                   "results.json and trial_K folders). Without it a finished run is refused "

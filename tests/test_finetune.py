@@ -1080,6 +1080,14 @@ def test_finetuning_batch_must_split_over_replicas(tmp_path, init, mirrored_stra
         finetune("classification", tmp_path / "out", init,
                  ["finetuning.static_shapes = True", "finetuning.eval_batch_size = 9"],
                  strategy=mirrored_strategy, train_file=train, dev_file=train)
+    # Each setting too small is named alone.
+    for binding, message in (("MAX_SEQ_LENGTH = 4", "MAX_SEQ_LENGTH=4 is too small; use at "
+                                                    "least 8\n"),
+                             ("TRAIN_BATCH_SIZE = 0", "TRAIN_BATCH_SIZE=0 is too small; use at "
+                                                      "least 1\n")):
+        with pytest.raises(UserInputError, match="^" + message):
+            finetune("classification", tmp_path / "out", init, [binding], train_file=train,
+                     dev_file=train)
     assert not (tmp_path / "out").exists()
 
 

@@ -9,7 +9,9 @@ import os
 import re
 import string
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import ROOT, UNCASED_VOCAB
 from in_process import run_script
@@ -287,6 +289,14 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
     with pytest.raises(Interrupted):
         finetune(out, train, dev, init, log=stop_after_trial_0)
     assert sorted(os.listdir(out)) == ["trial_0"]
+    # Exporting it names its complete trial.
+    from electra_tf.export.saved_model import load_finetuned
+    with pytest.raises(UserInputError) as error:
+        load_finetuned(str(out))
+    assert str(error.value) == (
+        f"{out} is an unfinished fine-tuning run (no results.json yet); rerun its "
+        "run_finetuning.py command to finish it, or export a complete trial: "
+        f"--model_dir={out / 'trial_0'}")
     (out / "trial_1.partial").mkdir()  # killed while writing trial_1
     (out / "trial_1.partial" / "task_info.json").write_text("{")
     before = {name: (out / "trial_0" / name).read_bytes() for name in (
@@ -335,6 +345,33 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         # (gin adds a line naming the configurable; the script prints the first)
         assert str(error.value).splitlines()[0] == message
         assert sorted(os.listdir(out)) == listing
+
+
+def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
+    """Intermediate-task transfer: --init_checkpoint may name a fine-tuning output dir (its
+    best dev trial), a trial dir or its model/ckpt; the next run starts from that trial's
+    encoder, its head left out."""
+    from electra_tf.finetune import runner
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
+    dev = write_csv(tmp_path / "dev.csv", ["label", "text"], rows[:8])
+    first = tmp_path / "first"
+    finetune(first, train, dev, init, num_trials=1)
+    checkpoint = str(first / "trial_0" / "model" / "ckpt")
+    reader = tf.train.load_checkpoint(checkpoint)
+    encoder = [reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+               if name.startswith("model/encoder/") and "OPTIMIZER_SLOT" not in name]
+    for path in (first, first / "trial_0", checkpoint):
+        again = runner.load_initialization(str(path))
+        assert again.source == checkpoint and again.config == init.config
+        assert (again.vocab_file, again.lower_case) == (UNCASED_VOCAB, True)
+        assert len(again.weights) == len(encoder)
+        np.testing.assert_allclose(sorted(np.linalg.norm(w) for w in again.weights),
+                                   sorted(np.linalg.norm(w) for w in encoder), rtol=1e-6)
+    finetune(tmp_path / "next", train, dev, again, num_trials=1)
+    info = json.loads((tmp_path / "next" / "trial_0" / "task_info.json").read_text())
+    assert info["init_checkpoint"] == checkpoint
 
 
 def test_the_chief_decides_which_trials_every_worker_keeps(mirrored_strategy):

@@ -660,6 +660,12 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
     return FinetunedModel(model, info, trial_dir, vocab_file, note)
 
 
+def _subdirs(path: str) -> list[str]:
+    return ([name.rstrip("/") for name in tf.io.gfile.listdir(path)
+             if tf.io.gfile.isdir(os.path.join(path, name))]
+            if tf.io.gfile.isdir(path) else [])
+
+
 def _pick_trial(model_dir: str, trial) -> tuple[str, str]:
     """(the trial dir, a note saying which) of a fine-tuning output dir or a trial dir."""
     from electra_tf.finetune.runner import RESULTS, TASK_INFO
@@ -673,6 +679,16 @@ def _pick_trial(model_dir: str, trial) -> tuple[str, str]:
         if tf.io.gfile.exists(os.path.join(model_dir, OPERATIVE_CONFIG)):
             raise UserInputError(f"{model_dir} is a pre-training model dir; --kind=task exports "
                                  "a fine-tuned model (scripts/run_finetuning.py writes those)")
+        from electra_tf.finetune.runner import TRIAL_RESULT
+        done = sorted((d for d in _subdirs(model_dir) if re.fullmatch(r"trial_\d+", d)
+                       and tf.io.gfile.exists(os.path.join(model_dir, d, TRIAL_RESULT))),
+                      key=lambda d: int(d[6:]))
+        if done:  # an interrupted fine-tuning run: its complete trials can be exported
+            raise UserInputError(
+                f"{model_dir} is an unfinished fine-tuning run (no {RESULTS} yet); rerun its "
+                "run_finetuning.py command to finish it, or export a complete trial: "
+                f"--model_dir={os.path.join(model_dir, done[0])}"
+                + (f" (complete: {', '.join(done)})" if len(done) > 1 else ""))
         raise UserInputError(f"{model_dir} has no {RESULTS} or {TASK_INFO}; --kind=task takes "
                              "a run_finetuning.py --model_dir or one of its trial_K dirs")
     with tf.io.gfile.GFile(os.path.join(model_dir, RESULTS)) as f:

@@ -86,7 +86,9 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
                         random_init: bool = False, model_size: str = "small",
                         lower_case: bool = True) -> Initialization:
     """The discriminator of a model dir (run_pretraining.py's or convert_checkpoint.py's) or
-    of a checkpoint prefix inside one; or, with init_checkpoint "none", a randomly
+    of a checkpoint prefix inside one; the encoder of a fine-tuned model (a
+    run_finetuning.py --model_dir's best dev trial, a trial_K dir or its model/ckpt: an
+    intermediate task's); or, with init_checkpoint "none", a randomly
     initialised encoder of `model_size` (paper Table 6, or tiny) on `vocab_file`.
     `random_init` keeps the model dir's shape and vocab but not its weights (the
     no-pre-training baseline). Clears gin's config (the model dir's is read)."""
@@ -101,6 +103,9 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
         writer.check_case(vocab, vocab_file, lower_case)
         return Initialization(encoder_config(model_size, vocab_size=len(vocab)), None,
                               vocab_file, lower_case, lower_case, f"random {model_size}")
+    tuned = _fine_tuned_dir(init_checkpoint)
+    if tuned is not None:
+        return _fine_tuned_initialization(tuned, vocab_file, random_init)
     checkpoint = latest_checkpoint(init_checkpoint)
     model_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
                  else os.path.dirname(checkpoint))
@@ -111,6 +116,31 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
                           loaded.lower_case, loaded.strip_accents,
                           ("random, shaped as " if random_init else "") + checkpoint)
+
+
+def _fine_tuned_dir(path: str) -> str | None:
+    """The fine-tuning output or trial dir `path` names (its model/ckpt prefix too), or None
+    for anything else."""
+    if path.rstrip("/").endswith(os.path.join("model", "ckpt")):
+        path = os.path.dirname(os.path.dirname(path.rstrip("/")))
+    if any(tf.io.gfile.exists(os.path.join(path, name)) for name in (TASK_INFO, RESULTS)):
+        return path
+    return None
+
+
+def _fine_tuned_initialization(path: str, vocab_file: str | None,
+                               random_init: bool) -> Initialization:
+    """The encoder of a fine-tuned model (of the best dev trial of an output dir): the
+    intermediate task's weights, its head left out, for fine-tuning on another task."""
+    from electra_tf.export.saved_model import load_finetuned
+    tuned = load_finetuned(path, vocab_file=vocab_file)
+    info = tuned.info
+    weights = None if random_init else tuned.model.encoder.get_weights()
+    lower_case = info.get("lower_case", True)
+    return Initialization(EncoderConfig(**info["encoder"]), weights, tuned.vocab_file,
+                          lower_case, info.get("strip_accents", lower_case),
+                          ("random, shaped as " if random_init else "")
+                          + os.path.join(tuned.trial_dir, "model", "ckpt"))
 
 
 def default_gin_file(config: EncoderConfig) -> str:
@@ -246,9 +276,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if max_seq_length > init.config.max_position_embeddings:
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} exceeds the encoder's "
                              f"{init.config.max_position_embeddings} positions; lower it")
-    if max_seq_length < 8 or train_batch_size < 1:
-        raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} and TRAIN_BATCH_SIZE="
-                             f"{train_batch_size} are too small; use at least 8 and 1")
+    if max_seq_length < 8:
+        raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} is too small; use at least 8")
+    if train_batch_size < 1:
+        raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} is too small; use at "
+                             "least 1")
     strategy = strategy or tf.distribute.get_strategy()
     tpu = _on_tpu(strategy)
     if tpu and static_shapes is not None and not static_shapes:
