@@ -364,8 +364,8 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
         try:
             import jieba  # noqa: F401
         except ImportError:
-            raise UserInputError("--word_segmenter=jieba needs the jieba package; "
-                                 "pip install 'electra-tf[zh]'") from None
+            raise UserInputError("--word_segmenter=jieba needs the jieba package; install "
+                                 "it in the checkout: .venv/bin/pip install -e '.[zh]'") from None
     if input_format not in corpus.INPUT_FORMATS:
         raise UserInputError(f"--input_format={input_format} is not one of "
                              f"{', '.join(corpus.INPUT_FORMATS)}")
