@@ -369,9 +369,15 @@ def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
         assert len(again.weights) == len(encoder)
         np.testing.assert_allclose(sorted(np.linalg.norm(w) for w in again.weights),
                                    sorted(np.linalg.norm(w) for w in encoder), rtol=1e-6)
-    finetune(tmp_path / "next", train, dev, again, num_trials=1)
+    # Trained at 16 tokens, fine-tuned at 32: a note says positions 16-31 start untrained.
+    lines = []
+    finetune(tmp_path / "next", train, dev, again, ["MAX_SEQ_LENGTH = 32"], num_trials=1,
+             log=lines.append)
     info = json.loads((tmp_path / "next" / "trial_0" / "task_info.json").read_text())
-    assert info["init_checkpoint"] == checkpoint
+    assert info["init_checkpoint"] == checkpoint and info["max_seq_length"] == 32
+    assert (init.trained_seq_length, again.trained_seq_length) == (None, 16)
+    assert lines[0] == (f"note: MAX_SEQ_LENGTH=32, but {checkpoint} was trained on sequences "
+                        "of 16: the position embeddings from 16 to 31 start untrained")
 
 
 def test_the_chief_decides_which_trials_every_worker_keeps(mirrored_strategy):

@@ -77,6 +77,9 @@ class Initialization:
     lower_case: bool
     strip_accents: bool
     source: str
+    # The sequence length the weights were trained at (a model dir's max_seq_length; None:
+    # random or unknown): positions beyond it were never trained.
+    trained_seq_length: int | None = None
 
     def tokenizer(self) -> tokenization.Tokenizer:
         return tokenization.Tokenizer(self.vocab_file, self.lower_case, self.strip_accents)
@@ -115,7 +118,8 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     weights = None if random_init else loaded.model.discriminator.get_weights()
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
                           loaded.lower_case, loaded.strip_accents,
-                          ("random, shaped as " if random_init else "") + checkpoint)
+                          ("random, shaped as " if random_init else "") + checkpoint,
+                          None if random_init else loaded.max_seq_length)
 
 
 def _fine_tuned_dir(path: str) -> str | None:
@@ -140,7 +144,8 @@ def _fine_tuned_initialization(path: str, vocab_file: str | None,
     return Initialization(EncoderConfig(**info["encoder"]), weights, tuned.vocab_file,
                           lower_case, info.get("strip_accents", lower_case),
                           ("random, shaped as " if random_init else "")
-                          + os.path.join(tuned.trial_dir, "model", "ckpt"))
+                          + os.path.join(tuned.trial_dir, "model", "ckpt"),
+                          None if random_init else info.get("max_seq_length"))
 
 
 def default_gin_file(config: EncoderConfig) -> str:
@@ -278,6 +283,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              f"{init.config.max_position_embeddings} positions; lower it")
     if max_seq_length < 8:
         raise UserInputError(f"MAX_SEQ_LENGTH={max_seq_length} is too small; use at least 8")
+    if init.trained_seq_length and max_seq_length > init.trained_seq_length:
+        log(f"note: MAX_SEQ_LENGTH={max_seq_length}, but {init.source} was trained on "
+            f"sequences of {init.trained_seq_length}: the position embeddings from "
+            f"{init.trained_seq_length} to {max_seq_length - 1} start untrained")
     if train_batch_size < 1:
         raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} is too small; use at "
                              "least 1")
