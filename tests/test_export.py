@@ -873,7 +873,9 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
     tok = tokenization.Tokenizer(UNCASED_VOCAB)
     rng = np.random.default_rng(doc_stride)
     vocabulary = ["xylophone", "hypothetically", "unremarkable", "cat", "dog", "sat", "the"]
-    contexts = [" ".join(rng.choice(vocabulary, rng.integers(0, 80))) for _ in range(24)]
+    chinese = ["北京", "中国人", "日本", "山水", "。"]  # written without spaces, as Chinese is
+    contexts = [re.sub(r" ?([\u3000-\u303f\u4e00-\u9fff]+) ?", r"\1", " ".join(
+        rng.choice(vocabulary + chinese, rng.integers(0, 80)))) for _ in range(24)]
     questions = ["what sat?"] * 24
     out = module.serving_default(text=tf.constant(questions), text_b=tf.constant(contexts))
     examples = [squad.QAExample(str(n), q, c, [], None, None, False)
@@ -884,9 +886,13 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
         {k: tf.constant(features[k]) for k in ("input_ids", "input_mask", "segment_ids")},
         training=False).items()}
     answers, _ = squad.decode(examples, windows, predicted, tok, max_answer_length=30)
-    expected = [tok.decode(tok.encode([answers[e.qid]])[0]) for e in examples]
+    # The answer's pieces as words, those of CJK characters joined (Chinese has no spaces).
+    cjk = "\u3000-\u303f\u4e00-\u9fff"
+    expected = [re.sub(rf"(?<=[{cjk}]) (?=[{cjk}])", "",
+                       tok.decode(tok.encode([answers[e.qid]])[0])) for e in examples]
     assert [a.decode() for a in out["answer"].numpy()] == expected
     assert sum(a.startswith(w) for a in expected for w in vocabulary[:3]) >= 3
+    assert sum(w in a for a in expected for w in chinese[:4]) >= 3  # "北京", not "北 京"
 
 
 def test_qa_span_choice_is_fine_tunings_decode():

@@ -49,7 +49,8 @@ Signatures:
                    end_top_log_probs [b, K, K]) or BERT's end_logits [b, L];
                    answer string [b] (the best span over all windows, chosen as
                    fine-tuning's decoding does, widened to whole words of the context,
-                   its word pieces joined), answer_start, answer_end int32 [b] (the
+                   its word pieces joined: words by a space, "##" pieces and CJK
+                   characters without one), answer_start, answer_end int32 [b] (the
                    answer's pieces that the window holds: a word may straddle two
                    windows; -1: no answer); with an answerability head
                    (SQuAD 2.0) also answerable_probability float32 [b] (the most
@@ -461,6 +462,8 @@ class TaskServingModule(_TextModule):
                                       separator=" ")
         text = tf.strings.regex_replace(tf.strings.strip(tf.strings.regex_replace(
             text, " +", " ")), " ##", "")
+        for _ in range(2):  # each pass joins every other gap of a run
+            text = tf.strings.regex_replace(text, _CJK_GAP, r"\1\2")
         # The answer's pieces in the window served (those of its words the window holds).
         low, high = pick(first), pick(first + length) - 1
         answer_start = tf.clip_by_value(tf.cast(word_first, tf.int64) - shift, low, high)
@@ -470,6 +473,13 @@ class TaskServingModule(_TextModule):
                       answer_end=tf.cast(tf.where(word_last >= 0, answer_end, -1), tf.int32),
                       answer=text)
         return result
+
+
+# A space between two CJK characters (ideographs, CJK symbols and punctuation, full-width
+# forms) in a served answer: Chinese and Japanese text has none, so the pieces join there.
+_CJK_CHARS = (tokenization._CJK_CLASS  # noqa: SLF001 (the tokenizer's own ideographs)
+              + r"\x{3000}-\x{303F}\x{FF00}-\x{FFEF}")
+_CJK_GAP = rf"([{_CJK_CHARS}]) ([{_CJK_CHARS}])"
 
 
 def _max_context(piece, window, stride, budget, context_length, windows, reach):
