@@ -494,6 +494,7 @@ def test_create_optimizer_through_gin():
             optimizer.warmup = 'then_decay'
             optimizer.weight_decay_rate = 0.0
             optimizer.bias_correction = True
+            optimizer.decay_power = 2.0
         """)
         # The run passes these (gin would have its value overridden without a word).
         optimizer = create_optimizer(num_train_steps=100, aggregate_gradients=False)
@@ -504,14 +505,15 @@ def test_create_optimizer_through_gin():
             optimizer.aggregate_gradients) == (0.0, True, False)
     schedule = optimizer._learning_rate
     assert schedule.get_config() == {"learning_rate": 2e-3, "num_train_steps": 100,
-                                     "warmup_steps": 10, "warmup": "then_decay"}
-    assert float(schedule(55)) == pytest.approx(1e-3)
+                                     "warmup_steps": 10, "warmup": "then_decay",
+                                     "decay_power": 2.0}
+    assert float(schedule(55)) == pytest.approx(2e-3 * 0.5 ** 2)
 
     default = create_optimizer()  # ELECTRA-Small pre-training
     assert type(default) is AdamWeightDecay
     assert default._learning_rate.get_config() == {
         "learning_rate": 5e-4, "num_train_steps": 1_000_000, "warmup_steps": 10_000,
-        "warmup": "multiply"}
+        "warmup": "multiply", "decay_power": 1.0}
     assert (default.epsilon, default.weight_decay_rate, default.bias_correction,
             default.exclude_from_weight_decay) == (1e-6, 0.01, False,
                                                    ("LayerNorm", "layer_norm", "bias",
