@@ -120,6 +120,11 @@ def run(main, trains: bool = False, xla_cache: bool = False):
             # gin appends "In call to configurable ..." lines; the first line is the message.
             print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            # Ctrl-C: one line, not a traceback; every output is written atomically, so what
+            # was complete is kept (a run, a build or fine-tuning resumes when rerun).
+            print("interrupted (Ctrl-C)", file=sys.stderr)
+            return 130
         except BrokenPipeError:
             # Whoever read stdout closed it (`| head`): stop as the shell's tools do (killed
             # by SIGPIPE: 128 + 13), without a traceback, and send what is still buffered

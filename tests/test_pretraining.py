@@ -276,7 +276,7 @@ class _GceMetadata(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
+def test_sigterm_and_ctrl_c_save_a_checkpoint_and_the_rerun_resumes(tmp_path, data):
     """... on a Google Cloud VM too (its metadata server answering at GCE_METADATA_IP), where
     TensorFlow's PreemptionCheckpointHandler saves nothing for a CPU or TPU VM (the process
     died of the signal)."""
@@ -296,11 +296,49 @@ def test_sigterm_saves_a_checkpoint_and_the_rerun_finishes(tmp_path, data):
     assert 0 < preempted_at < 400 and preempted_at % 2 == 0  # a loop boundary
     assert f"preempted (SIGTERM): saved a checkpoint at step {preempted_at}" in out
     assert "deprecated" not in err, err  # TensorFlow's own total_run_calls warning
-    rerun = script(*script_args(tmp_path, data, f"NUM_TRAIN_STEPS = {preempted_at + 2}",
-                                "CHECKPOINT_EVERY = 1000"))
+    # The rerun resumes; Ctrl-C in it saves at the end of its loop too, and exits 130.
+    rerun = script(*script_args(tmp_path, data, *more), env={"PYTHONUNBUFFERED": "1"})
+    first = rerun.stdout.readline()
+    assert first == f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})\n"
+    time.sleep(2)
+    rerun.send_signal(signal.SIGINT)
     out, err = rerun.communicate(timeout=300)
-    assert rerun.returncode == 0, err
-    assert f"resuming from {tmp_path}/ckpt-{preempted_at} (step {preempted_at})" in out
+    assert rerun.returncode == pretraining.INTERRUPTED_EXIT_CODE, err
+    interrupted_at = max(_checkpoint_steps(tmp_path))
+    assert preempted_at < interrupted_at < 400 and interrupted_at % 2 == 0
+    assert ("Ctrl-C: saving a checkpoint at the end of this loop, then stopping (Ctrl-C "
+            "again stops at once, without it)\n") in out
+    assert f"interrupted (Ctrl-C): saved a checkpoint at step {interrupted_at}; rerun" in out
+    assert "Traceback" not in err, err
+
+
+def test_ctrl_c_twice_stops_at_once_and_a_script_says_so_in_one_line(monkeypatch, capsys):
+    """The second Ctrl-C raises KeyboardInterrupt wherever the run is (a later SIGTERM
+    changes nothing), which a script prints as one line, exit 130."""
+    import gc
+
+    from absl import app
+
+    from electra_tf import cli
+    said = []
+    stop = pretraining.StopOnSignal(said.append)
+    stop(signal.SIGINT)
+    stop(signal.SIGTERM)
+    assert stop.requested.is_set() and stop.signal == signal.SIGINT and len(said) == 1
+    with pytest.raises(KeyboardInterrupt):
+        stop(signal.SIGINT)
+    monkeypatch.setattr(sys, "argv", ["script.py"])
+    app.define_help_flags()
+
+    def main(argv):
+        stop(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.run(main)
+    finally:
+        gc.unfreeze()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"
 
 
 def _checkpoint_steps(model_dir) -> list[int]:

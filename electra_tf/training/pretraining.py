@@ -11,7 +11,8 @@ input iterator and the loop state, so rerunning the same command resumes exactly
 last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_config.gin`
 and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop it
 arrives in (with several workers, TensorFlow's PreemptionCheckpointHandler, told of the
-signal, has them agree on a step: the end of the loop after) and exits with code 143.
+signal, has them agree on a step: the end of the loop after) and exits with code 143; so
+does Ctrl-C (SIGINT), exiting with 130, and a second Ctrl-C stops at once without saving.
 
 A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
 the default), or restores the last checkpoint and skips the offending batch, at most
@@ -59,6 +60,7 @@ OPERATIVE_CONFIG = "operative_config.gin"
 MODEL_INFO = "model_info.json"
 SET_ASIDE = "set_aside"  # checkpoints not every worker saved (_common_checkpoint)
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT (Ctrl-C)
 # A discriminator AUC within this of 0.5 for this many steps is reported as a collapse.
 CHANCE_AUC_MARGIN = 0.03
 COLLAPSE_STEPS = 500
@@ -140,22 +142,24 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
     _check_choice("pretraining.on_nonfinite", on_nonfinite, ON_NONFINITE)
     _check_choice("pretraining.premasked_records", premasked_records, pipeline.PREMASKED_MODES)
     # The run sets Keras' global precision policy, op determinism (--deterministic) and
-    # the process's SIGTERM handler (which only flags the signal for the run's loop, and
-    # holds the run's model): put all three back
-    # afterwards (tests and notebooks run several things in one process; after the run a
-    # SIGTERM must end the process again, and a later run without --deterministic must not
-    # pay for determinism). The global random seed stays as the run set it.
+    # the process's SIGTERM and SIGINT handlers (which only flag the signal for the run's
+    # loop, and hold the run's model): put them back afterwards (tests and notebooks run
+    # several things in one process; after the run a signal must end the process again, and
+    # a later run without --deterministic must not pay for determinism). The global random
+    # seed stays as the run set it.
     policy = keras.mixed_precision.dtype_policy()
     determinism = _determinism.is_op_determinism_enabled()
-    sigterm = signal.getsignal(signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         return _run(**locals())
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
         if not determinism and _determinism.is_op_determinism_enabled():
             _determinism.disable_op_determinism()
-        if sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, sigterm)
+        if threading.current_thread() is threading.main_thread():
+            for number, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(number, handler)
 
 
 def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, deterministic,
@@ -374,13 +378,16 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                                   **data_options)
         evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas)
     monitor.trainer, monitor.evaluator = trainer, evaluator
-    # SIGTERM sets a flag; this process handles it itself, since TensorFlow's
+    # SIGTERM (and Ctrl-C) sets a flag; this process handles it itself, since TensorFlow's
     # PreemptionCheckpointHandler does nothing on Google Cloud's TPU and CPU VMs and watches
     # maintenance events, not SIGTERM, on its GPU VMs (a Spot VM's stop would have saved
     # nothing there).
-    terminated = threading.Event()
+    stop = StopOnSignal(log if chief else lambda _: None)
+    terminated = stop.requested
+    monitor.stop = stop
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
     if workers == 1:
         # One process (default, mirrored, TPU): the end of the loop the signal arrives in
         # saves and exits.
@@ -485,13 +492,36 @@ def weights_digest(model) -> str:
 # ------------------------------------------------------------------------------ the loop's eyes
 
 
+class StopOnSignal:
+    """The run's SIGTERM and SIGINT handler: the first signal asks the loop to save a
+    checkpoint at its end and exit (`requested`; `signal` says which came first); Ctrl-C
+    after that stops at once (KeyboardInterrupt: one line from the script, exit 130), losing
+    the steps since the last checkpoint."""
+
+    def __init__(self, log):
+        self.requested = threading.Event()
+        self.signal = None
+        self.log = log
+
+    def __call__(self, number, frame=None):
+        if self.requested.is_set():
+            if number == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        self.signal = number
+        self.requested.set()
+        if number == signal.SIGINT:
+            self.log("Ctrl-C: saving a checkpoint at the end of this loop, then stopping "
+                     "(Ctrl-C again stops at once, without it)")
+
+
 class _Monitor:
     """After every loop: TensorBoard scalars, the console line, the health check; after an
     evaluation, its scalars and line; the two-stage switch; the preemption exit."""
 
     def __init__(self, checkpoint, manager, state, num_train_steps, summary_root, on_nonfinite,
                  max_restores, log):
-        self.trainer = self.evaluator = None
+        self.trainer = self.evaluator = self.stop = None
         self.checkpoint, self.manager, self.state = checkpoint, manager, state
         self.num_train_steps, self.on_nonfinite, self.max_restores = (
             num_train_steps, on_nonfinite, max_restores)
@@ -598,10 +628,12 @@ class _Monitor:
 
     def preempted(self):
         # The checkpoint of this step is saved when this runs.
-        self.log(f"preempted (SIGTERM): saved a checkpoint at step "
-                 f"{int(self.state.step.numpy())}; rerun the same command to resume")
+        ctrl_c = self.stop is not None and self.stop.signal == signal.SIGINT
+        self.log(f"{'interrupted (Ctrl-C)' if ctrl_c else 'preempted (SIGTERM)'}: saved a "
+                 f"checkpoint at step {int(self.state.step.numpy())}; rerun the same command "
+                 "to resume")
         sys.stdout.flush()
-        sys.exit(PREEMPTED_EXIT_CODE)
+        sys.exit(INTERRUPTED_EXIT_CODE if ctrl_c else PREEMPTED_EXIT_CODE)
 
 
 def _mark_start(writer, first_step: int):
