@@ -218,6 +218,8 @@ def test_readers_csv_tsv_jsonl_agree_and_keep_string_labels(tmp_path):
         assert [e.label for e in examples] == [r["sentiment"] for r in rows]
     assert readers.sorted_labels(["10", "9", "1"]) == ["1", "9", "10"]
     assert readers.sorted_labels(["pos", "neg"]) == ["neg", "pos"]
+    assert readers.sorted_labels(["-0.5", "-1", "2.5", "10", "1.0", "1"]) == [
+        "-1", "-0.5", "1", "1.0", "2.5", "10"]
     ratings = readers.read_table(MOVIES, label_column="rating", kind="regression")
     assert ratings[0].label == pytest.approx(float(rows[0]["rating"]))
 

@@ -36,6 +36,39 @@ def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
     _refused(f"{qa} line 1 is not UTF-8", squad.read_squad, str(qa), training=False)
 
 
+def test_a_missing_or_numeric_classification_label_is_named(tmp_path):
+    """pandas writes a missing label as NaN, which would become a class; scores given to
+    --task=classification are noted, and a dev score not in training names regression."""
+    table = tmp_path / "train.csv"
+    table.write_text("text,label\nFine.,pos\nBad.,NaN\n", encoding="utf-8")
+    _refused(f"{table} line 3: label 'NaN' is a missing value (NaN, as pandas writes one), "
+             "not a class; fill it in or drop the row", readers.read_table, str(table))
+    records = tmp_path / "train.jsonl"
+    records.write_text('{"text": "Fine.", "label": "pos"}\n{"text": "Bad.", "label": NaN}\n',
+                       encoding="utf-8")
+    _refused(f"{records} line 2: label nan is a missing value", readers.read_table,
+             str(records))
+    scores = [f"{0.25 * k - 1:g}" for k in range(24)]  # -1 ... 4.75
+    table.write_text("text,label\n" + "".join(f"Text {k}.,{v}\n" for k, v in enumerate(scores)),
+                     encoding="utf-8")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,label\nA.,4.75\n", encoding="utf-8")
+    noted = []
+    data = tasks.load(tasks.get_task("classification"), train_file=str(table),
+                      dev_file=str(dev), log=noted.append)
+    assert data.labels[:3] == ["-1", "-0.75", "-0.5"] and len(data.labels) == 24
+    assert noted == [f"note: the 24 classes of {table} are numbers (-1, -0.75, -0.5, -0.25, 0, "
+                     "... (24 in all)); if they are scores, --task=regression learns them as "
+                     "numbers"]
+    dev.write_text("text,label\nA.,4.8\n", encoding="utf-8")
+    message = _refused(f"{dev} line 2: label '4.8' does not occur in the training file (labels: "
+                       "-1, -0.75, -0.5, -0.25, 0, 0.25, 0.5, 0.75, 1, 1.25, ... (24 in all)); "
+                       "the labels are numbers; if they are scores, --task=regression learns "
+                       "them as numbers", tasks.load, tasks.get_task("classification"),
+                       train_file=str(table), dev_file=str(dev), log=noted.append)
+    assert len(message) < 400
+
+
 def test_a_lone_surrogate_escape_in_json_is_refused_naming_its_line(tmp_path):
     """JSON may escape half of an emoji's surrogate pair (cut text); json.loads makes it a
     str that no UTF-8 encodes, which TensorFlow refused with a traceback."""

@@ -229,6 +229,10 @@ def _parse_label(value, kind, path, number):
         return _finite(value, path, number)
     if isinstance(value, bool):
         return str(value).lower()
+    if (isinstance(value, float) and math.isnan(value)) or (
+            isinstance(value, str) and value.strip().lower() == "nan"):
+        raise UserInputError(f"{path} line {number}: label {value!r} is a missing value (NaN, "
+                             "as pandas writes one), not a class; fill it in or drop the row")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip()
@@ -251,13 +255,29 @@ def _finite(value, path, number) -> float:
 
 
 def sorted_labels(labels) -> list[str]:
-    """The distinct labels in a stable order: numerically if they are all integers, else
-    alphabetically."""
+    """The distinct labels in a stable order: numerically if they are all numbers (ties,
+    "1" and "1.0", alphabetically), else alphabetically."""
     distinct = set(labels)
     try:
-        return sorted(distinct, key=int)
+        return sorted(distinct, key=lambda label: (float(label), label))
     except ValueError:
         return sorted(distinct)
+
+
+def numeric_labels(labels: list[str]) -> bool:
+    """Whether every label is a number."""
+    try:
+        [float(label) for label in labels]
+    except ValueError:
+        return False
+    return True
+
+
+def shown(labels: list[str], limit: int = 10) -> str:
+    """The labels for a message: all of up to `limit`, else the first and a count."""
+    if len(labels) <= limit:
+        return ", ".join(labels)
+    return f"{', '.join(labels[:limit])}, ... ({len(labels)} in all)"
 
 
 # ------------------------------------------------------------------------------ GLUE

@@ -186,13 +186,21 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
             raise UserInputError(f"{train_file} has a single label ({labels[0]!r}) in column "
                                  f"'{columns['label_column']}'; classification needs at least "
                                  "two (or pick the right --label_column)")
+        # Scores read as classes: many distinct numbers, or fractions.
+        scores = readers.numeric_labels(labels) and (
+            len(labels) > 20 or not all(float(label).is_integer() for label in labels))
+        regression = "; if they are scores, --task=regression learns them as numbers"
         for split, path in ((dev, dev_file), (test, test_file)):
             for index, example in enumerate(split or ()):
                 if example.label is not None and example.label not in labels:
                     raise UserInputError(
                         f"{_where(path, index, example)}: label {example.label!r} does not "
-                        f"occur in the training file (labels: {', '.join(labels)}); fix the "
-                        "label or add training examples with it")
+                        f"occur in the training file (labels: {readers.shown(labels)}); "
+                        + ("the labels are numbers" + regression if scores else
+                           "fix the label or add training examples with it"))
+        if scores:
+            log(f"note: the {len(labels)} classes of {train_file} are numbers "
+                f"({readers.shown(labels, 5)})" + regression)
     return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
 
 
