@@ -675,6 +675,13 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     b0 = model_values(str(tmp_path / "b" / "ckpt-0"))
     for name in a:
         np.testing.assert_array_equal(a[name], b0[name], err_msg=name)
+    # Rerun in b, it resumes b: the flag is not used, and a note says so, dry run or not.
+    for dry_run in (True, False):
+        _, lines = run(tmp_path / "b", data, ["NUM_TRAIN_STEPS = 2"], dry_run=dry_run,
+                       init_checkpoint=str(tmp_path / "a"))
+        assert lines[0] == (f"note: --init_checkpoint={tmp_path / 'a'} is not used: "
+                            f"--model_dir={tmp_path / 'b'} holds a run, which this one resumes "
+                            "(--init_checkpoint starts a new --model_dir)")
     for dry_run in (True, False):  # a dry run checks it too
         with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model "
                                              r".*; describe its architecture: --gin_file=<its "

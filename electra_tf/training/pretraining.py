@@ -201,6 +201,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             f"{replicas * gradient_accumulation_steps}")
     steps_per_call = _steps_per_call(steps_per_call, steps_per_loop, jit_compile, strategy)
     task_id, chief = strategies.worker_info(strategy)
+    if init_checkpoint and chief and tf.train.latest_checkpoint(model_dir):
+        log(f"note: --init_checkpoint={init_checkpoint} is not used: --model_dir={model_dir} "
+            "holds a run, which this one resumes (--init_checkpoint starts a new --model_dir)")
     if eval_data:
         eval_steps = _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log)
 
