@@ -125,6 +125,16 @@ def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
                                "-f utf-16 -t utf-8)")
     (tmp_path / "mostly.txt").write_bytes(b"good line\nbad \xff line\nok\n")
     corpus.check_text(str(tmp_path / "mostly.txt"))
+    # A first line longer than the sample, cut inside a character, is UTF-8 all the same.
+    long = ("中" * 100_000).encode()
+    assert len(long) > 1 << 18 and (1 << 18) % 3
+    (tmp_path / "novel.txt").write_bytes(long + b"\n")
+    corpus.check_text(str(tmp_path / "novel.txt"))
+    # A corrupt .xz is the reader's one line, not lzma's traceback.
+    (tmp_path / "bad.txt.xz").write_bytes(lzma.compress(b"A sentence.\n" * 100)[:20] + b"junk")
+    corpus.check_text(str(tmp_path / "bad.txt.xz"))
+    with pytest.raises(UserInputError, match=r"bad.txt.xz is truncated or corrupt"):
+        _read(tmp_path / "bad.txt.xz")
 
 
 @pytest.mark.parametrize("one_document_per_line", [False, True])

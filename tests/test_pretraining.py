@@ -652,10 +652,12 @@ def test_an_in_process_run_puts_back_what_it_set_for_the_process(tmp_path, data)
 
     assert not config.is_op_determinism_enabled()
     before = signal.signal(signal.SIGTERM, handler)
+    ctrl_c = signal.getsignal(signal.SIGINT)  # pytest's, or Python's KeyboardInterrupt
     try:
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 2", "pretraining.precision = 'mixed_bfloat16'"],
             deterministic=True)
         assert signal.getsignal(signal.SIGTERM) is handler
+        assert signal.getsignal(signal.SIGINT) is ctrl_c
         assert keras.mixed_precision.dtype_policy().name == "float32"
         assert not config.is_op_determinism_enabled()
         with open(tmp_path / "operative_config.gin") as f:  # the run did run with both
@@ -830,11 +832,11 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     _wait_for(str(model / "ckpt-8.index"), processes[0])
     processes[1].send_signal(signal.SIGTERM)
     stopped = []
-    for p in processes:
+    for p, why in zip(processes, (r"stopped with the other workers \(one was sent a signal\)",
+                                  r"preempted \(SIGTERM\)")):
         out, err = p.communicate(timeout=300)
         assert p.returncode == pretraining.PREEMPTED_EXIT_CODE, err[-3000:]
-        stopped.append(re.findall(r"preempted \(SIGTERM\): saved a checkpoint at step (\d+)",
-                                  out))
+        stopped.append(re.findall(why + r": saved a checkpoint at step (\d+)", out))
     assert f"worker 1 resumes its data position from {model}/.worker-1-scratch/data-4" in out
     assert len(stopped[0]) == 1 and stopped[0] == stopped[1]
     at = int(stopped[0][0])
@@ -1194,6 +1196,19 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
                                              r"this run's checkpoints can record"):
         run(tmp_path / "model", path, ["pretraining.max_restores = 65", "NUM_TRAIN_STEPS = 8",
                                        as_written], vocab_file=UNCASED_VOCAB)
+    # Its records' masks may not change on a resume, nor those of a run from before the
+    # setting was recorded (which used them as written).
+    info_path = tmp_path / "model" / "model_info.json"
+    for old in (False, True):
+        if old:
+            info = json.loads(info_path.read_text())
+            del info["premasked_records"], info["whole_word_masking"]
+            info_path.write_text(json.dumps(info))
+        with pytest.raises(UserInputError, match=r"holds a run that took its pre-masked records "
+                                                 r"'as_written' .*, this one 'remask': the masks "
+                                                 r"would change mid-run; rerun with "):
+            run(tmp_path / "model", path, ["NUM_TRAIN_STEPS = 8"], vocab_file=UNCASED_VOCAB,
+                dry_run=True)
 
 
 def test_a_collapsed_discriminator_is_reported_once():

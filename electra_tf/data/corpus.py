@@ -12,6 +12,7 @@ Compressed files cannot be cut and are one piece each.
 """
 
 import bz2
+import codecs
 import dataclasses
 import gzip
 import io
@@ -31,6 +32,8 @@ from electra_tf.errors import UserInputError
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _COMPRESSED = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), ".bz2": bz2.BZ2File,
                ".xz": lzma.LZMAFile}
+# What gzip, bz2 and lzma raise for a truncated or corrupt file.
+_CORRUPT = (EOFError, OSError, ValueError, lzma.LZMAError)
 _SEARCH_CHUNK = 1 << 16
 _READ_CHUNK = 1 << 20
 
@@ -201,7 +204,7 @@ def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
                 for block in _blocks(compression(raw)):
                     stats.input_bytes = raw.tell()
                     yield from _block_lines(block, stats)
-            except (EOFError, OSError, ValueError) as e:  # gzip/bz2/lzma: truncated, corrupt
+            except _CORRUPT as e:  # gzip/bz2/lzma: truncated, corrupt
                 raise UserInputError(f"input {piece.path} is truncated or corrupt ({e}); "
                                      "download or compress it again, or leave it out") from None
             stats.input_bytes = raw.tell()
@@ -259,19 +262,21 @@ def check_encoding(path: str):
     with _open_raw(path) as raw:
         try:
             sample = (compression(raw) if compression else raw).read(_ENCODING_SAMPLE_BYTES)
-        except (EOFError, OSError, ValueError):
+        except _CORRUPT:
             return  # reading says it is truncated or corrupt
     if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise UserInputError(f"input {path} is UTF-16 text (it starts with a UTF-16 byte-order "
                              "mark), not UTF-8; re-save it as UTF-8 (iconv -f utf-16 -t utf-8)")
     lines = sample.split(b"\n")
-    if len(sample) == _ENCODING_SAMPLE_BYTES and len(lines) > 1:
-        lines = lines[:-1]  # cut by the sample
+    cut = len(sample) == _ENCODING_SAMPLE_BYTES  # the last line may end mid-character
     lines = [line for line in lines if line.strip()][:_ENCODING_SAMPLE_LINES]
     bad = []
     for number, line in enumerate(lines, 1):
         try:
-            line.decode("utf-8")
+            if cut and number == len(lines):
+                codecs.getincrementaldecoder("utf-8")().decode(line, final=False)
+            else:
+                line.decode("utf-8")
         except UnicodeDecodeError as e:
             bad.append((number, line[e.start]))
     if bad and 2 * len(bad) >= len(lines):

@@ -257,6 +257,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         note = data_info and pipeline.premasked_note(data_info, premasked_records, flag)
         if note and chief:
             log(note)
+    # Pre-masked records kept as written are not masked by the run: no whole words either.
+    whole_word_masking = whole_word_masking and not (
+        info["premasked"] and premasked_records == "as_written")
     note = whole_word_masking and pipeline.whole_word_note(train_files, vocab, info)
     if note and chief:
         log(note)
@@ -498,8 +501,9 @@ def weights_digest(model) -> str:
 class StopOnSignal:
     """The run's SIGTERM and SIGINT handler: the first signal asks the loop to save a
     checkpoint at its end and exit (`requested`; `signal` says which came first); Ctrl-C
-    after that stops at once (KeyboardInterrupt: one line from the script, exit 130), losing
-    the steps since the last checkpoint."""
+    after that stops (KeyboardInterrupt: one line from the script, exit 130), losing the
+    steps since the last checkpoint. Python runs it between TensorFlow calls only (a call
+    may be a whole loop under XLA)."""
 
     def __init__(self, log):
         self.requested = threading.Event()
@@ -631,12 +635,13 @@ class _Monitor:
 
     def preempted(self):
         # The checkpoint of this step is saved when this runs.
-        ctrl_c = self.stop is not None and self.stop.signal == signal.SIGINT
-        self.log(f"{'interrupted (Ctrl-C)' if ctrl_c else 'preempted (SIGTERM)'}: saved a "
-                 f"checkpoint at step {int(self.state.step.numpy())}; rerun the same command "
-                 "to resume")
+        received = self.stop.signal if self.stop is not None else signal.SIGTERM
+        why = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "preempted (SIGTERM)",
+               None: "stopped with the other workers (one was sent a signal)"}[received]
+        self.log(f"{why}: saved a checkpoint at step {int(self.state.step.numpy())}; rerun "
+                 "the same command to resume")
         sys.stdout.flush()
-        sys.exit(INTERRUPTED_EXIT_CODE if ctrl_c else PREEMPTED_EXIT_CODE)
+        sys.exit(INTERRUPTED_EXIT_CODE if received == signal.SIGINT else PREEMPTED_EXIT_CODE)
 
 
 def _mark_start(writer, first_step: int):
@@ -965,6 +970,18 @@ def _check_resume(model_dir, model_info):
             f"--model_dir={model_dir} was trained with a vocab of {earlier['vocab_size']} "
             f"tokens (model_info.json), this data's has {model_info['vocab_size']}; resume "
             "with the data (and --vocab_file) it was trained with, or start a new --model_dir")
+    if "premasked_records" in model_info:
+        # A run of pre-masked records from before premasked_records was recorded (before
+        # whole_word_masking was too) used them as written.
+        before = earlier.get("premasked_records",
+                             None if "whole_word_masking" in earlier else "as_written")
+        if before is not None and before != model_info["premasked_records"]:
+            raise UserInputError(
+                f"--model_dir={model_dir} holds a run that took its pre-masked records "
+                f"'{before}' (model_info.json; runs from before the setting used them as "
+                f"written), this one '{model_info['premasked_records']}': the masks would "
+                "change mid-run; rerun with --gin_bindings=\"pretraining.premasked_records="
+                f"'{before}'\", or start a new --model_dir")
     for key, setting in (("train_batch_size", "TRAIN_BATCH_SIZE"),
                          ("max_seq_length", "MAX_SEQ_LENGTH"),
                          ("masked_positions", "pretraining.max_predictions_per_seq")):
@@ -989,7 +1006,7 @@ def _check_resume(model_dir, model_info):
             "start a new --model_dir")
     changed = [f"{key} {earlier[key]!r} -> {model_info.get(key)!r}"
                for key in ("objective", "sharing", "algorithm", "mask_prob",
-                           "whole_word_masking", "premasked_records")
+                           "whole_word_masking")
                if key in earlier and earlier[key] != model_info.get(key)]
     changed += [f"pretrainer.{key} {value!r} -> {model_info['options'][key]!r}"
                 for key, value in earlier.get("options", {}).items()
