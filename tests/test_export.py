@@ -886,9 +886,9 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
         {k: tf.constant(features[k]) for k in ("input_ids", "input_mask", "segment_ids")},
         training=False).items()}
     answers, _ = squad.decode(examples, windows, predicted, tok, max_answer_length=30)
-    # The answer's pieces as words, those of CJK characters joined (Chinese has no spaces).
-    cjk = "\u3000-\u303f\u4e00-\u9fff"
-    expected = [re.sub(rf"(?<=[{cjk}]) (?=[{cjk}])", "",
+    # The answer's pieces as words, with no space beside a CJK character (Chinese has none).
+    cjk = "\u3000-\u30ff\u4e00-\u9fff"
+    expected = [re.sub(rf"(?<=[{cjk}]) | (?=[{cjk}])", "",
                        tok.decode(tok.encode([answers[e.qid]])[0])) for e in examples]
     assert [a.decode() for a in out["answer"].numpy()] == expected
     assert sum(a.startswith(w) for a in expected for w in vocabulary[:3]) >= 3

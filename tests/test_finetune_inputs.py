@@ -37,17 +37,23 @@ def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
 
 
 def test_a_missing_or_numeric_classification_label_is_named(tmp_path):
-    """pandas writes a missing label as NaN, which would become a class; scores given to
+    """A missing label written as text ('nan', as pandas' astype(str) writes it) is noted
+    (it may be a class: Min Nan's language code); JSON's NaN is refused; scores given to
     --task=classification are noted, and a dev score not in training names regression."""
     table = tmp_path / "train.csv"
-    table.write_text("text,label\nFine.,pos\nBad.,NaN\n", encoding="utf-8")
-    _refused(f"{table} line 3: label 'NaN' is a missing value (NaN, as pandas writes one), "
-             "not a class; fill it in or drop the row", readers.read_table, str(table))
+    table.write_text("text,label\nFine.,pos\nBad.,nan\nOk.,pos\n", encoding="utf-8")
+    noted = []
+    data = tasks.load(tasks.get_task("classification"), train_file=str(table),
+                      dev_file=str(table), log=noted.append)
+    assert data.labels == ["nan", "pos"]
+    assert noted == [f"note: 1 examples of {table} have the label 'nan', which may be a missing "
+                     "value written as text (pandas' astype(str) writes 'nan'); if so, fill "
+                     "them in or drop them"]
     records = tmp_path / "train.jsonl"
     records.write_text('{"text": "Fine.", "label": "pos"}\n{"text": "Bad.", "label": NaN}\n',
                        encoding="utf-8")
-    _refused(f"{records} line 2: label nan is a missing value", readers.read_table,
-             str(records))
+    _refused(f"{records} line 2: label NaN is a missing value, not a class; fill it in or "
+             "drop the row", readers.read_table, str(records))
     scores = [f"{0.25 * k - 1:g}" for k in range(24)]  # -1 ... 4.75
     table.write_text("text,label\n" + "".join(f"Text {k}.,{v}\n" for k, v in enumerate(scores)),
                      encoding="utf-8")
@@ -205,9 +211,11 @@ def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_pat
     assert [(s.words, s.tags) for s in sentences] == [
         (["New York", "sleeps"], ["B-LOC", "O"]), (["Emma"], ["B-PER"])]
     # A Chinese NER file's ideographic space is a word (tagged O), not a blank before the tag.
-    conll.write_text("北\tB-LOC\n京\tI-LOC\n\u3000\tO\n好\tO\n", encoding="utf-8")
-    assert [(s.words, s.tags) for s in readers.read_conll(str(conll))] == [
-        (["北", "京", "\u3000", "好"], ["B-LOC", "I-LOC", "O", "O"])]
+    for sep in ("\t", " "):  # tabs or spaces between the columns; \u3000 alone: a blank
+        conll.write_text(f"北{sep}B-LOC\n京{sep}I-LOC\n\u3000{sep}O\n好{sep}O\n\u3000\n"
+                         f"人{sep}O\n", encoding="utf-8")
+        assert [(s.words, s.tags) for s in readers.read_conll(str(conll))] == [
+            (["北", "京", "\u3000", "好"], ["B-LOC", "I-LOC", "O", "O"]), (["人"], ["O"])]
     conll.write_text("Emma NNP B-NP B-PER\nsmiled VBD B-VP O\n\nMr B-PER\n", encoding="utf-8")
     _refused(f"{conll} line 4 has 2 columns but line 1 has 4; give every line the same "
              "columns", readers.read_conll, str(conll), tag_column=1)

@@ -295,8 +295,14 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         load_finetuned(str(out))
     assert str(error.value) == (
         f"{out} is an unfinished fine-tuning run (no results.json yet); rerun its "
-        "run_finetuning.py command to finish it, or export a complete trial: "
+        "run_finetuning.py command to finish it, or pass a complete trial: "
         f"--model_dir={out / 'trial_0'}")
+    with pytest.raises(UserInputError, match=r"or pass a complete trial: --init_checkpoint="):
+        runner.load_initialization(str(out))
+    # trial_0 as a run before trained_seq_length was recorded wrote it: still resumed.
+    recorded = json.loads((out / "trial_0" / "task_info.json").read_text())
+    del recorded["trained_seq_length"]
+    (out / "trial_0" / "task_info.json").write_text(json.dumps(recorded))
     (out / "trial_1.partial").mkdir()  # killed while writing trial_1
     (out / "trial_1.partial" / "task_info.json").write_text("{")
     before = {name: (out / "trial_0" / name).read_bytes() for name in (
@@ -375,6 +381,7 @@ def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
              log=lines.append)
     info = json.loads((tmp_path / "next" / "trial_0" / "task_info.json").read_text())
     assert info["init_checkpoint"] == checkpoint and info["max_seq_length"] == 32
+    assert info["trained_seq_length"] == 32  # trained at 16, then 32
     assert (init.trained_seq_length, again.trained_seq_length) == (None, 16)
     assert lines[0] == (f"note: MAX_SEQ_LENGTH=32, but {checkpoint} was trained on sequences "
                         "of 16: the position embeddings from 16 to 31 start untrained")

@@ -50,7 +50,7 @@ Signatures:
                    answer string [b] (the best span over all windows, chosen as
                    fine-tuning's decoding does, widened to whole words of the context,
                    its word pieces joined: words by a space, "##" pieces and CJK
-                   characters without one), answer_start, answer_end int32 [b] (the
+                   characters without one, nor a space beside a CJK one), answer_start, answer_end int32 [b] (the
                    answer's pieces that the window holds: a word may straddle two
                    windows; -1: no answer); with an answerability head
                    (SQuAD 2.0) also answerable_probability float32 [b] (the most
@@ -462,8 +462,8 @@ class TaskServingModule(_TextModule):
                                       separator=" ")
         text = tf.strings.regex_replace(tf.strings.strip(tf.strings.regex_replace(
             text, " +", " ")), " ##", "")
-        for _ in range(2):  # each pass joins every other gap of a run
-            text = tf.strings.regex_replace(text, _CJK_GAP, r"\1\2")
+        text = tf.strings.regex_replace(text, _AFTER_CJK, r"\1")
+        text = tf.strings.regex_replace(text, _BEFORE_CJK, r"\1")
         # The answer's pieces in the window served (those of its words the window holds).
         low, high = pick(first), pick(first + length) - 1
         answer_start = tf.clip_by_value(tf.cast(word_first, tf.int64) - shift, low, high)
@@ -475,11 +475,13 @@ class TaskServingModule(_TextModule):
         return result
 
 
-# A space between two CJK characters (ideographs, CJK symbols and punctuation, full-width
-# forms) in a served answer: Chinese and Japanese text has none, so the pieces join there.
+# A space beside a CJK character (an ideograph, kana, CJK symbols and punctuation,
+# full-width forms) in a served answer: Chinese and Japanese put none between words, or
+# between their characters and digits or Latin ("1998年"), so the pieces join there.
 _CJK_CHARS = (tokenization._CJK_CLASS  # noqa: SLF001 (the tokenizer's own ideographs)
-              + r"\x{3000}-\x{303F}\x{FF00}-\x{FFEF}")
-_CJK_GAP = rf"([{_CJK_CHARS}]) ([{_CJK_CHARS}])"
+              + r"\x{3000}-\x{30FF}\x{FF00}-\x{FFEF}")
+_AFTER_CJK = rf"([{_CJK_CHARS}]) "
+_BEFORE_CJK = rf" ([{_CJK_CHARS}])"
 
 
 def _max_context(piece, window, stride, budget, context_length, windows, reach):
@@ -670,6 +672,21 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
     return FinetunedModel(model, info, trial_dir, vocab_file, note)
 
 
+def unfinished_run(model_dir: str, flag: str):
+    """Raises UserInputError if `model_dir` is an interrupted fine-tuning run (complete
+    trial_K dirs, no results.json), naming a complete trial to pass as `flag` instead."""
+    from electra_tf.finetune.runner import RESULTS, TRIAL_RESULT
+    done = sorted((d for d in _subdirs(model_dir) if re.fullmatch(r"trial_\d+", d)
+                   and tf.io.gfile.exists(os.path.join(model_dir, d, TRIAL_RESULT))),
+                  key=lambda d: int(d[6:]))
+    if done:
+        raise UserInputError(
+            f"{model_dir} is an unfinished fine-tuning run (no {RESULTS} yet); rerun its "
+            "run_finetuning.py command to finish it, or pass a complete trial: "
+            f"{flag}={os.path.join(model_dir, done[0])}"
+            + (f" (complete: {', '.join(done)})" if len(done) > 1 else ""))
+
+
 def _subdirs(path: str) -> list[str]:
     return ([name.rstrip("/") for name in tf.io.gfile.listdir(path)
              if tf.io.gfile.isdir(os.path.join(path, name))]
@@ -689,16 +706,7 @@ def _pick_trial(model_dir: str, trial) -> tuple[str, str]:
         if tf.io.gfile.exists(os.path.join(model_dir, OPERATIVE_CONFIG)):
             raise UserInputError(f"{model_dir} is a pre-training model dir; --kind=task exports "
                                  "a fine-tuned model (scripts/run_finetuning.py writes those)")
-        from electra_tf.finetune.runner import TRIAL_RESULT
-        done = sorted((d for d in _subdirs(model_dir) if re.fullmatch(r"trial_\d+", d)
-                       and tf.io.gfile.exists(os.path.join(model_dir, d, TRIAL_RESULT))),
-                      key=lambda d: int(d[6:]))
-        if done:  # an interrupted fine-tuning run: its complete trials can be exported
-            raise UserInputError(
-                f"{model_dir} is an unfinished fine-tuning run (no {RESULTS} yet); rerun its "
-                "run_finetuning.py command to finish it, or export a complete trial: "
-                f"--model_dir={os.path.join(model_dir, done[0])}"
-                + (f" (complete: {', '.join(done)})" if len(done) > 1 else ""))
+        unfinished_run(model_dir, "--model_dir")
         raise UserInputError(f"{model_dir} has no {RESULTS} or {TASK_INFO}; --kind=task takes "
                              "a run_finetuning.py --model_dir or one of its trial_K dirs")
     with tf.io.gfile.GFile(os.path.join(model_dir, RESULTS)) as f:

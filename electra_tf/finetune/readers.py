@@ -229,10 +229,9 @@ def _parse_label(value, kind, path, number):
         return _finite(value, path, number)
     if isinstance(value, bool):
         return str(value).lower()
-    if (isinstance(value, float) and math.isnan(value)) or (
-            isinstance(value, str) and value.strip().lower() == "nan"):
-        raise UserInputError(f"{path} line {number}: label {value!r} is a missing value (NaN, "
-                             "as pandas writes one), not a class; fill it in or drop the row")
+    if isinstance(value, float) and math.isnan(value):  # JSON's NaN, not a string
+        raise UserInputError(f"{path} line {number}: label NaN is a missing value, not a "
+                             "class; fill it in or drop the row")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip()
@@ -367,11 +366,12 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
         untagged.clear()
 
     for number, line in enumerate(lines, 1):
-        # Tab-separated columns keep a word that is a Unicode space (U+3000, NBSP: Chinese
-        # NER corpora tag the ideographic space), which becomes [UNK] as BERT deletes it.
-        text = line.strip(_ASCII_SPACE)
+        # Columns are split at ASCII whitespace only, so a word may be a Unicode space
+        # (Chinese NER corpora tag the ideographic space U+3000), which becomes [UNK] as BERT
+        # deletes it; a line of Unicode spaces alone is a blank line.
+        text = line.strip(_ASCII_SPACE) if line.strip() else ""
         fields = ([field.strip(_ASCII_SPACE) for field in text.split("\t")] if "\t" in text
-                  else text.split())
+                  else [field for field in re.split(f"[{_ASCII_SPACE}]+", text) if field])
         if not fields:
             flush()
             continue

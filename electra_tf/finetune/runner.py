@@ -129,6 +129,8 @@ def _fine_tuned_dir(path: str) -> str | None:
         path = os.path.dirname(os.path.dirname(path.rstrip("/")))
     if any(tf.io.gfile.exists(os.path.join(path, name)) for name in (TASK_INFO, RESULTS)):
         return path
+    from electra_tf.export.saved_model import unfinished_run
+    unfinished_run(path, "--init_checkpoint")
     return None
 
 
@@ -145,7 +147,7 @@ def _fine_tuned_initialization(path: str, vocab_file: str | None,
                           lower_case, info.get("strip_accents", lower_case),
                           ("random, shaped as " if random_init else "")
                           + os.path.join(tuned.trial_dir, "model", "ckpt"),
-                          None if random_init else info.get("max_seq_length"))
+                          None if random_init else info.get("trained_seq_length"))
 
 
 def default_gin_file(config: EncoderConfig) -> str:
@@ -524,6 +526,11 @@ def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
     return earlier
 
 
+# task_info.json keys that record what a trial did without changing it: a trial written
+# before them still resumes.
+_RECORDED_SINCE = ("trained_seq_length",)
+
+
 def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                      trial_info) -> list[bool]:
     """Which of this run's `num_trials` trials an interrupted run in `model_dir` completed
@@ -551,6 +558,9 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
             raise UserInputError(f"{trial_dir}/{TASK_INFO} is missing or not JSON "
                                  f"({type(e).__name__}); " + fix) from None
         expected = json.loads(json.dumps(trial_info(k)))
+        for key in _RECORDED_SINCE:  # a trial written before the key was recorded
+            if key not in recorded:
+                expected.pop(key, None)
         difference = _first_difference(recorded, expected)
         if difference:
             key, was, now = difference
@@ -1152,6 +1162,9 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,
             "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
+            # The positions the encoder has now been trained at, for a run that starts
+            # from this one.
+            "trained_seq_length": max(init.trained_seq_length or 0, max_seq_length),
             # What export (--kind=task) needs to feed raw text as training did.
             "text_pair": task_data.task.kind == "qa" or any(
                 getattr(e, "text_b", None) is not None for e in task_data.train.examples),

@@ -201,6 +201,12 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         if scores:
             log(f"note: the {len(labels)} classes of {train_file} are numbers "
                 f"({readers.shown(labels, 5)})" + regression)
+        for label in labels:
+            if label.lower() in ("nan", "none", "null"):
+                count = sum(e.label == label for e in train)
+                log(f"note: {count} examples of {train_file} have the label {label!r}, which "
+                    "may be a missing value written as text (pandas' astype(str) writes 'nan'); "
+                    "if so, fill them in or drop them")
     return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
 
 
