@@ -12,7 +12,8 @@ last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_con
 and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop it
 arrives in (with several workers, TensorFlow's PreemptionCheckpointHandler, told of the
 signal, has them agree on a step: the end of the loop after) and exits with code 143; so
-does Ctrl-C (SIGINT), exiting with 130, and a second Ctrl-C stops at once without saving.
+does Ctrl-C (SIGINT), exiting with 130, and a second Ctrl-C stops without saving (Python
+sees a signal between TensorFlow calls only: under XLA a loop may be one call).
 
 A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
 the default), or restores the last checkpoint and skips the offending batch, at most
