@@ -584,8 +584,10 @@ def test_task_classification_best_trial_labels_and_signatures_agree(task_exports
 
 # The ops of tensorflow-text that the official TF Serving image has: its builds embed
 # tensorflow-text 2.12 (tensorflow/serving PR #4057), and a SavedModel with a later op
-# (e.g. TFText>RoundRobinTrim) fails to load there.
-SERVING_TEXT_OPS = {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "NormalizeUTF8"}
+# (e.g. TFText>RoundRobinTrim) fails to load there. RegexSplitWithOffsets (QA's basic
+# tokens) is tensorflow-text's since 2.1.
+SERVING_TEXT_OPS = {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "NormalizeUTF8",
+                    "RegexSplitWithOffsets"}
 
 
 def _graph_ops(path) -> set[str]:
@@ -606,6 +608,7 @@ def test_task_exports_use_only_ops_the_tf_serving_image_has(task_exports):
         custom = {op for op in _graph_ops(path) if not hasattr(tf.raw_ops, op)}
         assert custom <= SERVING_TEXT_OPS, (name, custom)
     assert "FastWordpieceTokenizeWithOffsets" in _graph_ops(task_exports["paths"]["pair"])
+    assert "RegexSplitWithOffsets" in _graph_ops(task_exports["paths"]["qa"])
 
 
 def test_a_fine_tuning_dir_where_a_pre_trained_one_belongs_is_said_so(task_exports):
@@ -778,8 +781,9 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
     predict_ids gives the in-memory model's outputs; serving_default answers each question
     as fine-tuning's decoding does over all its windows (squad.decode on the in-memory
     model's outputs: the best beam span of the window giving its start the most context,
-    widened to whole words), with the no-answer probability of its most answerable window
-    and "" above the run's threshold, and returns the answer's window."""
+    widened to whole words and quoted from the context), with the no-answer probability of
+    its most answerable window and "" above the run's threshold, and returns the answer's
+    window and its characters in the context."""
     from electra_tf.finetune import squad
     out = task_exports["outputs"]["qa"]
     tok = tokenization.Tokenizer(UNCASED_VOCAB)
@@ -818,9 +822,14 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
         np.testing.assert_allclose(out["serving_default__start_logits"][n][served],
                                    every["start_logits"][window][real], atol=1e-4)
         answer = answers[example.qid] if no_answer[example.qid] <= threshold else ""
-        pieces = tok.encode([answer])[0] if answer else []
-        assert out["serving_default__answer"][n] == tok.decode(pieces), n
-        if answer:  # answer_start/end: the answer's pieces that the window served holds
+        assert out["serving_default__answer"][n] == answer, n
+        char_start, char_end = (out["serving_default__answer_char_start"][n],
+                                out["serving_default__answer_char_end"][n])
+        if not answer:
+            assert (char_start, char_end) == (-1, -1), n
+        else:  # answer_start/end: the answer's pieces that the window served holds
+            assert example.context[char_start:char_end] == answer
+            pieces = tok.encode([answer])[0]
             first, last = out["serving_default__answer_start"][n], out[
                 "serving_default__answer_end"][n]
             held = features["input_ids"][window][first:last + 1].tolist()
@@ -863,7 +872,8 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
     """Random contexts of words of several pieces over many windows, overlapping (stride 4)
     or not (64: each window's first piece is its own most-context start): serving answers
     what squad.decode answers on every window of the same model, whole words included
-    where a word straddles two windows."""
+    where a word straddles two windows, in the context's characters: capitals, accents,
+    characters the vocab lacks and Chinese as written."""
     from electra_tf.finetune import squad
     trial = str(task_exports["root"] / "qa" / "trial_0")
     info = json.loads(open(os.path.join(trial, "task_info.json")).read())
@@ -872,7 +882,8 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
     module = saved_model.TaskServingModule(model, info, UNCASED_VOCAB)
     tok = tokenization.Tokenizer(UNCASED_VOCAB)
     rng = np.random.default_rng(doc_stride)
-    vocabulary = ["xylophone", "hypothetically", "unremarkable", "cat", "dog", "sat", "the"]
+    vocabulary = ["xylophone", "hypothetically", "unremarkable", "cat", "dog", "sat", "the",
+                  "Château", "Darcy's", "☃", "naïve", "Œuvre"]  # ☃: [UNK]
     chinese = ["北京", "中国人", "日本", "山水", "。"]  # written without spaces, as Chinese is
     contexts = [re.sub(r" ?([\u3000-\u303f\u4e00-\u9fff]+) ?", r"\1", " ".join(
         rng.choice(vocabulary + chinese, rng.integers(0, 80)))) for _ in range(24)]
@@ -886,13 +897,13 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
         {k: tf.constant(features[k]) for k in ("input_ids", "input_mask", "segment_ids")},
         training=False).items()}
     answers, _ = squad.decode(examples, windows, predicted, tok, max_answer_length=30)
-    # The answer's pieces as words, with no space beside a CJK character (Chinese has none).
-    cjk = "\u3000-\u30ff\u4e00-\u9fff"
-    expected = [re.sub(rf"(?<=[{cjk}]) | (?=[{cjk}])", "",
-                       tok.decode(tok.encode([answers[e.qid]])[0])) for e in examples]
+    expected = [answers[e.qid] for e in examples]
     assert [a.decode() for a in out["answer"].numpy()] == expected
+    starts, ends = out["answer_char_start"].numpy(), out["answer_char_end"].numpy()
+    assert [c[a:b] if b >= 0 else "" for c, a, b in zip(contexts, starts, ends)] == expected
     assert sum(a.startswith(w) for a in expected for w in vocabulary[:3]) >= 3
     assert sum(w in a for a in expected for w in chinese[:4]) >= 3  # "北京", not "北 京"
+    assert sum(w in a for a in expected for w in vocabulary[7:]) >= 3  # not "chateau", "[UNK]"
 
 
 def test_qa_span_choice_is_fine_tunings_decode():
@@ -957,16 +968,24 @@ def test_qa_beam_span_choice_is_fine_tunings_decode():
     assert np.mean(best_start != got_first.numpy()) > 0.3
 
 
-def test_qa_answers_widen_to_whole_words_and_whitespace_is_berts():
-    """A span starting or ending inside a word answers the whole word, as squad.decode's
-    basic tokens do; characters Python calls space but BERT deletes (\\f, \\x1f, \\x85)
-    join their neighbours in both fine-tuning's and serving's tokens, Z* separate them."""
+def test_qa_basic_tokens_are_fine_tunings_and_whitespace_is_berts():
+    """Serving splits a context into squad.basic_tokens' spans (words at BERT's whitespace,
+    each punctuation mark and CJK ideograph a token), on random text of every kind of
+    character; characters Python calls space but BERT deletes (\\f, \\x1f, \\x85) join
+    their neighbours in both fine-tuning's and serving's tokens, Z* separate them."""
+    import tensorflow_text as tf_text
     from electra_tf.finetune import squad
-    tokens = tf.constant([["[CLS]", "q", "[SEP]", "the", "una", "##ffa", "##ble", "cat",
-                           "##dog", "[SEP]"]] * 3)
-    first, last = saved_model._whole_words(tokens, tf.constant([5, 7, -1]),
-                                           tf.constant([6, 7, -1]))
-    assert first.numpy().tolist() == [4, 7, -1] and last.numpy().tolist() == [6, 8, -1]
+    rng = np.random.default_rng(0)
+    pool = list("aZé ,.$^_`~\t\n\r\x0b\x0c\x1f\x85\u00a0\u2028\u3000\u200b\u0301"
+                "¿«»—。，「」北京ひらカナ한☃😀\U00020001\ufffd\x00")
+    texts = ["".join(rng.choice(pool, rng.integers(0, 30))) for _ in range(300)]
+    texts += ["Mr. Darcy's 1998年 naïve\tœuvre!", ""]
+    words, begin, end = tf_text.regex_split_with_offsets(
+        tf.constant(texts), saved_model._BASIC_SPLIT, saved_model._BASIC_KEPT)
+    for text, b, e in zip(texts, begin.to_list(), end.to_list()):
+        raw = text.encode()
+        spans = [(len(raw[:s].decode()), len(raw[:t].decode())) for s, t in zip(b, e)]
+        assert spans == squad.basic_tokens(text), repr(text)
     tok = tokenization.Tokenizer(UNCASED_VOCAB)
     for text in ("the cat\x0cdog sat", "the cat\x1fdog sat", "the cat\x85dog sat",
                  "the cat\u2028dog sat", "the cat\u00a0dog sat", "the cat\u3000dog\tsat"):

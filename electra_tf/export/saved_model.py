@@ -48,11 +48,13 @@ Signatures:
                    beam (start_top_index, start_top_log_probs [b, K], end_top_index,
                    end_top_log_probs [b, K, K]) or BERT's end_logits [b, L];
                    answer string [b] (the best span over all windows, chosen as
-                   fine-tuning's decoding does, widened to whole words of the context,
-                   its word pieces joined: words by a space, "##" pieces and CJK
-                   characters without one, nor a space beside a CJK one), answer_start, answer_end int32 [b] (the
-                   answer's pieces that the window holds: a word may straddle two
-                   windows; -1: no answer); with an answerability head
+                   fine-tuning's decoding does, widened to whole words of the context
+                   and quoted from it, as fine-tuning's predictions are),
+                   answer_char_start, answer_char_end int32 [b] (where it is in the
+                   context, in characters: context[start:end] in Python),
+                   answer_start, answer_end int32 [b] (the answer's pieces that the
+                   window holds: a word may straddle two windows; -1: no answer, for
+                   all four); with an answerability head
                    (SQuAD 2.0) also answerable_probability float32 [b] (the most
                    answerable window's), and no answer when 1 - it exceeds the
                    fine-tuning's no_answer_threshold
@@ -396,7 +398,13 @@ class TaskServingModule(_TextModule):
         # piece fits), windows of what is left, doc_stride pieces apart.
         query = tok.tokenize(question)[:, :min(self.max_query_length,
                                                self.max_seq_length - 4)]  # [b, (q)]
-        pieces = tok.tokenize(context)                                      # [b, (c)]
+        # The context's basic tokens (squad.basic_tokens), each tokenized on its own as
+        # fine-tuning tokenized them, with their byte spans to quote the answer from.
+        words, word_begin, word_end = tf_text.regex_split_with_offsets(
+            context, _BASIC_SPLIT, _BASIC_KEPT)                             # [b, (w)]
+        word_pieces = tok.tokenize(words.flat_values)                       # [w, (p)]
+        pieces = tf.RaggedTensor.from_row_splits(
+            word_pieces.flat_values, tf.gather(word_pieces.row_splits, words.row_splits))
         rows = tf.shape(question, out_type=tf.int64)[0]
         context_length = pieces.row_lengths()
         budget = self.max_seq_length - 3 - query.row_lengths()              # [b], >= 1
@@ -444,44 +452,48 @@ class TaskServingModule(_TextModule):
                 out["answerable_logits"], row, rows))
             result["answerable_probability"] = probability
             answered &= 1.0 - probability <= self.no_answer_threshold
-        # Widened to whole words over the whole context (a word may straddle the window's
-        # edge), as squad.decode answers with the context's basic tokens.
+        # Widened to whole basic tokens of the context (a word may straddle the window's
+        # edge) and quoted from it, as squad.decode answers: the context's own characters.
         shift = pick(start) - pick(first)  # window position -> context piece
-        context_tokens = self.id_to_token.lookup(tf.cast(pieces, tf.int64)).to_tensor(
-            default_value="")                                               # [b, C]
-        word_first, word_last = _whole_words(
-            context_tokens,
-            tf.cast(tf.where(answered, tf.cast(pick(span_first), tf.int64) + shift, -1),
-                    tf.int32),
-            tf.cast(tf.where(answered, tf.cast(pick(span_last), tf.int64) + shift, -1),
-                    tf.int32))
-        positions = tf.range(tf.shape(context_tokens)[1])
-        inside = ((positions[None] >= word_first[:, None])
-                  & (positions[None] <= word_last[:, None]))
-        text = tf.strings.reduce_join(tf.where(inside, context_tokens, ""), axis=1,
-                                      separator=" ")
-        text = tf.strings.regex_replace(tf.strings.strip(tf.strings.regex_replace(
-            text, " +", " ")), " ##", "")
-        text = tf.strings.regex_replace(text, _AFTER_CJK, r"\1")
-        text = tf.strings.regex_replace(text, _BEFORE_CJK, r"\1")
+        piece_word = tf.concat([word_pieces.value_rowids(), [-1]], 0)  # [c + 1], -1: none
+        nowhere = tf.size(piece_word, out_type=tf.int64) - 1
+
+        def word_of(position):  # [b] window position -> the context's basic token, or -1
+            piece = tf.cast(position, tf.int64) + shift + pieces.row_starts()
+            return tf.gather(piece_word, tf.where(answered, piece, nowhere))
+
+        first_word, last_word = word_of(pick(span_first)), word_of(pick(span_last))
+        no_word = tf.size(words.flat_values, out_type=tf.int64)  # its padding: no answer
+        begins = tf.concat([word_begin.flat_values, [0]], 0)
+        ends = tf.concat([word_end.flat_values, [0]], 0)
+        byte_begin = tf.gather(begins, tf.where(first_word >= 0, first_word, no_word))
+        byte_end = tf.gather(ends, tf.where(last_word >= 0, last_word, no_word))
+        text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
+        char_start = tf.strings.length(
+            tf.strings.substr(context, tf.zeros_like(byte_begin), byte_begin), unit="UTF8_CHAR")
+        char_end = char_start + tf.strings.length(text, unit="UTF8_CHAR")
         # The answer's pieces in the window served (those of its words the window holds).
+        splits = tf.concat([word_pieces.row_splits, [0]], 0)
+        word_first = tf.gather(splits, tf.maximum(first_word, 0)) - pieces.row_starts()
+        word_last = tf.gather(splits, tf.maximum(last_word, 0) + 1) - 1 - pieces.row_starts()
         low, high = pick(first), pick(first + length) - 1
-        answer_start = tf.clip_by_value(tf.cast(word_first, tf.int64) - shift, low, high)
-        answer_end = tf.clip_by_value(tf.cast(word_last, tf.int64) - shift, low, high)
-        result.update(answer_start=tf.cast(tf.where(word_first >= 0, answer_start, -1),
-                                           tf.int32),
-                      answer_end=tf.cast(tf.where(word_last >= 0, answer_end, -1), tf.int32),
-                      answer=text)
+        answer_start = tf.clip_by_value(word_first - shift, low, high)
+        answer_end = tf.clip_by_value(word_last - shift, low, high)
+        found = first_word >= 0
+        result.update(answer_start=tf.cast(tf.where(found, answer_start, -1), tf.int32),
+                      answer_end=tf.cast(tf.where(found, answer_end, -1), tf.int32),
+                      answer=tf.where(found, text, ""),
+                      answer_char_start=tf.where(found, char_start, -1),
+                      answer_char_end=tf.where(found, char_end, -1))
         return result
 
 
-# A space beside a CJK character (an ideograph, kana, CJK symbols and punctuation,
-# full-width forms) in a served answer: Chinese and Japanese put none between words, or
-# between their characters and digits or Latin ("1998年"), so the pieces join there.
-_CJK_CHARS = (tokenization._CJK_CLASS  # noqa: SLF001 (the tokenizer's own ideographs)
-              + r"\x{3000}-\x{30FF}\x{FF00}-\x{FFEF}")
-_AFTER_CJK = rf"([{_CJK_CHARS}]) "
-_BEFORE_CJK = rf" ([{_CJK_CHARS}])"
+# BERT's basic tokens (squad.basic_tokens) as a split: at its whitespace (\t \n \r and
+# Z*), and around each punctuation mark (all non-alphanumeric ASCII, and P*) and CJK
+# ideograph, which are tokens of their own.
+_BASIC_KEPT = (r"[\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}\p{P}"
+               + tokenization._CJK_CLASS + "]")  # noqa: SLF001 (the tokenizer's own ideographs)
+_BASIC_SPLIT = r"[\t\n\r\p{Z}]|" + _BASIC_KEPT
 
 
 def _max_context(piece, window, stride, budget, context_length, windows, reach):
@@ -600,17 +612,6 @@ def retag_bioes(tags, scheme: str):
         after_same = ~tf.equal(prev_prefix, "O") & tf.equal(prev_type, type_)
         mark = tf.where(starts & after_same, "B", "I")
     return tf.where(outside, tags, tf.strings.join([mark, "-", type_]))
-
-
-def _whole_words(tokens, first, last):
-    """A span of word pieces [b] widened to whole words (a "##" piece continues the word
-    before it), as squad.decode answers with whole basic tokens; -1 stays -1."""
-    length = tf.shape(tokens)[1]
-    i = tf.range(length)[None]
-    starts_word = ~tf.strings.regex_full_match(tokens, "##.*")        # [b, L]
-    word_first = tf.reduce_max(tf.where(starts_word & (i <= first[:, None]), i, 0), axis=1)
-    next_word = tf.reduce_min(tf.where(starts_word & (i > last[:, None]), i, length), axis=1)
-    return tf.where(first >= 0, word_first, -1), tf.where(last >= 0, next_word - 1, -1)
 
 
 def _kept(per_word, keep):
