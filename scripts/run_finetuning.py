@@ -32,8 +32,9 @@ flags.DEFINE_string("init_checkpoint", None, "A model dir (run_pretraining.py's 
 flags.DEFINE_string("model_dir", None, "Where results.json, predictions and weights go.")
 flags.DEFINE_bool("overwrite", False, "Replace the run --model_dir already holds (its "
                   "results.json and trial_K folders). Without it a finished run is refused "
-                  "and an interrupted one resumed: its complete trials are kept if they were "
-                  "run as this command would run them.")
+                  "unless a larger --num_trials extends it, and an interrupted one resumed: "
+                  "its complete trials are kept if they were run as this command would run "
+                  "them.")
 flags.DEFINE_string("data_dir", None, "A named task's folder (e.g. GLUE's SST-2), or a folder "
                     "with train/dev[/test] .csv/.tsv/.jsonl (.txt for tagging).")
 flags.DEFINE_string("train_file", None, "Training file (instead of --data_dir).")
@@ -72,7 +73,7 @@ def main(argv):
     from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
     from electra_tf.training import strategies
     task = tasks.get_task(FLAGS.task)
-    runner.check_model_dir(FLAGS.model_dir, FLAGS.overwrite)
+    runner.check_model_dir(FLAGS.model_dir, FLAGS.overwrite, FLAGS.num_trials)
     # Files first: a bad file fails before a model is loaded or anything is written.
     data = tasks.load(task, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
                       dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,

@@ -1359,7 +1359,8 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
     assert again.returncode == 1
     assert again.stderr.strip().splitlines()[-1] == (
         f"error: --model_dir={out} already holds a fine-tuning run (results.json, trial_0); "
-        "pass --overwrite to replace it, or choose another --model_dir")
+        "pass --num_trials above 1 to add trials to it, --overwrite to replace it, or choose "
+        "another --model_dir")
     assert (out / "results.json").read_bytes() == before
 
 
@@ -1441,7 +1442,8 @@ def test_overwrite_replaces_the_whole_earlier_run(tmp_path, init):
     finetune("classification", out, init, quick, num_trials=3, train_file=train,
              dev_file=train)
     with pytest.raises(UserInputError, match=r"already holds a fine-tuning run \(results.json, "
-                                             r"trial_0, trial_1, \.\.\.\); pass --overwrite"):
+                                             r"trial_0, trial_1, \.\.\.\); pass --num_trials above "
+                                             r"3 to add trials to it, --overwrite"):
         finetune("classification", out, init, quick, train_file=train, dev_file=train)
     (out / "notes.txt").write_text("mine")
     results = finetune("classification", out, init, quick, seed=5, overwrite=True,

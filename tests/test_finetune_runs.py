@@ -353,6 +353,50 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         assert sorted(os.listdir(out)) == listing
 
 
+def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
+    """The finished command again with --num_trials 3 where 2 were run keeps both trials
+    (their files untouched), trains trial_2 with seed 2 and rewrites results.json over the
+    three; the same or a smaller number is refused naming the way to add trials, and an
+    extension that would train otherwise is refused, leaving results.json as it was."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
+    dev = write_csv(tmp_path / "dev.csv", ["label", "text"], rows[:8])
+    out = tmp_path / "out"
+    first = finetune(out, train, dev, init)
+    kept = {(k, name): (out / f"trial_{k}" / name).read_bytes() for k in (0, 1)
+            for name in ("task_info.json", "trial.json", "model/ckpt.index")}
+    finished = (out / "results.json").read_bytes()
+    for num_trials in (2, 1):
+        with pytest.raises(UserInputError) as error:
+            finetune(out, train, dev, init, num_trials=num_trials)
+        assert str(error.value).splitlines()[0] == (  # (gin adds a line naming finetuning)
+            f"--model_dir={out} already holds a fine-tuning run (results.json, trial_0, "
+            "trial_1); pass --num_trials above 2 to add trials to it, --overwrite to replace "
+            "it, or choose another --model_dir")
+    with pytest.raises(UserInputError) as error:
+        finetune(out, train, dev, init, ["LEARNING_RATE = 1e-3"], num_trials=3)
+    assert str(error.value).splitlines()[0].startswith(
+        f"{out / 'trial_0'} was fine-tuned with hyperparameters.learning_rate=0.0003, not ")
+    assert (out / "results.json").read_bytes() == finished
+    assert sorted(os.listdir(out)) == ["results.json", "trial_0", "trial_1"]
+
+    lines = []
+    results = finetune(out, train, dev, init, num_trials=3, log=lines.append)
+    assert (f"note: {out} holds a finished run of 2 trial(s); its matching trials are kept "
+            "and the run is extended to 3") in lines
+    assert sorted(os.listdir(out)) == ["results.json", "trial_0", "trial_1", "trial_2"]
+    assert {key: (out / f"trial_{key[0]}" / key[1]).read_bytes() for key in kept} == kept
+    assert [t["seed"] for t in results["trials"]] == [0, 1, 2]
+    assert results["trials"][:2] == first["trials"]
+    assert json.loads((out / "results.json").read_text()) == results
+    assert json.loads((out / "trial_2" / "task_info.json").read_text())["seed"] == 2
+    assert results["median"]["mse"] == pytest.approx(
+        float(np.median([t["dev"]["mse"] for t in results["trials"]])))
+
+
 def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
     """Intermediate-task transfer: --init_checkpoint may name a fine-tuning output dir (its
     best dev trial), a trial dir or its model/ckpt; the next run starts from that trial's

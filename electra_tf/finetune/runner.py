@@ -20,7 +20,9 @@ appears only once it is complete.
 An interrupted run resumes: the same command on a model dir with trial folders but no
 results.json keeps each complete trial whose task_info.json matches what this run would do,
 trains the others, and writes results.json over them all. A trial that does not match is
-refused, naming it, as is a finished run (results.json) unless --overwrite replaces it.
+refused, naming it. A finished run (results.json) is refused unless --overwrite replaces
+it, or a larger --num_trials adds trials to it: the same command with more trials keeps the
+finished ones, trains the new ones (their seeds follow) and rewrites results.json over all.
 """
 
 import dataclasses
@@ -259,7 +261,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         if name in bound:
             raise UserInputError(f"optimizer.{name} is not read by fine-tuning, which sets it "
                                  f"from its own settings; bind {instead} instead")
-    earlier = check_model_dir(model_dir, overwrite)
+    earlier = check_model_dir(model_dir, overwrite, num_trials)
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
                              f"{', '.join(flops.PRECISIONS)}")
@@ -354,6 +356,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
 
     kept = [False] * num_trials
     if not overwrite and chief:
+        if RESULTS in earlier:
+            log(f"note: {model_dir} holds a finished run of {_finished_trials(model_dir)} "
+                f"trial(s); its matching trials are kept and the run is extended to "
+                f"{num_trials}")
         kept = resumable_trials(model_dir, earlier, num_trials, trial_info)
         earlier = []
     kept = _chief_decides(strategy, kept, chief)
@@ -506,11 +512,12 @@ def input_digests(task_data: tasks.TaskData, init: Initialization) -> dict:
     return digests
 
 
-def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
+def check_model_dir(model_dir: str, overwrite: bool = False,
+                    num_trials: int | None = None) -> list[str]:
     """What an earlier run left in `model_dir` (results.json first, then its trial
     folders), for `overwrite` to delete, or for a rerun to resume (`resumable_trials`).
-    Without `overwrite` a finished run (results.json) is an error, as is a `model_dir` that
-    is a file."""
+    Without `overwrite` a finished run (results.json) is an error unless `num_trials`
+    exceeds its trials (the run is extended), as is a `model_dir` that is a file."""
     atomic.check_folder(model_dir)
     if not tf.io.gfile.isdir(model_dir):
         return []
@@ -519,11 +526,26 @@ def check_model_dir(model_dir: str, overwrite: bool = False) -> list[str]:
         (n for n in names if _TRIAL_DIR.fullmatch(n)),
         key=lambda n: (int(re.sub(r"\D", "", n)), n))
     if RESULTS in earlier and not overwrite:
-        raise UserInputError(
-            f"--model_dir={model_dir} already holds a fine-tuning run ({', '.join(earlier[:3])}"
-            f"{', ...' if len(earlier) > 3 else ''}); pass --overwrite to replace it, or "
-            "choose another --model_dir")
+        finished = _finished_trials(model_dir)
+        if num_trials is not None and finished is not None and num_trials > finished:
+            return earlier
+        held = f"{', '.join(earlier[:3])}{', ...' if len(earlier) > 3 else ''}"
+        more = (f"pass --num_trials above {finished} to add trials to it, --overwrite to "
+                "replace it," if finished else "pass --overwrite to replace it,")
+        raise UserInputError(f"--model_dir={model_dir} already holds a fine-tuning run "
+                             f"({held}); {more} or choose another --model_dir")
     return earlier
+
+
+def _finished_trials(model_dir: str) -> int | None:
+    """How many trials the finished run in model_dir reported (its results.json), or None
+    if results.json cannot be read as one."""
+    try:
+        with tf.io.gfile.GFile(os.path.join(model_dir, RESULTS)) as f:
+            trials = json.load(f).get("trials")
+    except (tf.errors.OpError, json.JSONDecodeError, AttributeError):
+        return None
+    return len(trials) if isinstance(trials, list) and trials else None
 
 
 # task_info.json keys that record what a trial did without changing it: a trial written
@@ -540,7 +562,7 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
     without its trial.json raises UserInputError naming it and the fix."""
     fix = "pass --overwrite to replace the earlier run, or choose another --model_dir"
     kept = [False] * num_trials
-    for name in earlier:
+    for name in (n for n in earlier if n != RESULTS):  # (a finished run being extended)
         trial_dir = os.path.join(model_dir, name)
         k = int(re.sub(r"\D", "", name))
         if k >= num_trials:
