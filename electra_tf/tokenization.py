@@ -72,6 +72,13 @@ _MAYBE_LONG_WORD = rf"(?s).*[^\s\p{{P}}{_CJK_CLASS}]{{26,}}.*"
 _WHITESPACE_CONTROLS = r"[\t\n\r\p{Z}]"
 _DELETED = r"[^\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}]|\x{FFFD}"
 _NONSPACING_MARKS = r"\p{Mn}"
+# BERT's basic tokens as a split: at its whitespace (\t \n \r and Z*), and around each
+# punctuation mark (all non-alphanumeric ASCII, and P*) and CJK ideograph, which are tokens
+# of their own. One pattern for fine-tuning's QA contexts (basic_token_spans) and the QA
+# export's graph, so the two split alike whatever Unicode version Python has.
+BASIC_KEPT = (r"[\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}\p{P}"
+              + _CJK_CLASS + "]")
+BASIC_SPLIT = r"[\t\n\r\p{Z}]|" + BASIC_KEPT
 
 
 def load_vocab(vocab_file: str) -> list[str]:
@@ -249,6 +256,29 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer({os.path.basename(self.vocab_file)!r}, vocab_size={self.vocab_size}, "
                 f"lower_case={self.lower_case}, strip_accents={self.strip_accents})")
+
+
+def basic_token_spans(texts: list[str]) -> list[list[tuple[int, int]]]:
+    """Character spans [start, end) of BERT's basic tokens in each text: runs of characters
+    between whitespace, with every punctuation mark and CJK ideograph a token of its own
+    (BASIC_SPLIT, RE2's Unicode classes: a code point Unicode assigned after Python's
+    unicodedata, 14.0 in Python 3.11, is what RE2 says it is). Whitespace as BERT's: \t \n
+    \r and Z*; the other control characters Python calls space (\v, \f, \x1c-\x1f,
+    \x85) BERT deletes, so they join the characters around them."""
+    if not texts:
+        return []
+    _, begin, end = _tf_text().regex_split_with_offsets(
+        tf.constant(texts, tf.string), BASIC_SPLIT, BASIC_KEPT)
+    out = []
+    for text, b, e in zip(texts, begin.to_list(), end.to_list()):
+        if text.isascii():  # bytes are characters
+            out.append(list(zip(b, e)))
+            continue
+        # The byte offset where each character starts -> its index.
+        starts = np.cumsum([0] + [len(c.encode()) for c in text])
+        out.append(list(zip(np.searchsorted(starts, b).tolist(),
+                            np.searchsorted(starts, e).tolist())))
+    return out
 
 
 def is_whitespace(c: str) -> bool:

@@ -378,15 +378,17 @@ def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
             "it, or choose another --model_dir")
     with pytest.raises(UserInputError) as error:
         finetune(out, train, dev, init, ["LEARNING_RATE = 1e-3"], num_trials=3)
-    assert str(error.value).splitlines()[0].startswith(
-        f"{out / 'trial_0'} was fine-tuned with hyperparameters.learning_rate=0.0003, not ")
+    assert str(error.value).splitlines()[0] == (
+        f"{out / 'trial_0'} was fine-tuned with hyperparameters.learning_rate=0.0003, not "
+        "0.001 as this run would be; rerun with its settings to extend the run, or pass "
+        "--overwrite to replace the earlier run, or choose another --model_dir")
     assert (out / "results.json").read_bytes() == finished
     assert sorted(os.listdir(out)) == ["results.json", "trial_0", "trial_1"]
 
     lines = []
     results = finetune(out, train, dev, init, num_trials=3, log=lines.append)
-    assert (f"note: {out} holds a finished run of 2 trial(s); its matching trials are kept "
-            "and the run is extended to 3") in lines
+    assert (f"note: {out} holds a finished run of 2 trial(s); its trials are kept and the "
+            "run is extended to 3") in lines
     assert sorted(os.listdir(out)) == ["results.json", "trial_0", "trial_1", "trial_2"]
     assert {key: (out / f"trial_{key[0]}" / key[1]).read_bytes() for key in kept} == kept
     assert [t["seed"] for t in results["trials"]] == [0, 1, 2]
@@ -395,6 +397,14 @@ def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
     assert json.loads((out / "trial_2" / "task_info.json").read_text())["seed"] == 2
     assert results["median"]["mse"] == pytest.approx(
         float(np.median([t["dev"]["mse"] for t in results["trials"]])))
+    # A results.json that cannot be read (here not UTF-8) is refused, not extended.
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(UserInputError) as error:
+        runner.check_model_dir(str(tmp_path / "bad"), num_trials=3)
+    assert str(error.value) == (
+        f"--model_dir={tmp_path / 'bad'} already holds a fine-tuning run (results.json); "
+        "pass --overwrite to replace it, or choose another --model_dir")
 
 
 def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):

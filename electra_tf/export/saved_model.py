@@ -398,10 +398,10 @@ class TaskServingModule(_TextModule):
         # piece fits), windows of what is left, doc_stride pieces apart.
         query = tok.tokenize(question)[:, :min(self.max_query_length,
                                                self.max_seq_length - 4)]  # [b, (q)]
-        # The context's basic tokens (squad.basic_tokens), each tokenized on its own as
+        # The context's basic tokens (tokenization.basic_token_spans'), each tokenized on its own as
         # fine-tuning tokenized them, with their byte spans to quote the answer from.
         words, word_begin, word_end = tf_text.regex_split_with_offsets(
-            context, _BASIC_SPLIT, _BASIC_KEPT)                             # [b, (w)]
+            context, tokenization.BASIC_SPLIT, tokenization.BASIC_KEPT)     # [b, (w)]
         word_pieces = tok.tokenize(words.flat_values)                       # [w, (p)]
         pieces = tf.RaggedTensor.from_row_splits(
             word_pieces.flat_values, tf.gather(word_pieces.row_splits, words.row_splits))
@@ -486,14 +486,6 @@ class TaskServingModule(_TextModule):
                       answer_char_start=tf.where(found, char_start, -1),
                       answer_char_end=tf.where(found, char_end, -1))
         return result
-
-
-# BERT's basic tokens (squad.basic_tokens) as a split: at its whitespace (\t \n \r and
-# Z*), and around each punctuation mark (all non-alphanumeric ASCII, and P*) and CJK
-# ideograph, which are tokens of their own.
-_BASIC_KEPT = (r"[\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}\p{P}"
-               + tokenization._CJK_CLASS + "]")  # noqa: SLF001 (the tokenizer's own ideographs)
-_BASIC_SPLIT = r"[\t\n\r\p{Z}]|" + _BASIC_KEPT
 
 
 def _max_context(piece, window, stride, budget, context_length, windows, reach):

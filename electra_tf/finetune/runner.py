@@ -194,9 +194,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
       model_dir: where results, predictions and weights go (with several workers, the
         chief alone writes it).
       overwrite: replace the run a model dir already holds (its results.json and trial_K
-        folders, deleted first). Without it a finished run (results.json) is refused, and an
-        interrupted one (trial folders only) resumed: its complete trials are kept if their
-        task_info.json matches this run's (else refused), the others trained.
+        folders, deleted first). Without it a finished run (results.json) is refused unless
+        num_trials exceeds its trials (it is extended), and an interrupted one (trial
+        folders only) resumed: in both, complete trials are kept if their task_info.json
+        matches this run's (else refused), the others trained.
       learning_rate: peak learning rate: the head's; with layer-wise decay the top block
         learns at learning_rate x layerwise_lr_decay (x its square with
         official_layerwise_decay), each block below a factor slower.
@@ -356,11 +357,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
 
     kept = [False] * num_trials
     if not overwrite and chief:
+        kept = resumable_trials(model_dir, earlier, num_trials, trial_info)
         if RESULTS in earlier:
             log(f"note: {model_dir} holds a finished run of {_finished_trials(model_dir)} "
-                f"trial(s); its matching trials are kept and the run is extended to "
-                f"{num_trials}")
-        kept = resumable_trials(model_dir, earlier, num_trials, trial_info)
+                f"trial(s); its trials are kept and the run is extended to {num_trials}")
         earlier = []
     kept = _chief_decides(strategy, kept, chief)
     for name in earlier if chief else ():  # results.json first: no stale scores if stopped
@@ -543,7 +543,7 @@ def _finished_trials(model_dir: str) -> int | None:
     try:
         with tf.io.gfile.GFile(os.path.join(model_dir, RESULTS)) as f:
             trials = json.load(f).get("trials")
-    except (tf.errors.OpError, json.JSONDecodeError, AttributeError):
+    except (tf.errors.OpError, ValueError, AttributeError):  # (not UTF-8, not JSON)
         return None
     return len(trials) if isinstance(trials, list) and trials else None
 
@@ -586,8 +586,10 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
         difference = _first_difference(recorded, expected)
         if difference:
             key, was, now = difference
+            again = ("rerun with its settings to extend the run" if RESULTS in earlier
+                     else "rerun its command to resume it")
             raise UserInputError(f"{trial_dir} was fine-tuned with {key}={was}, not {now} as "
-                                 "this run would be; rerun its command to resume it, or " + fix)
+                                 f"this run would be; {again}, or " + fix)
         kept[k] = True
     return kept
 

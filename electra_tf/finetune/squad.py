@@ -125,27 +125,9 @@ def _answer_start(answer, path, where) -> int:
 
 
 def basic_tokens(text: str) -> list[tuple[int, int]]:
-    """Character spans [start, end) of BERT's basic tokens: runs of characters between
-    whitespace, with every punctuation mark and CJK character a token of its own.
-    Whitespace as BERT's: \t \n \r and Z* (space separators, U+2028, U+2029); the other
-    control characters Python calls space (\v, \f, \x1c-\x1f, \x85) BERT deletes, so
-    they join the characters around them."""
-    spans, start = [], None
-    for i, ch in enumerate(text):
-        if tokenization.is_whitespace(ch):
-            if start is not None:
-                spans.append((start, i))
-                start = None
-        elif tokenization.is_punctuation(ch) or tokenization.is_cjk(ord(ch)):
-            if start is not None:
-                spans.append((start, i))
-                start = None
-            spans.append((i, i + 1))
-        elif start is None:
-            start = i
-    if start is not None:
-        spans.append((start, len(text)))
-    return spans
+    """Character spans [start, end) of BERT's basic tokens of a text
+    (tokenization.basic_token_spans: the split the QA export makes in its graph)."""
+    return tokenization.basic_token_spans([text])[0]
 
 
 @dataclasses.dataclass
@@ -158,7 +140,7 @@ class _Context:
 
 def _contexts(tokenizer, texts: list[str]) -> dict[str, _Context]:
     distinct = list(dict.fromkeys(texts))
-    spans = [basic_tokens(t) for t in distinct]
+    spans = tokenization.basic_token_spans(distinct)
     words = [t[s:e] for t, sp in zip(distinct, spans) for s, e in sp]
     encoded = tokenizer.encode(words) if words else []
     out, k = {}, 0
