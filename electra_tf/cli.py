@@ -88,6 +88,21 @@ def _absorb_first_xla_log():
         drop.wait()
 
 
+def mark_required(names):
+    """absl's mark_flags_as_required, with an empty value refused as a missing one is: a path
+    flag given as `--model_dir=$DIR` with DIR unset would otherwise be the current
+    directory (an export there, a run writing into the checkout)."""
+    from absl import flags
+    flags.mark_flags_as_required(names)
+
+    def given(value):
+        values = value if isinstance(value, list) else [value]
+        return not any(isinstance(v, str) and not v.strip() for v in values)
+    for name in names:
+        flags.register_validator(name, given, message=f"--{name} must not be empty (is a shell "
+                                 "variable in it unset?)")
+
+
 def run(main, trains: bool = False, xla_cache: bool = False):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 

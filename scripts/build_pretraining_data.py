@@ -39,7 +39,7 @@ flags.DEFINE_enum("word_segmenter", "none", list(choices.WORD_SEGMENTERS),
                   "jieba: segment Chinese words and write a word_start feature, so that "
                   "whole-word masking masks Chinese words (needs the zh extra).")
 flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
-flags.mark_flags_as_required(["input", "vocab_file", "output_dir"])
+cli.mark_required(["input", "vocab_file", "output_dir"])
 
 
 def main(argv):

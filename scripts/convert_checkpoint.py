@@ -50,7 +50,7 @@ flags.DEFINE_integer("max_seq_length", None, "The longest input the model dir wi
 flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a generator gets a "
                    "fresh one this fraction of the discriminator's hidden size (the released "
                    "models': small and large 1/4, base 1/3); refused for one with a generator.")
-flags.mark_flags_as_required(["source", "input", "output_dir"])
+cli.mark_required(["source", "input", "output_dir"])
 
 
 # The conversions that read each flag, beyond --source, --input, --output_dir and

@@ -38,7 +38,7 @@ flags.DEFINE_integer("version", 1, "The version directory (TF Serving serves the
 flags.DEFINE_bool("overwrite", False, "Replace an existing version.")
 flags.DEFINE_string("vocab_file", None, "Override the vocab recorded in the model dir.")
 flags.DEFINE_integer("top_k", 5, "Candidates per [MASK] (generator).")
-flags.mark_flags_as_required(["model_dir", "export_dir"])
+cli.mark_required(["model_dir", "export_dir"])
 
 
 def main(argv):

@@ -28,7 +28,7 @@ flags.DEFINE_enum("premasked_records", "remask", ["remask", "as_written"],
                   "Pre-masked BERT records: their original tokens masked again (as training "
                   "does by default) or BERT's masks as written.")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the masks.")
-flags.mark_flags_as_required(["data", "vocab_file"])
+cli.mark_required(["data", "vocab_file"])
 FLAGS = flags.FLAGS
 
 

@@ -34,7 +34,7 @@ flags.DEFINE_integer("max_lines", None, "Read at most this many lines.")
 flags.DEFINE_enum("input_format", choices.TEXT, list(choices.INPUT_FORMATS),
                   "text: plain text lines; jsonl: one JSON document per line.")
 flags.DEFINE_string("text_field", "text", "JSONL field holding the document text.")
-flags.mark_flags_as_required(["input", "output", "vocab_size"])
+cli.mark_required(["input", "output", "vocab_size"])
 
 
 def main(argv):

@@ -63,7 +63,7 @@ flags.DEFINE_enum("strategy", "default", list(choices.STRATEGIES),
                   "over the replicas.")
 flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu ('local' on a TPU VM).")
 flags.DEFINE_bool("lower_case", True, "Lower-case text, with --init_checkpoint=none.")
-flags.mark_flags_as_required(["task", "init_checkpoint", "model_dir"])
+cli.mark_required(["task", "init_checkpoint", "model_dir"])
 
 
 def main(argv):

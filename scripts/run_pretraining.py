@@ -37,7 +37,7 @@ flags.DEFINE_bool("dry_run", False, "Build the model and the input pipeline, wri
                   "model_info.json, and exit.")
 flags.DEFINE_string("init_checkpoint", None, "Start from these weights (a model dir or "
                     "checkpoint, e.g. an imported one) when --model_dir has no checkpoint.")
-flags.mark_flags_as_required(["gin_file", "model_dir", "train_data"])
+cli.mark_required(["gin_file", "model_dir", "train_data"])
 
 
 def main(argv):

@@ -322,9 +322,20 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
         "input_mask, mask_positions, tokens, top_k_probabilities, top_k_tokens), and TF "
         "Serving serves a name's highest version only; pass another --model_name")
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]
-    # A version written below a higher one is not the one served: said.
+    # A version written below a higher one is not the one served: said. Staging folders
+    # that killed exports of this machine left are removed; a running one's, or another
+    # machine's, kept.
+    import socket
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    host = socket.gethostname()
+    stale = [f".tmp-3-{host}-{child.pid}", f".tmp-2-{host}-{os.getppid()}",
+             f".tmp-3-elsewhere-{child.pid}"]
+    for name in stale:
+        os.makedirs(tmp_path / "low" / name / "variables")
     lines = []
     saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=3)
+    assert sorted(os.listdir(tmp_path / "low")) == sorted(["3"] + stale[1:])
     saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=2,
                        log=lines.append)
     assert lines == ["note: low/3 is a higher version: TF Serving serves that one, not 2"]
@@ -1117,6 +1128,17 @@ def test_bad_task_exports_fail_with_one_clear_line(task_exports, model_dir, tmp_
     with pytest.raises(UserInputError, match=r"has no results.json or task_info.json; "
                                              "--kind=task takes a run_finetuning.py"):
         saved_model.export(str(tmp_path), str(tmp_path), "x", "task")
+    with pytest.raises(UserInputError, match=r"nope does not exist or is not a folder; "
+                                             "--kind=task takes a run_finetuning.py"):
+        saved_model.export(str(tmp_path / "nope"), str(tmp_path), "x", "task")
+    # An empty path (an unset shell variable) is refused as a missing one, not taken as the
+    # current directory.
+    result = run_script("export_saved_model.py", "--export_dir=", f"--model_dir={source}",
+                        "--kind=task", cwd=str(tmp_path))
+    assert result.returncode == 1
+    assert ("--export_dir must not be empty (is a shell variable in it unset?)"
+            in result.stderr)
+    assert os.listdir(tmp_path) == []
     with pytest.raises(UserInputError, match=r"--trial=2 is not a trial of .* \(it has "
                                              "trial_0 to trial_1\\)"):
         saved_model.export(source, str(tmp_path), "x", "task", trial="2")

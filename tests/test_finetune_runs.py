@@ -407,6 +407,36 @@ def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
         "pass --overwrite to replace it, or choose another --model_dir")
 
 
+def test_a_relative_vocab_path_is_recorded_absolute(tmp_path, monkeypatch):
+    """--vocab_file=data/vocab/... (as BUILD.md writes it, from the checkout) is recorded
+    in task_info.json as an absolute path: the trial exports from any directory, and a
+    trial that recorded it as given still resumes from where it was run."""
+    from electra_tf.export.saved_model import load_finetuned
+    from electra_tf.finetune import runner
+    monkeypatch.chdir(ROOT)
+    relative = os.path.relpath(UNCASED_VOCAB, ROOT)
+    init = runner.load_initialization("none", relative, model_size="tiny")
+    rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
+    out = tmp_path / "out"
+
+    def stop_after_trial_0(line):
+        if line.startswith("trial 0 (seed 0)"):
+            raise Interrupted
+    with pytest.raises(Interrupted):
+        finetune(out, train, train, init, log=stop_after_trial_0)
+    info_file = out / "trial_0" / "task_info.json"
+    info = json.loads(info_file.read_text())
+    assert info["vocab_file"] == UNCASED_VOCAB
+    info["vocab_file"] = relative  # as runs before this wrote it
+    info_file.write_text(json.dumps(info))
+    lines = []
+    finetune(out, train, train, init, log=lines.append)
+    assert any(line.startswith("trial 0 (seed 0): kept") for line in lines)
+    monkeypatch.chdir(tmp_path)
+    assert load_finetuned(str(out / "trial_1")).vocab_file == UNCASED_VOCAB
+
+
 def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
     """Intermediate-task transfer: --init_checkpoint may name a fine-tuning output dir (its
     best dev trial), a trial dir or its model/ckpt; the next run starts from that trial's

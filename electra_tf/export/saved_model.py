@@ -73,6 +73,8 @@ import json
 import math
 import os
 import re
+import shutil
+import socket
 
 import keras
 import numpy as np
@@ -690,6 +692,9 @@ def _pick_trial(model_dir: str, trial) -> tuple[str, str]:
     """(the trial dir, a note saying which) of a fine-tuning output dir or a trial dir."""
     from electra_tf.finetune.runner import RESULTS, TASK_INFO
     from electra_tf.training.pretraining import OPERATIVE_CONFIG
+    if not tf.io.gfile.isdir(model_dir):
+        raise UserInputError(f"{model_dir} does not exist or is not a folder; --kind=task takes "
+                             "a run_finetuning.py --model_dir or one of its trial_K dirs")
     if tf.io.gfile.exists(os.path.join(model_dir, TASK_INFO)):
         if trial not in (None, "best"):
             raise UserInputError(f"{model_dir} is a single trial's dir; --trial picks among "
@@ -781,7 +786,9 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
     # A hidden name, which TF Serving (numeric version folders) does not take for a version.
-    hidden = os.path.join(export_dir, model_name, f".tmp-{version}-{os.getpid()}")
+    _remove_stale_staging(os.path.join(export_dir, model_name))
+    hidden = os.path.join(export_dir, model_name,
+                          f".tmp-{version}-{socket.gethostname()}-{os.getpid()}")
     with atomic.staged_dir(target, hidden) as temporary:
         tf.saved_model.save(module, temporary, signatures={
             "serving_default": module.serving_default, "predict_ids": module.predict_ids})
@@ -793,6 +800,29 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         log(f"note: {model_name}/{max(higher)} is a higher version: TF Serving serves that one, "
             f"not {version}")
     return target
+
+
+def _remove_stale_staging(folder: str):
+    """Removes the staging folders (.tmp-VERSION-HOST-PID) that exports killed on this
+    machine (SIGTERM, SIGKILL: no clean-up ran) left in a local model-name folder; one
+    whose process still runs, or of another machine, is left alone."""
+    if "://" in folder or not os.path.isdir(folder):
+        return
+    host = socket.gethostname()
+    for name in os.listdir(folder):
+        found = re.fullmatch(r"\.tmp-\d+-(.+)-(\d+)", name)
+        if found and found.group(1) == host and not _running(int(found.group(2))):
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _versions(export_dir: str, model_name: str) -> list[int]:

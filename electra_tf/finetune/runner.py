@@ -583,6 +583,8 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
         for key in _RECORDED_SINCE:  # a trial written before the key was recorded
             if key not in recorded:
                 expected.pop(key, None)
+        if isinstance(recorded.get("vocab_file"), str):  # recorded as given, before
+            recorded["vocab_file"] = _absolute(recorded["vocab_file"])
         difference = _first_difference(recorded, expected)
         if difference:
             key, was, now = difference
@@ -592,6 +594,11 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                                  f"this run would be; {again}, or " + fix)
         kept[k] = True
     return kept
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute; a URL (gs://...) as it is."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _first_difference(recorded, expected, prefix=""):
@@ -1185,7 +1192,8 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,
-            "max_seq_length": max_seq_length, "vocab_file": init.vocab_file,
+            # (absolute: export finds it from any directory)
+            "max_seq_length": max_seq_length, "vocab_file": _absolute(init.vocab_file),
             # The positions the encoder has now been trained at, for a run that starts
             # from this one.
             "trained_seq_length": max(init.trained_seq_length or 0, max_seq_length),
