@@ -325,10 +325,10 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
     # A version written below a higher one is not the one served: said. Staging folders
     # that killed exports of this machine left are removed; a running one's, or another
     # machine's, kept.
-    import socket
+    from electra_tf.training import xla_scratch
     child = subprocess.Popen([sys.executable, "-c", ""])
     child.wait()
-    host = socket.gethostname()
+    host = xla_scratch.host()
     stale = [f".tmp-3-{host}-{child.pid}", f".tmp-2-{host}-{os.getppid()}",
              f".tmp-3-elsewhere-{child.pid}"]
     for name in stale:

@@ -250,6 +250,12 @@ class Interrupted(Exception):
     pass
 
 
+def stop_after_trial_0(line):
+    """A log that stops a run once its first trial is written."""
+    if line.startswith("trial 0 (seed 0)"):
+        raise Interrupted
+
+
 def finetune(out, train, dev, init, bindings=(), num_trials=2, seed=0, log=None):
     """A regression run of a few steps in this process (finetune/tiny.gin + bindings)."""
     import gin
@@ -282,10 +288,6 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
     dev = write_csv(tmp_path / "dev.csv", ["label", "text"], [("2", t) for _, t in rows[:4]])
     out = tmp_path / "out"
-
-    def stop_after_trial_0(line):
-        if line.startswith("trial 0 (seed 0)"):
-            raise Interrupted
     with pytest.raises(Interrupted):
         finetune(out, train, dev, init, log=stop_after_trial_0)
     assert sorted(os.listdir(out)) == ["trial_0"]
@@ -419,10 +421,6 @@ def test_a_relative_vocab_path_is_recorded_absolute(tmp_path, monkeypatch):
     rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
     train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
     out = tmp_path / "out"
-
-    def stop_after_trial_0(line):
-        if line.startswith("trial 0 (seed 0)"):
-            raise Interrupted
     with pytest.raises(Interrupted):
         finetune(out, train, train, init, log=stop_after_trial_0)
     info_file = out / "trial_0" / "task_info.json"

@@ -74,7 +74,6 @@ import math
 import os
 import re
 import shutil
-import socket
 
 import keras
 import numpy as np
@@ -86,6 +85,7 @@ from electra_tf.choices import EXPORT_KINDS as KINDS
 from electra_tf.errors import UserInputError
 from electra_tf.modeling.layers import precision_policy
 from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.training import xla_scratch
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_TEXTS = ("The quick brown fox jumps over the lazy dog.",
@@ -788,7 +788,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     # A hidden name, which TF Serving (numeric version folders) does not take for a version.
     _remove_stale_staging(os.path.join(export_dir, model_name))
     hidden = os.path.join(export_dir, model_name,
-                          f".tmp-{version}-{socket.gethostname()}-{os.getpid()}")
+                          f".tmp-{version}-{xla_scratch.host()}-{os.getpid()}")
     with atomic.staged_dir(target, hidden) as temporary:
         tf.saved_model.save(module, temporary, signatures={
             "serving_default": module.serving_default, "predict_ids": module.predict_ids})
@@ -808,21 +808,11 @@ def _remove_stale_staging(folder: str):
     whose process still runs, or of another machine, is left alone."""
     if "://" in folder or not os.path.isdir(folder):
         return
-    host = socket.gethostname()
+    host = xla_scratch.host()
     for name in os.listdir(folder):
         found = re.fullmatch(r"\.tmp-\d+-(.+)-(\d+)", name)
-        if found and found.group(1) == host and not _running(int(found.group(2))):
+        if found and found.group(1) == host and not xla_scratch.alive(int(found.group(2))):
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def _versions(export_dir: str, model_name: str) -> list[int]:
