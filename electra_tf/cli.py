@@ -89,18 +89,27 @@ def _absorb_first_xla_log():
 
 
 def mark_required(names):
-    """absl's mark_flags_as_required, with an empty value refused as a missing one is: a path
-    flag given as `--model_dir=$DIR` with DIR unset would otherwise be the current
+    """absl's mark_flags_as_required, and an empty value refused too (`run`, in one line): a
+    path flag given as `--model_dir=$DIR` with DIR unset would otherwise be the current
     directory (an export there, a run writing into the checkout)."""
     from absl import flags
     flags.mark_flags_as_required(names)
-
-    def given(value):
-        values = value if isinstance(value, list) else [value]
-        return not any(isinstance(v, str) and not v.strip() for v in values)
     for name in names:
-        flags.register_validator(name, given, message=f"--{name} must not be empty (is a shell "
-                                 "variable in it unset?)")
+        flags.FLAGS[name].electra_nonempty = True  # (on this script's flag object only)
+
+
+def _empty_required_flag() -> str | None:
+    """The first flag marked by mark_required that was given an empty value."""
+    from absl import flags
+    for name in flags.FLAGS:
+        flag = flags.FLAGS[name]
+        if not getattr(flag, "electra_nonempty", False):
+            continue
+        values = flag.value if isinstance(flag.value, list) else [flag.value]
+        # (a list flag given as "--input=" is [])
+        if not values or any(isinstance(v, str) and not v.strip() for v in values):
+            return name
+    return None
 
 
 def run(main, trains: bool = False, xla_cache: bool = False):
@@ -125,6 +134,10 @@ def run(main, trains: bool = False, xla_cache: bool = False):
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
             python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
         try:
+            empty = _empty_required_flag()
+            if empty:
+                raise UserInputError(f"--{empty} is empty (is a shell variable in it unset?); "
+                                     "pass it a value")
             if trains and _HIDE_INFO:
                 _absorb_first_xla_log()
             if trains:

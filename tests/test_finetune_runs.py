@@ -409,14 +409,23 @@ def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
         "pass --overwrite to replace it, or choose another --model_dir")
 
 
-def test_a_relative_vocab_path_is_recorded_absolute(tmp_path, monkeypatch):
+def test_the_vocab_is_recorded_by_absolute_path_and_contents(tmp_path, monkeypatch):
     """--vocab_file=data/vocab/... (as BUILD.md writes it, from the checkout) is recorded
-    in task_info.json as an absolute path: the trial exports from any directory, and a
-    trial that recorded it as given still resumes from where it was run."""
+    in task_info.json by absolute path and SHA-256, and copied into the trial: a trial
+    that recorded it as given still resumes from where it ran; the same command from a
+    checkout moved elsewhere resumes (the vocab's contents match); a trial moved away from
+    the vocab's path exports with its copy; another vocab of the same size is refused."""
+    import shutil
+
+    from electra_tf import tokenization
+    from electra_tf.errors import UserInputError
     from electra_tf.export.saved_model import load_finetuned
     from electra_tf.finetune import runner
-    monkeypatch.chdir(ROOT)
     relative = os.path.relpath(UNCASED_VOCAB, ROOT)
+    checkout = tmp_path / "checkout"
+    os.makedirs(checkout / os.path.dirname(relative))
+    shutil.copy(UNCASED_VOCAB, checkout / relative)
+    monkeypatch.chdir(checkout)
     init = runner.load_initialization("none", relative, model_size="tiny")
     rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
     train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
@@ -425,14 +434,34 @@ def test_a_relative_vocab_path_is_recorded_absolute(tmp_path, monkeypatch):
         finetune(out, train, train, init, log=stop_after_trial_0)
     info_file = out / "trial_0" / "task_info.json"
     info = json.loads(info_file.read_text())
-    assert info["vocab_file"] == UNCASED_VOCAB
+    assert info["vocab_file"] == str(checkout / relative)
+    assert info["vocab_sha256"] == tokenization.vocab_sha256(UNCASED_VOCAB)
+    assert (out / "trial_0" / "vocab.txt").read_bytes() == open(UNCASED_VOCAB, "rb").read()
     info["vocab_file"] = relative  # as runs before this wrote it
+    del info["vocab_sha256"]
     info_file.write_text(json.dumps(info))
     lines = []
     finetune(out, train, train, init, log=lines.append)
     assert any(line.startswith("trial 0 (seed 0): kept") for line in lines)
+    # The checkout moved: the same relative path from the new place.
+    moved = tmp_path / "moved"
+    shutil.move(checkout, moved)
+    monkeypatch.chdir(moved)
+    lines = []
+    finetune(out, train, train, runner.load_initialization("none", relative, model_size="tiny"),
+             num_trials=3, log=lines.append)
+    assert any(line.startswith("trial 1 (seed 1): kept") for line in lines)
+    # trial_1 recorded the checkout's old path, now gone: its copy.
     monkeypatch.chdir(tmp_path)
-    assert load_finetuned(str(out / "trial_1")).vocab_file == UNCASED_VOCAB
+    assert load_finetuned(str(out / "trial_1")).vocab_file == str(out / "trial_1" / "vocab.txt")
+    other = tmp_path / "other.txt"
+    words = open(UNCASED_VOCAB, encoding="utf-8").read().splitlines()
+    other.write_text("\n".join(words[:-1] + ["zzzunseen"]) + "\n", encoding="utf-8")
+    with pytest.raises(UserInputError) as error:
+        load_finetuned(str(out / "trial_1"), vocab_file=str(other))
+    assert str(error.value) == (
+        f"{other} is not the vocab {out / 'trial_1'} was fine-tuned with (its sha256 differs "
+        "from task_info.json's vocab_sha256); pass the model's vocab")
 
 
 def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):

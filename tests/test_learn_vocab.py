@@ -315,7 +315,7 @@ def test_script_checks_the_output_before_reading_the_input(tmp_path):
         (tmp_path / "file" / "sub" / "vocab.txt",
          f"error: --output={tmp_path}/file/sub/vocab.txt lies under {tmp_path}/file, which is a "
          "file, not a folder; pass another --output"),
-        ("", "error: --output is empty; pass a file path, e.g. --output=vocab.txt"),
+        ("", "error: --output is empty (is a shell variable in it unset?); pass it a value"),
     ]
     for output, expected in cases:
         result = _run_script(f"--input={unread}", f"--output={output}", "--vocab_size=200")

@@ -1054,10 +1054,19 @@ def test_steps_in_one_compiled_call_equal_one_call_per_step(tmp_path, data):
     one, _ = run(tmp_path / "one", data, more + ["pretraining.steps_per_call = 1"])
     three, _ = run(tmp_path / "three", data, more + ["pretraining.steps_per_call = 3"])
     assert one["step"] == three["step"] == 8
+    # (float32 rounding only: XLA fuses a loop's steps otherwise than single steps, 5e-6 of
+    # the loss on an AVX-512 host; another dropout mask or a step more moves it by 1e-2)
     for key in ("loss/total", "discriminator/accuracy", "generator/mlm_accuracy"):
-        assert three["train"][key] == pytest.approx(one["train"][key], rel=1e-6), key
-    _assert_close(model_values(str(tmp_path / "one" / "ckpt-8")),
-                  model_values(str(tmp_path / "three" / "ckpt-8")))
+        assert three["train"][key] == pytest.approx(one["train"][key], rel=5e-5), key
+    # As close as an XLA step is to a plain one (test_xla_compiled_step_equals_the_plain_one),
+    # but for a few values: Adam's update of an embedding entry whose gradient is near 0
+    # scales the rounding up (on an AVX-512 host: 5 of 976704 values, by at most 2e-5).
+    # Another dropout mask or learning rate moves every weight.
+    one, three = (model_values(str(tmp_path / name / "ckpt-8")) for name in ("one", "three"))
+    assert set(one) == set(three)
+    for name in one:
+        off = ~np.isclose(three[name], one[name], rtol=1e-3, atol=1e-5)
+        assert off.mean() < 1e-4 and np.abs(three[name] - one[name]).max() < 1e-4, name
 
 
 @pytest.mark.parametrize("bindings, kwargs, message", [

@@ -15,7 +15,6 @@ import bz2
 import codecs
 import dataclasses
 import gzip
-import io
 import json
 import lzma
 import os

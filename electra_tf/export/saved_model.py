@@ -634,7 +634,7 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
     to report. Raises UserInputError naming what is missing or does not fit.
     """
     from electra_tf.finetune.models import TaskModel
-    from electra_tf.finetune.runner import TASK_INFO
+    from electra_tf.finetune.runner import TASK_INFO, VOCAB_COPY
     from electra_tf.modeling.config import EncoderConfig
     trial_dir, note = _pick_trial(model_dir, trial)
     with tf.io.gfile.GFile(os.path.join(trial_dir, TASK_INFO)) as f:
@@ -643,10 +643,19 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"{trial_dir} holds no fine-tuned weights (model/ckpt); "
                              "fine-tune with finetuning.save_model = True to export it")
+    own = os.path.join(trial_dir, VOCAB_COPY)
+    if (not vocab_file and not tf.io.gfile.exists(info["vocab_file"])
+            and tf.io.gfile.exists(own)):
+        vocab_file = own  # the dir moved away from it: the trial's copy
     vocab_file = vocab_file or info["vocab_file"]
     if not vocab_file or not tf.io.gfile.exists(vocab_file):
         raise UserInputError(f"the vocab of {trial_dir} ({vocab_file}) is not there; pass "
                              "--vocab_file with the vocab the model was fine-tuned with")
+    recorded = info.get("vocab_sha256")
+    if recorded and tokenization.vocab_sha256(vocab_file) != recorded:
+        raise UserInputError(f"{vocab_file} is not the vocab {trial_dir} was fine-tuned with "
+                             "(its sha256 differs from task_info.json's vocab_sha256); pass "
+                             "the model's vocab")
     if "text_pair" not in info:  # written before it was recorded: only GLUE's is known
         from electra_tf.finetune.tasks import TASKS
         glue = getattr(TASKS.get(info["task"]), "glue", None)
@@ -788,7 +797,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     # A hidden name, which TF Serving (numeric version folders) does not take for a version.
     _remove_stale_staging(os.path.join(export_dir, model_name))
     hidden = os.path.join(export_dir, model_name,
-                          f".tmp-{version}-{xla_scratch.host()}-{os.getpid()}")
+                          f".tmp-{version}-{staging_owner()}-{os.getpid()}")
     with atomic.staged_dir(target, hidden) as temporary:
         tf.saved_model.save(module, temporary, signatures={
             "serving_default": module.serving_default, "predict_ids": module.predict_ids})
@@ -803,16 +812,26 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
 
 
 def _remove_stale_staging(folder: str):
-    """Removes the staging folders (.tmp-VERSION-HOST-PID) that exports killed on this
+    """Removes the staging folders (.tmp-VERSION-OWNER-PID) that exports killed on this
     machine (SIGTERM, SIGKILL: no clean-up ran) left in a local model-name folder; one
-    whose process still runs, or of another machine, is left alone."""
+    whose process still runs, or of another machine or container, is left alone."""
     if "://" in folder or not os.path.isdir(folder):
         return
-    host = xla_scratch.host()
+    owner = staging_owner()
     for name in os.listdir(folder):
         found = re.fullmatch(r"\.tmp-\d+-(.+)-(\d+)", name)
-        if found and found.group(1) == host and not xla_scratch.alive(int(found.group(2))):
+        if found and found.group(1) == owner and not xla_scratch.alive(int(found.group(2))):
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def staging_owner() -> str:
+    """Who may tell whether a staging folder's process runs: this machine and its PID
+    namespace (containers sharing a host name number their processes apart)."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{xla_scratch.host()}_{namespace}"
 
 
 def _versions(export_dir: str, model_name: str) -> list[int]:

@@ -13,9 +13,11 @@ large}.gin hold paper Table 7's); paths are arguments.
 Written in the model dir: `results.json`, and per trial `trial_K/` with the dev (and test)
 predictions (GLUE test sets in the GLUE submission format under `trial_K/glue/`), the
 fine-tuned weights (`model/ckpt`), `task_info.json` (what export needs, and what the trial
-was run with: seed, inputs' SHA-256, hyperparameters) and `trial.json` (its entry in
-results.json). Each file is written under a temporary name and renamed, and a trial's folder
-appears only once it is complete.
+was run with: seed, inputs' SHA-256, the vocab's path and SHA-256, hyperparameters),
+`vocab.txt` (a copy of the vocab, which export falls back to when the trial has moved
+away from the vocab's path) and `trial.json` (its entry in results.json). Each file is
+written under a temporary name and renamed, and a trial's folder appears only once it is
+complete.
 
 An interrupted run resumes: the same command on a model dir with trial folders but no
 results.json keeps each complete trial whose task_info.json matches what this run would do,
@@ -52,6 +54,7 @@ from electra_tf.training.trainer import LossScale
 
 RESULTS = "results.json"
 TASK_INFO = "task_info.json"
+VOCAB_COPY = "vocab.txt"  # a trial's copy of its vocab
 TRIAL_RESULT = "trial.json"  # a trial's entry in results.json, for a resumed run
 NO_INIT = ("none", "random")
 # ELECTRA's QA head, the official defaults: the answerability loss's weight, and the
@@ -550,7 +553,7 @@ def _finished_trials(model_dir: str) -> int | None:
 
 # task_info.json keys that record what a trial did without changing it: a trial written
 # before them still resumes.
-_RECORDED_SINCE = ("trained_seq_length",)
+_RECORDED_SINCE = ("trained_seq_length", "vocab_sha256")
 
 
 def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
@@ -583,7 +586,10 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
         for key in _RECORDED_SINCE:  # a trial written before the key was recorded
             if key not in recorded:
                 expected.pop(key, None)
-        if isinstance(recorded.get("vocab_file"), str):  # recorded as given, before
+        if "vocab_sha256" in recorded:  # the vocab is its contents, wherever it now lies
+            recorded.pop("vocab_file", None)
+            expected.pop("vocab_file", None)
+        elif isinstance(recorded.get("vocab_file"), str):  # recorded as given, before
             recorded["vocab_file"] = _absolute(recorded["vocab_file"])
         difference = _first_difference(recorded, expected)
         if difference:
@@ -597,8 +603,9 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
 
 
 def _absolute(path: str) -> str:
-    """A local path made absolute; a URL (gs://...) as it is."""
-    return path if "://" in path else os.path.abspath(path)
+    """A local path made absolute (not normalised: "link/.." is where the link leads); a
+    URL (gs://...) as it is."""
+    return path if "://" in path or os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 def _first_difference(recorded, expected, prefix=""):
@@ -1173,6 +1180,7 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, info, record,
                           **decode_options)
         atomic.write_text(os.path.join(partial, TASK_INFO),
                           json.dumps(info, indent=2, allow_nan=False))
+        tf.io.gfile.copy(info["vocab_file"], os.path.join(partial, VOCAB_COPY), overwrite=True)
         record = dict(record, dev={k: v if math.isfinite(v) else None
                                    for k, v in record["dev"].items()})
         atomic.write_text(os.path.join(partial, TRIAL_RESULT),
@@ -1192,8 +1200,10 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,
-            # (absolute: export finds it from any directory)
+            # (absolute: export finds it from any directory; the trial keeps a copy,
+            # VOCAB_COPY, for a dir moved away from it)
             "max_seq_length": max_seq_length, "vocab_file": _absolute(init.vocab_file),
+            "vocab_sha256": tokenization.vocab_sha256(init.vocab_file),
             # The positions the encoder has now been trained at, for a run that starts
             # from this one.
             "trained_seq_length": max(init.trained_seq_length or 0, max_seq_length),
