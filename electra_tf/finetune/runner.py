@@ -342,7 +342,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     decode_options = dict(n_best_size=n_best_size, max_answer_length=max_answer_length,
                           no_answer_threshold=no_answer_threshold)
     head_options = dict(qa_head=qa_head, beam_size=beam_size, doc_stride=doc_stride)
-    settings = dict(inputs_sha256=digests, num_train_steps=steps, hyperparameters=dict(
+    settings = dict(
+        inputs_sha256=digests, vocab_sha256=tokenization.vocab_sha256(init.vocab_file),
+        num_train_steps=steps, hyperparameters=dict(
         learning_rate=learning_rate, train_batch_size=train_batch_size, num_epochs=epochs,
         layerwise_lr_decay=layerwise_lr_decay, official_layerwise_decay=official_layerwise_decay,
         warmup_proportion=warmup_proportion, clip_norm=clip_norm, head_dropout=head_dropout,
@@ -1192,8 +1194,8 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, info, record,
 def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
                decode_options, head_options, settings) -> dict:
     """A trial's task_info.json: what export (--kind=task) needs besides the weights, and
-    (`settings`: inputs_sha256, num_train_steps, hyperparameters, optimizer) what else the
-    trial was run with, for a rerun to tell whether it may keep the trial."""
+    (`settings`: inputs_sha256, vocab_sha256, num_train_steps, hyperparameters, optimizer)
+    what else the trial was run with, for a rerun to tell whether it may keep the trial."""
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
             "labels": adapter.labels, "tag_scheme": adapter.tag_scheme,
@@ -1203,7 +1205,6 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             # (absolute: export finds it from any directory; the trial keeps a copy,
             # VOCAB_COPY, for a dir moved away from it)
             "max_seq_length": max_seq_length, "vocab_file": _absolute(init.vocab_file),
-            "vocab_sha256": tokenization.vocab_sha256(init.vocab_file),
             # The positions the encoder has now been trained at, for a run that starts
             # from this one.
             "trained_seq_length": max(init.trained_seq_length or 0, max_seq_length),
