@@ -4,6 +4,7 @@ nothing behind: everything is written under a temporary name beside its target (
 local or any tf.io.gfile filesystem (gs://...)."""
 
 import contextlib
+import errno
 import os
 import uuid
 
@@ -53,13 +54,15 @@ def check_folder(folder: str, flag: str = "--model_dir") -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(path: str, temporary: str | None = None):
+def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
     """Yields a temporary folder beside `path` to fill (`temporary`, default
     temporary_name(path)); when the block ends without an exception the folder becomes
     `path`, else it is removed. A folder already at `path` (the caller has checked that it
     may be replaced) is renamed aside first and deleted only once the new one is in place:
-    if that fails, it is put back. (On object stores such as gs:// a folder's rename copies
-    it object by object, so there a reader may see it partly written.)"""
+    if that fails, it is put back. With replace=False a folder found at `path` when the block
+    ends (another process wrote it meanwhile) is left as it is and FileExistsError (filename
+    `path`) is raised. (On object stores such as gs:// a folder's rename copies it object by
+    object, so there a reader may see it partly written.)"""
     path = path.rstrip("/")
     temporary = temporary or temporary_name(path)
     if tf.io.gfile.exists(temporary):  # a given name, left by a killed run
@@ -68,6 +71,8 @@ def staged_dir(path: str, temporary: str | None = None):
     try:
         yield temporary
         old = temporary_name(path) if tf.io.gfile.exists(path) else None
+        if old and not replace:
+            raise FileExistsError(errno.EEXIST, "written while this one was staged", path)
         if old:
             tf.io.gfile.rename(path, old)
         try:

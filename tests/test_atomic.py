@@ -50,6 +50,21 @@ def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model"]
 
 
+def test_staged_dir_without_replace_keeps_a_folder_written_meanwhile(tmp_path):
+    target = tmp_path / "1"
+    with pytest.raises(FileExistsError) as error:
+        with atomic.staged_dir(str(target), replace=False) as temporary:
+            open(os.path.join(temporary, "saved_model.pb"), "w").write("mine")
+            target.mkdir()  # another writer's, finished first
+            (target / "saved_model.pb").write_text("theirs")
+    assert error.value.filename == str(target)
+    assert os.listdir(tmp_path) == ["1"]
+    assert (target / "saved_model.pb").read_text() == "theirs"
+    with atomic.staged_dir(str(tmp_path / "2"), replace=False) as temporary:
+        open(os.path.join(temporary, "saved_model.pb"), "w").write("new")
+    assert (tmp_path / "2" / "saved_model.pb").read_text() == "new"
+
+
 def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_path,
                                                                           monkeypatch):
     """The folder being replaced is renamed aside, not deleted first: a failure while the

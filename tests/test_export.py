@@ -309,10 +309,28 @@ def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen
     assert not os.path.exists(tmp_path / "serving")
 
 
-def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path):
+def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
     with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=2"):
         saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
+    # Two exports of one version at once: the one finishing second is refused and the
+    # other's SavedModel kept (it was replaced, silently).
+    write_warmup = saved_model._write_warmup
+
+    def another_export_finishes(folder, *args):
+        shutil.copytree(tmp_path / "electra" / "1", tmp_path / "race" / "1")
+        (tmp_path / "race" / "1" / "theirs").write_text("")
+        write_warmup(folder, *args)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(saved_model, "_write_warmup", another_export_finishes)
+        with pytest.raises(UserInputError) as error:
+            saved_model.export(model_dir, str(tmp_path), "race", "discriminator")
+    assert str(error.value) == (
+        f"{tmp_path}/race/1 was written by another export while this one ran; it is kept: "
+        "pass --version=2 or --overwrite")
+    assert os.listdir(tmp_path / "race") == ["1"]  # no staging folder left
+    assert os.path.exists(tmp_path / "race" / "1" / "theirs")
     # A generator as version 2 of the discriminator's name would replace it in TF Serving.
     with pytest.raises(UserInputError) as error:
         saved_model.export(model_dir, str(tmp_path), "electra", "generator", version=2)

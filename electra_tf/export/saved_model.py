@@ -798,11 +798,19 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     _remove_stale_staging(os.path.join(export_dir, model_name))
     hidden = os.path.join(export_dir, model_name,
                           f".tmp-{version}-{staging_owner()}-{os.getpid()}")
-    with atomic.staged_dir(target, hidden) as temporary:
-        tf.saved_model.save(module, temporary, signatures={
-            "serving_default": module.serving_default, "predict_ids": module.predict_ids})
-        _check_same_signature(temporary, export_dir, model_name, version, kind)
-        _write_warmup(os.path.join(temporary, "assets.extra"), model_name, module.input_names)
+    try:
+        with atomic.staged_dir(target, hidden, replace=overwrite) as temporary:
+            tf.saved_model.save(module, temporary, signatures={
+                "serving_default": module.serving_default, "predict_ids": module.predict_ids})
+            _check_same_signature(temporary, export_dir, model_name, version, kind)
+            _write_warmup(os.path.join(temporary, "assets.extra"), model_name,
+                          module.input_names)
+    except FileExistsError as error:
+        if error.filename != target:
+            raise
+        # Another export of this version finished while this one ran: it is kept.
+        raise UserInputError(f"{target} was written by another export while this one ran; "
+                             f"it is kept: pass --version={version + 1} or --overwrite") from None
     write_models_config(export_dir, model_name)
     higher = [v for v in _versions(export_dir, model_name) if v > version]
     if higher:
