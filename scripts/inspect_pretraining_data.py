@@ -44,15 +44,15 @@ def main(argv):
     if length is None:
         raise UserInputError(f"{FLAGS.data} has no metadata.json; pass --max_seq_length")
     tokenizer = Tokenizer(FLAGS.vocab_file)
+    info = pipeline.validate_data(files, length, FLAGS.vocab_file,
+                                  length_flag="--max_seq_length", data_flag="--data")
     dataset = pipeline.pretraining_dataset(
         FLAGS.data, FLAGS.num_examples, length, FLAGS.vocab_file, mask_prob=FLAGS.mask_prob,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000,
-        premasked=FLAGS.premasked_records,
+        premasked=FLAGS.premasked_records, data_info=info,
         length_flag="--max_seq_length", data_flag="--data", mask_prob_flag="--mask_prob",
         predictions_flag="--max_predictions_per_seq")
-    info = pipeline.validate_data(files, length, FLAGS.vocab_file,
-                                  length_flag="--max_seq_length", data_flag="--data")
     notes = [pipeline.premasked_note(info, FLAGS.premasked_records, "--data",
                                      "--premasked_records=as_written"),
              FLAGS.whole_word_masking and pipeline.whole_word_note(files, tokenizer.vocab, info,

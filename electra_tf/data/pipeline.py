@@ -325,7 +325,7 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                         seed: int = 0, is_training: bool = True,
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10000, cycle_length: int = 8,
-                        validate: bool = True, premasked: str = "remask",
+                        data_info: dict | None = None, premasked: str = "remask",
                         length_flag: str = "MAX_SEQ_LENGTH",
                         data_flag: str = "--train_data", mask_prob_flag: str = "MASK_PROB",
                         predictions_flag: str = "pretraining.max_predictions_per_seq"
@@ -349,7 +349,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
       is_training: repeat and shuffle; otherwise one ordered pass.
       input_context: from distribute_datasets_from_function.
       shuffle_buffer_size, cycle_length: tf.data knobs.
-      validate: check data against config first (validate_data).
+      data_info: `validate_data`'s result for these files and settings, from a caller that
+        has checked them (the check, a read of every file's first record, is not repeated);
+        None: they are checked here first.
       premasked: for pre-masked BERT records, "remask" (put the original tokens back and
         mask them as unmasked records are: dynamic, at mask_prob, with
         max_predictions_per_seq slots) or "as_written" (BERT's static masks and 80/10/10
@@ -365,9 +367,8 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     and the generator's samples).
     """
     files = list_files(file_pattern)
-    info = (validate_data(files, max_seq_length, vocab_file, length_flag=length_flag,
-                          data_flag=data_flag) if validate
-            else {"premasked": False, "max_predictions": None, "word_starts": False})
+    info = data_info or validate_data(files, max_seq_length, vocab_file,
+                                      length_flag=length_flag, data_flag=data_flag)
     tokenizer_vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(tokenizer_vocab)}
     if premasked not in PREMASKED_MODES:

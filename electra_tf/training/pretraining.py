@@ -181,8 +181,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
         latest_checkpoint(init_checkpoint)  # a model dir or a checkpoint prefix
     train_files = pipeline.list_files(train_data)
-    info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
-    vocab_file = _vocab_file(vocab_file, info, train_data)
+    vocab_file = _vocab_file(vocab_file, train_files, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     eval_info = None
     if eval_data:
@@ -247,7 +246,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                         whole_word_masking=whole_word_masking, seed=seed,
                         premasked=premasked_records)
     dataset, local_replicas = pipeline.worker_dataset(strategy, train_batch_size, train_data,
-                                                      worker_index=task_id, **data_options)
+                                                      worker_index=task_id, data_info=info,
+                                                      **data_options)
     workers = pipeline.num_workers(strategy)
     if workers > 1:
         log(f"worker {task_id} of {workers} reads input pipeline {task_id}")
@@ -382,7 +382,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if eval_data:
         eval_dataset, _ = pipeline.worker_dataset(strategy, train_batch_size, eval_data,
                                                   worker_index=task_id, is_training=False,
-                                                  **data_options)
+                                                  data_info=eval_info, **data_options)
         evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas)
     monitor.trainer, monitor.evaluator = trainer, evaluator
     # SIGTERM (and Ctrl-C) sets a flag; this process handles it itself, since TensorFlow's
@@ -1053,9 +1053,9 @@ def _check_choice(name, value, choices):
         raise UserInputError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
-def _vocab_file(vocab_file, info, train_data) -> str:
+def _vocab_file(vocab_file, train_files, train_data) -> str:
     if vocab_file is None:
-        metadata = info["metadata"]
+        metadata = pipeline.read_metadata(train_files)
         if metadata is None or not metadata.get("vocab_file"):
             raise UserInputError(
                 f"--train_data={train_data} has no metadata.json naming its vocab; pass "
