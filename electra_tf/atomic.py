@@ -80,6 +80,9 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
         except BaseException:
             if old and not tf.io.gfile.exists(path):
                 tf.io.gfile.rename(old, path)
+            if not replace and tf.io.gfile.exists(path):  # appeared since the check above
+                raise FileExistsError(errno.EEXIST, "written while this one was staged",
+                                      path) from None
             raise
         if old:
             tf.io.gfile.rmtree(old)

@@ -65,6 +65,27 @@ def test_staged_dir_without_replace_keeps_a_folder_written_meanwhile(tmp_path):
     assert (tmp_path / "2" / "saved_model.pb").read_text() == "new"
 
 
+def test_staged_dir_without_replace_keeps_a_folder_renamed_in_at_the_same_moment(
+        tmp_path, monkeypatch):
+    """The other writer's rename lands between the check and this one's rename: the same
+    error, the other's folder kept."""
+    target, rename = tmp_path / "1", tf.io.gfile.rename
+
+    def others_first(source, destination, overwrite=False):
+        if destination == str(target) and not target.exists():
+            target.mkdir()
+            (target / "saved_model.pb").write_text("theirs")
+        return rename(source, destination, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", others_first)
+    with pytest.raises(FileExistsError) as error:
+        with atomic.staged_dir(str(target), replace=False) as temporary:
+            open(os.path.join(temporary, "saved_model.pb"), "w").write("mine")
+    assert error.value.filename == str(target)
+    assert os.listdir(tmp_path) == ["1"]
+    assert (target / "saved_model.pb").read_text() == "theirs"
+
+
 def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_path,
                                                                           monkeypatch):
     """The folder being replaced is renamed aside, not deleted first: a failure while the

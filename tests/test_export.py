@@ -340,6 +340,22 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
         "input_mask, mask_positions, tokens, top_k_probabilities, top_k_tokens), and TF "
         "Serving serves a name's highest version only; pass another --model_name")
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]
+    # A higher version may add outputs (this release's export above an earlier release's):
+    # the earlier one's clients get what they read; said, not refused.
+    earlier = tf.Module()
+    earlier.serve = tf.function(
+        lambda text: {"tokens": tf.strings.split(text).to_tensor(),
+                      "input_mask": tf.ones_like(tf.strings.split(text).to_tensor(), tf.int32)},
+        input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    tf.saved_model.save(earlier, str(tmp_path / "grown" / "1"), signatures=earlier.serve)
+    lines = []
+    saved_model.export(model_dir, str(tmp_path), "grown", "discriminator", version=2,
+                       log=lines.append)
+    assert lines == ["note: grown/2 adds the outputs replaced_probability to those of grown/1"]
+    with pytest.raises(UserInputError, match=r"grown/2 serves another kind of model \(outputs "
+                                             r"input_mask, replaced_probability, tokens\) than "
+                                             "this --kind=generator export"):
+        saved_model.export(model_dir, str(tmp_path), "grown", "generator", version=3)
     # A version written below a higher one is not the one served: said. Staging folders
     # that killed exports of this machine left are removed; a running one's, or another
     # machine's, kept.

@@ -414,7 +414,8 @@ def test_the_vocab_is_recorded_by_absolute_path_and_contents(tmp_path, monkeypat
     in task_info.json by absolute path and SHA-256, and copied into the trial: a trial
     that recorded it as given still resumes from where it ran; the same command from a
     checkout moved elsewhere resumes (the vocab's contents match); a trial moved away from
-    the vocab's path exports with its copy; another vocab of the same size is refused."""
+    the vocab's path, or whose vocab file was replaced since, exports with its copy; another
+    vocab of the same size is refused."""
     import shutil
 
     from electra_tf import tokenization
@@ -462,6 +463,17 @@ def test_the_vocab_is_recorded_by_absolute_path_and_contents(tmp_path, monkeypat
     assert str(error.value) == (
         f"{other} is not the vocab {out / 'trial_1'} was fine-tuned with (its sha256 differs "
         "from task_info.json's vocab_sha256); pass the model's vocab")
+    # trial_2 recorded the moved checkout's path, whose file now holds another vocab (a new
+    # one written over it): its copy; without the copy, the changed file is refused.
+    shutil.copy(other, moved / relative)
+    trial_2 = out / "trial_2"
+    assert load_finetuned(str(trial_2)).vocab_file == str(trial_2 / "vocab.txt")
+    os.remove(trial_2 / "vocab.txt")
+    with pytest.raises(UserInputError) as error:
+        load_finetuned(str(trial_2))
+    assert str(error.value) == (
+        f"{moved / relative} is not the vocab {trial_2} was fine-tuned with (its sha256 "
+        "differs from task_info.json's vocab_sha256); pass the model's vocab")
 
 
 def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):

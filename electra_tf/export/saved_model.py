@@ -623,6 +623,25 @@ class FinetunedModel:
     note: str  # which trial, and why
 
 
+def _trial_vocab(trial_dir: str, info: dict, given: str | None, copy: str) -> str:
+    """The vocab a trial was fine-tuned with: `given` (--vocab_file), else the one its
+    task_info.json names, else, where that is gone or has changed since (task_info's
+    vocab_sha256 differs), the trial's own copy."""
+    recorded = info.get("vocab_sha256")
+    candidates = [given] if given else [info["vocab_file"], copy]
+    for vocab_file in candidates:
+        if (vocab_file and tf.io.gfile.exists(vocab_file)
+                and (not recorded or tokenization.vocab_sha256(vocab_file) == recorded)):
+            return vocab_file
+    vocab_file = candidates[0]
+    if not vocab_file or not tf.io.gfile.exists(vocab_file):
+        raise UserInputError(f"the vocab of {trial_dir} ({vocab_file}) is not there; pass "
+                             "--vocab_file with the vocab the model was fine-tuned with")
+    raise UserInputError(f"{vocab_file} is not the vocab {trial_dir} was fine-tuned with "
+                         "(its sha256 differs from task_info.json's vocab_sha256); pass "
+                         "the model's vocab")
+
+
 def load_finetuned(model_dir: str, trial: str | int | None = None,
                    vocab_file: str | None = None) -> FinetunedModel:
     """The task model of a run_finetuning.py output dir or of one of its trial_K dirs, with
@@ -643,19 +662,7 @@ def load_finetuned(model_dir: str, trial: str | int | None = None,
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"{trial_dir} holds no fine-tuned weights (model/ckpt); "
                              "fine-tune with finetuning.save_model = True to export it")
-    own = os.path.join(trial_dir, VOCAB_COPY)
-    if (not vocab_file and not tf.io.gfile.exists(info["vocab_file"])
-            and tf.io.gfile.exists(own)):
-        vocab_file = own  # the dir moved away from it: the trial's copy
-    vocab_file = vocab_file or info["vocab_file"]
-    if not vocab_file or not tf.io.gfile.exists(vocab_file):
-        raise UserInputError(f"the vocab of {trial_dir} ({vocab_file}) is not there; pass "
-                             "--vocab_file with the vocab the model was fine-tuned with")
-    recorded = info.get("vocab_sha256")
-    if recorded and tokenization.vocab_sha256(vocab_file) != recorded:
-        raise UserInputError(f"{vocab_file} is not the vocab {trial_dir} was fine-tuned with "
-                             "(its sha256 differs from task_info.json's vocab_sha256); pass "
-                             "the model's vocab")
+    vocab_file = _trial_vocab(trial_dir, info, vocab_file, os.path.join(trial_dir, VOCAB_COPY))
     if "text_pair" not in info:  # written before it was recorded: only GLUE's is known
         from electra_tf.finetune.tasks import TASKS
         glue = getattr(TASKS.get(info["task"]), "glue", None)
@@ -802,7 +809,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         with atomic.staged_dir(target, hidden, replace=overwrite) as temporary:
             tf.saved_model.save(module, temporary, signatures={
                 "serving_default": module.serving_default, "predict_ids": module.predict_ids})
-            _check_same_signature(temporary, export_dir, model_name, version, kind)
+            _check_same_signature(temporary, export_dir, model_name, version, kind, log)
             _write_warmup(os.path.join(temporary, "assets.extra"), model_name,
                           module.input_names)
     except FileExistsError as error:
@@ -833,13 +840,20 @@ def _remove_stale_staging(folder: str):
 
 
 def staging_owner() -> str:
-    """Who may tell whether a staging folder's process runs: this machine and its PID
-    namespace (containers sharing a host name number their processes apart)."""
+    """Who may tell whether a staging folder's process runs: this machine (its host name
+    and systemd's /etc/machine-id, where there is one: machines sharing a host name and an
+    NFS export dir differ there) and its PID namespace (containers sharing a host name, and
+    often the machine id of their image, number their processes apart)."""
     try:
         namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         namespace = 0
-    return f"{xla_scratch.host()}_{namespace}"
+    try:
+        with open("/etc/machine-id", encoding="ascii") as f:
+            machine = re.sub(r"[^0-9a-f]", "", f.read().lower())[:12]
+    except (OSError, ValueError):
+        machine = ""
+    return f"{xla_scratch.host()}_{machine}{'_' if machine else ''}{namespace}"
 
 
 def _versions(export_dir: str, model_name: str) -> list[int]:
@@ -864,19 +878,29 @@ def _signature(path: str) -> tuple[list[str], list[str]] | None:
     return signature and (sorted(signature.inputs), sorted(signature.outputs))
 
 
-def _check_same_signature(path, export_dir, model_name, version, kind):
+def _check_same_signature(path, export_dir, model_name, version, kind, log):
     """One model name serves one kind of model: TF Serving serves its highest version, so a
     version of another kind (a generator as version 2 of a discriminator's name) would
-    replace what its clients call."""
+    replace what its clients call. A higher version may add outputs (a QA export of a
+    later release, one with an answerability head): the clients of a lower one still get
+    everything they read."""
     new = _signature(path)
     for other in _versions(export_dir, model_name):
         old = _signature(os.path.join(export_dir, model_name, str(other)))
-        if other != version and old is not None and old != new:
-            raise UserInputError(
-                f"{os.path.join(export_dir, model_name, str(other))} serves another kind of "
-                f"model (outputs {', '.join(old[1])}) than this --kind={kind} export (outputs "
-                f"{', '.join(new[1])}), and TF Serving serves a name's highest version only; "
-                "pass another --model_name")
+        if other == version or old is None or old == new:
+            continue
+        lower, higher = (old, new) if other < version else (new, old)
+        if lower[0] == higher[0] and set(lower[1]) < set(higher[1]):
+            added = sorted(set(higher[1]) - set(lower[1]))
+            log(f"note: {model_name}/{max(other, version)} adds the outputs "
+                f"{', '.join(added)} to those of {model_name}/{min(other, version)}")
+            continue
+        names = (lambda s: f"inputs {', '.join(s[0])}; outputs {', '.join(s[1])}"
+                 if old[0] != new[0] else f"outputs {', '.join(s[1])}")
+        raise UserInputError(
+            f"{os.path.join(export_dir, model_name, str(other))} serves another kind of "
+            f"model ({names(old)}) than this --kind={kind} export ({names(new)}), and TF "
+            "Serving serves a name's highest version only; pass another --model_name")
 
 
 def fresh_parts(loaded) -> list[str]:
