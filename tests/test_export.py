@@ -356,6 +356,20 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
                                              r"input_mask, replaced_probability, tokens\) than "
                                              "this --kind=generator export"):
         saved_model.export(model_dir, str(tmp_path), "grown", "generator", version=3)
+    # The same outputs of other inputs (a sentence-pair model): the inputs are named too.
+    pair = tf.Module()
+    pair.serve = tf.function(
+        lambda text, text_b: {name: tf.strings.split(text + text_b).to_tensor()
+                              for name in ("input_mask", "replaced_probability", "tokens")},
+        input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in ("text", "text_b")])
+    tf.saved_model.save(pair, str(tmp_path / "pair" / "1"), signatures=pair.serve)
+    with pytest.raises(UserInputError) as error:
+        saved_model.export(model_dir, str(tmp_path), "pair", "discriminator", version=2)
+    assert str(error.value) == (
+        f"{tmp_path}/pair/1 serves another kind of model (inputs text, text_b; outputs "
+        "input_mask, replaced_probability, tokens) than this --kind=discriminator export "
+        "(inputs text; outputs input_mask, replaced_probability, tokens), and TF Serving "
+        "serves a name's highest version only; pass another --model_name")
     # A version written below a higher one is not the one served: said. Staging folders
     # that killed exports of this machine left are removed; a running one's, or another
     # machine's, kept.

@@ -895,12 +895,17 @@ def _check_same_signature(path, export_dir, model_name, version, kind, log):
             log(f"note: {model_name}/{max(other, version)} adds the outputs "
                 f"{', '.join(added)} to those of {model_name}/{min(other, version)}")
             continue
-        names = (lambda s: f"inputs {', '.join(s[0])}; outputs {', '.join(s[1])}"
-                 if old[0] != new[0] else f"outputs {', '.join(s[1])}")
+        inputs = old[0] != new[0]
         raise UserInputError(
             f"{os.path.join(export_dir, model_name, str(other))} serves another kind of "
-            f"model ({names(old)}) than this --kind={kind} export ({names(new)}), and TF "
-            "Serving serves a name's highest version only; pass another --model_name")
+            f"model ({_names(old, inputs)}) than this --kind={kind} export "
+            f"({_names(new, inputs)}), and TF Serving serves a name's highest version only; "
+            "pass another --model_name")
+
+
+def _names(signature, inputs: bool) -> str:
+    outputs = f"outputs {', '.join(signature[1])}"
+    return f"inputs {', '.join(signature[0])}; {outputs}" if inputs else outputs
 
 
 def fresh_parts(loaded) -> list[str]:
