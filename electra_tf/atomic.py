@@ -5,7 +5,9 @@ local or any tf.io.gfile filesystem (gs://...)."""
 
 import contextlib
 import errno
+import json
 import os
+import re
 import uuid
 
 import tensorflow as tf
@@ -89,3 +91,75 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
     finally:
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.rmtree(temporary)
+
+
+RUNNING = ".running.json"  # in a model dir: the run writing it (`hold`)
+
+
+def owner() -> str:
+    """Who may tell whether a process of this machine runs: its host name and systemd's
+    /etc/machine-id, where there is one (machines sharing a host name and an NFS folder
+    differ there), and its PID namespace (containers sharing a host name, and often their
+    image's machine id, number their processes apart)."""
+    from electra_tf.training import xla_scratch
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    try:
+        with open("/etc/machine-id", encoding="ascii") as f:
+            machine = re.sub(r"[^0-9a-f]", "", f.read().lower())[:12]
+    except (OSError, ValueError):
+        machine = ""
+    return f"{xla_scratch.host()}_{machine}{'_' if machine else ''}{namespace}"
+
+
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat's 22nd field),
+    which tells a process from a later one given its PID; None where /proc has no such."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def hold(folder: str, script: str, flag: str = "--model_dir"):
+    """Marks `folder` as written by this process while the block runs (RUNNING in it), so
+    that a second run started on it meanwhile (the same command twice, a scheduler's restart
+    while the first still runs) stops in one line instead of interleaving its checkpoints
+    and deleting the other's trials. A mark whose process has ended (killed, even by
+    SIGKILL) or that another machine wrote (its processes cannot be seen from here: a
+    resumed preempted run) is taken over."""
+    path = os.path.join(folder, RUNNING)
+    me = {"owner": owner(), "pid": os.getpid(), "started": _started(os.getpid()),
+          "script": script}
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            other = json.loads(f.read())
+    except (tf.errors.OpError, ValueError):  # none, or not one of ours
+        other = None
+    if (isinstance(other, dict) and other.get("owner") == me["owner"]
+            and isinstance(other.get("pid"), int) and other["pid"] != me["pid"]):
+        from electra_tf.training import xla_scratch
+        if xla_scratch.alive(other["pid"]) and other.get("started") in (
+                None, _started(other["pid"])):
+            raise UserInputError(
+                f"{flag}={folder} is being written by another {other.get('script', 'run')} "
+                f"(PID {other['pid']}) on this machine; wait for it to end or stop it, or "
+                f"choose another {flag} (if no such run is going, delete {path})")
+    created = not tf.io.gfile.exists(folder)
+    write_text(path, json.dumps(me))
+    try:
+        yield
+    finally:
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                mine = json.loads(f.read()) == me
+        except (tf.errors.OpError, ValueError):
+            mine = False
+        if mine:
+            tf.io.gfile.remove(path)
+            if created and not tf.io.gfile.listdir(folder):  # a run that wrote nothing
+                tf.io.gfile.rmtree(folder)

@@ -13,6 +13,7 @@ the same command keeps the trials that finished and trains the rest. Hyperparame
 given); override with --gin_bindings='LEARNING_RATE=1e-4'.
 """
 
+import contextlib
 import os
 import sys
 
@@ -68,7 +69,7 @@ cli.mark_required(["task", "init_checkpoint", "model_dir"])
 
 def main(argv):
     del argv
-    from electra_tf import gin_files
+    from electra_tf import atomic, gin_files
     from electra_tf.finetune import runner, tasks
     from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
     from electra_tf.training import strategies
@@ -90,9 +91,11 @@ def main(argv):
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
-    results = runner.run_finetuning(data, init, FLAGS.model_dir, num_trials=FLAGS.num_trials,
-                                    seed=FLAGS.seed, strategy=strategy,
-                                    overwrite=FLAGS.overwrite)
+    chief = strategies.worker_info(strategy)[1]
+    with atomic.hold(FLAGS.model_dir, "run_finetuning.py") if chief else contextlib.nullcontext():
+        results = runner.run_finetuning(data, init, FLAGS.model_dir,
+                                        num_trials=FLAGS.num_trials, seed=FLAGS.seed,
+                                        strategy=strategy, overwrite=FLAGS.overwrite)
     metric = results["metric"]
     if "median" in results:  # (not on a worker that kept every trial and saw none of them)
         median = runner.score_text(results["median"][metric])

@@ -1,12 +1,16 @@
 """Atomic writes: a reader sees the old output or the whole new one, and a failed write
 leaves neither a partial output nor its temporary."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
 from electra_tf import atomic
+from electra_tf.errors import UserInputError
 
 
 def test_write_text_replaces_whole_and_refuses_to_overwrite_when_asked(tmp_path):
@@ -112,3 +116,48 @@ def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_pat
         open(os.path.join(temporary, "saved_model.pb"), "w").write("new")
     assert os.listdir(tmp_path) == ["1"]
     assert (target / "saved_model.pb").read_text() == "new"
+
+
+def _mark(folder, pid, **changes):
+    mark = {"owner": atomic.owner(), "pid": pid, "started": atomic._started(pid),
+            "script": "run_pretraining.py", **changes}
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, atomic.RUNNING), "w") as f:
+        json.dump(mark, f)
+
+
+def test_a_folder_held_by_a_running_process_of_this_machine_is_refused(tmp_path):
+    """A second run on a model dir stops in one line while the first runs; the mark of a
+    process that ended, of a later process given its PID, or of another machine is taken
+    over, and the holder removes its mark at the end (and a folder it created, if empty)."""
+    folder = str(tmp_path / "model")
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _mark(folder, running.pid)
+        with pytest.raises(UserInputError) as error:
+            with atomic.hold(folder, "run_finetuning.py"):
+                pass
+        assert str(error.value) == (
+            f"--model_dir={folder} is being written by another run_pretraining.py (PID "
+            f"{running.pid}) on this machine; wait for it to end or stop it, or choose "
+            f"another --model_dir (if no such run is going, delete {folder}/.running.json)")
+        for changes in ({"started": "1"}, {"owner": "elsewhere_1"}):  # PID reused; remote
+            _mark(folder, running.pid, **changes)
+            with atomic.hold(folder, "run_pretraining.py"):
+                with open(os.path.join(folder, atomic.RUNNING)) as f:
+                    assert json.load(f)["pid"] == os.getpid()
+                with atomic.hold(folder, "run_pretraining.py"):  # this process's own: allowed
+                    pass
+            assert os.listdir(folder) == []
+    finally:
+        running.kill()
+        running.wait()
+    _mark(folder, running.pid)  # ended (killed)
+    with atomic.hold(folder, "run_pretraining.py"):
+        open(os.path.join(folder, "ckpt-1.index"), "w").close()
+    assert os.listdir(folder) == ["ckpt-1.index"]
+    created = str(tmp_path / "new")
+    with pytest.raises(RuntimeError):
+        with atomic.hold(created, "run_pretraining.py"):
+            raise RuntimeError("a bad binding, before anything was written")
+    assert not os.path.exists(created)

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import FIXTURES, UNCASED_VOCAB, pretrain
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import readers
 from electra_tf.export import saved_model
@@ -375,7 +375,7 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     # machine's, kept.
     child = subprocess.Popen([sys.executable, "-c", ""])
     child.wait()
-    host = saved_model.staging_owner()
+    host = atomic.owner()
     stale = [f".tmp-3-{host}-{child.pid}", f".tmp-2-{host}-{os.getppid()}",
              f".tmp-3-elsewhere-{child.pid}"]
     for name in stale:

@@ -158,6 +158,27 @@ def test_dry_run_writes_model_info_only(tmp_path, data):
     assert info["trainable_params"] < info["discriminator_params"] + info["generator_params"]
 
 
+def test_a_second_run_on_a_model_dir_in_use_stops_in_one_line(tmp_path, data):
+    """The same command started twice (or restarted by a scheduler while the first still
+    runs): the second stops, writing nothing, rather than interleave its checkpoints with
+    the first's."""
+    first = script(*script_args(tmp_path / "m", data, "NUM_TRAIN_STEPS = 100000"))
+    try:
+        _wait_for(str(tmp_path / "m" / ".running.json"), first)
+        done = run_script("run_pretraining.py", *script_args(tmp_path / "m", data),
+                          "--dry_run")
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [
+            f"error: --model_dir={tmp_path / 'm'} is being written by another "
+            f"run_pretraining.py (PID {first.pid}) on this machine; wait for it to end or "
+            "stop it, or choose another --model_dir (if no such run is going, delete "
+            f"{tmp_path / 'm'}/.running.json)"]
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.wait()
+
+
 # ------------------------------------------------------------------------------ resume
 
 
@@ -186,6 +207,8 @@ def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not os.path.exists(tmp_path / "killed" / "ckpt-12.index")
+    with open(tmp_path / "killed" / ".running.json") as f:  # its mark: a dead process's
+        assert json.load(f)["pid"] == killed.pid
     # TF_CPP_MIN_LOG_LEVEL set by the user (hiding INFO): XLA's first lines are taken too.
     rerun = script(*script_args(tmp_path / "killed", data, *more), "--deterministic", "--seed=7",
                    env={"TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -193,6 +216,7 @@ def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
     assert rerun.returncode == 0, err
     assert err == "", err
     assert "resuming from" in out
+    assert not os.path.exists(tmp_path / "killed" / ".running.json")
     a = checkpoint_values(str(tmp_path / "straight" / "ckpt-12"))
     b = checkpoint_values(str(tmp_path / "killed" / "ckpt-12"))
     assert set(a) == set(b) and any(k.startswith("model/") for k in a)

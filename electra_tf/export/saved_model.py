@@ -804,7 +804,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     # A hidden name, which TF Serving (numeric version folders) does not take for a version.
     _remove_stale_staging(os.path.join(export_dir, model_name))
     hidden = os.path.join(export_dir, model_name,
-                          f".tmp-{version}-{staging_owner()}-{os.getpid()}")
+                          f".tmp-{version}-{atomic.owner()}-{os.getpid()}")
     try:
         with atomic.staged_dir(target, hidden, replace=overwrite) as temporary:
             tf.saved_model.save(module, temporary, signatures={
@@ -832,28 +832,11 @@ def _remove_stale_staging(folder: str):
     whose process still runs, or of another machine or container, is left alone."""
     if "://" in folder or not os.path.isdir(folder):
         return
-    owner = staging_owner()
+    owner = atomic.owner()
     for name in os.listdir(folder):
         found = re.fullmatch(r"\.tmp-\d+-(.+)-(\d+)", name)
         if found and found.group(1) == owner and not xla_scratch.alive(int(found.group(2))):
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-
-
-def staging_owner() -> str:
-    """Who may tell whether a staging folder's process runs: this machine (its host name
-    and systemd's /etc/machine-id, where there is one: machines sharing a host name and an
-    NFS export dir differ there) and its PID namespace (containers sharing a host name, and
-    often the machine id of their image, number their processes apart)."""
-    try:
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        namespace = 0
-    try:
-        with open("/etc/machine-id", encoding="ascii") as f:
-            machine = re.sub(r"[^0-9a-f]", "", f.read().lower())[:12]
-    except (OSError, ValueError):
-        machine = ""
-    return f"{xla_scratch.host()}_{machine}{'_' if machine else ''}{namespace}"
 
 
 def _versions(export_dir: str, model_name: str) -> list[int]:

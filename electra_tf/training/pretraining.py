@@ -24,6 +24,7 @@ Two-stage training (`pretrainer.algorithm = 'two_stage'`) trains the generator a
 with the generator frozen; the learning-rate schedule starts again at the switch.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -152,7 +153,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
     determinism = _determinism.is_op_determinism_enabled()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _run(**locals())
+        with contextlib.ExitStack() as held:
+            return _run(**locals())
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
         if not determinism and _determinism.is_op_determinism_enabled():
@@ -169,7 +171,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          max_predictions_per_seq, whole_word_masking, premasked_records,
          gradient_accumulation_steps, clip_norm,
          precision, jit_compile, steps_per_call, xla_cache, on_nonfinite, max_restores,
-         two_stage_steps, device_name, log, **_):
+         two_stage_steps, device_name, log, held, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
     strategy = strategies.create_strategy(strategy, tpu)
@@ -293,6 +295,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)))
     _check_resume(model_dir, model_info)
+    if chief:  # from the first write on: a second run on this model dir stops here
+        held.enter_context(atomic.hold(model_dir, "run_pretraining.py"))
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
