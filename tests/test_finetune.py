@@ -1137,7 +1137,7 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
                 examples.append(squad.QAExample(f"q{len(examples)}", "who is it?", context,
                                                 [name], start, name, False))
     features, windows, dropped = squad.encode(uncased_tokenizer, examples, 48, 16, 16, True)
-    assert dropped == 0
+    assert dropped == []
     assert len(windows) > 2 * len(examples)  # contexts span several windows
     n_answerable = 0
     for f, window in enumerate(windows):
@@ -1205,6 +1205,25 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
     n = len(examples)
     assert scores["f1"] == pytest.approx(100 / n)  # all dropped at 0.5: only the unanswerable
     assert scores["best_f1"] == pytest.approx(100 * (n - 1) / n)  # none dropped
+
+
+def test_a_question_whose_answer_is_not_at_answer_start_is_skipped_and_named(
+        uncased_tokenizer):
+    """answer_start counted in UTF-8 bytes (as some converters write it: É is two) points
+    past the answer: the question is left out of training and the run's note shows where."""
+    from electra_tf.finetune import squad
+    context = "Émile met Anne. The cat sat on the mat."
+    good = squad.QAExample("q0", "who?", context, ["Anne"], context.index("Anne"), "Anne",
+                           False)
+    in_bytes = len(context[:context.index("mat")].encode("utf-8"))
+    bad = squad.QAExample("q1", "where?", context, ["mat"], in_bytes, "mat", False)
+    _, windows, dropped = squad.encode(uncased_tokenizer, [good, bad], 48, 16, 16, True)
+    assert dropped == [bad]
+    assert {w["example"] for w in windows} == {0}
+    assert squad.dropped_note("train.json", dropped, 2) == (
+        "train.json: 1 of 2 questions skipped: their answer text is not at answer_start "
+        "(question 'q1': 'mat' at 36, where the context has 'at.'); answer_start counts "
+        "characters, not bytes, from the context's start")
 
 
 def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
@@ -1405,11 +1424,33 @@ def test_bad_file_fails_with_one_clear_line_through_the_script(tmp_path):
         "error: optimizer.learning_rate is not read by fine-tuning, which sets it from its own "
         "settings; bind LEARNING_RATE (finetuning.learning_rate) instead")
     assert not os.path.exists(tmp_path / "out")
+    # A --model_dir another run of this machine is writing (a live process's mark): refused
+    # before its trials could be touched.
+    from electra_tf import atomic
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.makedirs(tmp_path / "out" / "trial_0.partial")
+        (tmp_path / "out" / atomic.RUNNING).write_text(json.dumps(
+            {"owner": atomic.owner(), "pid": running.pid,
+             "started": atomic._started(running.pid), "script": "run_finetuning.py"}))
+        result = run_script(
+            "run_finetuning.py", f"--model_dir={tmp_path / 'out'}", "--task=classification",
+            "--init_checkpoint=none", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={good}",
+            f"--dev_file={good}", "--label_column=sentiment", "--overwrite", cwd=ROOT)
+    finally:
+        running.kill()
+        running.wait()
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --model_dir={tmp_path / 'out'} is being written by another run_finetuning.py "
+        f"(PID {running.pid}) on this machine; wait for it to end or stop it, or choose "
+        f"another --model_dir (if no such run is going, delete {tmp_path / 'out'}/.running.json)")
+    assert sorted(os.listdir(tmp_path / "out")) == [".running.json", "trial_0.partial"]
 
 
-def test_missing_column_and_unknown_label_name_the_file_and_the_fix(tmp_path):
+def test_missing_column_empty_cells_and_unknown_label_name_the_file_and_the_fix(tmp_path):
     from electra_tf.errors import UserInputError
-    from electra_tf.finetune import tasks
+    from electra_tf.finetune import readers, tasks
     rows = movie_rows()[:10]
     good = write_csv(tmp_path / "train.csv", ["sentiment", "text"],
                      [(r["sentiment"], r["text"]) for r in rows])
@@ -1428,6 +1469,29 @@ def test_missing_column_and_unknown_label_name_the_file_and_the_fix(tmp_path):
     with pytest.raises(UserInputError, match="has no column 'review'.*--text_b_column=NAME"):
         tasks.load(task, train_file=good, dev_file=dev, label_column="sentiment",
                    text_b_column="review")
+    # Spaces around the header's names are not the names; another case is hinted.
+    spaced = tmp_path / "spaced.csv"
+    spaced.write_text("Text , label\nLovely film., positive\n")
+    with pytest.raises(UserInputError) as error:
+        readers.read_table(str(spaced))
+    assert str(error.value) == (f"{spaced} has no column 'text' (columns: Text, label); pass "
+                                "--text_column=NAME (--text_column=Text?)")
+    assert readers.read_table(str(spaced), text_column="Text")[0].label == "positive"
+    # An empty text cell, or JSON's NaN (a missing value pandas wrote out), is no text; a
+    # CoNLL line with an empty tag cell has no tag.
+    for path, content, line in (("empty.csv", "text,label\nFine.,pos\n  ,neg\n", 3),
+                                ("nan.jsonl", '{"text": NaN, "label": "x"}\n', 1)):
+        (tmp_path / path).write_text(content)
+        with pytest.raises(UserInputError) as error:
+            readers.read_table(str(tmp_path / path))
+        assert str(error.value) == (f"{tmp_path / path} line {line} has no text in column "
+                                    "'text'; fill it in or drop the row")
+    conll = tmp_path / "tags.txt"
+    conll.write_text("EU\tB-ORG\tx\nrejects\t\tx\n")
+    with pytest.raises(UserInputError) as error:
+        readers.read_conll(str(conll), 1)
+    assert str(error.value) == (f"{conll} line 2 has an empty tag ('rejects\\t\\tx'); give "
+                                "every word a tag (O outside entities)")
 
 
 def test_overwrite_replaces_the_whole_earlier_run(tmp_path, init):

@@ -143,6 +143,7 @@ def _rows(path: str):
         if header is None:
             raise UserInputError(f"{path} is empty; it needs a header row naming the columns "
                                  "and one row per example")
+        header = [name.strip() for name in header]  # "text, label": the column is 'label'
         repeated = sorted({c for c in header if header.count(c) > 1})
         if repeated:
             raise UserInputError(f"{path}: the header names column '{repeated[0]}' twice; give "
@@ -171,8 +172,10 @@ def _rows(path: str):
 
 def _check_column(path, columns, column, flag):
     if column not in columns:
+        alike = [c for c in columns if str(c).strip().lower() == column.strip().lower()]
         raise UserInputError(f"{path} has no column '{column}' (columns: "
-                             f"{', '.join(map(str, columns))}); pass {flag}=NAME")
+                             f"{', '.join(map(str, columns))}); pass {flag}=NAME"
+                             + (f" ({flag}={alike[0]}?)" if alike else ""))
 
 
 def read_table(path: str, text_column: str = "text", text_b_column: str | None = None,
@@ -201,8 +204,11 @@ def read_table(path: str, text_column: str = "text", text_b_column: str | None =
                 texts.append(None)
                 continue
             value = row.get(column)
-            if value is None or isinstance(value, bool) or not isinstance(value,
-                                                                         (str, int, float)):
+            # (an empty cell, or JSON's null or NaN: a missing value pandas wrote out)
+            if (value is None or isinstance(value, bool)
+                    or not isinstance(value, (str, int, float))
+                    or (isinstance(value, float) and not math.isfinite(value))
+                    or not str(value).strip()):
                 raise UserInputError(f"{path} line {number} has no text in column '{column}'; "
                                      "fill it in or drop the row")
             texts.append(str(value))
@@ -394,6 +400,9 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
             raise UserInputError(f"{path} line {number} has {len(fields)} columns but line "
                                  f"{width[1]} has {width[0]}; give every line the same columns "
                                  "(separate them with tabs if a word holds a space)")
+        if not fields[tag_column]:  # "word<TAB><TAB>x": an empty cell, which is no tag
+            raise UserInputError(f"{path} line {number} has an empty tag ({line.strip()!r}); "
+                                 "give every word a tag (O outside entities)")
         tags.append(fields[tag_column])
     flush()
     if not sentences:

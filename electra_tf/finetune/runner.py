@@ -1094,8 +1094,7 @@ class _QATask:
         train, _, dropped = squad.encode(tokenizer, data.train.examples, training=True,
                                          **encode_options)
         if dropped:
-            log(f"{data.train.path}: {dropped} questions skipped (answer text not at "
-                "answer_start)")
+            log(squad.dropped_note(data.train.path, dropped, len(data.train.examples)))
         self.train_features = train
 
         def split(s):

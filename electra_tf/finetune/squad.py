@@ -159,18 +159,18 @@ def _contexts(tokenizer, texts: list[str]) -> dict[str, _Context]:
 
 
 def encode(tokenizer, examples: list[QAExample], max_seq_length: int, doc_stride: int,
-           max_query_length: int, training: bool) -> tuple[dict, list[dict], int]:
+           max_query_length: int, training: bool) -> tuple[dict, list[dict], list[QAExample]]:
     """Windows of every question: features [F, L] (with `start_positions`,
     `end_positions`, `answerable` (the window holds the answer) and `question_answerable`
     (its question has one) [F] for training), each window's bookkeeping
-    (example index, piece position -> context piece, max-context flags), and how many
-    training questions were dropped because their answer text is not at answer_start."""
+    (example index, piece position -> context piece, max-context flags), and the training
+    questions dropped because their answer text is not at answer_start."""
     contexts = _contexts(tokenizer, [e.context for e in examples])
     queries = tokenizer.encode([e.question for e in examples]) if examples else []
     answer_pieces = tokenizer.encode([e.answer_text or "" for e in examples]) if training else []
     rows = {k: [] for k in ("input_ids", "segment_ids", "start_positions", "end_positions",
                             "answerable", "question_answerable")}
-    windows, dropped = [], 0
+    windows, dropped = [], []
     for n, example in enumerate(examples):
         ctx = contexts[example.context]
         query = queries[n][:max_query_length]
@@ -178,7 +178,7 @@ def encode(tokenizer, examples: list[QAExample], max_seq_length: int, doc_stride
         if training and not example.is_impossible:
             span = _answer_pieces(example, ctx, answer_pieces[n])
             if span is None:
-                dropped += 1
+                dropped.append(example)
                 continue
             start_piece, end_piece = span
         budget = max_seq_length - len(query) - 3
@@ -224,6 +224,17 @@ def _pad(rows, length):
     for i, row in enumerate(rows):
         out[i, :len(row)] = row
     return out
+
+
+def dropped_note(path: str, dropped: list[QAExample], total: int) -> str:
+    """The line a run logs about training questions `encode` dropped: how many, and the
+    first one's answer beside what its answer_start points at."""
+    first = dropped[0]
+    found = first.context[first.start_char:first.start_char + len(first.answer_text)]
+    return (f"{path}: {len(dropped)} of {total} questions skipped: their answer text is not "
+            f"at answer_start (question {first.qid!r}: {first.answer_text!r} at "
+            f"{first.start_char}, where the context has {found!r}); answer_start counts "
+            "characters, not bytes, from the context's start")
 
 
 def _answer_pieces(example, ctx, answer_ids):
