@@ -134,14 +134,40 @@ def hold(folder: str, script: str, flag: str = "--model_dir"):
     resumed preempted run) is taken over."""
     path = os.path.join(folder, RUNNING)
     me = {"owner": owner(), "pid": os.getpid(), "started": _started(os.getpid()),
-          "script": script}
+          "script": script, "token": uuid.uuid4().hex[:12]}
+    other = _mark(path)
+    if other and all(other.get(k) == me[k] for k in ("owner", "pid", "started")):
+        yield  # this process holds it already (a run within a run): its holder removes it
+        return
+    _refuse_if_running(other, me, folder, flag, path)
+    created = not tf.io.gfile.exists(folder)
+    try:
+        write_text(path, json.dumps(me), overwrite=other is not None)
+    except tf.errors.AlreadyExistsError:  # another run's mark, written since the read above
+        _refuse_if_running(_mark(path), me, folder, flag, path)
+        write_text(path, json.dumps(me))
+    try:
+        yield
+    finally:
+        if _mark(path) == me:
+            tf.io.gfile.remove(path)
+            if created and not tf.io.gfile.listdir(folder):  # a run that wrote nothing
+                tf.io.gfile.rmtree(folder)
+
+
+def _mark(path: str) -> dict | None:
     try:
         with tf.io.gfile.GFile(path) as f:
-            other = json.loads(f.read())
+            mark = json.loads(f.read())
     except (tf.errors.OpError, ValueError):  # none, or not one of ours
-        other = None
-    if (isinstance(other, dict) and other.get("owner") == me["owner"]
-            and isinstance(other.get("pid"), int) and other["pid"] != me["pid"]):
+        return None
+    return mark if isinstance(mark, dict) else None
+
+
+def _refuse_if_running(other, me, folder, flag, path):
+    """UserInputError if the mark `other` is a running process of this machine's."""
+    if (other and other.get("owner") == me["owner"] and isinstance(other.get("pid"), int)
+            and other["pid"] != me["pid"]):
         from electra_tf.training import xla_scratch
         if xla_scratch.alive(other["pid"]) and other.get("started") in (
                 None, _started(other["pid"])):
@@ -149,17 +175,3 @@ def hold(folder: str, script: str, flag: str = "--model_dir"):
                 f"{flag}={folder} is being written by another {other.get('script', 'run')} "
                 f"(PID {other['pid']}) on this machine; wait for it to end or stop it, or "
                 f"choose another {flag} (if no such run is going, delete {path})")
-    created = not tf.io.gfile.exists(folder)
-    write_text(path, json.dumps(me))
-    try:
-        yield
-    finally:
-        try:
-            with tf.io.gfile.GFile(path) as f:
-                mine = json.loads(f.read()) == me
-        except (tf.errors.OpError, ValueError):
-            mine = False
-        if mine:
-            tf.io.gfile.remove(path)
-            if created and not tf.io.gfile.listdir(folder):  # a run that wrote nothing
-                tf.io.gfile.rmtree(folder)

@@ -69,7 +69,7 @@ cli.mark_required(["task", "init_checkpoint", "model_dir"])
 
 def main(argv):
     del argv
-    from electra_tf import atomic, gin_files
+    from electra_tf import gin_files
     from electra_tf.finetune import runner, tasks
     from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
     from electra_tf.training import strategies
@@ -91,8 +91,8 @@ def main(argv):
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))
-    chief = strategies.worker_info(strategy)[1]
-    with atomic.hold(FLAGS.model_dir, "run_finetuning.py") if chief else contextlib.nullcontext():
+    with contextlib.ExitStack() as held:
+        strategies.hold_model_dir(held, FLAGS.model_dir, "run_finetuning.py", strategy)
         results = runner.run_finetuning(data, init, FLAGS.model_dir,
                                         num_trials=FLAGS.num_trials, seed=FLAGS.seed,
                                         strategy=strategy, overwrite=FLAGS.overwrite)

@@ -126,7 +126,7 @@ def _mark(folder, pid, **changes):
         json.dump(mark, f)
 
 
-def test_a_folder_held_by_a_running_process_of_this_machine_is_refused(tmp_path):
+def test_a_folder_held_by_a_running_process_of_this_machine_is_refused(tmp_path, monkeypatch):
     """A second run on a model dir stops in one line while the first runs; the mark of a
     process that ended, of a later process given its PID, or of another machine is taken
     over, and the holder removes its mark at the end (and a folder it created, if empty)."""
@@ -149,6 +149,17 @@ def test_a_folder_held_by_a_running_process_of_this_machine_is_refused(tmp_path)
                 with atomic.hold(folder, "run_pretraining.py"):  # this process's own: allowed
                     pass
             assert os.listdir(folder) == []
+        # The other run's mark written between this one's read and its write: refused too.
+        _mark(folder, running.pid)
+        read, reads = atomic._mark, []
+        monkeypatch.setattr(atomic, "_mark", lambda path: reads.append(path) or (
+            None if len(reads) == 1 else read(path)))
+        with pytest.raises(UserInputError, match=f"another run_pretraining.py \\(PID "
+                                                 f"{running.pid}\\)"):
+            with atomic.hold(folder, "run_pretraining.py"):
+                pass
+        monkeypatch.setattr(atomic, "_mark", read)
+        os.remove(os.path.join(folder, atomic.RUNNING))
     finally:
         running.kill()
         running.wait()

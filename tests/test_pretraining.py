@@ -872,6 +872,27 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     assert f"resuming from {model}/.worker-1-scratch/ckpt-{at} (step {at})" in outputs[1][1]
     assert sorted(os.listdir(model / ".worker-1-scratch")) == [
         f"data-{at + 2}.data-00000-of-00001", f"data-{at + 2}.index"]
+    # The model dir held by a live run of this machine (its mark): the chief refuses and
+    # its worker stops too, in one line each, rather than wait for a chief that has gone.
+    from electra_tf import atomic
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        (model / atomic.RUNNING).write_text(json.dumps(
+            {"owner": atomic.owner(), "pid": running.pid,
+             "started": atomic._started(running.pid), "script": "run_pretraining.py"}))
+        refused = cluster(model, at + 4)
+    finally:
+        running.kill()
+        running.wait()
+    assert [(code, err.strip().splitlines()[-1]) for code, _, err in refused] == [
+        (1, f"error: --model_dir={model} is being written by another run_pretraining.py (PID "
+            f"{running.pid}) on this machine; wait for it to end or stop it, or choose "
+            f"another --model_dir (if no such run is going, delete {model}/.running.json)"),
+        (1, f"error: --model_dir={model} is being written by another run_pretraining.py (the "
+            "chief found its mark); wait for it to end or stop it, or choose another "
+            "--model_dir")]
+    assert not os.path.exists(model / f"ckpt-{at + 4}.index")
+    os.remove(model / atomic.RUNNING)
     # Without the worker's position both refuse, before writing anything.
     shutil.rmtree(model / ".worker-1-scratch")
     for code, _, err in cluster(model, at + 4):

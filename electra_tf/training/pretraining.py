@@ -295,8 +295,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)))
     _check_resume(model_dir, model_info)
-    if chief:  # from the first write on: a second run on this model dir stops here
-        held.enter_context(atomic.hold(model_dir, "run_pretraining.py"))
+    # From the first write on: a second run on this model dir stops here.
+    strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits

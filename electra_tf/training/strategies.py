@@ -12,6 +12,7 @@ chief (worker 0) writes the model directory; the others write to a scratch direc
 keeps only the worker's data position (`data-STEP`) when the run ends.
 """
 
+import contextlib
 import json
 import os
 
@@ -77,6 +78,32 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, bool]:
     chief = task_type == "chief" or (task_type == "worker" and task_id == 0
                                      and "chief" not in cluster)
     return task_index(cluster, task_type, int(task_id or 0)), chief
+
+
+def hold_model_dir(held: contextlib.ExitStack, model_dir: str, script: str,
+                   strategy: tf.distribute.Strategy) -> None:
+    """The chief holds `model_dir` for the rest of `held` (`atomic.hold`: a second run on
+    it stops in one line). With several workers every one learns whether the chief could:
+    the workers of a refused chief stop too, rather than touch the running run's worker
+    folders and then wait for a chief that has gone."""
+    from electra_tf import atomic
+    refused = None
+    if worker_info(strategy)[1]:
+        try:
+            held.enter_context(atomic.hold(model_dir, script))
+        except UserInputError as error:
+            refused = error
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        flag = tf.constant(0.0 if refused is None else 1.0)
+        said = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                               strategy.run(lambda: tf.identity(flag)), axis=None)
+        if refused is None and float(said) > 0:
+            raise UserInputError(
+                f"--model_dir={model_dir} is being written by another {script} (the chief "
+                "found its mark); wait for it to end or stop it, or choose another "
+                "--model_dir")
+    if refused is not None:
+        raise refused
 
 
 def task_index(cluster: dict, task_type: str, task_id: int) -> int:
