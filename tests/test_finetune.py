@@ -1224,6 +1224,12 @@ def test_a_question_whose_answer_is_not_at_answer_start_is_skipped_and_named(
         "train.json: 1 of 2 questions skipped: their answer text is not at answer_start "
         "(question 'q1': 'mat' at 36, where the context has 'at.'); answer_start counts "
         "characters, not bytes, from the context's start")
+    blank = squad.QAExample("q2", "what?", context, [" "], 5, " ", False)  # there, no word
+    _, _, dropped = squad.encode(uncased_tokenizer, [blank, bad], 48, 16, 16, True)
+    assert dropped == [blank, bad]
+    assert squad.dropped_note("train.json", dropped, 2) == (
+        "train.json: 2 of 2 questions skipped: their answer text is not at answer_start or "
+        "holds no word (question 'q2': ' ' at 5)")
 
 
 def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
@@ -1492,6 +1498,9 @@ def test_missing_column_empty_cells_and_unknown_label_name_the_file_and_the_fix(
         readers.read_conll(str(conll), 1)
     assert str(error.value) == (f"{conll} line 2 has an empty tag ('rejects\\t\\tx'); give "
                                 "every word a tag (O outside entities)")
+    conll.write_text("EU\t\tx\nrejects\t\tx\n")  # a test file's tag column blanked
+    [sentence] = readers.read_conll(str(conll), 1, labelled=False)
+    assert sentence.words == ["EU", "rejects"] and sentence.tags is None
 
 
 def test_overwrite_replaces_the_whole_earlier_run(tmp_path, init):

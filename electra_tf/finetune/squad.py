@@ -231,6 +231,10 @@ def dropped_note(path: str, dropped: list[QAExample], total: int) -> str:
     first one's answer beside what its answer_start points at."""
     first = dropped[0]
     found = first.context[first.start_char:first.start_char + len(first.answer_text)]
+    if found == first.answer_text:  # there, but no word of the context: "" or spaces
+        return (f"{path}: {len(dropped)} of {total} questions skipped: their answer text is "
+                f"not at answer_start or holds no word (question {first.qid!r}: "
+                f"{first.answer_text!r} at {first.start_char})")
     return (f"{path}: {len(dropped)} of {total} questions skipped: their answer text is not "
             f"at answer_start (question {first.qid!r}: {first.answer_text!r} at "
             f"{first.start_char}, where the context has {found!r}); answer_start counts "
