@@ -1538,7 +1538,8 @@ def test_bad_inputs_in_process(tmp_path):
     broken = tmp_path / "squad.json"
     broken.write_text('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "1", '
                       '"answers": [{"text": "x", "answer_start": 0}]}]}]}]}')
-    with pytest.raises(UserInputError, match="is not in the SQuAD format .*'question'"):
+    with pytest.raises(UserInputError, match="is not in the SQuAD format: question '1' has no "
+                                             "'question'"):
         squad.read_squad(str(broken), training=True)
     broken.write_text('{"data": [')
     with pytest.raises(UserInputError, match=r"squad.json is not valid JSON \(line 1"):

@@ -134,6 +134,46 @@ def test_regression_label_true_and_json_array_labels_are_refused(tmp_path):
              "example", readers.read_table, str(jsonl))
 
 
+def test_regression_labels_with_a_decimal_comma_or_underscores_are_refused(tmp_path):
+    table = tmp_path / "train.csv"
+    table.write_text('text,label\nFine.,"3,5"\n', encoding="utf-8")
+    _refused(f"{table} line 2: label '3,5' is not a number (a decimal comma? write 3.5); "
+             "regression needs numeric labels", readers.read_table, str(table),
+             kind="regression")
+    table.write_text("text,label\nFine.,1_5\n", encoding="utf-8")  # float("1_5") is 15.0
+    _refused(f"{table} line 2: label '1_5' is not a number; regression", readers.read_table,
+             str(table), kind="regression")
+    stsb = tmp_path / "STS-B" / "train.tsv"
+    stsb.parent.mkdir()
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+    for score, message in (("3,5", "is not a number (a decimal comma? write 3.5); fix or drop "
+                                   "the row"),
+                           ("high", "is not a number (is this the STS-B file?); fix or drop "
+                                    "the row")):
+        stsb.write_text(f"{head}\tscore\n0\tm\tf\t2012\t0\ts\ts\tA man.\tA dog.\t{score}\n",
+                        encoding="utf-8")
+        message = _refused(f"{stsb} line 2: label '{score}' {message}", readers.read_glue,
+                           str(stsb), tasks.get_task("stsb").glue)
+        assert message.endswith("the row"), message
+    assert readers.sorted_labels(["1_5", "2", "10"]) == ["10", "1_5", "2"]  # not numbers
+
+
+def test_unnamed_columns_are_not_read_and_a_semicolon_csv_is_named(tmp_path):
+    table = tmp_path / "train.csv"
+    # A spreadsheet's export: empty trailing columns, with no name in the header.
+    table.write_text("text,label,,\nFine.,pos,,\nSlow.,neg,,\n", encoding="utf-8")
+    assert [(e.text_a, e.label) for e in readers.read_table(str(table))] == [
+        ("Fine.", "pos"), ("Slow.", "neg")]
+    table.write_text("text;label\nFine.;pos\n", encoding="utf-8")
+    message = _refused(f"{table} has no column 'text' (columns: text;label); its fields are "
+                       "separated by semicolons: save it with commas (or tabs, as .tsv)",
+                       readers.read_table, str(table))
+    assert "--text_column" not in message
+    table.write_text(",\nFine.,pos\n", encoding="utf-8")
+    _refused(f"{table} has no column 'text' (columns: none named); pass --text_column=NAME",
+             readers.read_table, str(table))
+
+
 def test_a_stray_quote_in_a_csv_is_refused_not_merged_into_one_row(tmp_path):
     """Read loosely, the quote opening line 3 ran to the one on line 5: three reviews became
     one example labelled 'pos'."""
@@ -201,6 +241,34 @@ def test_squad_fields_of_the_wrong_type_or_repeated_ids(tmp_path):
     read = squad.read_squad(_squad(qa, [{"id": "q1", "question": "Who?", "answers": [
         {"text": "smiled", "answer_start": "5"}]}]), training=True)
     assert [(e.start_char, e.answer_text) for e in read] == [(5, "smiled")]
+
+
+def test_squad_files_of_another_layout_are_refused_naming_the_part(tmp_path):
+    qa = tmp_path / "train.json"
+    layout = ('the layout is {"data": [{"paragraphs": [{"context": ..., "qas": [{"id", '
+              '"question", "answers": [{"text", "answer_start"}]}]}]}]}')
+    for data, part in (
+            ([{"context": "x"}], "the file is a JSON array, not an object"),
+            ({"data": {"paragraphs": []}}, "the 'data' of the file is a JSON object, not an "
+                                           "array"),
+            ({"data": [{"paragraphs": ["Emma smiled."]}]}, "a paragraph is a JSON string, not "
+                                                           "an object"),
+            ({"data": [{"paragraphs": [{"context": "x"}]}]}, "a paragraph has no 'qas'"),
+            ({"data": [{"paragraphs": [{"context": "x", "qas": [
+                {"id": "q1", "question": "Who?", "answers": {"text": "x"}}]}]}]},
+             "the 'answers' of question 'q1' is a JSON object, not an array"),
+            ({"data": [{"paragraphs": [{"context": "x", "qas": [
+                {"id": "q1", "question": "Who?", "answers": ["x"]}]}]}]},
+             "an answer of question 'q1' is a JSON string, not an object"),
+            ({"data": [{"paragraphs": [{"context": "x", "qas": [
+                {"id": "q1", "question": "Who?", "answers": [{"text": "x"}]}]}]}]},
+             "an answer of question 'q1' has no 'answer_start'")):
+        qa.write_text(json.dumps(data), encoding="utf-8")
+        _refused(f"{qa} is not in the SQuAD format: {part}; {layout}", squad.read_squad,
+                 str(qa), training=True)
+    _refused(f"{qa}: question 'q1' has no answers; give it one, or is_impossible: true",
+             squad.read_squad, _squad(qa, [{"id": "q1", "question": "Who?", "answers": []}]),
+             training=True)
 
 
 def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_path):

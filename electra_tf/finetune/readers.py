@@ -144,7 +144,9 @@ def _rows(path: str):
             raise UserInputError(f"{path} is empty; it needs a header row naming the columns "
                                  "and one row per example")
         header = [name.strip() for name in header]  # "text, label": the column is 'label'
-        repeated = sorted({c for c in header if header.count(c) > 1})
+        # (columns without a name, as spreadsheets write empty trailing ones, are not read:
+        # no flag can name them)
+        repeated = sorted({c for c in header if c and header.count(c) > 1})
         if repeated:
             raise UserInputError(f"{path}: the header names column '{repeated[0]}' twice; give "
                                  "each column its own name")
@@ -161,21 +163,27 @@ def _rows(path: str):
                     f"{len(header)}; quote fields that contain the "
                     f"{'comma' if fmt == 'csv' else 'tab'} delimiter"
                     + (" and check for a stray double quote" if number - 1 > start else ""))
-            rows.append((start, dict(zip(header, row))))
+            rows.append((start, {name: field for name, field in zip(header, row) if name}))
     except csv.Error as e:
         raise UserInputError(
             f"{path} line {number}: {e} (a field that opens with a double quote runs to the "
             "next one); remove the stray quote, or quote the whole field and double the "
             "quotes inside it") from None
-    return rows, header
+    return rows, [name for name in header if name]
 
 
 def _check_column(path, columns, column, flag):
     if column not in columns:
         alike = [c for c in columns if str(c).strip().lower() == column.strip().lower()]
-        raise UserInputError(f"{path} has no column '{column}' (columns: "
-                             f"{', '.join(map(str, columns))}); pass {flag}=NAME"
-                             + (f" ({flag}={alike[0]}?)" if alike else ""))
+        # Excel's CSV in locales with a decimal comma: "text;label" is one column
+        semicolons = (path.lower().endswith(".csv") and len(columns) == 1
+                      and ";" in str(columns[0]))
+        raise UserInputError(
+            f"{path} has no column '{column}' (columns: "
+            + (", ".join(map(str, columns)) or "none named") + ")"
+            + ("; its fields are separated by semicolons: save it with commas (or tabs, as "
+               ".tsv)" if semicolons else
+               f"; pass {flag}=NAME" + (f" ({flag}={alike[0]}?)" if alike else "")))
 
 
 def read_table(path: str, text_column: str = "text", text_b_column: str | None = None,
@@ -243,16 +251,31 @@ def _parse_label(value, kind, path, number):
     return str(value).strip()
 
 
+def _number(value) -> float | None:
+    """A label's number, or None: float's reading, less the strings it takes that a data
+    file does not mean as numbers ("1_000" is 1000.0 to Python)."""
+    if isinstance(value, bool) or (isinstance(value, str) and "_" in value):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _decimal_comma(value) -> str:
+    """A hint for a number written with a decimal comma ("3,5"), else ''."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", value):
+        return f" (a decimal comma? write {value.strip().replace(',', '.')})"
+    return ""
+
+
 def _finite(value, path, number) -> float:
     """A regression label: a finite number (nan, inf and 1e400 would train to nan)."""
-    try:
-        number_value = float(value)
-    except (TypeError, ValueError):
-        number_value = None
-    if isinstance(value, bool) or number_value is None:
-        raise UserInputError(f"{path} line {number}: label {value!r} is not a number; "
-                             "regression needs numeric labels (use --task=classification "
-                             "for categories)")
+    number_value = _number(value)
+    if number_value is None:
+        raise UserInputError(f"{path} line {number}: label {value!r} is not a number"
+                             f"{_decimal_comma(value)}; regression needs numeric labels (use "
+                             "--task=classification for categories)")
     if not math.isfinite(number_value):
         raise UserInputError(f"{path} line {number}: label {value!r} is not a finite number; "
                              "regression labels must be finite, fix or drop the row")
@@ -263,19 +286,14 @@ def sorted_labels(labels) -> list[str]:
     """The distinct labels in a stable order: numerically if they are all numbers (ties,
     "1" and "1.0", alphabetically), else alphabetically."""
     distinct = set(labels)
-    try:
-        return sorted(distinct, key=lambda label: (float(label), label))
-    except ValueError:
-        return sorted(distinct)
+    if numeric_labels(distinct):
+        return sorted(distinct, key=lambda label: (_number(label), label))
+    return sorted(distinct)
 
 
-def numeric_labels(labels: list[str]) -> bool:
+def numeric_labels(labels) -> bool:
     """Whether every label is a number."""
-    try:
-        [float(label) for label in labels]
-    except ValueError:
-        return False
-    return True
+    return all(_number(label) is not None for label in labels)
 
 
 def shown(labels: list[str], limit: int = 10) -> str:
@@ -320,20 +338,20 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Exam
             text_a = fields[a]
             text_b = fields[b] if b is not None else None
             label = None if test else fields[fmt.label]
-            if not test and fmt.labels is None:
-                label = float(label)
-                if not math.isfinite(label):
-                    raise UserInputError(f"{path} line {number}: label {fields[fmt.label]!r} "
-                                         "is not a finite number; fix or drop the row")
-        except (IndexError, ValueError) as e:
-            if isinstance(e, UserInputError):
-                raise
+        except IndexError:
             if fmt.skip_malformed:
                 skipped += 1
                 continue
             raise UserInputError(f"{path} line {number} does not have the fields of a GLUE "
                                  f"{fmt.directory} file; use the files of the GLUE release "
                                  "(or --task=classification with your own columns)") from None
+        if not test and fmt.labels is None:  # regression (STS-B): a finite number
+            text, label = label, _number(label)
+            if label is None or not math.isfinite(label):
+                hint = _decimal_comma(text) or f" (is this the {fmt.directory} file?)"
+                raise UserInputError(f"{path} line {number}: label {text!r} is not a "
+                                     f"{'finite ' if label is not None else ''}number{hint}; "
+                                     "fix or drop the row")
         if not test and fmt.labels is not None and label not in fmt.labels:
             raise UserInputError(f"{path} line {number}: label {label!r} is not one of "
                                  f"{', '.join(fmt.labels)}; is this the {fmt.directory} file?")

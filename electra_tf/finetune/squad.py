@@ -55,43 +55,65 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
         raise UserInputError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a "
                              "SQuAD-format file") from None
     readers.check_characters(data, path)
-    examples, seen, qa = [], set(), None
-    try:
-        for article in data["data"]:
-            for paragraph in article["paragraphs"]:
-                qa = None
-                context = _text(paragraph, "context", path, "a paragraph")
-                for qa in paragraph["qas"]:
-                    qid = qa["id"]
-                    if isinstance(qid, (bool, list, dict)) or qid is None or str(qid) in seen:
-                        raise UserInputError(
-                            f"{path}: question id {qid!r} "
-                            + ("is not a string or number" if str(qid) not in seen
-                               else "occurs twice") + "; give each question its own id")
-                    seen.add(str(qid))
-                    impossible = _impossible(qa, path)
-                    answers = ([] if impossible else qa["answers"] if labelled
-                               else qa.get("answers", []))
-                    if training and not impossible and not answers:
-                        raise KeyError("answers")
-                    where = f"question {qid!r}"
-                    texts = [_text(a, "text", path, where + "'s answer") for a in answers]
-                    examples.append(QAExample(
-                        str(qid), _text(qa, "question", path, where), context, texts,
-                        _answer_start(answers[0], path, where) if answers else None,
-                        texts[0] if answers else None, impossible))
-    except (KeyError, TypeError, IndexError) as e:
-        where = f" (question {qa.get('id')!r})" if isinstance(qa, dict) else ""
-        raise UserInputError(f"{path} is not in the SQuAD format{where}: missing or malformed "
-                             f"{e}; each question needs id, question and answers (or "
-                             "is_impossible: true)") from None
+    examples, seen = [], set()
+    for article in _list(data, "data", path, "the file"):
+        for paragraph in _list(article, "paragraphs", path, "an article"):
+            context = _text(paragraph, "context", path, "a paragraph")
+            for qa in _list(paragraph, "qas", path, "a paragraph"):
+                qid = _field(qa, "id", path, "a question")
+                if isinstance(qid, (bool, list, dict)) or qid is None or str(qid) in seen:
+                    raise UserInputError(
+                        f"{path}: question id {qid!r} "
+                        + ("is not a string or number" if str(qid) not in seen
+                           else "occurs twice") + "; give each question its own id")
+                seen.add(str(qid))
+                where = f"question {qid!r}"
+                impossible = _impossible(qa, path)
+                answers = ([] if impossible else _list(qa, "answers", path, where) if labelled
+                           else _list(qa, "answers", path, where) if "answers" in qa else [])
+                if training and not impossible and not answers:
+                    raise UserInputError(f"{path}: {where} has no answers; give it one, or "
+                                         "is_impossible: true (SQuAD 2.0)")
+                texts = [_text(a, "text", path, f"an answer of {where}") for a in answers]
+                examples.append(QAExample(
+                    str(qid), _text(qa, "question", path, where), context, texts,
+                    _answer_start(answers[0], path, where) if answers else None,
+                    texts[0] if answers else None, impossible))
     if not examples:
         raise UserInputError(f"{path} holds no questions; check the file")
     return examples
 
 
+_LAYOUT = ('{"data": [{"paragraphs": [{"context": ..., "qas": [{"id", "question", '
+           '"answers": [{"text", "answer_start"}]}]}]}]}')
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            type(None): "null"}.get(type(value), "number")
+
+
+def _field(record, key, path, where):
+    """record[key], where record must be a JSON object that has key."""
+    if not isinstance(record, dict):
+        raise UserInputError(f"{path} is not in the SQuAD format: {where} is a JSON "
+                             f"{_json_type(record)}, not an object; the layout is {_LAYOUT}")
+    if key not in record:
+        raise UserInputError(f"{path} is not in the SQuAD format: {where} has no '{key}'; "
+                             f"the layout is {_LAYOUT}")
+    return record[key]
+
+
+def _list(record, key, path, where) -> list:
+    value = _field(record, key, path, where)
+    if not isinstance(value, list):
+        raise UserInputError(f"{path} is not in the SQuAD format: the '{key}' of {where} is a "
+                             f"JSON {_json_type(value)}, not an array; the layout is {_LAYOUT}")
+    return value
+
+
 def _text(record, key, path, where) -> str:
-    value = record[key]
+    value = _field(record, key, path, where)
     if not isinstance(value, str):
         raise UserInputError(f"{path}: {where} has {key} {value!r}, not a string; "
                              "fix the file")
@@ -109,7 +131,7 @@ def _impossible(qa, path) -> bool:
 
 
 def _answer_start(answer, path, where) -> int:
-    value = answer["answer_start"]
+    value = _field(answer, "answer_start", path, f"an answer of {where}")
     try:
         ok = not isinstance(value, bool) and int(value) == float(value) and int(value) >= 0
     except (TypeError, ValueError):
