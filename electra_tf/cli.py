@@ -23,7 +23,8 @@ _HIDE_INFO = os.environ["TF_CPP_MIN_LOG_LEVEL"].strip() not in ("", "0")
 
 from absl import app  # noqa: E402
 
-from electra_tf.errors import UserInputError  # noqa: E402
+from electra_tf.errors import (  # noqa: E402
+    UserInputError, storage_failure, storage_message)
 
 
 # The program of the process that filters stderr during _absorb_first_xla_log: it drops
@@ -112,6 +113,24 @@ def _empty_required_flag() -> str | None:
     return None
 
 
+def _flag_choosing(path: str | None) -> str | None:
+    """The flag whose folder or file holds `path` (the nearest: --model_dir, --output_dir,
+    ...), for a message on a write there that failed."""
+    from absl import flags
+    if not path or "://" in path:
+        return None
+    target, best = os.path.abspath(path), (0, None)
+    for name in flags.FLAGS:
+        value = flags.FLAGS[name].value
+        if not isinstance(value, str) or not value.strip() or "://" in value:
+            continue
+        folder = os.path.abspath(value)
+        if (target == folder or target.startswith(folder.rstrip("/") + "/")) and (
+                len(folder) > best[0]):
+            best = (len(folder), f"--{name}")
+    return best[1]
+
+
 def run(main, trains: bool = False, xla_cache: bool = False):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
@@ -159,6 +178,14 @@ def run(main, trains: bool = False, xla_cache: bool = False):
             # nowhere so the interpreter's exit does not fail on it again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
+        except Exception as e:  # a write the disk refused: one line too
+            failure = storage_failure(e)
+            if failure is None:
+                raise
+            reason, path = failure
+            print(f"error: {storage_message(reason, path, _flag_choosing(path))}",
+                  file=sys.stderr)
+            return 1
         finally:
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under

@@ -1,4 +1,9 @@
-"""The one exception type for mistakes a user can make and fix."""
+"""The one exception type for mistakes a user can make and fix, and the one line for a write
+the disk refused (full, read-only), which the user can fix too."""
+
+import errno
+import os
+import re
 
 
 class UserInputError(ValueError):
@@ -7,3 +12,60 @@ class UserInputError(ValueError):
     The message is one sentence that names the input and says how to fix it. Scripts print
     it without a traceback and exit non-zero.
     """
+
+
+# ---------------------------------------------------------------- storage failures
+
+# The OS's words in TensorFlow's file errors ("<path>; No space left on device"), and errno's.
+_NO_SPACE = "no space"
+_READ_ONLY = "read-only"
+_NO_PERMISSION = "no permission"
+_TF_REASONS = {"No space left on device": _NO_SPACE, "Disk quota exceeded": _NO_SPACE,
+               "Read-only file system": _READ_ONLY, "Permission denied": _NO_PERMISSION,
+               "Operation not permitted": _NO_PERMISSION}
+_ERRNOS = {errno.ENOSPC: _NO_SPACE, errno.EDQUOT: _NO_SPACE, errno.EROFS: _READ_ONLY,
+           errno.EACCES: _NO_PERMISSION, errno.EPERM: _NO_PERMISSION}
+_TF_FILE_ERROR = re.compile(r"(?:\}\}\s*)?([^{};]+?); (" + "|".join(_TF_REASONS) + ")")
+# The parts of a path an output is staged under before it is renamed into place: a save's
+# ckpt-N_temp/ and .tempstate files, atomic.temporary_name's .tmp-, fine-tuning's .partial.
+_STAGED = re.compile(r"(_temp|\.tempstate\d*|\.tmp-.*|\.partial)$")
+
+
+def storage_failure(error: BaseException) -> tuple[str, str] | None:
+    """(what went wrong, the path the user wrote to) when `error` is a write the disk
+    refused (full, over quota, read-only, no permission), from the OS (OSError) or from
+    TensorFlow's file system (its OpErrors say "<path>; <the OS's words>"), else None. The
+    path is the output being written, not the temporary name it was staged under."""
+    if isinstance(error, OSError) and error.errno in _ERRNOS:
+        reason, path = _ERRNOS[error.errno], error.filename
+    elif any(c.__name__ == "OpError" for c in type(error).__mro__):
+        found = _TF_FILE_ERROR.search(str(error).splitlines()[0] if str(error) else "")
+        if not found:
+            return None
+        reason, path = _TF_REASONS[found.group(2)], found.group(1).strip()
+    else:
+        return None
+    if path is None:
+        return reason, None
+    parts = os.fspath(path).split("/")
+    for i, part in enumerate(parts):
+        if _STAGED.search(part) or part.startswith(".tmp-"):
+            stem = _STAGED.sub("", part)
+            # (a hidden file's temporary, ".running.json.tmp-...": the folder it is in)
+            parts = parts[:i] + ([stem] if stem and not stem.startswith(".") else [])
+            break
+    return reason, "/".join(parts) or "/"
+
+
+def storage_message(reason: str, path: str | None, flag: str | None) -> str:
+    """The one line for storage_failure's (reason, path); `flag` names the option that
+    chose the path (`--model_dir`), if one did."""
+    where = path or "the output"
+    elsewhere = f"another {flag}" if flag else "another place to write to"
+    if reason == _NO_SPACE:
+        return (f"no space left on the device writing {where}; free some space (or choose "
+                f"{elsewhere}) and rerun: what was complete is kept")
+    if reason == _READ_ONLY:
+        return f"{where} is on a read-only file system; choose {elsewhere}"
+    return (f"no permission to write {where}; choose {elsewhere} or change its "
+            "permissions")

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import subprocess
 import warnings
 
 import pytest
@@ -149,3 +150,41 @@ def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), eager=False, **k
     finally:
         gin.clear_config()
     return result, lines
+
+
+class SmallDisk:
+    """A tmpfs mounted at `path` (the disk a write fails on when it is full or read-only):
+    `resize(size)` and `read_only()` remount it; it is unmounted when the test ends."""
+
+    def __init__(self, path, size: str):
+        self.path = str(path)
+        os.makedirs(self.path, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                               self.path], capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here (root needed): {done.stderr.strip()}")
+
+    def _remount(self, options: str):
+        subprocess.run(["mount", "-o", f"remount,{options}", self.path], check=True)
+
+    def resize(self, size: str):
+        self._remount(f"size={size}")
+
+    def read_only(self):
+        self._remount("ro")
+
+    def unmount(self):
+        subprocess.run(["umount", "-l", self.path], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A function (size) -> SmallDisk at tmp_path/disk: a real file system that fills up."""
+    disks = []
+
+    def mount(size: str) -> SmallDisk:
+        disks.append(SmallDisk(tmp_path / f"disk{len(disks)}", size))
+        return disks[-1]
+    yield mount
+    for disk in disks:
+        disk.unmount()

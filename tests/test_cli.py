@@ -3,11 +3,13 @@
 import ast
 import glob
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, UNCASED_VOCAB
+from conftest import DATA, ROOT, UNCASED_VOCAB
+from in_process import run_script
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py")))
 # What each script says without any flag: absl's refusal naming its first required flag,
@@ -138,3 +140,80 @@ def test_a_refusal_after_tensorflow_starts_is_the_one_line_on_stderr(script, tmp
     assert code == 1
     assert said.splitlines() == [said.strip()] and said.startswith(expected.format(**names)), said
     assert out == "" and not os.path.exists(tmp_path / "out")
+
+
+# ------------------------------------------------------------------------------ full disks
+
+
+def test_a_write_the_disk_refuses_is_named_by_the_output_it_was_for():
+    """A full, read-only or forbidden disk, as the OS and TensorFlow's file system report it,
+    named by the output being written rather than the temporary name it is staged under."""
+    import tensorflow as tf
+
+    from electra_tf.errors import storage_failure, storage_message
+    with pytest.raises(tf.errors.ResourceExhaustedError) as full:
+        tf.io.write_file("/dev/full", "x" * 100_000)  # a device that is always full
+    assert storage_failure(full.value) == ("no space", "/dev/full")
+    with pytest.raises(OSError) as full:
+        with open("/dev/full", "w") as f:
+            f.write("x")
+    assert storage_failure(full.value) == ("no space", None)
+    assert storage_failure(OSError(30, "Read-only file system", "/m/x.json")) == (
+        "read-only", "/m/x.json")
+
+    def op_error(kind, message):
+        return kind(None, None, message)
+    save = ("{{function_node __wrapped__SaveV2_dtypes_22_device_/job:localhost/replica:0/task:0"
+            "/device:CPU:0}} /runs/a b/ckpt-20_temp/part-00000-of-00001.data-00000-of-00001"
+            ".tempstate8807; No space left on device [Op:SaveV2]")
+    staged = {save: "/runs/a b/ckpt-20",
+              "/d/pretrain_data-00001-of-00006.tfrecord.tmp-3539-00429397; No space left on "
+              "device": "/d/pretrain_data-00001-of-00006.tfrecord",
+              "/e/electra/.tmp-1-host-4706/variables/variables_temp/part-0; Disk quota "
+              "exceeded": "/e/electra",
+              "/f/trial_0.partial/model/ckpt_temp/part-0; No space left on device": "/f/trial_0",
+              "/g/out.tmp-5406-ab12cd34/ckpt-1_temp/x; No space left on device": "/g/out"}
+    for message, path in staged.items():
+        assert storage_failure(op_error(tf.errors.ResourceExhaustedError, message)) == (
+            "no space", path), message
+    assert storage_failure(op_error(tf.errors.PermissionDeniedError, "/m/.running.json.tmp-12-"
+                                    "ab12cd34; Read-only file system")) == ("read-only", "/m")
+    assert storage_failure(op_error(tf.errors.PermissionDeniedError, "/m; Permission "
+                                    "denied")) == ("no permission", "/m")
+    # Not a disk's: memory, and a file that is not there.
+    assert storage_failure(op_error(tf.errors.ResourceExhaustedError, "OOM when allocating "
+                                    "tensor with shape[32,128,30522]")) is None
+    assert storage_failure(op_error(tf.errors.NotFoundError, "/x; No such file or "
+                                    "directory")) is None
+    assert storage_failure(ValueError("No space left on device")) is None
+    assert storage_message("no space", "/runs/ckpt-20", "--model_dir") == (
+        "no space left on the device writing /runs/ckpt-20; free some space (or choose another "
+        "--model_dir) and rerun: what was complete is kept")
+    assert storage_message("read-only", "/runs", None) == (
+        "/runs is on a read-only file system; choose another place to write to")
+    assert storage_message("no permission", "/runs", "--output_dir") == (
+        "no permission to write /runs; choose another --output_dir or change its permissions")
+
+
+def test_a_full_or_read_only_disk_stops_a_build_in_one_line_and_the_rerun_resumes(small_disk):
+    disk = small_disk("256k")
+    out = f"{disk.path}/data"
+    args = [f"--input={DATA}/corpus/persuasion.txt.gz", f"--vocab_file={UNCASED_VOCAB}",
+            "--max_seq_length=128", "--num_workers=1"]
+    done = run_script("build_pretraining_data.py", *args, f"--output_dir={out}")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert re.fullmatch(
+        rf"error: no space left on the device writing {out}/pretrain_data-\d{{5}}-of-\d{{5}}"
+        r"\.tfrecord; free some space \(or choose another --output_dir\) and rerun: what was "
+        r"complete is kept", done.stderr.strip().splitlines()[-1]), done.stderr
+    assert not [n for n in os.listdir(out) if ".tmp-" in n]  # the part-written shard is gone
+    disk.resize("64m")
+    done = run_script("build_pretraining_data.py", *args, f"--output_dir={out}")
+    assert done.returncode == 0, done.stderr
+    assert os.path.exists(f"{out}/metadata.json")
+    disk.read_only()
+    done = run_script("build_pretraining_data.py", *args, f"--output_dir={disk.path}/other")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"error: {disk.path}/other is on a read-only file system; choose another --output_dir"]

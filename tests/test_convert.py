@@ -208,6 +208,9 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
              ["NUM_TRAIN_STEPS = 2"], eager=True)
     written = converters.export_hf(str(tmp_path / "run"), str(tmp_path / "hf"))
     assert [os.path.basename(d) for d in written] == ["discriminator", "generator"]
+    for folder in written:  # (safetensors writes 0600: a server of another user could not)
+        modes = {n: os.stat(os.path.join(folder, n)).st_mode & 0o777 for n in os.listdir(folder)}
+        assert modes["model.safetensors"] == modes["config.json"], modes
     hf_disc = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "hf" / "discriminator")
     hf_gen = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "hf" / "generator")
     tokenizer = transformers.ElectraTokenizer.from_pretrained(tmp_path / "hf" / "discriminator")

@@ -179,6 +179,26 @@ def test_a_second_run_on_a_model_dir_in_use_stops_in_one_line(tmp_path, data):
         first.wait()
 
 
+def test_a_checkpoint_the_disk_has_no_room_for_stops_in_one_line_leaving_no_part_of_it(
+        small_disk, data):
+    """A full disk at a save: one line naming the checkpoint, and the save's part-written
+    shards (ckpt-N_temp/, as big as the checkpoint) removed, not left filling the disk; with
+    room made, the same command runs."""
+    disk = small_disk("1m")
+    model_dir = f"{disk.path}/m"
+    done = run_script("run_pretraining.py", *script_args(model_dir, data))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: no space left on the device writing {model_dir}/ckpt-0; free some space (or "
+        "choose another --model_dir) and rerun: what was complete is kept")
+    assert not [n for n in os.listdir(model_dir) if n.startswith("ckpt-")]
+    disk.resize("256m")
+    done = run_script("run_pretraining.py", *script_args(model_dir, data))
+    assert done.returncode == 0, done.stderr
+    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-6")
+
+
 # ------------------------------------------------------------------------------ resume
 
 

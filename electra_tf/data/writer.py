@@ -566,6 +566,12 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
             if created_output_dir:
                 tf.io.gfile.rmtree(output_dir)
         raise
+    except BaseException:
+        # A crash (a full disk, Ctrl-C) keeps the build state to resume from, but not the
+        # part-written shards, which only fill the disk until the rerun removes them.
+        progress.close(failed=True)
+        _remove_temporaries(output_dir)
+        raise
     progress.close()
     try:
         metadata = _finish(output_dir, config, names)

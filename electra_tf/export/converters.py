@@ -545,8 +545,6 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     generator, an objective without a replaced-token head, Electric's energy head, parts an
     import initialised afresh and no pre-training has trained since) is said in one `log`
     line each."""
-    from safetensors.numpy import save_file
-
     from electra_tf.export.saved_model import fresh_parts
     from electra_tf.training.checkpoints import load_pretrainer
     check_output_dir(output_dir)
@@ -589,11 +587,11 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
                 continue
             directory = os.path.join(output_dir, name)
             temporary = staged.enter_context(atomic.staged_dir(directory))
-            save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
-                      os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
             with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
                 json.dump(huggingface.hf_config(config, architecture, pad_token_id=pad_id),
                           f, indent=2)
+            _save_safetensors(state, os.path.join(temporary, "model.safetensors"),
+                              like=os.path.join(temporary, "config.json"))
             tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
             with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
                 json.dump({"do_lower_case": loaded.lower_case,
@@ -602,6 +600,24 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
                            "model_max_length": loaded.max_seq_length}, f, indent=2)
             written.append(directory)
     return written
+
+
+def _save_safetensors(state: dict, path: str, like: str) -> None:
+    """safetensors' save_file, with the file's mode that of `like` (a file written as every
+    other output is: safetensors writes 0600, which another user serving the folder cannot
+    read), and a failed write as the OSError it was (safetensors names neither the file nor
+    the error's type: "I/O error: No space left on device (os error 28)")."""
+    from safetensors.numpy import save_file
+    try:
+        save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, path,
+                  metadata={"format": "pt"})
+    except Exception as e:  # safetensors' SafetensorError
+        found = re.search(r"\(os error (\d+)\)", str(e))
+        if not found:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), path) from e
+    os.chmod(path, os.stat(like).st_mode & 0o777)
 
 
 def _remove(directories: list[str]) -> None:

@@ -437,7 +437,15 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         # non-finite loss puts the step back to the checkpoint it read.
         latest_saved = manager.latest_checkpoint
         if latest_saved is None or int(latest_saved.rsplit("-", 1)[1]) != step:
-            path = manager.save(checkpoint_number=step, check_interval=False)
+            try:
+                path = manager.save(checkpoint_number=step, check_interval=False)
+            except Exception:
+                # (a full disk): what this save wrote goes, so the space is free for the
+                # rerun, which resumes from the last checkpoint (still the latest)
+                for partial in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{step}[._]*")):
+                    (tf.io.gfile.rmtree if tf.io.gfile.isdir(partial)
+                     else tf.io.gfile.remove)(partial)
+                raise
             if chief:
                 log(f"saved checkpoint to {path}.")
 
