@@ -202,6 +202,25 @@ def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     assert runner.check_model_dir(str(tmp_path / "new" / "out")) == []
 
 
+def test_a_disk_without_room_for_a_trial_is_refused_before_it_trains(tmp_path, small_disk):
+    """A trial's model is written when it has trained: on a disk without room for it, one
+    line before the training (it was a traceback of the failed write after it)."""
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], REVIEWS)
+    disk = small_disk("1m")
+    out = f"{disk.path}/out"
+    result = run_script(
+        "run_finetuning.py", "--task=classification", "--init_checkpoint=none",
+        "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
+        f"--dev_file={train}", f"--model_dir={out}", cwd=ROOT)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert re.fullmatch(rf"error: --model_dir={out} has 1\.0 MB free, but trial 0's model takes "
+                        r"1\d\.\d MB; free some space or choose another --model_dir",
+                        result.stderr.strip().splitlines()[-1]), result.stderr
+    assert "trial 0" not in result.stdout  # refused before training
+    assert os.listdir(disk.path) == []  # the dir it made is gone
+
+
 # ------------------------------------------------------------------------------ results
 
 
