@@ -24,7 +24,7 @@ _HIDE_INFO = os.environ["TF_CPP_MIN_LOG_LEVEL"].strip() not in ("", "0")
 from absl import app  # noqa: E402
 
 from electra_tf.errors import (  # noqa: E402
-    UserInputError, storage_failure, storage_message)
+    UserInputError, out_of_memory, storage_failure, storage_message)
 
 
 # The program of the process that filters stderr during _absorb_first_xla_log: it drops
@@ -131,16 +131,17 @@ def _flag_choosing(path: str | None) -> str | None:
     return best[1]
 
 
-def run(main, trains: bool = False, xla_cache: bool = False):
+def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
     Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
     print what a user needs. `trains`: the script trains (it compiles XLA functions), so
     XLA's first log lines are taken at start-up (`_absorb_first_xla_log`) and a bad
     ELECTRA_TF_XLA_ELEMENTWISE fails there; the others do not pay for that compilation.
-    `xla_cache`: stage the XLA compilation cache (`training/xla_cache.py`) before app.run:
-    once absl has parsed the flags, an imported TensorFlow lists its devices, which reads
-    TF_XLA_FLAGS.
+    `memory_hint`: what to lower when the device runs out of memory (TensorFlow's error, with
+    its traceback, is one line too). `xla_cache`: stage the XLA compilation cache
+    (`training/xla_cache.py`) before app.run: once absl has parsed the flags, an imported
+    TensorFlow lists its devices, which reads TF_XLA_FLAGS.
     """
     if xla_cache:
         from electra_tf.training import xla_scratch
@@ -178,13 +179,17 @@ def run(main, trains: bool = False, xla_cache: bool = False):
             # nowhere so the interpreter's exit does not fail on it again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
-        except Exception as e:  # a write the disk refused: one line too
-            failure = storage_failure(e)
-            if failure is None:
+        except Exception as e:  # a write the disk refused, or memory: one line too
+            failure, memory = storage_failure(e), out_of_memory(e)
+            if failure:
+                reason, path = failure
+                print(f"error: {storage_message(reason, path, _flag_choosing(path))}",
+                      file=sys.stderr)
+            elif memory:
+                print(f"error: out of memory allocating {memory}; "
+                      f"{memory_hint or 'make the batch smaller'}", file=sys.stderr)
+            else:
                 raise
-            reason, path = failure
-            print(f"error: {storage_message(reason, path, _flag_choosing(path))}",
-                  file=sys.stderr)
             return 1
         finally:
             # Exit without the interpreter's final garbage collection: it walks every

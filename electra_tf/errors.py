@@ -69,3 +69,26 @@ def storage_message(reason: str, path: str | None, flag: str | None) -> str:
         return f"{where} is on a read-only file system; choose {elsewhere}"
     return (f"no permission to write {where}; choose {elsewhere} or change its "
             "permissions")
+
+
+# ---------------------------------------------------------------- memory
+
+_OOM = re.compile(r"OOM when allocating tensor with shape\[([^\]]*)\] and type (\w+) on "
+                  r"\S*?device:(\w+:\d+)")
+_XLA_OOM = re.compile(r"Out of memory while trying to allocate (\d+) bytes")
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """What could not be allocated ("a float tensor of shape [32,12,512,512] on GPU:0"), when
+    `error` is TensorFlow's out-of-memory error (ResourceExhaustedError, also XLA's), else
+    None. (A full disk is a ResourceExhaustedError too: storage_failure.)"""
+    if not any(c.__name__ == "ResourceExhaustedError" for c in type(error).__mro__):
+        return None
+    found = _OOM.search(str(error))
+    if found:
+        return (f"a {found.group(2)} tensor of shape [{found.group(1).replace(',', ', ')}] "
+                f"on {found.group(3)}")
+    found = _XLA_OOM.search(str(error))
+    if found:
+        return f"{int(found.group(1)) / 2**30:,.1f} GiB for an XLA-compiled step"
+    return None

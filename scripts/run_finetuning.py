@@ -108,4 +108,6 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, trains=True)
+    cli.run(main, trains=True, memory_hint=(
+        "lower TRAIN_BATCH_SIZE (--gin_bindings=TRAIN_BATCH_SIZE=16), MAX_SEQ_LENGTH, or, "
+        "when predicting, finetuning.eval_batch_size"))

@@ -59,4 +59,7 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, trains=True, xla_cache=True)
+    cli.run(main, trains=True, xla_cache=True, memory_hint=(
+        "lower the memory a step takes (--gin_bindings=pretraining.gradient_accumulation_steps"
+        "=2 or more: the same global batch, TRAIN_BATCH_SIZE, in micro-batches; or a smaller "
+        "TRAIN_BATCH_SIZE) or the model's size"))

@@ -217,3 +217,29 @@ def test_a_full_or_read_only_disk_stops_a_build_in_one_line_and_the_rerun_resume
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"error: {disk.path}/other is on a read-only file system; choose another --output_dir"]
+
+
+def test_running_out_of_memory_is_named_by_what_could_not_be_allocated():
+    """TensorFlow's out-of-memory errors as raised eagerly, in an XLA-compiled function and
+    in a graph (its message's first line is another: "Graph execution error:"). A CPU's
+    allocator refuses a tensor larger than the machine's memory (after 10 s of waiting for
+    memory to be freed), as a GPU's does one larger than what is free."""
+    import tensorflow as tf
+
+    from electra_tf.errors import out_of_memory
+    huge = 2**38  # floats: 1 TiB
+    with pytest.raises(tf.errors.ResourceExhaustedError) as eager:
+        tf.zeros([huge])
+    assert out_of_memory(eager.value) == f"a float tensor of shape [{huge}] on CPU:0"
+    with pytest.raises(tf.errors.ResourceExhaustedError) as compiled:
+        tf.function(lambda x: tf.reduce_sum(tf.tile(x, [2**18, 2**18])), jit_compile=True)(
+            tf.ones([64, 64]))
+    assert re.fullmatch(r"1,048,57\d\.\d GiB for an XLA-compiled step",
+                        out_of_memory(compiled.value))
+    with pytest.raises(tf.errors.ResourceExhaustedError) as full:
+        tf.io.write_file("/dev/full", "x" * 100_000)
+    assert out_of_memory(full.value) is None  # a full disk: storage_failure's
+    assert out_of_memory(MemoryError()) is None
+    later = tf.errors.ResourceExhaustedError(None, None, "Graph execution error:\n\nDetected at "
+                                             "node ones\n\n" + str(eager.value))
+    assert out_of_memory(later) == f"a float tensor of shape [{huge}] on CPU:0"

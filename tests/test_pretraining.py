@@ -199,6 +199,20 @@ def test_a_checkpoint_the_disk_has_no_room_for_stops_in_one_line_leaving_no_part
     assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-6")
 
 
+def test_a_model_or_step_too_big_for_memory_stops_in_one_line(tmp_path, data):
+    """TensorFlow's out-of-memory error (a traceback, and on a GPU a page of allocator
+    statistics) is one line naming the tensor and what to lower."""
+    done = run_script("run_pretraining.py", *script_args(
+        tmp_path / "m", data, "pretrainer.embedding_size = 4194304"))  # a 512 GB table
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: out of memory allocating a float tensor of shape [30522, 4194304] on CPU:0; "
+        "lower the memory a step takes (--gin_bindings=pretraining.gradient_accumulation_steps"
+        "=2 or more: the same global batch, TRAIN_BATCH_SIZE, in micro-batches; or a smaller "
+        "TRAIN_BATCH_SIZE) or the model's size")
+
+
 # ------------------------------------------------------------------------------ resume
 
 
