@@ -37,9 +37,26 @@ def write_text(path: str, text: str, overwrite: bool = True) -> None:
             tf.io.gfile.remove(temporary)
 
 
+WILDCARDS = "*?["
+
+
+def check_no_wildcards(path: str, what: str,
+                       fix: str = "choose a path without * ? [") -> None:
+    """A folder that holds checkpoints may not have a glob wildcard in its path: TensorFlow
+    finds a checkpoint's files, and CheckpointManager the checkpoints to delete, by patterns
+    built from it (`run[1]/ckpt-40*` matches nothing, so a rerun starts again from step 0;
+    `a*b/ckpt-*_temp` is another run's files too)."""
+    found = next((c for c in path if c in WILDCARDS), None)
+    if found:
+        raise UserInputError(f"{what} has '{found}' in its path, which TensorFlow reads as a "
+                             f"wildcard where it looks for checkpoint files; {fix}")
+
+
 def check_folder(folder: str, flag: str = "--model_dir") -> None:
-    """A folder to write into that is a file, or inside one, fails at once, as one line
-    naming `flag` (not at the first write, with a traceback)."""
+    """A folder to write into that is a file, or inside one, or whose path has a wildcard
+    (check_no_wildcards), fails at once, as one line naming `flag` (not at the first write,
+    with a traceback)."""
+    check_no_wildcards(folder, f"{flag}={folder}")
     path = folder.rstrip("/") or "/"
     while True:
         if tf.io.gfile.exists(path):

@@ -113,6 +113,28 @@ def _empty_required_flag() -> str | None:
     return None
 
 
+def _expand_home():
+    """`--model_dir=~/runs/x`: the shell leaves a `~` after `=` as it is (bash expands it only
+    in variable assignments), and the run would write into a folder named `~` in the working
+    directory; every flag's value that starts with `~/` (a list flag's items too; not
+    --gin_bindings, which are gin's) is expanded as the shell would expand `~/runs/x`."""
+    from absl import flags
+    for name in flags.FLAGS:
+        flag = flags.FLAGS[name]
+        if name == "gin_bindings" or flag.value is None:
+            continue
+
+        def expand(value):
+            return (os.path.expanduser(value) if isinstance(value, str)
+                    and (value == "~" or value.startswith("~/")) else value)
+        if isinstance(flag.value, list):
+            expanded = [expand(v) for v in flag.value]
+        else:
+            expanded = expand(flag.value)
+        if expanded != flag.value:
+            flag.value = expanded
+
+
 def _flag_choosing(path: str | None) -> str | None:
     """The flag whose folder or file holds `path` (the nearest: --model_dir, --output_dir,
     ...), for a message on a write there that failed."""
@@ -154,6 +176,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
             python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
         try:
+            _expand_home()
             empty = _empty_required_flag()
             if empty:
                 raise UserInputError(f"--{empty} is empty (is a shell variable in it unset?); "

@@ -12,6 +12,7 @@ import re
 import tokenize
 
 import gin
+from absl import logging as absl_logging
 
 from electra_tf.errors import UserInputError
 
@@ -64,10 +65,20 @@ def parse(files: list[str], bindings: list[str]) -> None:
                 "generator), so it must come after one, or the size file's values win; give "
                 f"e.g. --gin_file=small.gin --gin_file={name}")
     _check_ablations_agree(paths)
-    # `include 'pretraining.gin'` in our files resolves against the working directory first
-    # (gin logs an error for each miss before trying its search paths): read from gin/.
+    # `include 'pretraining.gin'` in our files resolves against the working directory first,
+    # then gin's search paths: read from gin/, then (a user's file including another of
+    # theirs) the folders of the files given and the working directory. gin logs an error
+    # line for each folder that lacks the file before one has it: not shown.
     cwd = os.getcwd()
+    searched = []
+    for folder in [os.path.dirname(p) for p in paths if not p.startswith(GIN_DIR + os.sep)]:
+        searched += [folder] if folder not in searched else []
+    searched += [cwd] if cwd not in searched else []
+    prefixes = list(gin.config._LOCATION_PREFIXES)  # (gin has no call to remove one)
+    verbosity = absl_logging.get_verbosity()
     os.chdir(GIN_DIR)
+    gin.config._LOCATION_PREFIXES.extend(searched)
+    absl_logging.set_verbosity(absl_logging.FATAL)
     try:
         for path in paths:
             try:
@@ -78,6 +89,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
                     "gin/)"))) from None
     finally:
         os.chdir(cwd)
+        gin.config._LOCATION_PREFIXES[:] = prefixes
+        absl_logging.set_verbosity(verbosity)
     example = os.path.relpath(paths[0], os.path.dirname(GIN_DIR)) if paths else "gin/"
     for binding in bindings:
         try:

@@ -243,3 +243,52 @@ def test_running_out_of_memory_is_named_by_what_could_not_be_allocated():
     later = tf.errors.ResourceExhaustedError(None, None, "Graph execution error:\n\nDetected at "
                                              "node ones\n\n" + str(eager.value))
     assert out_of_memory(later) == f"a float tensor of shape [{huge}] on CPU:0"
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+def test_a_home_relative_path_is_expanded(tmp_path):
+    """`--output_dir=~/data`: the shell leaves the `~` after `=` as it is, so the build went
+    into a folder named `~` in the working directory."""
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    done = run_script("build_pretraining_data.py", f"--input={DATA}/corpus/persuasion.txt.gz",
+                      "--vocab_file=~/vocab.txt", "--output_dir=~/data",
+                      "--max_seq_length=128", env={"HOME": str(home)}, cwd=str(elsewhere))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: vocab file {home}/vocab.txt does not exist; pass --vocab_file=PATH to a "
+        "WordPiece vocab (data/vocab/bert_uncased.txt ships with the project)")
+    (home / "vocab.txt").write_bytes(open(UNCASED_VOCAB, "rb").read())
+    done = run_script("build_pretraining_data.py", f"--input={DATA}/corpus/persuasion.txt.gz",
+                      "--vocab_file=~/vocab.txt", "--output_dir=~/data",
+                      "--max_seq_length=128", env={"HOME": str(home)}, cwd=str(elsewhere))
+    assert done.returncode == 0, done.stderr
+    assert os.path.exists(home / "data" / "metadata.json")
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_model_dir_with_a_wildcard_is_refused(tmp_path):
+    """TensorFlow finds checkpoint files (and CheckpointManager those to delete) by patterns
+    built from the model dir: `run[1]` restarted a finished run from step 0, `a*b` deleted
+    another run's checkpoints."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.training import checkpoints
+    for name, char in (("run[1]", "["), ("a*b", "*"), ("a?b", "?")):
+        done = run_script("run_pretraining.py", "--gin_file=tiny.gin",
+                          f"--model_dir={tmp_path}/{name}", f"--train_data={tmp_path}/x",
+                          "--dry_run")
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [
+            f"error: --model_dir={tmp_path}/{name} has '{char}' in its path, which TensorFlow "
+            "reads as a wildcard where it looks for checkpoint files; choose a path without "
+            "* ? ["]
+        assert not os.path.exists(tmp_path / name)
+    (tmp_path / "run[1]").mkdir()
+    with pytest.raises(UserInputError) as error:
+        checkpoints.latest_checkpoint(f"{tmp_path}/run[1]")
+    assert str(error.value) == (
+        f"{tmp_path}/run[1] has '[' in its path, which TensorFlow reads as a wildcard where it "
+        "looks for checkpoint files; rename it, or pass a symlink to it, without * ? [")

@@ -170,3 +170,11 @@ def test_expand_inputs(tmp_path):
         f"{tmp_path}/a/1.txt", f"{tmp_path}/a/2.txt.gz", f"{tmp_path}/b.txt"]
     with pytest.raises(UserInputError, match=r"input .*/nope\*.txt matches no file; check the "):
         corpus.expand_inputs(f"{tmp_path}/nope*.txt")
+    # A path that exists is read as named, though its name holds a wildcard or a comma.
+    for name in ("run[1]/x.txt", "a*b/y.txt", "aZb/z.txt", "co,mma/w.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert corpus.expand_inputs(f"{tmp_path}/run[1]/x.txt") == [f"{tmp_path}/run[1]/x.txt"]
+    assert corpus.expand_inputs(f"{tmp_path}/a*b") == [f"{tmp_path}/a*b/y.txt"]  # not aZb
+    assert corpus.expand_inputs(f"{tmp_path}/co,mma/w.txt") == [f"{tmp_path}/co,mma/w.txt"]
+    assert corpus.expand_inputs(f"{tmp_path}/a[*]b/*") == [f"{tmp_path}/a*b/y.txt"]  # a glob

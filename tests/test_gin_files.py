@@ -107,3 +107,29 @@ def test_an_unclosed_bracket_or_a_denylisted_name_in_a_gin_file_is_one_line(tmp_
     with pytest.raises(UserInputError, match=rf"^--gin_file={path}: optimizer.num_train_steps "
                                              r"is not set by gin; the schedule spans the run"):
         gin_files.parse(["tiny.gin", str(path)], [])
+
+
+def test_a_users_gin_file_includes_its_neighbours_and_ours(tmp_path, monkeypatch):
+    """`include 'common.gin'` in a user's file finds common.gin beside it (or in the working
+    directory), and `include 'tiny.gin'` ours in gin/, whatever the working directory."""
+    import gin
+    folder = tmp_path / "cfg dir ü"
+    folder.mkdir()
+    (folder / "my [x].gin").write_text("include 'tiny.gin'\ninclude 'common.gin'\n")
+    (folder / "common.gin").write_text("NUM_TRAIN_STEPS = 7\n")
+    (tmp_path / "here.gin").write_text("WARMUP_STEPS = 3\n")
+    (folder / "uses_cwd.gin").write_text("include 'tiny.gin'\ninclude 'here.gin'\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        gin_files.parse([str(folder / "my [x].gin")], [])
+        assert gin.query_parameter("%NUM_TRAIN_STEPS") == 7
+        assert gin.query_parameter("pretrainer.hidden_size") == 128  # tiny.gin's, from gin/
+        gin_files.parse([str(folder / "uses_cwd.gin")], [])
+        assert gin.query_parameter("%WARMUP_STEPS") == 3
+        with pytest.raises(UserInputError, match=r"uses_cwd.gin: Unable to open file: "
+                                                 r"here.gin"):
+            monkeypatch.chdir(folder)
+            gin_files.parse([str(folder / "uses_cwd.gin")], [])
+    finally:
+        gin.clear_config()
+    assert gin.config._LOCATION_PREFIXES == [""]  # the search paths put back

@@ -538,3 +538,15 @@ def test_uneven_worker_shares_are_noted(tmp_path):
     assert pipeline.uneven_shares_note(files, 4) is None  # records are sharded instead
     assert pipeline.uneven_shares_note(files[:2], 2) is None
     assert pipeline.uneven_shares_note(files + [str(tmp_path / "other.tfrecord")], 2) is None
+
+
+def test_a_data_folder_is_read_as_named_though_its_name_holds_a_wildcard(tmp_path):
+    """`--train_data=runs/a*b/data`, a folder: its shards, not those of runs/aZb/data too;
+    `run[1]/data` matched nothing."""
+    for folder in ("a*b", "aZb", "run[1]", "co,mma"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "pretrain_data-00000-of-00001.tfrecord").write_bytes(b"")
+    for folder in ("a*b", "run[1]", "co,mma"):
+        assert pipeline.list_files(f"{tmp_path}/{folder}") == [
+            f"{tmp_path}/{folder}/pretrain_data-00000-of-00001.tfrecord"]
+    assert len(pipeline.list_files(f"{tmp_path}/a?b")) == 2  # a glob is one still

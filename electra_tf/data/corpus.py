@@ -72,14 +72,24 @@ def _compression(path: str):
     return _COMPRESSED.get(os.path.splitext(path)[1].lower())
 
 
+def split_patterns(patterns: str) -> list[str]:
+    """A flag's comma-separated paths or globs; one path that exists, though it has a
+    comma in its name, is itself."""
+    if tf.io.gfile.exists(patterns.strip()):
+        return [patterns.strip()]
+    return [p for p in patterns.split(",") if p.strip()]
+
+
 def expand_inputs(patterns: str | list[str]) -> list[str]:
-    """Comma-separated globs and folders -> sorted list of files. Raises if none match."""
+    """Comma-separated globs and folders -> sorted list of files. Raises if none match. A
+    file or folder that exists is read as named, though its name has a comma or a
+    wildcard."""
     if isinstance(patterns, str):
-        patterns = [p for p in patterns.split(",") if p.strip()]
+        patterns = split_patterns(patterns)
     files = set()
     for pattern in patterns:
         pattern = pattern.strip()
-        matched = tf.io.gfile.glob(pattern)
+        matched = [pattern] if tf.io.gfile.exists(pattern) else tf.io.gfile.glob(pattern)
         if not matched:
             raise UserInputError(
                 f"input {pattern} matches no file; check the path or glob in --input")

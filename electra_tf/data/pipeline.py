@@ -26,6 +26,7 @@ Files are sharded by the input context (records, when there are fewer files than
 and each pipeline's examples get disjoint indices.
 """
 
+import fnmatch
 import json
 import os
 import re
@@ -34,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import tokenization
-from electra_tf.data import masking
+from electra_tf.data import corpus, masking
 from electra_tf.data.writer import METADATA_FILE, STATE_DIR
 from electra_tf.errors import UserInputError
 
@@ -45,14 +46,19 @@ PREMASKED_MODES = ("remask", "as_written")  # what pretraining_dataset does with
 
 
 def list_files(file_pattern: str | list[str]) -> list[str]:
-    """Comma-separated globs -> sorted files (metadata and temp files excluded)."""
-    patterns = file_pattern.split(",") if isinstance(file_pattern, str) else file_pattern
+    """Comma-separated globs -> sorted files (metadata and temp files excluded). A file or
+    folder that exists is read as named, though its name has a comma or a wildcard."""
+    patterns = (corpus.split_patterns(file_pattern) if isinstance(file_pattern, str)
+                else file_pattern)
     files = set()
     for pattern in patterns:
         pattern = pattern.strip()
         if tf.io.gfile.isdir(pattern):
-            pattern = os.path.join(pattern, "*.tfrecord*")
-        matched = tf.io.gfile.glob(pattern)
+            matched = [os.path.join(pattern, name) for name in tf.io.gfile.listdir(pattern)
+                       if fnmatch.fnmatch(name, "*.tfrecord*")]
+            pattern = os.path.join(pattern, "*.tfrecord*")  # (for the message)
+        else:
+            matched = [pattern] if tf.io.gfile.exists(pattern) else tf.io.gfile.glob(pattern)
         if not matched:
             raise UserInputError(
                 f"data {pattern} matches no file; check the path, or build the data with "

@@ -700,7 +700,9 @@ def _shape(config: EncoderConfig) -> tuple[int, int, int, int]:
 
 
 def check_output_dir(output_dir: str) -> None:
-    """Refuses an --output_dir that is a file or lies under one (it cannot be made)."""
+    """Refuses an --output_dir that is a file or lies under one (it cannot be made), or
+    whose path has a wildcard (atomic.check_no_wildcards)."""
+    atomic.check_no_wildcards(output_dir, f"--output_dir={output_dir}")
     path = output_dir.rstrip("/")
     while path and "://" not in output_dir and not tf.io.gfile.exists(path):
         path = os.path.dirname(path)

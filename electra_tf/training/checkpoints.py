@@ -12,7 +12,7 @@ import os
 import gin
 import tensorflow as tf
 
-from electra_tf import tokenization
+from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.modeling import factory
 from electra_tf.modeling.layers import precision_policy
@@ -35,8 +35,12 @@ class LoadedModel:
         return tokenization.Tokenizer(self.vocab_file, self.lower_case, self.strip_accents)
 
 
+_RENAME = "rename it, or pass a symlink to it, without * ? ["
+
+
 def latest_checkpoint(path: str) -> str:
     """The newest checkpoint of a model dir, or `path` itself if it is a checkpoint prefix."""
+    atomic.check_no_wildcards(path, path, _RENAME)
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
@@ -123,6 +127,7 @@ def read_weights(model, checkpoint: str, described_by: str):
     """Reads `checkpoint` into `model` (optimizer slots and other extras ignored); a
     variable of the model the checkpoint lacks, or a shape that differs, is one clear error
     naming the checkpoint and the file (`described_by`) the model was built from."""
+    atomic.check_no_wildcards(checkpoint, checkpoint, _RENAME)
     try:
         tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
         ).assert_existing_objects_matched()
