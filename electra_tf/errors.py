@@ -32,8 +32,8 @@ _STAGED = re.compile(r"(_temp|\.tempstate\d*|\.tmp-.*|\.partial)$")
 
 
 def storage_failure(error: BaseException) -> tuple[str, str] | None:
-    """(what went wrong, the path the user wrote to) when `error` is a write the disk
-    refused (full, over quota, read-only, no permission), from the OS (OSError) or from
+    """(what went wrong, the path) when `error` is a write the disk refused (full, over
+    quota, read-only) or a file the user may not read or write, from the OS (OSError) or from
     TensorFlow's file system (its OpErrors say "<path>; <the OS's words>"), else None. The
     path is the output being written, not the temporary name it was staged under."""
     if isinstance(error, OSError) and error.errno in _ERRNOS:
@@ -67,8 +67,7 @@ def storage_message(reason: str, path: str | None, flag: str | None) -> str:
                 f"{elsewhere}) and rerun: what was complete is kept")
     if reason == _READ_ONLY:
         return f"{where} is on a read-only file system; choose {elsewhere}"
-    return (f"no permission to write {where}; choose {elsewhere} or change its "
-            "permissions")
+    return f"permission denied for {where}; choose {elsewhere} or change its permissions"
 
 
 # ---------------------------------------------------------------- memory

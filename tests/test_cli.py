@@ -192,7 +192,7 @@ def test_a_write_the_disk_refuses_is_named_by_the_output_it_was_for():
     assert storage_message("read-only", "/runs", None) == (
         "/runs is on a read-only file system; choose another place to write to")
     assert storage_message("no permission", "/runs", "--output_dir") == (
-        "no permission to write /runs; choose another --output_dir or change its permissions")
+        "permission denied for /runs; choose another --output_dir or change its permissions")
 
 
 def test_a_full_or_read_only_disk_stops_a_build_in_one_line_and_the_rerun_resumes(small_disk):
