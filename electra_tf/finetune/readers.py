@@ -144,6 +144,10 @@ def _rows(path: str):
             raise UserInputError(f"{path} is empty; it needs a header row naming the columns "
                                  "and one row per example")
         header = [name.strip() for name in header]  # "text, label": the column is 'label'
+        if fmt == "csv" and len(header) == 1 and ";" in header[0]:
+            # Excel's CSV in locales with a decimal comma
+            raise UserInputError(f"{path}: its fields are separated by semicolons (header "
+                                 f"'{header[0]}'); save it with commas, or with tabs as .tsv")
         # (columns without a name, as spreadsheets write empty trailing ones, are not read:
         # no flag can name them)
         repeated = sorted({c for c in header if c and header.count(c) > 1})
@@ -175,15 +179,9 @@ def _rows(path: str):
 def _check_column(path, columns, column, flag):
     if column not in columns:
         alike = [c for c in columns if str(c).strip().lower() == column.strip().lower()]
-        # Excel's CSV in locales with a decimal comma: "text;label" is one column
-        semicolons = (path.lower().endswith(".csv") and len(columns) == 1
-                      and ";" in str(columns[0]))
-        raise UserInputError(
-            f"{path} has no column '{column}' (columns: "
-            + (", ".join(map(str, columns)) or "none named") + ")"
-            + ("; its fields are separated by semicolons: save it with commas (or tabs, as "
-               ".tsv)" if semicolons else
-               f"; pass {flag}=NAME" + (f" ({flag}={alike[0]}?)" if alike else "")))
+        raise UserInputError(f"{path} has no column '{column}' (columns: "
+                             f"{', '.join(map(str, columns)) or 'none named'}); pass "
+                             f"{flag}=NAME" + (f" ({flag}={alike[0]}?)" if alike else ""))
 
 
 def read_table(path: str, text_column: str = "text", text_b_column: str | None = None,
