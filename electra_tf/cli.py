@@ -116,17 +116,20 @@ def _empty_required_flag() -> str | None:
 def _expand_home():
     """`--model_dir=~/runs/x`: the shell leaves a `~` after `=` as it is (bash expands it only
     in variable assignments), and the run would write into a folder named `~` in the working
-    directory; every flag's value that starts with `~/` (a list flag's items too; not
-    --gin_bindings, which are gin's) is expanded as the shell would expand `~/runs/x`."""
+    directory; every flag's value that starts with `~/`, and each such path of a
+    comma-separated list (a list flag's items too; not --gin_bindings, which are gin's), is
+    expanded as the shell would expand `~/runs/x`."""
     from absl import flags
     for name in flags.FLAGS:
         flag = flags.FLAGS[name]
         if name == "gin_bindings" or flag.value is None:
             continue
 
-        def expand(value):
-            return (os.path.expanduser(value) if isinstance(value, str)
-                    and (value == "~" or value.startswith("~/")) else value)
+        def expand(value):  # each of a comma-separated list's paths too
+            if not isinstance(value, str) or "~" not in value:
+                return value
+            return ",".join(os.path.expanduser(v) if v == "~" or v.startswith("~/") else v
+                            for v in value.split(","))
         if isinstance(flag.value, list):
             expanded = [expand(v) for v in flag.value]
         else:

@@ -26,9 +26,12 @@ _TF_REASONS = {"No space left on device": _NO_SPACE, "Disk quota exceeded": _NO_
 _ERRNOS = {errno.ENOSPC: _NO_SPACE, errno.EDQUOT: _NO_SPACE, errno.EROFS: _READ_ONLY,
            errno.EACCES: _NO_PERMISSION, errno.EPERM: _NO_PERMISSION}
 _TF_FILE_ERROR = re.compile(r"(?:\}\}\s*)?([^{};]+?); (" + "|".join(_TF_REASONS) + ")")
-# The parts of a path an output is staged under before it is renamed into place: a save's
-# ckpt-N_temp/ and .tempstate files, atomic.temporary_name's .tmp-, fine-tuning's .partial.
-_STAGED = re.compile(r"(_temp|\.tempstate\d*|\.tmp-.*|\.partial)$")
+# The names an output is staged under before it is renamed into place, and what each stands
+# for: a save's ckpt-N_temp/ (variables_temp/ in a SavedModel) and its .tempstate files,
+# atomic.temporary_name's NAME.tmp-PID-HEX, an export's .tmp-VERSION-..., a fine-tuning
+# trial's trial_K.partial. A user's own "run_temp" is none of them.
+_STAGED = re.compile(r"((?:ckpt(?:-\d+)?|variables)_temp|(.*)\.tempstate\d+"
+                     r"|(.*)\.tmp-\d+-[0-9a-f]{8}|\.tmp-.*|(trial_\d+)\.partial)")
 
 
 def storage_failure(error: BaseException) -> tuple[str, str] | None:
@@ -49,8 +52,10 @@ def storage_failure(error: BaseException) -> tuple[str, str] | None:
         return reason, None
     parts = os.fspath(path).split("/")
     for i, part in enumerate(parts):
-        if _STAGED.search(part) or part.startswith(".tmp-"):
-            stem = _STAGED.sub("", part)
+        staged = _STAGED.fullmatch(part)
+        if staged:
+            stem = (re.sub(r"_temp$", "", part) if part.endswith("_temp")
+                    else next((g for g in staged.groups()[1:] if g), ""))
             # (a hidden file's temporary, ".running.json.tmp-...": the folder it is in)
             parts = parts[:i] + ([stem] if stem and not stem.startswith(".") else [])
             break

@@ -74,6 +74,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for folder in [os.path.dirname(p) for p in paths if not p.startswith(GIN_DIR + os.sep)]:
         searched += [folder] if folder not in searched else []
     searched += [cwd] if cwd not in searched else []
+    _check_includes_unambiguous(paths, searched)
     prefixes = list(gin.config._LOCATION_PREFIXES)  # (gin has no call to remove one)
     verbosity = absl_logging.get_verbosity()
     os.chdir(GIN_DIR)
@@ -109,6 +110,29 @@ def parse(files: list[str], bindings: list[str]) -> None:
                                  f"against the gin files (e.g. {example})") from None
     _check_macros_used(bindings, example)
     _check_macros_defined(example)
+
+
+_INCLUDE = re.compile(r"""^\s*include\s+(['"])(.+?)\1""", re.MULTILINE)
+
+
+def _check_includes_unambiguous(paths: list[str], searched: list[str]) -> None:
+    """An `include 'base.gin'` in a user's file, with a base.gin of theirs beside it (or in
+    the working directory) as well as ours in gin/, would read ours (gin/ is searched
+    first, for our own files' includes) without a word: refused, naming both."""
+    for path in paths:
+        if path.startswith(GIN_DIR + os.sep) or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            names = [m.group(2) for m in _INCLUDE.finditer(f.read())]
+        for name in names:
+            theirs = [os.path.join(d, name) for d in searched
+                      if os.path.isfile(os.path.join(d, name))]
+            if not os.path.isabs(name) and os.path.isfile(os.path.join(GIN_DIR, name)) and (
+                    theirs):
+                raise UserInputError(
+                    f"--gin_file={path} includes '{name}', which is both {theirs[0]} and the "
+                    f"project's gin/{name} (read first); include yours by its full path, or "
+                    "rename it")
 
 
 def _check_ablations_agree(paths: list[str]) -> None:

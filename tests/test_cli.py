@@ -2,6 +2,7 @@
 
 import ast
 import glob
+import json
 import os
 import re
 import subprocess
@@ -172,7 +173,11 @@ def test_a_write_the_disk_refuses_is_named_by_the_output_it_was_for():
               "/e/electra/.tmp-1-host-4706/variables/variables_temp/part-0; Disk quota "
               "exceeded": "/e/electra",
               "/f/trial_0.partial/model/ckpt_temp/part-0; No space left on device": "/f/trial_0",
-              "/g/out.tmp-5406-ab12cd34/ckpt-1_temp/x; No space left on device": "/g/out"}
+              "/g/out.tmp-5406-ab12cd34/ckpt-1_temp/x; No space left on device": "/g/out",
+              # a user's names that look like ours are theirs
+              "/scratch/run_temp/ckpt-20_temp/part-0; No space left on device":
+                  "/scratch/run_temp/ckpt-20",
+              "/data/exp.partial/model/x; No space left on device": "/data/exp.partial/model/x"}
     for message, path in staged.items():
         assert storage_failure(op_error(tf.errors.ResourceExhaustedError, message)) == (
             "no space", path), message
@@ -262,11 +267,16 @@ def test_a_home_relative_path_is_expanded(tmp_path):
         f"error: vocab file {home}/vocab.txt does not exist; pass --vocab_file=PATH to a "
         "WordPiece vocab (data/vocab/bert_uncased.txt ships with the project)")
     (home / "vocab.txt").write_bytes(open(UNCASED_VOCAB, "rb").read())
-    done = run_script("build_pretraining_data.py", f"--input={DATA}/corpus/persuasion.txt.gz",
+    for name in ("persuasion", "northangerabbey"):
+        (home / f"{name}.txt.gz").write_bytes(open(f"{DATA}/corpus/{name}.txt.gz", "rb").read())
+    done = run_script("build_pretraining_data.py",
+                      "--input=~/persuasion.txt.gz,~/northangerabbey.txt.gz",
                       "--vocab_file=~/vocab.txt", "--output_dir=~/data",
                       "--max_seq_length=128", env={"HOME": str(home)}, cwd=str(elsewhere))
     assert done.returncode == 0, done.stderr
-    assert os.path.exists(home / "data" / "metadata.json")
+    metadata = json.loads((home / "data" / "metadata.json").read_text())
+    inputs = metadata["build_config"]["inputs"]
+    assert sorted(inputs) == [f"{home}/northangerabbey.txt.gz", f"{home}/persuasion.txt.gz"]
     assert os.listdir(elsewhere) == []
 
 

@@ -140,6 +140,13 @@ def test_regression_labels_with_a_decimal_comma_or_underscores_are_refused(tmp_p
     _refused(f"{table} line 2: label '3,5' is not a number (a decimal comma? write 3.5); "
              "regression needs numeric labels", readers.read_table, str(table),
              kind="regression")
+    table.write_text('text,label\nFine.,"1,000"\nMore.,"1,000,000"\n', encoding="utf-8")
+    _refused(f"{table} line 2: label '1,000' is not a number (write 1000 without the comma, "
+             "or 1.000 if it is a decimal comma);", readers.read_table, str(table),
+             kind="regression")
+    table.write_text('text,label\nMore.,"1,000,000"\n', encoding="utf-8")
+    _refused(f"{table} line 2: label '1,000,000' is not a number (write 1000000 without the "
+             "comma);", readers.read_table, str(table), kind="regression")
     table.write_text("text,label\nFine.,1_5\n", encoding="utf-8")  # float("1_5") is 15.0
     _refused(f"{table} line 2: label '1_5' is not a number; regression", readers.read_table,
              str(table), kind="regression")

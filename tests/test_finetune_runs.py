@@ -536,3 +536,20 @@ def test_the_chief_decides_which_trials_every_worker_keeps(mirrored_strategy):
         True, False, True]
     assert runner._chief_decides(mirrored_strategy, [True, False, True], chief=False) == [
         False, False, False]
+
+
+def test_every_worker_stops_when_the_chief_has_no_room_for_a_trial(mirrored_strategy, tmp_path):
+    """The chief alone asks its disk; the others, which would go on to wait in the first
+    all-reduce for a chief that has stopped, stop too (a process that is not the chief,
+    here the only one, hears 'no room')."""
+    import keras
+
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    with mirrored_strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    runner._check_room(str(tmp_path), model, 0, mirrored_strategy, chief=True, worker=0)
+    with pytest.raises(UserInputError) as error:
+        runner._check_room(str(tmp_path), model, 2, mirrored_strategy, chief=False, worker=1)
+    assert str(error.value) == ("worker 1: the chief's --model_dir has no room for trial 2's "
+                                "model (its error line says how much it needs)")

@@ -133,3 +133,12 @@ def test_a_users_gin_file_includes_its_neighbours_and_ours(tmp_path, monkeypatch
     finally:
         gin.clear_config()
     assert gin.config._LOCATION_PREFIXES == [""]  # the search paths put back
+    # A base.gin of theirs beside the file, and ours: which one is meant is not guessed.
+    (folder / "base.gin").write_text("TRAIN_BATCH_SIZE = 7\n")
+    (folder / "mine.gin").write_text('include "base.gin"\n')
+    with pytest.raises(UserInputError) as error:
+        gin_files.parse([str(folder / "mine.gin")], [])
+    assert str(error.value) == (
+        f"--gin_file={folder}/mine.gin includes 'base.gin', which is both {folder}/base.gin "
+        "and the project's gin/base.gin (read first); include yours by its full path, or "
+        "rename it")

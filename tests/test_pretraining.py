@@ -199,6 +199,23 @@ def test_a_checkpoint_the_disk_has_no_room_for_stops_in_one_line_leaving_no_part
     assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-6")
 
 
+def test_a_save_that_fails_after_its_checkpoint_is_recorded_keeps_it(tmp_path, data,
+                                                                      monkeypatch):
+    """CheckpointManager.save writes the checkpoint, records it as the latest, then deletes
+    the oldest: a failure there (a permission error, say) must not take the new checkpoint
+    with the part-written files of a failed save, or the rerun starts from step 0."""
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    def refused(manager):
+        if len(manager._maybe_delete) > manager._max_to_keep:  # it would delete one
+            raise tf.errors.PermissionDeniedError(None, None, "ckpt-0.index; Permission denied")
+    monkeypatch.setattr(checkpoint_management.CheckpointManager, "_sweep", refused)
+    with pytest.raises(tf.errors.PermissionDeniedError):
+        run(tmp_path / "m", data, ["pretraining.keep_checkpoints = 1"])
+    assert tf.train.latest_checkpoint(str(tmp_path / "m")).endswith("ckpt-4")
+    assert tf.io.gfile.glob(str(tmp_path / "m" / "ckpt-4.*"))  # kept
+
+
 def test_a_model_or_step_too_big_for_memory_stops_in_one_line(tmp_path, data):
     """TensorFlow's out-of-memory error (a traceback, and on a GPU a page of allocator
     statistics) is one line naming the tensor and what to lower."""

@@ -700,9 +700,7 @@ def _shape(config: EncoderConfig) -> tuple[int, int, int, int]:
 
 
 def check_output_dir(output_dir: str) -> None:
-    """Refuses an --output_dir that is a file or lies under one (it cannot be made), or
-    whose path has a wildcard (atomic.check_no_wildcards)."""
-    atomic.check_no_wildcards(output_dir, f"--output_dir={output_dir}")
+    """Refuses an --output_dir that is a file or lies under one (it cannot be made)."""
     path = output_dir.rstrip("/")
     while path and "://" not in output_dir and not tf.io.gfile.exists(path):
         path = os.path.dirname(path)
@@ -713,8 +711,10 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def check_new_model_dir(output_dir: str) -> None:
-    """Refuses an --output_dir a model dir cannot be imported into: a file, or a directory
-    that holds anything (an empty one is used)."""
+    """Refuses an --output_dir a model dir cannot be imported into: a file, a directory
+    that holds anything (an empty one is used), a path with a wildcard
+    (atomic.check_no_wildcards)."""
+    atomic.check_no_wildcards(output_dir, f"--output_dir={output_dir}")
     check_output_dir(output_dir)
     if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
         raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "

@@ -261,9 +261,17 @@ def _number(value) -> float | None:
 
 
 def _decimal_comma(value) -> str:
-    """A hint for a number written with a decimal comma ("3,5"), else ''."""
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", value):
-        return f" (a decimal comma? write {value.strip().replace(',', '.')})"
+    """A hint for a number written with a decimal comma ("3,5") or a thousands separator
+    ("1,000", which is either), else ''."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
+    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+", text):
+        return (f" (write {text.replace(',', '')} without the comma"
+                + (f", or {text.replace(',', '.')} if it is a decimal comma)"
+                   if text.count(",") == 1 else ")"))
+    if re.fullmatch(r"[+-]?\d*,\d+", text):
+        return f" (a decimal comma? write {text.replace(',', '.')})"
     return ""
 
 

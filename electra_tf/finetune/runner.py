@@ -398,8 +398,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                     head_dropout, adapter.answerability, aggregate_gradients=False,
                     qa_head=qa_head, beam_size=beam_size)
                 loss_scale = LossScale() if precision == "mixed_float16" else None
-            if chief and save_model:
-                _check_room(model_dir, model, trial)
+            if save_model:
+                _check_room(model_dir, model, trial, strategy, chief, worker)
             loss, skipped = _train(model, optimizer, adapter, train, steps, train_batch_size,
                                    trial_seed, clip_norm, log_every or max(1, steps // 10), log,
                                    strategy, loss_scale, jit_compile, loss_reduction == "sum",
@@ -1174,17 +1174,21 @@ _ADAPTERS = {"classification": _SentenceTask, "regression": _SentenceTask,
 # ------------------------------------------------------------------------------ output
 
 
-def _check_room(model_dir: str, model, trial: int) -> None:
-    """Room on model_dir's disk for the trial's model, which is written when it has trained:
-    without it, one line now rather than a failed write after the training."""
-    if "://" in model_dir:  # an object store: no free space to ask for
-        return
+def _check_room(model_dir: str, model, trial: int, strategy, chief: bool, worker: int):
+    """Room on model_dir's disk for the trial's model, which the chief writes when it has
+    trained: without it, one line now rather than a failed write after the training, on
+    every worker (the chief's answer, as _chief_decides sends it)."""
     need = sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in model.variables)
-    free = shutil.disk_usage(model_dir).free
-    if free < need:
+    # (an object store has no free space to ask for)
+    free = shutil.disk_usage(model_dir).free if chief and "://" not in model_dir else None
+    if _chief_decides(strategy, [free is None or free >= need], chief)[0]:
+        return
+    if chief:
         raise UserInputError(f"--model_dir={model_dir} has {free / 1e6:.1f} MB free, but trial "
                              f"{trial}'s model takes {need / 1e6:.1f} MB; free some space or "
                              "choose another --model_dir")
+    raise UserInputError(f"worker {worker}: the chief's --model_dir has no room for trial "
+                         f"{trial}'s model (its error line says how much it needs)")
 
 
 def _write_trial(trial_dir, model, adapter, outputs, test_outputs, info, record,

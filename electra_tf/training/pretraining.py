@@ -440,9 +440,15 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             try:
                 path = manager.save(checkpoint_number=step, check_interval=False)
             except Exception:
-                # (a full disk): what this save wrote goes, so the space is free for the
-                # rerun, which resumes from the last checkpoint (still the latest)
-                for partial in tf.io.gfile.glob(os.path.join(directory, f"ckpt-{step}[._]*")):
+                # (a full disk): what this save wrote goes, so that the space is free for the
+                # rerun, which resumes from the last checkpoint; but not a checkpoint the
+                # save completed and recorded as the latest before it failed later (deleting
+                # the oldest one)
+                state = tf.train.get_checkpoint_state(directory)
+                recorded = state is not None and os.path.basename(
+                    state.model_checkpoint_path) == f"ckpt-{step}"
+                for partial in tf.io.gfile.glob(os.path.join(
+                        directory, f"ckpt-{step}_temp" if recorded else f"ckpt-{step}[._]*")):
                     (tf.io.gfile.rmtree if tf.io.gfile.isdir(partial)
                      else tf.io.gfile.remove)(partial)
                 raise
