@@ -86,7 +86,14 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
     temporary = temporary or temporary_name(path)
     if tf.io.gfile.exists(temporary):  # a given name, left by a killed run
         tf.io.gfile.rmtree(temporary)
+    # The folders above it that this makes: removed again, if still empty, when it fails
+    # (an export that failed on a full disk left an empty EXPORT_DIR/MODEL_NAME/).
+    created, parent = [], os.path.dirname(temporary)
+    while "://" not in path and parent not in ("", "/") and not os.path.exists(parent):
+        created.append(parent)
+        parent = os.path.dirname(parent)
     tf.io.gfile.makedirs(temporary)
+    moved = False
     try:
         yield temporary
         old = temporary_name(path) if tf.io.gfile.exists(path) else None
@@ -103,11 +110,17 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
                 raise FileExistsError(errno.EEXIST, "written while this one was staged",
                                       path) from None
             raise
+        moved = True
         if old:
             tf.io.gfile.rmtree(old)
     finally:
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.rmtree(temporary)
+        for folder in created if not moved else ():
+            try:
+                os.rmdir(folder)  # (local: only if still empty)
+            except OSError:
+                break
 
 
 RUNNING = ".running.json"  # in a model dir: the run writing it (`hold`)

@@ -52,6 +52,16 @@ def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
             open(os.path.join(temporary, "half.txt"), "w").write("half")
             raise RuntimeError("disk full")
     assert sorted(os.listdir(tmp_path)) == ["model"]
+    # The folders it made above the target go with a failure, unless something is in them.
+    with pytest.raises(RuntimeError):
+        with atomic.staged_dir(str(tmp_path / "exports" / "electra" / "1")):
+            raise RuntimeError("disk full")
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+    with pytest.raises(RuntimeError):
+        with atomic.staged_dir(str(tmp_path / "exports" / "electra" / "1")):
+            open(tmp_path / "exports" / "notes.txt", "w").write("mine")  # meanwhile
+            raise RuntimeError("disk full")
+    assert sorted(os.listdir(tmp_path / "exports")) == ["notes.txt"]
 
 
 def test_staged_dir_without_replace_keeps_a_folder_written_meanwhile(tmp_path):
