@@ -296,6 +296,14 @@ def test_a_model_dir_with_a_wildcard_is_refused(tmp_path):
             "reads as a wildcard where it looks for checkpoint files; choose a path without "
             "* ? ["]
         assert not os.path.exists(tmp_path / name)
+    # A SavedModel's variables are a checkpoint too: TensorFlow's loader could not read one.
+    from electra_tf.export import saved_model
+    with pytest.raises(UserInputError) as error:
+        saved_model.export(f"{tmp_path}/m", f"{tmp_path}/exports[1]", kind="discriminator")
+    assert str(error.value) == (
+        f"--export_dir={tmp_path}/exports[1] --model_name=electra has '[' in its path, which "
+        "TensorFlow reads as a wildcard where it looks for checkpoint files; choose a path "
+        "without * ? [")
     (tmp_path / "run[1]").mkdir()
     with pytest.raises(UserInputError) as error:
         checkpoints.latest_checkpoint(f"{tmp_path}/run[1]")
