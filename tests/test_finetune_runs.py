@@ -177,6 +177,19 @@ def test_an_unknown_label_names_the_line_and_the_id(tmp_path):
         tasks.load(task, train_file=train, dev_file=dev)
 
 
+def _refusal(train, model_dir, stdout=False):
+    """The error line of run_finetuning.py refusing a tiny classification run into
+    `model_dir` (exit code 1, no traceback); with `stdout`, and what it printed there."""
+    result = run_script(
+        "run_finetuning.py", "--task=classification", "--init_checkpoint=none",
+        "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
+        f"--dev_file={train}", f"--model_dir={model_dir}", cwd=ROOT)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    return (line, result.stdout) if stdout else line
+
+
 def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     """--model_dir naming a file (or a path inside one) was a traceback at the first
     write, after the data and the model had been loaded."""
@@ -185,13 +198,7 @@ def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["label", "text"], REVIEWS)
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
-    result = run_script(
-        "run_finetuning.py", "--task=classification", "--init_checkpoint=none",
-        "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
-        f"--dev_file={train}", f"--model_dir={notes}", cwd=ROOT)
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
+    assert _refusal(train, notes) == (
         f"error: --model_dir={notes} is a file, not a folder; choose another --model_dir")
     assert notes.read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "train.csv"]  # nothing written
@@ -208,16 +215,10 @@ def test_a_disk_without_room_for_a_trial_is_refused_before_it_trains(tmp_path, s
     train = write_csv(tmp_path / "train.csv", ["label", "text"], REVIEWS)
     disk = small_disk("1m")
     out = f"{disk.path}/out"
-    result = run_script(
-        "run_finetuning.py", "--task=classification", "--init_checkpoint=none",
-        "--model_size=tiny", f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}",
-        f"--dev_file={train}", f"--model_dir={out}", cwd=ROOT)
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
+    line, said = _refusal(train, out, stdout=True)
     assert re.fullmatch(rf"error: --model_dir={out} has 1\.0 MB free, but trial 0's model takes "
-                        r"1\d\.\d MB; free some space or choose another --model_dir",
-                        result.stderr.strip().splitlines()[-1]), result.stderr
-    assert "trial 0" not in result.stdout  # refused before training
+                        r"1\d\.\d MB; free some space or choose another --model_dir", line), line
+    assert "trial 0" not in said  # refused before training
     assert os.listdir(disk.path) == []  # the dir it made is gone
 
 
