@@ -40,13 +40,13 @@ def write_text(path: str, text: str, overwrite: bool = True) -> None:
 WILDCARDS = "*?["
 
 
-def check_no_wildcards(path: str, what: str,
-                       fix: str = "choose a path without * ? [") -> None:
+def check_no_wildcards(path: str, what: str, fix: str = "choose a path without * ? [",
+                       wildcards: str = WILDCARDS) -> None:
     """A folder that holds checkpoints may not have a glob wildcard in its path: TensorFlow
     finds a checkpoint's files, and CheckpointManager the checkpoints to delete, by patterns
     built from it (`run[1]/ckpt-40*` matches nothing, so a rerun starts again from step 0;
     `a*b/ckpt-*_temp` is another run's files too)."""
-    found = next((c for c in path if c in WILDCARDS), None)
+    found = next((c for c in path if c in wildcards), None)
     if found:
         raise UserInputError(f"{what} has '{found}' in its path, which TensorFlow reads as a "
                              f"wildcard where it looks for checkpoint files; {fix}")
@@ -92,9 +92,9 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
     while "://" not in path and parent not in ("", "/") and not os.path.exists(parent):
         created.append(parent)
         parent = os.path.dirname(parent)
-    tf.io.gfile.makedirs(temporary)
     moved = False
     try:
+        tf.io.gfile.makedirs(temporary)
         yield temporary
         old = temporary_name(path) if tf.io.gfile.exists(path) else None
         if old and not replace:

@@ -28,10 +28,12 @@ _ERRNOS = {errno.ENOSPC: _NO_SPACE, errno.EDQUOT: _NO_SPACE, errno.EROFS: _READ_
 _TF_FILE_ERROR = re.compile(r"(?:\}\}\s*)?([^{};]+?); (" + "|".join(_TF_REASONS) + ")")
 # The names an output is staged under before it is renamed into place, and what each stands
 # for: a save's ckpt-N_temp/ (variables_temp/ in a SavedModel) and its .tempstate files,
-# atomic.temporary_name's NAME.tmp-PID-HEX, an export's .tmp-VERSION-..., a fine-tuning
-# trial's trial_K.partial. A user's own "run_temp" is none of them.
+# TensorFlow's atomic writes' NAME.tmp<32 hex> (the `checkpoint` file, saved_model.pb),
+# atomic.temporary_name's NAME.tmp-PID-HEX, an export's .tmp-VERSION-OWNER-PID, a
+# fine-tuning trial's trial_K.partial. A user's own "run_temp" is none of them.
 _STAGED = re.compile(r"((?:ckpt(?:-\d+)?|variables)_temp|(.*)\.tempstate\d+"
-                     r"|(.*)\.tmp-\d+-[0-9a-f]{8}|\.tmp-.*|(trial_\d+)\.partial)")
+                     r"|(.*)\.tmp[0-9a-f]{32}|(.*)\.tmp-\d+-[0-9a-f]{8}|\.tmp-(\d+)-.*|\.tmp-.*"
+                     r"|(trial_\d+)\.partial)")
 
 
 def storage_failure(error: BaseException) -> tuple[str, str] | None:

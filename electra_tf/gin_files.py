@@ -120,15 +120,19 @@ def _check_includes_unambiguous(paths: list[str], searched: list[str]) -> None:
     the working directory) as well as ours in gin/, would read ours (gin/ is searched
     first, for our own files' includes) without a word: refused, naming both."""
     for path in paths:
-        if path.startswith(GIN_DIR + os.sep) or not os.path.isfile(path):
+        if not os.path.isfile(path) or os.path.realpath(path).startswith(
+                os.path.realpath(GIN_DIR) + os.sep):
             continue
         with open(path, encoding="utf-8") as f:
             names = [m.group(2) for m in _INCLUDE.finditer(f.read())]
         for name in names:
+            ours = os.path.join(GIN_DIR, name)
+            if os.path.isabs(name) or not os.path.isfile(ours):
+                continue
             theirs = [os.path.join(d, name) for d in searched
-                      if os.path.isfile(os.path.join(d, name))]
-            if not os.path.isabs(name) and os.path.isfile(os.path.join(GIN_DIR, name)) and (
-                    theirs):
+                      if os.path.isfile(os.path.join(d, name))
+                      and not os.path.samefile(os.path.join(d, name), ours)]
+            if theirs:
                 raise UserInputError(
                     f"--gin_file={path} includes '{name}', which is both {theirs[0]} and the "
                     f"project's gin/{name} (read first); include yours by its full path, or "

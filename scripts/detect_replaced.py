@@ -45,7 +45,8 @@ def main(argv):
     if FLAGS.saved_model:
         from electra_tf import atomic
         atomic.check_no_wildcards(FLAGS.saved_model, f"--saved_model={FLAGS.saved_model}",
-                                  "rename it, or pass a symlink to it, without * ? [")
+                                  "rename it, or pass a symlink to it, without [",
+                                  wildcards="[")
         if not tf.io.gfile.exists(os.path.join(FLAGS.saved_model, "saved_model.pb")):
             raise UserInputError(f"--saved_model={FLAGS.saved_model} holds no saved_model.pb; "
                                  "pass EXPORT_DIR/MODEL_NAME/VERSION of an export")

@@ -133,6 +133,9 @@ def test_a_users_gin_file_includes_its_neighbours_and_ours(tmp_path, monkeypatch
     finally:
         gin.clear_config()
     assert gin.config._LOCATION_PREFIXES == [""]  # the search paths put back
+    monkeypatch.chdir(gin_files.GIN_DIR)  # gin/'s own tiny.gin, found twice, is one file
+    gin_files.parse([str(folder / "my [x].gin")], [])
+    gin.clear_config()
     # A base.gin of theirs beside the file, and ours: which one is meant is not guessed.
     (folder / "base.gin").write_text("TRAIN_BATCH_SIZE = 7\n")
     (folder / "mine.gin").write_text('include "base.gin"\n')

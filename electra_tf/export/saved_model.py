@@ -783,9 +783,10 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         raise UserInputError(f"--version={version} must be a positive integer (TF Serving "
                              "serves the highest)")
     # (a SavedModel's variables are a checkpoint, found by a pattern: TensorFlow's loader
-    # could not read one from "exports[1]/electra/1")
+    # could not read one from "exports[1]/electra/1"; "*" and "?" it reads)
     atomic.check_no_wildcards(os.path.join(export_dir, model_name),
-                              f"--export_dir={export_dir} --model_name={model_name}")
+                              f"--export_dir={export_dir} --model_name={model_name}",
+                              "choose a path without [", wildcards="[")
     for path in (export_dir, os.path.join(export_dir, model_name)):
         if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
             raise UserInputError(f"--export_dir: {path} is a file, not a directory; pass a "
