@@ -120,16 +120,16 @@ def _expand_home():
     comma-separated list (a list flag's items too; not --gin_bindings, which are gin's), is
     expanded as the shell would expand `~/runs/x`."""
     from absl import flags
+
+    def expand(value):  # each of a comma-separated list's paths too
+        if not isinstance(value, str) or "~" not in value:
+            return value
+        return ",".join(os.path.expanduser(v) if v == "~" or v.startswith("~/") else v
+                        for v in value.split(","))
     for name in flags.FLAGS:
         flag = flags.FLAGS[name]
         if name == "gin_bindings" or flag.value is None:
             continue
-
-        def expand(value):  # each of a comma-separated list's paths too
-            if not isinstance(value, str) or "~" not in value:
-                return value
-            return ",".join(os.path.expanduser(v) if v == "~" or v.startswith("~/") else v
-                            for v in value.split(","))
         if isinstance(flag.value, list):
             expanded = [expand(v) for v in flag.value]
         else:

@@ -31,9 +31,9 @@ _TF_FILE_ERROR = re.compile(r"(?:\}\}\s*)?([^{};]+?); (" + "|".join(_TF_REASONS)
 # TensorFlow's atomic writes' NAME.tmp<32 hex> (the `checkpoint` file, saved_model.pb),
 # atomic.temporary_name's NAME.tmp-PID-HEX, an export's .tmp-VERSION-OWNER-PID, a
 # fine-tuning trial's trial_K.partial. A user's own "run_temp" is none of them.
-_STAGED = re.compile(r"((?:ckpt(?:-\d+)?|variables)_temp|(.*)\.tempstate\d+"
+_STAGED = re.compile(r"(ckpt(?:-\d+)?|variables)_temp|(.*)\.tempstate\d+"
                      r"|(.*)\.tmp[0-9a-f]{32}|(.*)\.tmp-\d+-[0-9a-f]{8}|\.tmp-(\d+)-.*|\.tmp-.*"
-                     r"|(trial_\d+)\.partial)")
+                     r"|(trial_\d+)\.partial")
 
 
 def storage_failure(error: BaseException) -> tuple[str, str] | None:
@@ -44,7 +44,7 @@ def storage_failure(error: BaseException) -> tuple[str, str] | None:
     if isinstance(error, OSError) and error.errno in _ERRNOS:
         reason, path = _ERRNOS[error.errno], error.filename
     elif any(c.__name__ == "OpError" for c in type(error).__mro__):
-        found = _TF_FILE_ERROR.search(str(error).splitlines()[0] if str(error) else "")
+        found = _TF_FILE_ERROR.search((str(error).splitlines() or [""])[0])
         if not found:
             return None
         reason, path = _TF_REASONS[found.group(2)], found.group(1).strip()
@@ -56,8 +56,7 @@ def storage_failure(error: BaseException) -> tuple[str, str] | None:
     for i, part in enumerate(parts):
         staged = _STAGED.fullmatch(part)
         if staged:
-            stem = (re.sub(r"_temp$", "", part) if part.endswith("_temp")
-                    else next((g for g in staged.groups()[1:] if g), ""))
+            stem = next((g for g in staged.groups() if g), "")  # what it stands for
             # (a hidden file's temporary, ".running.json.tmp-...": the folder it is in)
             parts = parts[:i] + ([stem] if stem and not stem.startswith(".") else [])
             break

@@ -556,21 +556,16 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
         f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")
     try:
         _run(todo, config, workers, progress)
-    except UserInputError:
-        # Bad input is a clean failure, not a crash: leave no partial shard, and no build
-        # state unless complete shards need it to resume (a crash keeps it all).
+    except BaseException as e:
+        # No part-written shard is left (it would only fill the disk until the rerun removes
+        # it). Bad input is a clean failure, not a crash: no build state either unless
+        # complete shards need it to resume; a crash (a full disk, Ctrl-C) keeps it all.
         progress.close(failed=True)
         _remove_temporaries(output_dir)
-        if not _complete_shards(output_dir):
+        if isinstance(e, UserInputError) and not _complete_shards(output_dir):
             tf.io.gfile.rmtree(state_dir)
             if created_output_dir:
                 tf.io.gfile.rmtree(output_dir)
-        raise
-    except BaseException:
-        # A crash (a full disk, Ctrl-C) keeps the build state to resume from, but not the
-        # part-written shards, which only fill the disk until the rerun removes them.
-        progress.close(failed=True)
-        _remove_temporaries(output_dir)
         raise
     progress.close()
     try:
