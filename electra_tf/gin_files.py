@@ -37,6 +37,10 @@ SET_ELSEWHERE = {
 
 def resolve(name: str) -> str:
     """A gin file's path: `name` as given if it exists, else `name` inside gin/."""
+    if "://" in name:  # gin reads (and includes) local files
+        raise UserInputError(f"--gin_file={name}: gin files are read from this machine's "
+                             "disk; copy it here (with the files it includes) and pass its "
+                             "path")
     if os.path.exists(name):
         return name
     inside = os.path.join(GIN_DIR, name)

@@ -606,6 +606,38 @@ def test_hf_import_reads_bfloat16_and_float16_weights_as_float32(tmp_path):
             saved.electra.embeddings.word_embeddings.weight.detach().float().numpy())
 
 
+def test_hf_files_are_read_and_written_through_gfile(tmp_path):
+    """A HuggingFace model on gs:// (TF's in-memory ram:// stands for it: Python's open
+    cannot see it) imports from model.safetensors or pytorch_model.bin, each weight the
+    local import's, and the export's model.safetensors is written there."""
+    torch.manual_seed(0)
+    model = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        vocab_size=120, embedding_size=32, hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    for safe in (True, False):
+        local = tmp_path / f"safe{safe}"
+        model.save_pretrained(local, safe_serialization=safe)
+        remote = f"ram://{tmp_path.name}/safe{safe}"
+        tf.io.gfile.makedirs(remote)
+        for name in os.listdir(local):
+            tf.io.gfile.copy(str(local / name), f"{remote}/{name}")
+        converters.import_hf(str(local), str(tmp_path / f"local{safe}"), vocab_file=vocab)
+        converters.import_hf(remote, str(tmp_path / f"remote{safe}"), vocab_file=vocab)
+        a, b = (load_pretrainer(str(tmp_path / f"{where}{safe}")).model.discriminator
+                for where in ("local", "remote"))
+        assert len(a.weights) == len(b.weights) > 10
+        for x, y in zip(a.weights, b.weights):
+            np.testing.assert_array_equal(x.numpy(), y.numpy(), err_msg=x.path)
+    state = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([7], np.int64)}
+    target = f"ram://{tmp_path.name}/out/model.safetensors"
+    converters._save_safetensors(state, target, like=vocab)
+    read = converters._read_safetensors(target)
+    assert sorted(read) == ["a", "b"]
+    np.testing.assert_array_equal(read["a"], state["a"])
+    np.testing.assert_array_equal(read["b"], state["b"])
+
+
 def test_hf_import_reads_legacy_layernorm_names_and_an_electra_model(tmp_path):
     """The hub's older BERTs name LayerNorm's weights gamma and beta (transformers renames
     them on load); an ElectraModel (no "electra." prefix) imports with a generator dir."""

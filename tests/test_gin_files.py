@@ -145,3 +145,15 @@ def test_a_users_gin_file_includes_its_neighbours_and_ours(tmp_path, monkeypatch
         f"--gin_file={folder}/mine.gin includes 'base.gin', which is both {folder}/base.gin "
         "and the project's gin/base.gin (read first); include yours by its full path, or "
         "rename it")
+
+
+def test_a_gin_file_on_an_object_store_is_refused_saying_to_copy_it():
+    """gin reads local files: a gs:// gin file (ram:// stands for it) was 'not found'
+    although it is there."""
+    import tensorflow as tf
+    tf.io.gfile.makedirs("ram://gin_test")
+    tf.io.gfile.copy(gin_files.resolve("tiny.gin"), "ram://gin_test/tiny.gin", overwrite=True)
+    with pytest.raises(UserInputError, match=r"^--gin_file=ram://gin_test/tiny.gin: gin files "
+                       r"are read from this machine's disk; copy it here \(with the files it "
+                       r"includes\) and pass its path$"):
+        gin_files.parse(["ram://gin_test/tiny.gin"], [])

@@ -26,6 +26,7 @@ listed.
 import contextlib
 import dataclasses
 import json
+import io
 import os
 import pickle
 import re
@@ -347,7 +348,8 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
             raise UserInputError(f"{bin_path} is a PyTorch file and torch is not installed; "
                                  "pip install torch, or save the model as safetensors") from None
         try:
-            state = torch.load(bin_path, map_location="cpu", weights_only=True)
+            with tf.io.gfile.GFile(bin_path, "rb") as f:  # gs:// too (torch reads local files)
+                state = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
             raise UserInputError(f"{bin_path} could not be read ({_first_line(e)}): it is "
                                  "truncated or corrupt; re-download it") from None
@@ -606,11 +608,16 @@ def _save_safetensors(state: dict, path: str, like: str) -> None:
     """safetensors' save_file, with the file's mode that of `like` (a file written as every
     other output is: safetensors writes 0600, which another user serving the folder cannot
     read), and a failed write as the OSError it was (safetensors names neither the file nor
-    the error's type: "I/O error: No space left on device (os error 28)")."""
-    from safetensors.numpy import save_file
+    the error's type: "I/O error: No space left on device (os error 28)"). safetensors
+    writes local files only: to gs:// (any URL) the bytes go through tf.io.gfile."""
+    from safetensors.numpy import save, save_file
+    arrays = {k: np.ascontiguousarray(v) for k, v in state.items()}
+    if "://" in path:  # an object's mode is the bucket's business
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(save(arrays, metadata={"format": "pt"}))
+        return
     try:
-        save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, path,
-                  metadata={"format": "pt"})
+        save_file(arrays, path, metadata={"format": "pt"})
     except Exception as e:  # safetensors' SafetensorError
         found = re.search(r"\(os error (\d+)\)", str(e))
         if not found:
