@@ -24,7 +24,7 @@ _HIDE_INFO = os.environ["TF_CPP_MIN_LOG_LEVEL"].strip() not in ("", "0")
 from absl import app  # noqa: E402
 
 from electra_tf.errors import (  # noqa: E402
-    UserInputError, out_of_memory, storage_failure, storage_message)
+    UserInputError, lost_worker, out_of_memory, storage_failure, storage_message)
 
 
 # The program of the process that filters stderr during _absorb_first_xla_log: it drops
@@ -205,8 +205,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             # nowhere so the interpreter's exit does not fail on it again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
-        except Exception as e:  # a write the disk refused, or memory: one line too
-            failure, memory = storage_failure(e), out_of_memory(e)
+        except Exception as e:  # a write the disk refused, memory, a lost worker: one line
+            failure, memory, peer = storage_failure(e), out_of_memory(e), lost_worker(e)
             if failure:
                 reason, path = failure
                 print(f"error: {storage_message(reason, path, _flag_choosing(path))}",
@@ -214,6 +214,9 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             elif memory:
                 print(f"error: out of memory allocating {memory}; "
                       f"{memory_hint or 'make the batch smaller'}", file=sys.stderr)
+            elif peer:  # another worker died or cannot be reached
+                print(f"error: lost contact with another worker of the cluster ({peer}); what "
+                      "was saved is kept: rerun the command on every worker", file=sys.stderr)
             else:
                 raise
             return 1

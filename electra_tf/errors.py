@@ -97,3 +97,28 @@ def out_of_memory(error: BaseException) -> str | None:
     if found:
         return f"{int(found.group(1)) / 2**30:,.1f} GiB for an XLA-compiled step"
     return None
+
+
+# Where a multi-worker collective says why it stopped: "Collective ops is aborted by: CAUSE".
+_ABORTED_BY = re.compile(r"Collective ops is aborted by: ([^\n]*)(?:\n([^\n]*))?")
+
+
+def lost_worker(error: BaseException) -> str | None:
+    """Why the cluster's collectives stopped ("recvmsg:Connection reset by peer"), when
+    `error` is TensorFlow's UnavailableError from a multi-worker run whose other worker died,
+    restarted or cannot be reached, else None (an UnavailableError of a storage service is
+    not one)."""
+    if not any(c.__name__ == "UnavailableError" for c in type(error).__mro__):
+        return None
+    text = str(error)
+    found = _ABORTED_BY.search(text)
+    if found:
+        cause = found.group(1).strip()
+        if cause.endswith(":") and found.group(2):  # "... unhealthy (stopped ...):\nTASK"
+            cause += " " + found.group(2).strip()
+        cause = cause.split(". ")[0]
+    elif "/job:" in text or "coordination service" in text or "by peer" in text:
+        cause = text.strip().splitlines()[0]
+    else:
+        return None
+    return cause if len(cause) <= 200 else cause[:197] + "..."

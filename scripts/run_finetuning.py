@@ -83,7 +83,7 @@ def main(argv):
     # The strategy before the checkpoint is read: multi_worker_mirrored (collective ops) and
     # tpu (connecting to the cluster) configure TensorFlow's runtime, which must not have run
     # an op yet.
-    strategy = strategies.create_strategy(FLAGS.strategy, FLAGS.tpu)
+    strategy = strategies.create_strategy(FLAGS.strategy, FLAGS.tpu, print)
     init = runner.load_initialization(FLAGS.init_checkpoint, FLAGS.vocab_file,
                                       random_init=FLAGS.random_init,
                                       model_size=FLAGS.model_size, lower_case=FLAGS.lower_case)

@@ -252,6 +252,38 @@ def test_running_out_of_memory_is_named_by_what_could_not_be_allocated():
     assert out_of_memory(later) == f"a float tensor of shape [{huge}] on CPU:0"
 
 
+def test_a_lost_worker_is_named_by_why_the_collectives_stopped():
+    """The messages of TensorFlow's UnavailableError when another worker of a cluster died
+    (as the runs of test_pretraining's cluster tests raise them); one from a storage service
+    is not a lost worker."""
+    import tensorflow as tf
+
+    from electra_tf.errors import lost_worker
+
+    def unavailable(text):
+        return tf.errors.UnavailableError(None, None, text)
+
+    assert lost_worker(unavailable(
+        "Graph execution error:\n\nDetected at node CollectiveReduceV2_1 defined at ...\n"
+        "Collective ops is aborted by: recvmsg:Connection reset by peer\nAdditional GRPC "
+        "error information from remote target /job:worker/replica:0/task:1")) == (
+        "recvmsg:Connection reset by peer")
+    assert lost_worker(unavailable(
+        "{{function_node __wrapped__CollectiveReduceV2}} Collective ops is aborted by: Error "
+        "reported from /job:worker/task:1: The following tasks are unhealthy (stopped sending "
+        "heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed. Check the task "
+        "logs")) == ("Error reported from /job:worker/task:1: The following tasks are "
+                     "unhealthy (stopped sending heartbeats): /job:worker/replica:0/task:1")
+    assert lost_worker(unavailable(
+        "Collective ops is aborted by: Failed to send RPC to coordination service. Either the "
+        "leader task was preempted")) == "Failed to send RPC to coordination service"
+    assert lost_worker(unavailable("recvmsg:Connection reset by peer")) == (
+        "recvmsg:Connection reset by peer")
+    assert lost_worker(unavailable("Error executing an HTTP request: libcurl code 6")) is None
+    assert lost_worker(tf.errors.InternalError(None, None, "Collective ops is aborted by: "
+                                                           "x")) is None
+
+
 # ------------------------------------------------------------------------------ paths
 
 

@@ -1032,15 +1032,26 @@ def test_multi_worker_fine_tuning_trains_one_devices_weights_and_the_chief_write
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(f"127.0.0.1:{s.getsockname()[1]}")
-    processes = [subprocess.Popen(
-        [PYTHON, os.path.join(ROOT, "scripts", "run_finetuning.py"), "--task=classification",
-         f"--init_checkpoint={pretrained}", f"--model_dir={out}{i}", f"--train_file={train}",
-         f"--dev_file={train}", "--gin_file=finetune/tiny.gin",
-         "--strategy=multi_worker_mirrored"] + [f"--gin_bindings={b}" for b in bindings],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CONFIG": json.dumps(
-            {"cluster": {"worker": ports}, "task": {"type": "worker", "index": i}})})
-        for i in range(2)]
+
+    def workers(out, *more):
+        return [subprocess.Popen(
+            [PYTHON, os.path.join(ROOT, "scripts", "run_finetuning.py"), "--task=classification",
+             f"--init_checkpoint={pretrained}", f"--model_dir={out}{i}", f"--train_file={train}",
+             f"--dev_file={train}", "--gin_file=finetune/tiny.gin",
+             "--strategy=multi_worker_mirrored"] + [f"--gin_bindings={b}" for b in bindings]
+            + list(more[i]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CONFIG": json.dumps(
+                {"cluster": {"worker": ports}, "task": {"type": "worker", "index": i}})})
+            for i in range(2)]
+
+    # Workers given different seeds are refused, both, before training (they trained).
+    processes = workers(str(tmp_path / "seeds_"), [], ["--seed=1"])
+    for p, (_, err) in zip(processes, [p.communicate(timeout=600) for p in processes]):
+        assert p.returncode == 1 and err.strip().splitlines()[-1] == (
+            "error: the workers were given different --seed; run the same command on every "
+            "worker (the same gin files and bindings, data and flags)"), err[-3000:]
+    assert not os.path.exists(tmp_path / "seeds_0")  # made for the run, removed empty
+    processes = workers(out, [], [])
     outputs = [p.communicate(timeout=600) for p in processes]
     for p, (_, err) in zip(processes, outputs):
         assert p.returncode == 0, err[-3000:]

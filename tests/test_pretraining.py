@@ -1363,6 +1363,82 @@ def test_a_tf_config_that_is_not_a_cluster_is_one_line(monkeypatch):
         with pytest.raises(UserInputError) as error:
             strategies.create_strategy("multi_worker_mirrored")
         assert str(error.value) == f"{start}; set it to e.g. {example}"
+    # A task that is not one of the cluster's training tasks (TensorFlow: a traceback each).
+    cluster = '"cluster": {"worker": ["a:1", "b:2"], "ps": ["c:3"]}'
+    for task, message in (
+            ('{"type": "worker", "index": 2}', "TF_CONFIG's task index 2 is not one of its "
+             "cluster's 'worker' indices (0, 1); give each task its place"),
+            ('{"type": "chief", "index": 0}', "TF_CONFIG's task type 'chief' is not in its "
+             "cluster (which has ps, worker); add it or fix the type"),
+            ('{"type": "ps", "index": 0}', "TF_CONFIG's task type 'ps' does not train; give "
+             "every task that runs this command type 'chief' or 'worker'"),
+            ('{"type": "worker", "index": "1"}', 'TF_CONFIG\'s task is {"type": "worker", '
+             '"index": "1"}; give it a "type" and an "index" (a number), e.g. {"type": '
+             '"worker", "index": 0}')):
+        monkeypatch.setenv("TF_CONFIG", f'{{{cluster}, "task": {task}}}')
+        with pytest.raises(UserInputError) as error:
+            strategies.create_strategy("multi_worker_mirrored")
+        assert str(error.value) == message
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a"]}}')
+    with pytest.raises(UserInputError) as error:
+        strategies.create_strategy("multi_worker_mirrored")
+    assert str(error.value) == (f"TF_CONFIG's cluster 'worker' is [\"a\"], not a list of "
+                                f"\"host:port\" addresses; set it to e.g. {example}")
+
+
+def test_workers_told_apart_or_lost_stop_in_one_line(tmp_path, data):
+    """A cluster's workers given different settings (here a batch size) are refused, all of
+    them, in one line (they trained together without a word; one with fewer steps ended
+    and the others failed). A worker that waits for the others says so, and Ctrl-C ends the
+    wait (TensorFlow's C++ held it: Python's handler never ran). Its address taken by
+    another process is one line, and so is a worker killed mid-run, on the others (each a
+    traceback of 50 to 140 lines)."""
+    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+
+    def worker(index, model_dir, *bindings):
+        return script(*script_args(model_dir, data, *bindings),
+                      "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
+                          {"cluster": {"worker": addresses}, "task": {"type": "worker",
+                                                                      "index": index}})})
+
+    def last_lines(processes):
+        outputs = [p.communicate(timeout=300) for p in processes]
+        for _, err in outputs:
+            assert "Traceback" not in err, err[-3000:]
+        return [(p.returncode, err.strip().splitlines()[-1])
+                for p, (_, err) in zip(processes, outputs)]
+
+    model = tmp_path / "model"
+    refused = last_lines([worker(0, model), worker(1, model, "TRAIN_BATCH_SIZE = 16")])
+    assert refused == [(1, "error: the workers were given different gin configs; run the same "
+                           "command on every worker (the same gin files and bindings, data "
+                           "and flags)")] * 2
+    assert not os.path.exists(model)
+    alone = worker(1, model)
+    line = alone.stdout.readline()
+    assert line == (f"worker 1 of TF_CONFIG's 2 training tasks, at {addresses[1]}: waiting "
+                    "for all of them to start (Ctrl-C stops)\n")
+    time.sleep(3)  # inside TensorFlow's wait
+    alone.send_signal(signal.SIGINT)
+    alone.communicate(timeout=60)
+    assert alone.returncode == -signal.SIGINT
+    host, port = addresses[1].split(":")
+    with socket.socket() as taken:
+        taken.bind((host, int(port)))
+        taken.listen()
+        assert last_lines([worker(1, model)]) == [
+            (1, f"error: could not listen at {addresses[1]}, this task's address in TF_CONFIG "
+                "(is another process, an earlier run, using its port?); stop that process or "
+                "give the task another port")]
+    processes = [worker(i, model, "NUM_TRAIN_STEPS = 100000") for i in (0, 1)]
+    _wait_for(str(model / "ckpt-0.index"), processes[0])
+    time.sleep(2)
+    processes[1].kill()
+    processes[1].wait()
+    code, said = last_lines(processes[:1])[0]
+    assert code == 1
+    assert re.fullmatch(r"error: lost contact with another worker of the cluster \(.+\); what "
+                        r"was saved is kept: rerun the command on every worker", said), said
 
 
 def test_tpu_strategy_without_a_tpu_says_which_flag(monkeypatch):

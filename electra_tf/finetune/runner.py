@@ -356,6 +356,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         **({"static_shapes": True} if static else {})),
         # (as JSON has them: a binding to another configurable is spelt by its repr)
         optimizer=json.loads(json.dumps(gin.get_bindings("optimizer"), default=repr)))
+    strategies.check_same_settings(strategy, {
+        "input files": digests, "hyperparameters": dict(settings, inputs_sha256=None),
+        "--seed": seed, "--num_trials": num_trials, "--task": task.name})
 
     def trial_info(trial):
         return _task_info(adapter, init, task_data, max_seq_length, max_query_length,
@@ -645,8 +648,7 @@ def _chief_decides(strategy: tf.distribute.Strategy, keep: list[bool],
         return keep  # one process: the chief (a TPU's replicas are driven by one client)
     mine = tf.constant([int(k and chief) for k in keep], tf.int32)
     # Every replica of the chief adds its keep, every other replica 0.
-    summed = strategy.reduce(tf.distribute.ReduceOp.SUM,
-                             strategy.run(lambda: tf.identity(mine)), axis=None)
+    summed = strategies.summed_over_workers(strategy, mine)
     return [bool(v) for v in summed.numpy()]
 
 

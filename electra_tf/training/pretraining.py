@@ -165,6 +165,22 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     signal.signal(number, handler)
 
 
+def _quiet_peer_watcher() -> None:
+    """The PreemptionCheckpointHandler's watcher thread dies with a traceback of its own when
+    another worker is lost; the run's own error (cli.run: one line) says that already."""
+    hook = threading.excepthook
+    if getattr(hook, "quiet_peer_watcher", False):
+        return
+
+    def quiet(args):
+        if not (str(getattr(args.thread, "name", "")).startswith("PeerTerminationWatcher")
+                and isinstance(args.exc_value, tf.errors.UnavailableError)):
+            hook(args)
+
+    quiet.quiet_peer_watcher = True
+    threading.excepthook = quiet
+
+
 def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, deterministic,
          dry_run, init_checkpoint, num_train_steps, train_batch_size, max_seq_length,
          steps_per_loop, checkpoint_every, keep_checkpoints, eval_every, eval_steps, mask_prob,
@@ -174,7 +190,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          two_stage_steps, device_name, log, held, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
-    strategy = strategies.create_strategy(strategy, tpu)
+    strategy = strategies.create_strategy(strategy, tpu, log)
     replicas = strategy.num_replicas_in_sync
 
     # -- the inputs: checked before anything is built or written
@@ -185,10 +201,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     train_files = pipeline.list_files(train_data)
     vocab_file = _vocab_file(vocab_file, train_files, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
-    eval_info = None
+    eval_info, eval_files = None, []
     if eval_data:
-        eval_info = pipeline.validate_data(pipeline.list_files(eval_data), max_seq_length,
-                                           vocab_file, data_flag="--eval_data")
+        eval_files = pipeline.list_files(eval_data)
+        eval_info = pipeline.validate_data(eval_files, max_seq_length, vocab_file,
+                                           data_flag="--eval_data")
     vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(vocab)}
 
@@ -295,6 +312,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)))
     _check_resume(model_dir, model_info)
+    # (the files by name: each worker may see the data at its own path)
+    strategies.check_same_settings(strategy, {
+        "gin configs": gin.config_str(), "--seed": seed, "--deterministic": deterministic,
+        "--dry_run": dry_run,
+        "--train_data files": sorted(os.path.basename(f) for f in train_files),
+        "--eval_data files": sorted(os.path.basename(f) for f in eval_files),
+        "--init_checkpoint": init_checkpoint and os.path.basename(init_checkpoint.rstrip("/"))})
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
     if dry_run:
@@ -350,8 +374,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if workers > 1:
         # Every worker has chosen before any saves: the chief's first checkpoint (ckpt-0)
         # would look to a worker that looked after it like a run to resume.
-        strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)),
-                        axis=None)
+        strategies.summed_over_workers(strategy, tf.constant(1.0))
     manager = tf.train.CheckpointManager(
         checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
     if latest:
@@ -417,6 +440,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                     termination_watcher_fn=terminated.is_set, exit_fn=monitor.preempted,
                     grace_period=0,
                     save_fn=lambda *_, **__: save(int(state.step.numpy()))))
+        _quiet_peer_watcher()
 
         def save_if_preempted(_):
             # Its save reads TensorFlow's own deprecated total_run_calls, whose 6-line
@@ -641,8 +665,8 @@ class _Monitor:
         self.skipped.append(bad_step)
         self.checkpoint.restore(latest).expect_partial()
         self.start_step = restored_step
-        for writer in self.writers.values():
-            _mark_start(writer, restored_step + 1)
+        for summary_writer in self.writers.values():
+            _mark_start(summary_writer, restored_step + 1)
         skips = self.skipped + [-1] * (self.state.skip_steps.shape[0] - len(self.skipped))
         self.state.skip_steps.assign(tf.constant(skips, tf.int64))
         self.log(f"the loss was not finite at step {bad_step}: restored step {restored_step} "

@@ -13,8 +13,11 @@ keeps only the worker's data position (`data-STEP`) when the run ends.
 """
 
 import contextlib
+import hashlib
 import json
 import os
+import signal
+import threading
 
 import tensorflow as tf
 
@@ -25,8 +28,9 @@ from electra_tf.errors import UserInputError
 _CREATED: dict[tuple, tf.distribute.Strategy] = {}
 
 
-def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy:
-    """The strategy called `name` (one of STRATEGIES).
+def create_strategy(name: str, tpu: str | None = None, log=None) -> tf.distribute.Strategy:
+    """The strategy called `name` (one of STRATEGIES). `log`: where a worker of a
+    multi-worker cluster says that it waits for the others.
 
     One instance per kind and process: a second MirroredStrategy over the same devices
     numbers its collective ops from the same start as the first, and their all-reduces can
@@ -38,11 +42,11 @@ def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy
         return tf.distribute.get_strategy()
     key = (name, tpu)
     if key not in _CREATED:
-        _CREATED[key] = _create(name, tpu)
+        _CREATED[key] = _create(name, tpu, log or (lambda _: None))
     return _CREATED[key]
 
 
-def _create(name: str, tpu: str | None) -> tf.distribute.Strategy:
+def _create(name: str, tpu: str | None, log) -> tf.distribute.Strategy:
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
@@ -52,8 +56,7 @@ def _create(name: str, tpu: str | None) -> tf.distribute.Strategy:
             raise UserInputError(
                 "--strategy=multi_worker_mirrored needs the TF_CONFIG environment variable "
                 "describing the cluster and this worker's index; set it on every worker")
-        _check_tf_config(os.environ["TF_CONFIG"])
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _join_cluster(_check_tf_config(os.environ["TF_CONFIG"]), log)
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
     except ValueError as e:  # no --tpu and nothing in the environment names one
@@ -94,9 +97,7 @@ def hold_model_dir(held: contextlib.ExitStack, model_dir: str, script: str,
         except UserInputError as error:
             refused = error
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        flag = tf.constant(0.0 if refused is None else 1.0)
-        said = strategy.reduce(tf.distribute.ReduceOp.SUM,
-                               strategy.run(lambda: tf.identity(flag)), axis=None)
+        said = summed_over_workers(strategy, tf.constant(0.0 if refused is None else 1.0))
         if refused is None and float(said) > 0:
             raise UserInputError(
                 f"--model_dir={model_dir} is being written by another {script} (the chief "
@@ -104,6 +105,36 @@ def hold_model_dir(held: contextlib.ExitStack, model_dir: str, script: str,
                 "--model_dir")
     if refused is not None:
         raise refused
+
+
+def check_same_settings(strategy: tf.distribute.Strategy, settings: dict) -> None:
+    """With several workers, that every one was given the same `settings` ({what: value},
+    e.g. {"gin configs": gin.config_str()}): a worker with another batch size, schedule or
+    data trains along in the same all-reduces without a word (one with fewer steps ends,
+    and the others then fail). Every worker learns which differ, and all stop in one line."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    names = list(settings)
+    # Each setting's digest, 40 bits: summed over the replicas exactly in float64.
+    mine = tf.constant([int(hashlib.sha256(json.dumps(settings[n], sort_keys=True,
+                                                      default=str).encode()).hexdigest()[:10],
+                            16) for n in names], tf.float64)
+    # All equal exactly when every replica's digest times the replica count is the sum;
+    # a second sum tells every worker what any of them found.
+    differs = tf.cast(summed_over_workers(strategy, mine) != mine * strategy.num_replicas_in_sync,
+                      tf.float64)
+    found = [n for n, d in zip(names, summed_over_workers(strategy, differs).numpy()) if d > 0]
+    if found:
+        raise UserInputError(f"the workers were given different {', '.join(found)}; run the "
+                             "same command on every worker (the same gin files and bindings, "
+                             "data and flags)")
+
+
+def summed_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
+    """`value` summed over every replica of every worker (in a tf.function: run eagerly, a
+    collective strategy logs a warning about its overhead each time)."""
+    return tf.function(lambda: strategy.reduce(
+        tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(value)), axis=None))()
 
 
 def task_index(cluster: dict, task_type: str, task_id: int) -> int:
@@ -160,9 +191,11 @@ _TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:port", "host2:port"]}, "ta
                       '{"type": "worker", "index": 0}}')
 
 
-def _check_tf_config(text: str) -> None:
-    """One line for a TF_CONFIG that is not JSON or has no cluster (TensorFlow's resolver
-    fails on it with a traceback)."""
+def _check_tf_config(text: str) -> tuple[str, str, int, int] | None:
+    """One line for a TF_CONFIG that is not JSON, has no cluster, or whose task is not one
+    of the cluster's training tasks (TensorFlow's resolver and strategy fail on each with a
+    traceback). Returns (this task's address, type, index, the number of training tasks),
+    or None without a task (a one-worker TF_CONFIG)."""
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
@@ -171,6 +204,66 @@ def _check_tf_config(text: str) -> None:
     if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
         raise UserInputError(f"TF_CONFIG has no \"cluster\" object; set it to e.g. "
                              f"{_TF_CONFIG_EXAMPLE}")
+    cluster = {}  # job -> {index: address} (TensorFlow takes a list or such a mapping)
+    for job, addresses in config["cluster"].items():
+        if isinstance(addresses, list):
+            addresses = dict(enumerate(addresses))
+        elif isinstance(addresses, dict) and all(str(k).isdigit() for k in addresses):
+            addresses = {int(k): a for k, a in addresses.items()}
+        else:
+            addresses = None
+        if addresses is None or not all(isinstance(a, str) and a.rpartition(":")[2].isdigit()
+                                        for a in addresses.values()):
+            raise UserInputError(f"TF_CONFIG's cluster {job!r} is "
+                                 f"{json.dumps(config['cluster'][job])}, not a list of "
+                                 f"\"host:port\" addresses; set it to e.g. {_TF_CONFIG_EXAMPLE}")
+        cluster[job] = addresses
+    task = config.get("task")
+    if task is None:
+        return None
+    kind = task.get("type") if isinstance(task, dict) else None
+    index = task.get("index", 0) if isinstance(task, dict) else None
+    if not isinstance(kind, str) or not isinstance(index, int) or isinstance(index, bool):
+        raise UserInputError(f"TF_CONFIG's task is {json.dumps(task)}; give it a \"type\" and "
+                             "an \"index\" (a number), e.g. {\"type\": \"worker\", \"index\": 0}")
+    if kind not in ("chief", "worker"):
+        raise UserInputError(f"TF_CONFIG's task type {kind!r} does not train; give every "
+                             "task that runs this command type 'chief' or 'worker'")
+    if kind not in cluster:
+        raise UserInputError(f"TF_CONFIG's task type {kind!r} is not in its cluster (which "
+                             f"has {', '.join(sorted(cluster))}); add it or fix the type")
+    if index not in cluster[kind]:
+        raise UserInputError(f"TF_CONFIG's task index {index} is not one of its cluster's "
+                             f"{kind!r} indices ({', '.join(map(str, sorted(cluster[kind])))}); "
+                             "give each task its place")
+    tasks = sum(len(cluster.get(job, [])) for job in ("chief", "worker"))
+    return cluster[kind][index], kind, index, tasks
+
+
+def _join_cluster(task: tuple[str, str, int, int] | None,
+                  log) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """MultiWorkerMirroredStrategy(), which starts this task's server and waits until every
+    task has: said first, since TensorFlow waits without a word (for as long as a task takes
+    to come). Ctrl-C stops the wait: it is in TensorFlow's C++, where Python's handler
+    cannot run, so SIGINT gets its default action, which ends the process (nothing has been
+    written yet). TensorFlow takes SIGTERM for itself while it waits; `kill -9` stops it."""
+    if task is not None and task[3] > 1:
+        log(f"{task[1]} {task[2]} of TF_CONFIG's {task[3]} training tasks, at {task[0]}: "
+            "waiting for all of them to start (Ctrl-C stops)")
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, signal.SIG_DFL) if main else None
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    except tf.errors.UnknownError as e:
+        if "Could not start gRPC server" not in str(e) or task is None:
+            raise
+        raise UserInputError(
+            f"could not listen at {task[0]}, this task's address in TF_CONFIG (is another "
+            "process, an earlier run, using its port?); stop that process or give the task "
+            "another port") from None
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
 
 
 def sum_over_replicas(context: tf.distribute.ReplicaContext | None, values):
