@@ -117,7 +117,7 @@ def lost_worker(error: BaseException) -> str | None:
         if cause.endswith(":") and found.group(2):  # "... unhealthy (stopped ...):\nTASK"
             cause += " " + found.group(2).strip()
         cause = cause.split(". ")[0]
-    elif "/job:" in text or "coordination service" in text or "by peer" in text:
+    elif "/job:" in text:  # a cluster's task (a storage service's errors name none)
         cause = text.strip().splitlines()[0]
     else:
         return None

@@ -1372,13 +1372,22 @@ def test_a_tf_config_that_is_not_a_cluster_is_one_line(monkeypatch):
              "cluster (which has ps, worker); add it or fix the type"),
             ('{"type": "ps", "index": 0}', "TF_CONFIG's task type 'ps' does not train; give "
              "every task that runs this command type 'chief' or 'worker'"),
-            ('{"type": "worker", "index": "1"}', 'TF_CONFIG\'s task is {"type": "worker", '
-             '"index": "1"}; give it a "type" and an "index" (a number), e.g. {"type": '
-             '"worker", "index": 0}')):
-        monkeypatch.setenv("TF_CONFIG", f'{{{cluster}, "task": {task}}}')
+            ('{"type": "worker"}', 'TF_CONFIG\'s task is {"type": "worker"}; give it a "type" '
+             'and an "index" (a number), e.g. {"type": "worker", "index": 0}'),
+            (None, "TF_CONFIG's task is null; give it a \"type\" and an \"index\" (a number), "
+             "e.g. {\"type\": \"worker\", \"index\": 0}")):
+        monkeypatch.setenv("TF_CONFIG", f'{{{cluster}, "task": {task}}}' if task else
+                           f'{{{cluster}}}')
         with pytest.raises(UserInputError) as error:
             strategies.create_strategy("multi_worker_mirrored")
         assert str(error.value) == message
+    # TensorFlow reads a sparse cluster's task ids below its task count, and int(index).
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": {"0": "a:1", "3": "b:2"}}, '
+                                    '"task": {"type": "worker", "index": "3"}}')
+    with pytest.raises(UserInputError, match=r"^TF_CONFIG's task index 3 is not below the "
+                                             r"number of its cluster's 'worker' addresses "
+                                             r"\(2\); number them 0 to 1$"):
+        strategies.create_strategy("multi_worker_mirrored")
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a"]}}')
     with pytest.raises(UserInputError) as error:
         strategies.create_strategy("multi_worker_mirrored")

@@ -208,6 +208,16 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                            data_flag="--eval_data")
     vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(vocab)}
+    # Before any variable is made: each is the chief's value sent to the others, so workers
+    # that make different ones fall out of step there. (The files by name: each worker may
+    # see the data at its own path.)
+    strategies.check_same_settings(strategy, {
+        "gin configs": gin.config_str(), "--seed": seed, "--deterministic": deterministic,
+        "--dry_run": dry_run,
+        "--train_data files": sorted(os.path.basename(f) for f in train_files),
+        "--eval_data files": sorted(os.path.basename(f) for f in eval_files),
+        "vocabs": tokenization.vocab_sha256(vocab_file),
+        "--init_checkpoint": init_checkpoint and os.path.basename(init_checkpoint.rstrip("/"))})
 
     keras.utils.set_random_seed(seed)
     if deterministic:
@@ -312,13 +322,6 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)))
     _check_resume(model_dir, model_info)
-    # (the files by name: each worker may see the data at its own path)
-    strategies.check_same_settings(strategy, {
-        "gin configs": gin.config_str(), "--seed": seed, "--deterministic": deterministic,
-        "--dry_run": dry_run,
-        "--train_data files": sorted(os.path.basename(f) for f in train_files),
-        "--eval_data files": sorted(os.path.basename(f) for f in eval_files),
-        "--init_checkpoint": init_checkpoint and os.path.basename(init_checkpoint.rstrip("/"))})
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
     if dry_run:

@@ -218,11 +218,14 @@ def _check_tf_config(text: str) -> tuple[str, str, int, int] | None:
                                  f"{json.dumps(config['cluster'][job])}, not a list of "
                                  f"\"host:port\" addresses; set it to e.g. {_TF_CONFIG_EXAMPLE}")
         cluster[job] = addresses
+    tasks = sum(len(cluster.get(job, {})) for job in ("chief", "worker"))
     task = config.get("task")
-    if task is None:
+    if task is None and tasks <= 1:
         return None
     kind = task.get("type") if isinstance(task, dict) else None
-    index = task.get("index", 0) if isinstance(task, dict) else None
+    index = task.get("index") if isinstance(task, dict) else None
+    if isinstance(index, str) and index.isdigit():  # (TensorFlow reads int(index))
+        index = int(index)
     if not isinstance(kind, str) or not isinstance(index, int) or isinstance(index, bool):
         raise UserInputError(f"TF_CONFIG's task is {json.dumps(task)}; give it a \"type\" and "
                              "an \"index\" (a number), e.g. {\"type\": \"worker\", \"index\": 0}")
@@ -236,7 +239,10 @@ def _check_tf_config(text: str) -> tuple[str, str, int, int] | None:
         raise UserInputError(f"TF_CONFIG's task index {index} is not one of its cluster's "
                              f"{kind!r} indices ({', '.join(map(str, sorted(cluster[kind])))}); "
                              "give each task its place")
-    tasks = sum(len(cluster.get(job, [])) for job in ("chief", "worker"))
+    if index >= len(cluster[kind]):  # a sparse cluster's: TensorFlow refuses it
+        raise UserInputError(f"TF_CONFIG's task index {index} is not below the number of its "
+                             f"cluster's {kind!r} addresses ({len(cluster[kind])}); number "
+                             f"them 0 to {len(cluster[kind]) - 1}")
     return cluster[kind][index], kind, index, tasks
 
 
