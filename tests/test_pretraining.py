@@ -1404,11 +1404,11 @@ def test_workers_told_apart_or_lost_stop_in_one_line(tmp_path, data):
     traceback of 50 to 140 lines)."""
     addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
 
-    def worker(index, model_dir, *bindings):
+    def worker(index, model_dir, *bindings, cluster=addresses):
         return script(*script_args(model_dir, data, *bindings),
                       "--strategy=multi_worker_mirrored", env={"TF_CONFIG": json.dumps(
-                          {"cluster": {"worker": addresses}, "task": {"type": "worker",
-                                                                      "index": index}})})
+                          {"cluster": {"worker": cluster}, "task": {"type": "worker",
+                                                                    "index": index}})})
 
     def last_lines(processes):
         outputs = [p.communicate(timeout=300) for p in processes]
@@ -1431,12 +1431,12 @@ def test_workers_told_apart_or_lost_stop_in_one_line(tmp_path, data):
     alone.send_signal(signal.SIGINT)
     alone.communicate(timeout=60)
     assert alone.returncode == -signal.SIGINT
-    host, port = addresses[1].split(":")
-    with socket.socket() as taken:
-        taken.bind((host, int(port)))
+    with socket.socket() as taken:  # (a port of its own: the others' may be in TIME_WAIT)
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
-        assert last_lines([worker(1, model)]) == [
-            (1, f"error: could not listen at {addresses[1]}, this task's address in TF_CONFIG "
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        assert last_lines([worker(1, model, cluster=[addresses[0], address])]) == [
+            (1, f"error: could not listen at {address}, this task's address in TF_CONFIG "
                 "(is another process, an earlier run, using its port?); stop that process or "
                 "give the task another port")]
     processes = [worker(i, model, "NUM_TRAIN_STEPS = 100000") for i in (0, 1)]
