@@ -99,9 +99,11 @@ def main(argv):
     metric = results["metric"]
     if "median" in results:  # (not on a worker that kept every trial and saw none of them)
         median = runner.score_text(results["median"][metric])
+        worker, chief = strategies.worker_info(strategy)
+        where = (f"results in {os.path.join(FLAGS.model_dir, runner.RESULTS)}" if chief else
+                 f"the chief writes the results (worker {worker} writes nothing)")
         print(f"done: {task.name} dev {metric} median {median} over "
-              f"{FLAGS.num_trials} trial(s); results in "
-              f"{os.path.join(FLAGS.model_dir, runner.RESULTS)}")
+              f"{FLAGS.num_trials} trial(s); {where}")
     return 0
 
 

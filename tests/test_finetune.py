@@ -1061,6 +1061,8 @@ def test_multi_worker_fine_tuning_trains_one_devices_weights_and_the_chief_write
     assert sorted(os.listdir(out + "0")) == ["results.json", "trial_0"]
     assert not os.path.exists(out + "1")
     assert "worker 1: the chief writes" in outputs[1][0]
+    assert outputs[1][0].strip().splitlines()[-1].endswith(
+        "over 1 trial(s); the chief writes the results (worker 1 writes nothing)")
 
     one = finetune("classification", tmp_path / "one", runner.load_initialization(
         str(pretrained)), bindings[2:], train_file=train, dev_file=train)
