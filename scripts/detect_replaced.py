@@ -77,8 +77,9 @@ def main(argv):
     if "replaced_probability" not in out:
         raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "
                              "export one with export_saved_model.py --kind=discriminator")
-    # The most tokens the model takes (its max_seq_length): the length of a text longer
-    # than any model's, asked for only when a sentence is as long as the longest.
+    # An export made before signatures said which texts were cut: a sentence as long as
+    # the most tokens the model takes (the length of a text longer than any model's, asked
+    # for only then) may have been.
     limit = None
     for i, sentence in enumerate(sentences):
         print(sentence)
@@ -90,11 +91,16 @@ def main(argv):
                 continue
             mark = "  <- replaced" if probability > FLAGS.threshold else ""
             print(f"  {token:<16} {probability:.3f}{mark}")
+        if "truncated" in out:
+            if out["truncated"][i]:
+                print(f"  note: the sentence is longer than the {len(mask)} positions the "
+                      "model takes (its max_seq_length): the tokens beyond them were cut")
+            continue
         if mask.all() and limit is None:
             limit = serve(text=tf.constant(["a " * 8192]))["input_mask"].shape[1]
         if mask.all() and len(mask) == limit:
             print(f"  note: the sentence fills all {len(mask)} positions the model takes "
-                  "(its max_seq_length): tokens beyond them were cut")
+                  "(its max_seq_length): tokens beyond them may have been cut")
     return 0
 
 

@@ -287,10 +287,11 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served,
                              f"--threshold={threshold}", "a sentence") == [
             f"error: --threshold={float(threshold)} is not a probability; pass a number from "
             "0 to 1 (default 0.5)"]
-    long = _detect(f"--saved_model={path}", "word " * 300).splitlines()
-    assert len(long) == 1 + 126 + 1 and long[-1] == (
-        "  note: the sentence fills all 128 positions the model takes (its max_seq_length): "
-        "tokens beyond them were cut")
+    long = _detect(f"--saved_model={path}", "word " * 300, "word " * 126).splitlines()
+    assert len(long) == 2 * (1 + 126) + 1 and long[127] == (
+        "  note: the sentence is longer than the 128 positions the model takes (its "
+        "max_seq_length): the tokens beyond them were cut")
+    assert "note:" not in "".join(long[128:])  # one that fits them exactly was not cut
     assert "note:" not in outputs[0]
 
 
@@ -336,9 +337,9 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
         saved_model.export(model_dir, str(tmp_path), "electra", "generator", version=2)
     assert str(error.value) == (
         f"{tmp_path}/electra/1 serves another kind of model (outputs input_mask, "
-        "replaced_probability, tokens) than this --kind=generator export (outputs "
-        "input_mask, mask_positions, tokens, top_k_probabilities, top_k_tokens), and TF "
-        "Serving serves a name's highest version only; pass another --model_name")
+        "replaced_probability, tokens, truncated) than this --kind=generator export (outputs "
+        "input_mask, mask_positions, tokens, top_k_probabilities, top_k_tokens, truncated), "
+        "and TF Serving serves a name's highest version only; pass another --model_name")
     assert sorted(os.listdir(tmp_path / "electra")) == ["1"]
     # A higher version may add outputs (this release's export above an earlier release's):
     # the earlier one's clients get what they read; said, not refused.
@@ -351,9 +352,11 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     lines = []
     saved_model.export(model_dir, str(tmp_path), "grown", "discriminator", version=2,
                        log=lines.append)
-    assert lines == ["note: grown/2 adds the outputs replaced_probability to those of grown/1"]
+    assert lines == ["note: grown/2 adds the outputs replaced_probability, truncated to those of "
+                     "grown/1"]
     with pytest.raises(UserInputError, match=r"grown/2 serves another kind of model \(outputs "
-                                             r"input_mask, replaced_probability, tokens\) than "
+                                             r"input_mask, replaced_probability, tokens, "
+                                             r"truncated\) than "
                                              "this --kind=generator export"):
         saved_model.export(model_dir, str(tmp_path), "grown", "generator", version=3)
     # The same outputs of other inputs (a sentence-pair model): the inputs are named too.
@@ -368,8 +371,8 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     assert str(error.value) == (
         f"{tmp_path}/pair/1 serves another kind of model (inputs text, text_b; outputs "
         "input_mask, replaced_probability, tokens) than this --kind=discriminator export "
-        "(inputs text; outputs input_mask, replaced_probability, tokens), and TF Serving "
-        "serves a name's highest version only; pass another --model_name")
+        "(inputs text; outputs input_mask, replaced_probability, tokens, truncated), and TF "
+        "Serving serves a name's highest version only; pass another --model_name")
     # A version written below a higher one is not the one served: said. Staging folders
     # that killed exports of this machine left are removed; a running one's, or another
     # machine's, kept.
@@ -706,7 +709,12 @@ def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):
     np.testing.assert_allclose(out["predict_ids__logits"], expected, atol=1e-5)
     # The STS-B head learnt score / 5: served as the score.
     np.testing.assert_allclose(out["serving_default__score"], 5 * expected[:, 0], atol=5e-5)
-    assert set(out) == {"serving_default__score", "predict_ids__logits"}
+    # Said of the pairs that were cut, each of which fills all L positions.
+    truncated = out["serving_default__truncated"]
+    assert truncated.tolist()[:4] == [False, True, True, True]
+    assert (ids["input_mask"].sum(axis=1)[truncated] == L).all()
+    assert set(out) == {"serving_default__score", "serving_default__truncated",
+                        "predict_ids__logits"}
 
 
 MISFIT_CALLS = """

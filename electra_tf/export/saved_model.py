@@ -15,7 +15,8 @@ Signatures:
   serving_default  text: string [batch] (and text_b: string [batch] for a pair task) ->
                    tokenized with the model's own vocab and casing, truncated to the
                    trained length as training truncated it, [CLS] A [SEP] (B [SEP]),
-                   padded to the batch's longest (L)
+                   padded to the batch's longest (L); every kind but tagging and qa also
+                   outputs truncated bool [b]: the text (pair) had pieces that were cut
     discriminator  tokens string [b, L], replaced_probability float32 [b, L],
                    input_mask int32 [b, L] ("[MASK]" written in the text becomes the mask
                    token, for these three kinds). Electric: the probability its training
@@ -237,7 +238,8 @@ class ServingModule(_TextModule):
     # -- text -> ids
 
     def encode(self, text):
-        """string [b] -> input_ids, input_mask, segment_ids int32 [b, L] (L: the longest)."""
+        """string [b] -> input_ids, input_mask, segment_ids int32 [b, L] (L: the longest), and
+        truncated bool [b] (the text had pieces beyond the max_seq_length - 2 kept)."""
         tok = self._tokenizer
         pieces = tf.strings.split(text, sep=tokenization.MASK_TOKEN)  # [b, (p)]
         tokens = tok.tokenize(pieces.flat_values)                     # [P, (t)]
@@ -248,7 +250,8 @@ class ServingModule(_TextModule):
             tf.cast(last, tf.int64))
         tokens = tf.RaggedTensor.from_row_splits(tf.concat([tokens, masks], axis=1),
                                                  pieces.row_splits).merge_dims(1, 2)
-        return self.pack(tokens[:, :self.max_seq_length - 2])
+        return (*self.pack(tokens[:, :self.max_seq_length - 2]),
+                tokens.row_lengths() > self.max_seq_length - 2)
 
     # -- the networks
 
@@ -273,8 +276,9 @@ class ServingModule(_TextModule):
             input_ids, input_mask, segment_ids, training=False), tf.float32)}
 
     def _serve_text(self, text):
-        input_ids, input_mask, segment_ids = self.encode(text)
-        out = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask}
+        input_ids, input_mask, segment_ids, truncated = self.encode(text)
+        out = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
+               "truncated": truncated}
         model = self.model
         if self.kind == "discriminator":
             logits = self._serve_ids(input_ids, input_mask, segment_ids)["replaced_logits"]
@@ -344,7 +348,9 @@ class TaskServingModule(_TextModule):
     def _serve_text(self, text):
         if self.kind == "tagging":
             return self._tagging(text)
-        return self._sentence([self._tokenizer.tokenize(text)[:, :self.max_seq_length - 2]])
+        pieces = self._tokenizer.tokenize(text)
+        return self._sentence([pieces[:, :self.max_seq_length - 2]],
+                              pieces.row_lengths() > self.max_seq_length - 2)
 
     def encoder_config(self):
         return self.model.config
@@ -353,17 +359,19 @@ class TaskServingModule(_TextModule):
         text, text_b = self.same_batch(text, text_b)
         if self.kind == "qa":
             return self._qa(text, text_b)
-        return self._sentence(truncate_pair(self._tokenizer.tokenize(text),
-                                            self._tokenizer.tokenize(text_b),
-                                            self.max_seq_length - 3))
+        a, b = self._tokenizer.tokenize(text), self._tokenizer.tokenize(text_b)
+        return self._sentence(truncate_pair(a, b, self.max_seq_length - 3),
+                              a.row_lengths() + b.row_lengths() > self.max_seq_length - 3)
 
-    def _sentence(self, segments):
+    def _sentence(self, segments, truncated):
+        """`truncated` bool [b]: a text (pair) had more pieces than the segments keep."""
         logits = self._serve_ids(*self.pack(*segments))["logits"]  # [b, C]
         if self.kind == "regression":
-            return {"score": logits[:, 0] * self.target_scale}
+            return {"score": logits[:, 0] * self.target_scale, "truncated": truncated}
         label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
         return {"probabilities": tf.nn.softmax(logits), "label_id": label_id,
-                "label": tf.gather(tf.constant(self.label_names), label_id)}
+                "label": tf.gather(tf.constant(self.label_names), label_id),
+                "truncated": truncated}
 
     def _tagging(self, text):
         tok = self._tokenizer
