@@ -25,8 +25,8 @@ listed.
 
 import contextlib
 import dataclasses
-import json
 import io
+import json
 import os
 import pickle
 import re
