@@ -354,6 +354,17 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
                        log=lines.append)
     assert lines == ["note: grown/2 adds the outputs replaced_probability, truncated to those of "
                      "grown/1"]
+    # Written below an earlier release's version, which lacks an output: said, not refused.
+    earlier.serve = tf.function(
+        lambda text: {name: tf.strings.split(text).to_tensor()
+                      for name in ("input_mask", "replaced_probability", "tokens")},
+        input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    tf.saved_model.save(earlier, str(tmp_path / "below" / "5"), signatures=earlier.serve)
+    lines = []
+    saved_model.export(model_dir, str(tmp_path), "below", "discriminator", version=1,
+                       log=lines.append)
+    assert "note: below/1 has the outputs truncated, which below/5, the version TF Serving " \
+           "serves, lacks" in lines, lines
     with pytest.raises(UserInputError, match=r"grown/2 serves another kind of model \(outputs "
                                              r"input_mask, replaced_probability, tokens, "
                                              r"truncated\) than "

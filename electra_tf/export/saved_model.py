@@ -891,6 +891,12 @@ def _check_same_signature(path, export_dir, model_name, version, kind, log):
             log(f"note: {model_name}/{max(other, version)} adds the outputs "
                 f"{', '.join(added)} to those of {model_name}/{min(other, version)}")
             continue
+        if old[0] == new[0] and other > version and set(old[1]) < set(new[1]):
+            # (written below an earlier release's version: its clients lose nothing)
+            log(f"note: {model_name}/{version} has the outputs "
+                f"{', '.join(sorted(set(new[1]) - set(old[1])))}, which {model_name}/{other}, "
+                "the version TF Serving serves, lacks")
+            continue
         inputs = old[0] != new[0]
         raise UserInputError(
             f"{os.path.join(export_dir, model_name, str(other))} serves another kind of "
