@@ -141,6 +141,8 @@ class _TextModule(tf.Module):
         checks.append(tf.debugging.assert_less_equal(
             shape[1], positions, message=f"predict_ids: at most {positions} tokens a row (the "
             "positions of the model)"))
+        checks.append(tf.debugging.assert_positive(  # a task's head reads [CLS]'s position
+            shape[1], message="predict_ids: at least 1 token a row ([CLS] first)"))
         for name, value, size, what in (
                 ("input_ids", input_ids, config.vocab_size, "ids of the vocab"),
                 ("input_mask", input_mask, 2, "1 for a token, 0 for padding"),
