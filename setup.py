@@ -12,6 +12,11 @@ INSTALL_REQUIRES = [
     "gin-config==0.5.0",
     "absl-py==1.4.0",
     "tensorboard==2.20.0",
+    # TensorBoard 2.20 imports pkg_resources, which setuptools 82 removed (`tensorboard`
+    # failed with ModuleNotFoundError once torch, a test dependency, pulled in setuptools
+    # 84); 80.8 is the newest that has it without a warning at each start, and it meets
+    # torch's setuptools>=77.0.3.
+    "setuptools==80.8.0",
     "numpy>=1.26,<3",
     # Rust WordPiece trainer behind scripts/learn_vocab.py: minutes on GBs of text, where
     # tensorflow-text's pure-Python vocab learner takes hours.

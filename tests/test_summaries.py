@@ -1,6 +1,9 @@
 """Reading back a run's TensorBoard scalars, from any tf.io.gfile filesystem."""
 
 import glob
+import os
+import subprocess
+import sys
 
 import tensorflow as tf
 
@@ -46,3 +49,19 @@ def test_read_scalars_drops_what_a_restart_went_back_over(tmp_path):
     writer.flush()
     assert summaries.read_scalars(str(tmp_path)) == {
         "loss/total": [(2, 0.25), (5, 0.75)], "optimizer/grad_norm": [(2, 1.0)]}
+
+
+def test_the_tensorboard_command_reads_a_run(tmp_path):
+    """`tensorboard --logdir MODEL_DIR` (BUILD.md) starts in this environment: TensorBoard
+    2.20 imports pkg_resources, which setuptools 82 removed."""
+    writer = tf.summary.create_file_writer(str(tmp_path / "train"))
+    with writer.as_default():
+        for step in (2, 4):
+            tf.summary.scalar("loss/total", 1 / step, step=step)
+    writer.flush()
+    tensorboard = os.path.join(os.path.dirname(sys.executable), "tensorboard")
+    done = subprocess.run([tensorboard, "--inspect", f"--logdir={tmp_path}"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr
+    assert "   loss/total\n" in done.stdout and "   num_steps            2\n" in done.stdout
