@@ -53,9 +53,12 @@ COMPARED = [("loss/total", "total loss"), ("loss/generator", "generator loss"),
 
 
 def loop_throughput(run: dict) -> float:
-    """Median examples/s of a run's training loops, the first (tracing) left out."""
-    points = [value for _, value in run["train"]["throughput/examples_per_second"]]
-    return statistics.median(points[1:] if len(points) > 1 else points)
+    """Median examples/s of a run's training loops (TensorBoard has none for the first,
+    which traces)."""
+    points = [value for _, value in run["train"].get("throughput/examples_per_second", [])]
+    if not points:
+        raise SystemExit("a run of one loop has no throughput (its loop traced): give it more")
+    return statistics.median(points)
 
 
 def largest_gap(reference: list, other: list) -> float:

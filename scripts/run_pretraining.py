@@ -49,7 +49,7 @@ def main(argv):
         FLAGS.model_dir, FLAGS.train_data, eval_data=FLAGS.eval_data,
         vocab_file=FLAGS.vocab_file, strategy=FLAGS.strategy, tpu=FLAGS.tpu, seed=FLAGS.seed,
         deterministic=FLAGS.deterministic, dry_run=FLAGS.dry_run,
-        init_checkpoint=FLAGS.init_checkpoint)
+        init_checkpoint=FLAGS.init_checkpoint, exit_at_once=True)
     if not FLAGS.dry_run:
         print(f"done: step {result['step']}; checkpoints and TensorBoard runs in "
               f"{FLAGS.model_dir}; weights sha256 {result['weights_sha256'][:16]}")

@@ -17,7 +17,7 @@ from electra_tf.data.pipeline import pretraining_dataset
 from electra_tf.modeling import factory
 from electra_tf.modeling.config import SIZES, encoder_config, generator_config
 from electra_tf.modeling.metrics import PretrainingMetrics
-from electra_tf.modeling.pretrainer import (ElectraPretrainer, masked_lm_loss,
+from electra_tf.modeling.pretrainer import (ElectraPretrainer, call_counts, masked_lm_loss,
                                             replaced_token_loss)
 from electra_tf.modeling import tensors
 from electra_tf.modeling.tensors import (sample_from_logits, scatter_positions,
@@ -357,7 +357,7 @@ def test_pieces_with_global_normalizers_add_up_to_the_whole_batch(options):
     whole, whole_grads = loss_and_grads(batch, None)
     pieces = [_split(batch, rows) for rows in ([0, 3], [1, 2])]
     counts = [model.loss_normalizers(p) for p in pieces]
-    total = {k: counts[0][k] + counts[1][k] for k in counts[0]}
+    total = call_counts({k: counts[0][k] + counts[1][k] for k in counts[0]})
     outs, grads = zip(*[loss_and_grads(p, total) for p in pieces])
     for key in ("loss", "generator_loss", "discriminator_loss"):
         assert float(outs[0][key] + outs[1][key]) == pytest.approx(float(whole[key]), rel=1e-5)
@@ -813,6 +813,26 @@ def test_metrics_report_every_tag(real_batches):
                                       "generator/mlm_accuracy"}
 
 
+@pytest.mark.parametrize("center", [0.0, -12.0], ids=["electra", "electric_nce"])
+def test_discriminator_auc_matches_the_exact_area(center):
+    """The AUC of ELECTRA's logits and of Electric's, whose noise term puts every
+    probability far below Keras' first threshold (0.005): the area under the ROC curve as
+    scikit-learn computes it exactly, where it read 0.5 for Electric at every step."""
+    from sklearn.metrics import roc_auc_score
+    rng = np.random.default_rng(0)
+    labels = (rng.random((8, 64)) < 0.15).astype(np.float32)
+    logits = (center + rng.normal(size=labels.shape) + 1.5 * labels).astype(np.float32)
+    weights = (rng.random(labels.shape) < 0.9).astype(np.float32)
+    metrics = PretrainingMetrics()
+    metrics.update_predictions({
+        "masked_lm_ids": tf.zeros([8, 2], tf.int32), "masked_lm_weights": tf.ones([8, 2]),
+        "mlm_logits": tf.zeros([8, 2, 5]), "discriminator_logits": tf.constant(logits),
+        "discriminator_labels": tf.constant(labels), "discriminator_weights": weights})
+    exact = roc_auc_score(labels.ravel(), logits.ravel(), sample_weight=weights.ravel())
+    assert exact > 0.8
+    assert metrics.result()["discriminator/auc"] == pytest.approx(exact, abs=0.005)
+
+
 def test_metrics_keep_adds_the_step_or_nothing():
     """keep=True gives exactly the unweighted update; keep=False adds nothing, even from a
     step whose losses, predictions and weights are not finite (a skipped step's)."""
@@ -877,6 +897,31 @@ def test_mixed_precision_matches_float32(policy):
     np.testing.assert_allclose(out16["discriminator_logits"].numpy(),
                                out32["discriminator_logits"].numpy(), atol=tolerance)
     assert float(out16["loss"]) == pytest.approx(float(out32["loss"]), rel=tolerance)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(learn_loss_weights=True)],
+                         ids=["electra", "learned_weights"])
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_a_piece_of_a_large_global_batch_averages_exactly_under_mixed_precision(policy,
+                                                                                 options):
+    """A piece of a global batch of more than 65,504 real tokens (base.gin's 256 x 512 has
+    about 131,000) divides its sums by the global counts as float32 does: float16 made the
+    token count inf (the discriminator's loss 0, without a word), bfloat16 rounded it, and
+    learned loss weights failed on the count's dtype."""
+    batch, _ = _batch()
+    try:
+        keras.mixed_precision.set_dtype_policy(policy)
+        model = _model(**options)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    counts = model.loss_normalizers(batch)
+    own = model(batch, step=0, normalizers=call_counts(counts))
+    large = {k: v if k == "parts" else v * 1000 for k, v in counts.items()}
+    assert float(large["tokens"]) > 65504
+    share = model(batch, step=0, normalizers=call_counts(large))
+    for key in ("generator_loss", "discriminator_loss"):
+        assert 0 < float(own[key]) == pytest.approx(1000 * float(share[key]), rel=1e-6), key
+    assert np.isfinite(float(share["loss"]))
 
 
 def _function_names(concrete):
@@ -972,6 +1017,9 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"^learn_loss_weights balances .*: objective='mlm' has one loss; unbind it(\n|$)"),
     (dict(algorithm="adversarial", learn_loss_weights=True),
      r"policy-gradient loss can be negative, .* without bound; unbind it(\n|$)"),
+    (dict(algorithm="two_stage", learn_loss_weights=True),  # it would never be trained
+     r"^learn_loss_weights balances .*: algorithm='two_stage' trains one of them at a time; "
+     r"unbind it(\n|$)"),
     (dict(adversarial_mle_weight=0.5), r"^adversarial_mle_weight=0.5 applies to "
      r"algorithm='adversarial' \(this run's: 'joint'\); unbind it(\n|$)"),
     (dict(algorithm="two_stage", num_heads=1),  # generator 1/1: heads hidden // 64 = 2

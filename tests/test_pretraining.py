@@ -108,6 +108,8 @@ def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, dat
     train = summary_tags(tmp_path / "train")
     assert TAGS <= set(train), TAGS - set(train)
     assert [step for step, _ in train["loss/total"]] == [2, 4, 6]
+    # Not the first loop's throughput: its time includes tracing.
+    assert [step for step, _ in train["throughput/examples_per_second"]] == [4, 6]
     # MFU = examples/s x hardware FLOPs per example / the H100's bf16... float32 (TF32) peak.
     info = json.loads((tmp_path / "model_info.json").read_text())
     (_, mfu), (_, eps) = train["throughput/mfu"][-1], train["throughput/examples_per_second"][-1]
@@ -146,6 +148,12 @@ def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, dat
     loops = [line for line in lines if line.startswith("step ")]
     assert len(loops) == 3 and loops[-1].startswith("step 6/6 | loss ")
     assert "examples/s | MFU" in loops[-1] and "ETA" in loops[-1]
+    assert loops[0].endswith(" examples/s (first loop: tracing and compiling included)")
+    # This run evaluates on its training data, which it says.
+    shards = len(glob.glob(data))
+    assert (f"note: {shards} of --eval_data's {shards} files ({sorted(glob.glob(data))[0]}, "
+            "...) are --train_data files too: its evaluations are not of held-out data"
+            ) in lines
     # The losses of the first and last loop: training makes progress.
     losses = [float(v) for _, v in train["loss/total"]]
     assert losses[-1] < losses[0]
@@ -414,6 +422,64 @@ def test_ctrl_c_twice_stops_at_once_and_a_script_says_so_in_one_line(monkeypatch
         gc.unfreeze()
     assert exited.value.code == 130
     assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+
+
+def test_ctrl_c_is_answered_while_tensorflow_holds_the_main_thread():
+    """A loop is one TensorFlow call, during which Python runs no signal handler: the
+    installed handler's thread answers the signal inside the call (the call below returns
+    only once the run has been asked to stop), and in a notebook's process the second
+    Ctrl-C is a KeyboardInterrupt once the call returns."""
+    said = []
+    stop = pretraining.StopOnSignal(said.append)
+
+    def wait_for_stop():  # runs on TensorFlow's thread while the main thread waits in C++
+        return stop.requested.wait(timeout=60)
+
+    @tf.function
+    def call():
+        return tf.py_function(wait_for_stop, [], tf.bool)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup_fd)
+    stop.install()
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        assert bool(call().numpy())  # answered inside the call
+        assert said == ["Ctrl-C: saving a checkpoint at the end of this loop, then stopping "
+                        "(Ctrl-C again stops at once, without it)"]
+        os.kill(os.getpid(), signal.SIGTERM)  # after the first, not a second Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises in the main thread
+        assert stop.signal == signal.SIGINT and len(said) == 1
+    finally:
+        stop.uninstall()
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    assert signal.set_wakeup_fd(wakeup_fd) == wakeup_fd  # the process's is back
+
+
+def test_ctrl_c_twice_stops_the_script_inside_its_loop(tmp_path, data):
+    """A loop (here of 100,000 steps: an hour) is one TensorFlow call: Ctrl-C is answered
+    when it arrives, and a second one ends the run at once, without the checkpoint the
+    loop's end would save. (The signals come once the loop has had time to be traced,
+    which is Python, where the handler runs at once anyway.)"""
+    more = ["NUM_TRAIN_STEPS = 100000", "STEPS_PER_LOOP = 100000",
+            "CHECKPOINT_EVERY = 100000"]
+    process = script(*script_args(tmp_path, data, *more), env={"PYTHONUNBUFFERED": "1"})
+    _wait_for(str(tmp_path / "ckpt-0.index"), process)
+    time.sleep(6)
+    process.send_signal(signal.SIGINT)
+    said = iter(process.stdout.readline, "")
+    assert next(line for line in said if not line.startswith("saved checkpoint")) == (
+        "Ctrl-C: saving a checkpoint at the end of this loop, then stopping (Ctrl-C again "
+        "stops at once, without it)\n")
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == pretraining.INTERRUPTED_EXIT_CODE, err
+    assert err.endswith("interrupted (Ctrl-C)\n") and "Traceback" not in err, err
+    assert "step " not in out and _checkpoint_steps(tmp_path) == [0]
 
 
 def _checkpoint_steps(model_dir) -> list[int]:
@@ -752,6 +818,17 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     b0 = model_values(str(tmp_path / "b" / "ckpt-0"))
     for name in a:
         np.testing.assert_array_equal(a[name], b0[name], err_msg=name)
+    # Into a variant with a part only its training uses (the adversarial generator's reward
+    # baseline, the learned loss balance), which a's checkpoint lacks: that part starts from
+    # its initial values (it was refused as an architecture that does not fit).
+    for name in ("adversarial", "learned_loss_weights"):
+        run(tmp_path / name, data, ["NUM_TRAIN_STEPS = 2"],
+            files=("tiny.gin", f"ablations/{name}.gin"), init_checkpoint=str(tmp_path / "a"))
+        start = model_values(str(tmp_path / name / "ckpt-0"))
+        for key in a:
+            np.testing.assert_array_equal(a[key], start[key], err_msg=key)
+        own = {"adversarial": "reward_baseline"}.get(name, "loss_log_scales")
+        assert {key.split("/")[1] for key in set(start) - set(a)} == {own}
     # Rerun in b, it resumes b: the flag is not used, and a note says so, dry run or not.
     for dry_run in (True, False):
         _, lines = run(tmp_path / "b", data, ["NUM_TRAIN_STEPS = 2"], dry_run=dry_run,
@@ -1024,7 +1101,9 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
     monkeypatch.setattr(tf.train.CheckpointManager, "save", lambda self, checkpoint_number,
                         **kw: written.append(checkpoint_number) or save(
                             self, checkpoint_number=checkpoint_number, **kw))
+    # Loops of one step: each stage's second loop has a throughput (a first traces).
     result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "CHECKPOINT_EVERY = 2",
+                                         "STEPS_PER_LOOP = 1",
                                          "pretrainer.generator_hidden_fraction = 1.0",
                                          "pretrainer.intermediate_size = 128",
                                          "pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
@@ -1067,6 +1146,7 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
     assert phases["official"]["discriminator"] < info["train_flops_per_example"]
     assert info["total_train_flops"] == pytest.approx(8 * 2 * sum(phases["official"].values()))
     train = summary_tags(tmp_path / "train")
+    assert [step for step, _ in train["throughput/mfu"]] == [2, 4]
     for (step, mfu), (_, eps) in zip(train["throughput/mfu"],
                                      train["throughput/examples_per_second"]):
         phase = "generator" if step <= 2 else "discriminator"
@@ -1209,7 +1289,9 @@ def test_xla_on_two_replicas_compiles_each_replicas_pass_and_equals_the_plain_st
 
 
 def test_nonfinite_loss_stops_with_the_step_named(tmp_path, data):
-    with pytest.raises(ValueError, match=r"^the loss was not finite at step 1; the run stopped "
+    # The first update (LR 1e30) makes the second step's loss inf: step 2, as the console
+    # counts (step N made N).
+    with pytest.raises(ValueError, match=r"^the loss was not finite at step 2; the run stopped "
                                          r"and its last checkpoint \(step 0\) is intact"):
         run(tmp_path, data, ["LEARNING_RATE = 1e30", "WARMUP_STEPS = 0"])
     assert not os.path.exists(tmp_path / "ckpt-2.index")
@@ -1283,7 +1365,7 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
                         "mask_prob, max_predictions_per_seq and whole_word_masking do not apply")
     restores = [line for line in lines if line.startswith("the loss was not finite")]
     restored_to = 4 if bad_step >= 4 else 0
-    assert restores == [f"the loss was not finite at step {bad_step}: restored step "
+    assert restores == [f"the loss was not finite at step {bad_step + 1}: restored step "
                         f"{restored_to} and will skip that batch (1/3)"]
     assert result["step"] == 8 and np.isfinite(result["train"]["loss/total"])
     assert not any("nan" in line for line in lines if line.startswith("step "))
@@ -1496,7 +1578,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "unknown_binding": r"--gin_bindings='pretrainer.hiden_size = 3': .*hiden_size",
         "unknown_file": r"--gin_file=tinny.gin not found, here or in .*; choose one of .*tiny.gin",
         "length_mismatch": r"says max_seq_length=128 but the run uses 64; set MAX_SEQ_LENGTH=128",
-        "no_data": r"data .*none/\*.tfrecord matches no file",
+        "no_data": r"--train_data .*none/\*.tfrecord matches no file",
         "batch_split": r"TRAIN_BATCH_SIZE=8 does not split into 1 replicas x 3 micro-batches",
         "xla_elementwise_env": r"ELECTRA_TF_XLA_ELEMENTWISE='false' is neither 1 .* nor 0 "
                                r"\(off\); set one of them",

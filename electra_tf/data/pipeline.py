@@ -45,9 +45,11 @@ PREMASKED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights
 PREMASKED_MODES = ("remask", "as_written")  # what pretraining_dataset does with them
 
 
-def list_files(file_pattern: str | list[str]) -> list[str]:
+def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> list[str]:
     """Comma-separated globs -> sorted files (metadata and temp files excluded). A file or
-    folder that exists is read as named, though its name has a comma or a wildcard."""
+    folder that exists is read as named, though its name has a comma or a wildcard.
+    `data_flag` names the flag the globs came from in errors ("--eval_data ... matches no
+    file")."""
     patterns = (corpus.split_patterns(file_pattern) if isinstance(file_pattern, str)
                 else file_pattern)
     files = set()
@@ -61,8 +63,8 @@ def list_files(file_pattern: str | list[str]) -> list[str]:
             matched = [pattern] if tf.io.gfile.exists(pattern) else tf.io.gfile.glob(pattern)
         if not matched:
             raise UserInputError(
-                f"data {pattern} matches no file; check the path, or build the data with "
-                "scripts/build_pretraining_data.py")
+                f"{data_flag or 'data'} {pattern} matches no file; check the path, or build "
+                "the data with scripts/build_pretraining_data.py")
         files.update(m for m in matched
                      if not m.endswith(".json") and ".tmp-" not in os.path.basename(m))
     for directory in sorted({os.path.dirname(f) for f in files}):

@@ -7,6 +7,13 @@
 import keras
 import tensorflow as tf
 
+# The AUC is taken over logits clipped to [-AUC_LOGIT_RANGE, AUC_LOGIT_RANGE] and mapped
+# linearly onto [0, 1], at 401 thresholds (a tenth of a logit apart): the probabilities
+# themselves can all lie under 0.005, the first of Keras' 200 evenly spaced thresholds
+# (Electric's adds log q(x) + log(p / (1 - p)) to the logit, about -12), where the AUC read
+# 0.5 at every step. The area depends only on the scores' order, which the map keeps.
+AUC_LOGIT_RANGE = 20.0
+
 
 class PretrainingMetrics:
     """Running means of the losses and accuracies, and the discriminator's AUC, precision
@@ -18,7 +25,7 @@ class PretrainingMetrics:
             "loss/total": mean(), "loss/generator": mean(), "loss/discriminator": mean(),
             "generator/mlm_accuracy": mean(), "generator/sampled_accuracy": mean(),
             "discriminator/accuracy": mean(), "discriminator/replaced_fraction": mean(),
-            "discriminator/auc": keras.metrics.AUC(num_thresholds=200),
+            "discriminator/auc": keras.metrics.AUC(num_thresholds=401),
             "discriminator/precision": keras.metrics.Precision(thresholds=0.5),
             "discriminator/recall": keras.metrics.Recall(thresholds=0.5),
         }
@@ -66,13 +73,18 @@ class PretrainingMetrics:
                 sample_weight=weights)
         if "discriminator_logits" in outputs:
             self._updated.update(t for t in m if t.startswith("discriminator/"))
-            labels, weights, probs = _kept(
+            logits = tf.cast(outputs["discriminator_logits"], tf.float32)
+            labels, weights, logits = _kept(
                 keep, tf.cast(outputs["discriminator_labels"], tf.float32),
-                outputs["discriminator_weights"], tf.sigmoid(outputs["discriminator_logits"]))
+                outputs["discriminator_weights"], logits)
+            probs = tf.sigmoid(logits)
             correct = tf.cast(tf.equal(tf.cast(probs > 0.5, tf.float32), labels), tf.float32)
             m["discriminator/accuracy"].update_state(correct, sample_weight=weights)
             m["discriminator/replaced_fraction"].update_state(labels, sample_weight=weights)
-            for name in ("auc", "precision", "recall"):
+            scores = (tf.clip_by_value(logits, -AUC_LOGIT_RANGE, AUC_LOGIT_RANGE)
+                      + AUC_LOGIT_RANGE) / (2 * AUC_LOGIT_RANGE)
+            m["discriminator/auc"].update_state(labels, scores, sample_weight=weights)
+            for name in ("precision", "recall"):
                 m["discriminator/" + name].update_state(labels, probs, sample_weight=weights)
 
     def result(self) -> dict:

@@ -107,7 +107,8 @@ class ElectraPretrainer(keras.Model):
     normalizers=None)`; outputs is a dict with `loss` (the total to minimise),
     `generator_loss`, `discriminator_loss` and the tensors `electra_tf.modeling.metrics`
     reads. `normalizers` are the counts the losses average over (`loss_normalizers`),
-    summed over the whole global batch when it is split into pieces.
+    summed over the whole global batch when it is split into pieces, given as integers
+    (`call_counts`).
 
     Example:
       >>> d = encoder_config("tiny")
@@ -314,11 +315,13 @@ class ElectraPretrainer(keras.Model):
             raise UserInputError(
                 "Electric's noise distribution is the generator's softmax, whose log enters "
                 "its loss: pretrainer.temperature must be 1.0 and disallow_correct False")
-        if self.loss_log_scales is not None and (self.objective == "mlm"
-                                                 or self.algorithm == "adversarial"):
+        if self.loss_log_scales is not None and (
+                self.objective == "mlm" or self.algorithm in ("adversarial", "two_stage")):
             raise UserInputError(
                 "learn_loss_weights balances the generator's and discriminator's losses: "
                 + ("objective='mlm' has one loss" if self.objective == "mlm" else
+                   "algorithm='two_stage' trains one of them at a time" if
+                   self.algorithm == "two_stage" else
                    "the adversarial generator's policy-gradient loss can be negative, which "
                    "drives its learned weight up without bound")
                 + "; unbind it")
@@ -360,7 +363,10 @@ class ElectraPretrainer(keras.Model):
         # Keras casts float inputs to the compute dtype (bfloat16 under mixed precision);
         # the loss weights stay float32.
         batch = {**batch, "masked_lm_weights": tf.cast(batch["masked_lm_weights"], tf.float32)}
-        norms = self.loss_normalizers(batch) if normalizers is None else normalizers
+        if normalizers is None:
+            norms = self.loss_normalizers(batch)
+        else:
+            norms = {name: tf.cast(count, tf.float32) for name, count in normalizers.items()}
         return OBJECTIVE_FUNCTIONS[self.objective](self, batch, step, training, phase, norms)
 
     def phase_variables(self, phase: str):
@@ -388,6 +394,14 @@ class ElectraPretrainer(keras.Model):
         for target, source in zip(targets, sources):
             if target is not source:
                 target.assign(source)
+
+
+def call_counts(normalizers: dict) -> dict:
+    """`loss_normalizers`' counts (summed over pieces) as `ElectraPretrainer.call` takes them:
+    integers, which Keras passes as they are. It casts a float argument to the compute dtype:
+    a count over 65,504 (a global batch of more real tokens) is inf in float16, which made the
+    discriminator's loss 0, and bfloat16 rounds 3,917 to 3,920."""
+    return {name: tf.cast(tf.round(count), tf.int64) for name, count in normalizers.items()}
 
 
 def _check_choice(name, value, choices):

@@ -12,8 +12,8 @@ last checkpoint left off), `train/` and `eval/` TensorBoard runs, `operative_con
 and `model_info.json`. SIGTERM (a preemption) saves a checkpoint at the end of the loop it
 arrives in (with several workers, TensorFlow's PreemptionCheckpointHandler, told of the
 signal, has them agree on a step: the end of the loop after) and exits with code 143; so
-does Ctrl-C (SIGINT), exiting with 130, and a second Ctrl-C stops without saving (Python
-sees a signal between TensorFlow calls only: under XLA a loop may be one call).
+does Ctrl-C (SIGINT), exiting with 130, and a second Ctrl-C stops without saving (each
+answered when it arrives, though a loop is one TensorFlow call: `signals`).
 
 A loss that is not finite stops the run with a line naming the step (`on_nonfinite="stop"`,
 the default), or restores the last checkpoint and skips the offending batch, at most
@@ -53,6 +53,7 @@ from electra_tf.modeling import factory, flops
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.training import optimization, strategies, summaries
 from electra_tf.training import xla_cache as _xla_cache
+from electra_tf.training.signals import INTERRUPTED_EXIT_CODE, StopOnSignal
 from electra_tf.training.trainer import (LossScale, PretrainingEvaluator, PretrainingTrainer,
                                          TrainState)
 
@@ -62,7 +63,6 @@ OPERATIVE_CONFIG = "operative_config.gin"
 MODEL_INFO = "model_info.json"
 SET_ASIDE = "set_aside"  # checkpoints not every worker saved (_common_checkpoint)
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT (Ctrl-C)
 # A discriminator AUC within this of 0.5 for this many steps is reported as a collapse.
 CHANCE_AUC_MARGIN = 0.03
 COLLAPSE_STEPS = 500
@@ -70,7 +70,7 @@ COLLAPSE_STEPS = 500
 
 @gin.configurable("pretraining", denylist=[
     "model_dir", "train_data", "eval_data", "vocab_file", "strategy", "tpu", "seed",
-    "deterministic", "dry_run", "init_checkpoint", "log"])
+    "deterministic", "dry_run", "init_checkpoint", "log", "exit_at_once"])
 def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = None,
                     vocab_file: str | None = None, strategy: str = "default",
                     tpu: str | None = None, seed: int = 0, deterministic: bool = False,
@@ -86,7 +86,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     jit_compile: bool = False, steps_per_call: int | None = None,
                     xla_cache: bool = True, on_nonfinite: str = "stop",
                     max_restores: int = 3, two_stage_steps: int | None = None,
-                    device_name: str | None = None, log=print) -> dict:
+                    device_name: str | None = None, log=print,
+                    exit_at_once: bool = False) -> dict:
     """Pre-train an ELECTRA (or a variant); returns the last loop's and evaluation's figures.
 
     Paths and run switches are arguments (the script's flags); hyperparameters are gin
@@ -133,6 +134,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
         half the run).
       device_name: the accelerator's name for MFU (default: detected; e.g. "TPU v4").
       log: where progress lines go.
+      exit_at_once: a second Ctrl-C ends the process at once (a script's), rather than by
+        KeyboardInterrupt once TensorFlow's call returns (a notebook's kernel lives on).
     """
     _check_settings(num_train_steps=num_train_steps, train_batch_size=train_batch_size,
                     max_seq_length=max_seq_length, steps_per_loop=steps_per_loop,
@@ -187,7 +190,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          max_predictions_per_seq, whole_word_masking, premasked_records,
          gradient_accumulation_steps, clip_norm,
          precision, jit_compile, steps_per_call, xla_cache, on_nonfinite, max_restores,
-         two_stage_steps, device_name, log, held, **_):
+         two_stage_steps, device_name, log, held, exit_at_once, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
     strategy = strategies.create_strategy(strategy, tpu, log)
@@ -198,12 +201,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # read: it must exist
         from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
         latest_checkpoint(init_checkpoint)  # a model dir or a checkpoint prefix
-    train_files = pipeline.list_files(train_data)
+    train_files = pipeline.list_files(train_data, "--train_data")
     vocab_file = _vocab_file(vocab_file, train_files, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     eval_info, eval_files = None, []
     if eval_data:
-        eval_files = pipeline.list_files(eval_data)
+        eval_files = pipeline.list_files(eval_data, "--eval_data")
         eval_info = pipeline.validate_data(eval_files, max_seq_length, vocab_file,
                                            data_flag="--eval_data")
     vocab = tokenization.load_vocab(vocab_file)
@@ -230,6 +233,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             f"{replicas * gradient_accumulation_steps}")
     steps_per_call = _steps_per_call(steps_per_call, steps_per_loop, jit_compile, strategy)
     task_id, chief = strategies.worker_info(strategy)
+    note = _shared_files_note(train_files, eval_files)
+    if note and chief:
+        log(note)
     if init_checkpoint and chief and tf.train.latest_checkpoint(model_dir):
         log(f"note: --init_checkpoint={init_checkpoint} is not used: --model_dir={model_dir} "
             "holds a run, which this one resumes (--init_checkpoint starts a new --model_dir)")
@@ -419,12 +425,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     # PreemptionCheckpointHandler does nothing on Google Cloud's TPU and CPU VMs and watches
     # maintenance events, not SIGTERM, on its GPU VMs (a Spot VM's stop would have saved
     # nothing there).
-    stop = StopOnSignal(log if chief else lambda _: None)
+    stop = StopOnSignal(log if chief else lambda _: None, exit_at_once=exit_at_once)
     terminated = stop.requested
     monitor.stop = stop
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        stop.install()
+        held.callback(stop.uninstall)
     if workers == 1:
         # One process (default, mirrored, TPU): the end of the loop the signal arrives in
         # saves and exits.
@@ -544,30 +550,6 @@ def weights_digest(model) -> str:
 # ------------------------------------------------------------------------------ the loop's eyes
 
 
-class StopOnSignal:
-    """The run's SIGTERM and SIGINT handler: the first signal asks the loop to save a
-    checkpoint at its end and exit (`requested`; `signal` says which came first); Ctrl-C
-    after that stops (KeyboardInterrupt: one line from the script, exit 130), losing the
-    steps since the last checkpoint. Python runs it between TensorFlow calls only (a call
-    may be a whole loop under XLA)."""
-
-    def __init__(self, log):
-        self.requested = threading.Event()
-        self.signal = None
-        self.log = log
-
-    def __call__(self, number, frame=None):
-        if self.requested.is_set():
-            if number == signal.SIGINT:
-                raise KeyboardInterrupt
-            return
-        self.signal = number
-        self.requested.set()
-        if number == signal.SIGINT:
-            self.log("Ctrl-C: saving a checkpoint at the end of this loop, then stopping "
-                     "(Ctrl-C again stops at once, without it)")
-
-
 class _Monitor:
     """After every loop: TensorBoard scalars, the console line, the health check; after an
     evaluation, its scalars and line; the two-stage switch; the preemption exit."""
@@ -584,6 +566,7 @@ class _Monitor:
         self.writers = {}
         self.start_step = int(state.step.numpy())  # where this run (or its last restore) began
         self.chance_since = None  # the step since which the discriminator's AUC is ~0.5
+        self.clock = None  # (time, step) at the start of the first loop that did not trace
 
     def _writer(self, run: str):
         if run not in self.writers:
@@ -612,18 +595,30 @@ class _Monitor:
             self._nonfinite(loop["bad_step"])
             return
         values = loop["values"]
-        self.write("train", values)
         step = int(self.state.step.numpy())
-        steps_per_second = loop["steps"] / loop["seconds"]
-        eta = (self.num_train_steps - step) / max(steps_per_second, 1e-9)
-        mfu = values.get("throughput/mfu")
+        speed = f"{values['throughput/examples_per_second']:.1f} examples/s"
+        if loop["cold"]:
+            # Its time includes tracing (and XLA's compiling): its throughput would be a
+            # dip in the curves at every start and resume, and its ETA too long.
+            self.write("train", {k: v for k, v in values.items()
+                                 if not k.startswith("throughput/")})
+            self.clock = None
+            speed += " (first loop: tracing and compiling included)"
+        else:
+            self.write("train", values)
+            if self.clock is None:
+                self.clock = (loop["start_time"], loop["start_step"])
+            # The wall clock since the first loop that did not trace: evaluations and
+            # checkpoints included, as they will be in the steps left.
+            since, since_step = self.clock
+            per_step = (time.time() - since) / max(step - since_step, 1)
+            mfu = values.get("throughput/mfu")
+            speed += ((f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
+                      + f" | ETA {_duration((self.num_train_steps - step) * per_step)}")
         self.log(
             f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
             f"(generator {values['loss/generator']:.4f}, discriminator "
-            f"{values['loss/discriminator']:.4f}) | "
-            f"{values['throughput/examples_per_second']:.1f} examples/s"
-            + (f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
-            + f" | ETA {_duration(eta)}")
+            f"{values['loss/discriminator']:.4f}) | {speed}")
         self._check_discriminator(values.get("discriminator/auc"), step, loop["steps"])
 
     def _check_discriminator(self, auc, step: int, loop_steps: int):
@@ -653,26 +648,29 @@ class _Monitor:
                  + " | ".join(f"{k} {v:.4f}" for k, v in shown.items()))
 
     def _nonfinite(self, bad_step: int):
+        # bad_step counts steps before it; the console's step N is the one that made N.
+        said, said_skipped = bad_step + 1, ", ".join(str(s + 1) for s in self.skipped)
         latest = self.manager.latest_checkpoint
         restored_step = int(latest.rsplit("-", 1)[1]) if latest else 0
         if self.on_nonfinite == "stop":
             raise UserInputError(
-                f"the loss was not finite at step {bad_step}; the run stopped and its last "
+                f"the loss was not finite at step {said}; the run stopped and its last "
                 f"checkpoint (step {restored_step}) is intact: lower LEARNING_RATE or raise "
                 "WARMUP_STEPS, or set pretraining.on_nonfinite='restore' to skip such batches")
         if len(self.skipped) >= self.max_restores:
             raise UserInputError(
-                f"the loss was not finite at step {bad_step}, after {len(self.skipped)} "
-                f"restores (steps {', '.join(map(str, self.skipped))}); the run stopped: lower "
+                f"the loss was not finite at step {said}, after {len(self.skipped)} "
+                f"restores (steps {said_skipped}); the run stopped: lower "
                 "LEARNING_RATE or raise WARMUP_STEPS")
         self.skipped.append(bad_step)
         self.checkpoint.restore(latest).expect_partial()
         self.start_step = restored_step
+        self.clock = None
         for summary_writer in self.writers.values():
             _mark_start(summary_writer, restored_step + 1)
         skips = self.skipped + [-1] * (self.state.skip_steps.shape[0] - len(self.skipped))
         self.state.skip_steps.assign(tf.constant(skips, tf.int64))
-        self.log(f"the loss was not finite at step {bad_step}: restored step {restored_step} "
+        self.log(f"the loss was not finite at step {said}: restored step {restored_step} "
                  f"and will skip that batch ({len(self.skipped)}/{self.max_restores})")
 
     def stage_switched(self, step: int):
@@ -1098,6 +1096,20 @@ def _check_choice(name, value, choices):
         raise UserInputError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
+def _shared_files_note(train_files, eval_files) -> str | None:
+    """A note when --eval_data names files --train_data trains on: its metrics would be
+    reported as if held out."""
+    def real(path):
+        return path if "://" in path else os.path.realpath(path)
+    trained = {real(f) for f in train_files}
+    shared = [f for f in eval_files if real(f) in trained]
+    if not shared:
+        return None
+    return (f"note: {len(shared)} of --eval_data's {len(eval_files)} files ({shared[0]}"
+            f"{', ...' if len(shared) > 1 else ''}) are --train_data files too: its "
+            "evaluations are not of held-out data")
+
+
 def _vocab_file(vocab_file, train_files, train_data) -> str:
     if vocab_file is None:
         metadata = pipeline.read_metadata(train_files)
@@ -1141,10 +1153,17 @@ def _restore(checkpoint, path: str, model_dir: str):
             "trained with") from None
 
 
+# Parts of a pretrainer that only its training uses (the adversarial generator's reward
+# baseline, the learned loss balance): a checkpoint of another variant, or an imported one,
+# lacks them, and they start from their initial values.
+TRAINING_ONLY_PARTS = ("reward_baseline", "loss_log_scales")
+
+
 def _initialise(model, path: str, earlier: dict, vocab_size: int):
     """The model's weights from a checkpoint (of a run, or imported; `earlier` its model
-    dir's model_info.json); every weight of the model must be in it
-    (assert_existing_objects_matched fails for one that is not)."""
+    dir's model_info.json); every weight of the model's networks must be in it
+    (assert_existing_objects_matched fails for one that is not), its TRAINING_ONLY_PARTS
+    are read where it has them."""
     if earlier.get("vocab_size", vocab_size) != vocab_size:
         raise UserInputError(
             f"--init_checkpoint={path} was trained with a vocab of {earlier['vocab_size']} "
@@ -1154,8 +1173,9 @@ def _initialise(model, path: str, earlier: dict, vocab_size: int):
         path = tf.train.latest_checkpoint(path) or path
     try:
         # read(): the checkpoint may come from write() (no save counter) or save().
-        tf.train.Checkpoint(model=model).read(path).expect_partial(
+        _part_of(model, required=True).read(path).expect_partial(
         ).assert_existing_objects_matched()
+        _part_of(model, required=False).read(path).expect_partial()
     except (AssertionError, ValueError, tf.errors.NotFoundError,
             tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
         first = str(e).strip().splitlines()[0][:200]
@@ -1163,3 +1183,13 @@ def _initialise(model, path: str, earlier: dict, vocab_size: int):
             f"--init_checkpoint={path} does not fit this model ({first}); describe its "
             "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
             "file") from None
+
+
+def _part_of(model, required: bool) -> tf.train.Checkpoint:
+    """A checkpoint of the model's parts that are (`required`) or are not in
+    TRAINING_ONLY_PARTS, under the names the model's own checkpoint gives them."""
+    holder = tf.Module()
+    for name, child in model._trackable_children().items():  # pylint: disable=protected-access
+        if (name in TRAINING_ONLY_PARTS) != required:
+            setattr(holder, name, child)
+    return tf.train.Checkpoint(model=holder)

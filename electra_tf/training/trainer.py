@@ -32,8 +32,9 @@ prepares the next (11-15 ms per call for base on an H200,
 benchmarks/results/gpu_h200_profile.md); k steps per call pay that once. The steps, their
 batches and their order are those of k single calls.
 
-Timings for throughput are taken around each loop of `steps_per_loop` steps (the first
-loop includes tracing and compiling).
+Timings for throughput are taken around each loop of `steps_per_loop` steps; a loop that
+runs a loop function for the first time (the first loop of a process, the first of a
+two-stage phase) also traced and compiled it, and says so (`last_loop["cold"]`).
 """
 
 import time
@@ -45,7 +46,7 @@ import tensorflow as tf
 
 from electra_tf.errors import UserInputError
 from electra_tf.modeling.metrics import PretrainingMetrics
-from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.modeling.pretrainer import ElectraPretrainer, call_counts
 from electra_tf.training.strategies import sum_over_replicas
 
 _FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -150,6 +151,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
         self._replica_steps = {}
         self._block_loop_fn = None
         self._loop_start = None
+        self._called = []  # the loop functions called so far (at most one per kind and phase)
+        self._cold = True
         self.last_loop = {}
 
     # -- phases (two-stage training switches phase between loops)
@@ -187,12 +190,20 @@ class PretrainingTrainer(orbit.StandardTrainer):
     def train(self, num_steps):
         """orbit's entry point: `num_steps` steps, as num_steps // k calls of k steps each
         and num_steps % k single steps (k = steps_per_call)."""
+        self._set_phase()  # first: a two-stage switch makes new loop functions
+        calls, single = divmod(int(num_steps), self.steps_per_call)
+        if self.steps_per_call == 1:
+            functions = [self._single_loop()]
+        else:  # (the single step's function is made only if it runs)
+            functions = (([self._block_loop()] if calls else [])
+                         + ([self._single_loop()] if single else []))
+        new = [f for f in functions if not any(f is g for g in self._called)]
+        self._cold, self._called = bool(new), self._called + new
         if self.steps_per_call == 1:
             return super().train(num_steps)
         self.train_loop_begin()
         if self._train_iter is None:
             self._train_iter = tf.nest.map_structure(iter, self.train_dataset)
-        calls, single = divmod(int(num_steps), self.steps_per_call)
         if calls:
             self._block_loop()(self._train_iter, tf.constant(calls, tf.int32))
         if single:
@@ -253,7 +264,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
             values["loss/learned_generator_weight"] = float(generator)
             values["loss/learned_discriminator_weight"] = float(discriminator)
         self.last_loop = {"values": values, "steps": steps, "seconds": seconds,
-                          "bad_step": int(self.state.bad_step.numpy())}
+                          "start_time": start_time, "start_step": start_step,
+                          "cold": self._cold, "bad_step": int(self.state.bad_step.numpy())}
         return {}
 
     # -- the step
@@ -357,7 +369,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
     def _piece(self, batch, normalizers, variables, record):
         with tf.GradientTape() as tape:
             outputs = self.model(batch, step=self.state.step, training=True, phase=self.phase,
-                                 normalizers=normalizers)
+                                 normalizers=call_counts(normalizers))
             loss = outputs["loss"]
             if self.loss_scale is not None:
                 loss = loss * self.loss_scale.scale
@@ -412,7 +424,7 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
         batch = _replica_slice(batch, context, self.local_replicas)
         normalizers = sum_over_replicas(context, self.model.loss_normalizers(batch))
         outputs = self.model(batch, step=self.state.step, training=False,
-                             normalizers=normalizers)
+                             normalizers=call_counts(normalizers))
         losses = sum_over_replicas(context, [outputs["loss"], outputs["generator_loss"],
                                              outputs["discriminator_loss"]])
         self.metrics.update_losses(*losses)
