@@ -13,7 +13,9 @@ also shows XLA's first log lines, below).
 import gc
 import logging as python_logging
 import os
+import signal
 import sys
+import threading
 
 _QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
 if _QUIET:
@@ -156,7 +158,19 @@ def _flag_choosing(path: str | None) -> str | None:
     return best[1]
 
 
-def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None):
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is (as Ctrl-C raises KeyboardInterrupt), so that
+    what a script is writing is cleaned up and it ends with one line (`run`'s
+    handles_sigterm). A pre-training run handles SIGTERM itself (it saves a checkpoint
+    first)."""
+
+
+def _terminate(number, frame):
+    raise Terminated
+
+
+def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None,
+        handles_sigterm: bool = False):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
     Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
@@ -166,7 +180,11 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
     `memory_hint`: what to lower when the device runs out of memory (TensorFlow's error, with
     its traceback, is one line too). `xla_cache`: stage the XLA compilation cache
     (`training/xla_cache.py`) before app.run: once absl has parsed the flags, an imported
-    TensorFlow lists its devices, which reads TF_XLA_FLAGS.
+    TensorFlow lists its devices, which reads TF_XLA_FLAGS. `handles_sigterm`: SIGTERM
+    raises Terminated, printed as one line (exit 143) once what was being written is cleaned
+    up; for a script whose main thread is back in Python often (the data builder waits on
+    its workers): a handler runs only between TensorFlow calls, and a script stuck in one
+    must still end on a plain `kill`.
     """
     if xla_cache:
         from electra_tf.training import xla_scratch
@@ -174,6 +192,9 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
 
     def guarded(argv):
         from absl import flags, logging
+        sigterm = None
+        if handles_sigterm and threading.current_thread() is threading.main_thread():
+            sigterm = signal.signal(signal.SIGTERM, _terminate)
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
@@ -199,6 +220,10 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             # was complete is kept (a run, a build or fine-tuning resumes when rerun).
             print("interrupted (Ctrl-C)", file=sys.stderr)
             return 130
+        except Terminated:  # `kill`, a scheduler's stop: the same, where it died silently
+            print("terminated (SIGTERM); what was complete is kept: rerun the same command "
+                  "to go on", file=sys.stderr)
+            return 143
         except BrokenPipeError:
             # Whoever read stdout closed it (`| head`): stop as the shell's tools do (killed
             # by SIGPIPE: 128 + 13), without a traceback, and send what is still buffered
@@ -221,6 +246,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
                 raise
             return 1
         finally:
+            if sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under
             # load) only to free memory the process is giving back anyway. Every output is

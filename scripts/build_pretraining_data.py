@@ -59,4 +59,5 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, memory_hint="use fewer --num_workers (each holds TensorFlow and the "
+            "tokenizer, about 1 GB)", handles_sigterm=True)

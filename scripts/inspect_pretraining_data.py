@@ -83,8 +83,10 @@ def _totals(metadata: dict, files: list[str]) -> str:
     count as unselected)."""
     directory = os.path.dirname(metadata["_path"])
     shards = metadata["shards"]
-    selected = [s for s in shards if os.path.join(directory, s["file"]) in set(files)]
-    if all(s in selected for s in shards if s["num_examples"]):
+    files = set(files)  # (thousands of shards: once, not per shard)
+    selected = [s for s in shards if os.path.join(directory, s["file"]) in files]
+    if len(selected) == sum(1 for s in shards if s["num_examples"]) and all(
+            s["num_examples"] for s in selected):
         return (f"{metadata['num_examples']} examples, {metadata['num_tokens']} tokens, "
                 f"{len(shards)} shards")
     return (f"{sum(s['num_examples'] for s in selected)} examples, "

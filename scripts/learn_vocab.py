@@ -41,6 +41,7 @@ def main(argv):
     del argv
     start = time.time()
     from electra_tf import vocab_learning
+    from electra_tf.data import corpus
     # Before any input is read: a bad --output fails now, not after the training.
     vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, FLAGS.input)
     stats = vocab_learning.CorpusStats()
@@ -53,6 +54,9 @@ def main(argv):
     vocab_learning.write_vocab(tokens, FLAGS.output, FLAGS.overwrite)
     print(f"wrote {FLAGS.output}: {len(tokens)} tokens learned from {stats.lines} lines "
           f"in {time.time() - start:.1f}s")
+    if stats.long_lines:
+        print(f"note: {stats.long_lines} lines were longer than {corpus.MAX_LINE_BYTES:,} "
+              "bytes and were read up to there")
     if stats.invalid_utf8_lines or stats.bad_json_lines:
         print(f"note: {stats.invalid_utf8_lines} lines had invalid UTF-8 (replaced), "
               f"{stats.bad_json_lines} JSONL records were malformed (skipped)")

@@ -178,3 +178,67 @@ def test_expand_inputs(tmp_path):
     assert corpus.expand_inputs(f"{tmp_path}/a*b") == [f"{tmp_path}/a*b/y.txt"]  # not aZb
     assert corpus.expand_inputs(f"{tmp_path}/co,mma/w.txt") == [f"{tmp_path}/co,mma/w.txt"]
     assert corpus.expand_inputs(f"{tmp_path}/a[*]b/*") == [f"{tmp_path}/a*b/y.txt"]  # a glob
+
+
+def test_pieces_of_a_file_without_blank_lines_start_at_line_ends(tmp_path, monkeypatch):
+    """One sentence per line and no blank line between documents (a common corpus layout):
+    with no blank line within _BOUNDARY_WINDOW (4 MB; 1,000 bytes here) of its nominal
+    start, a piece starts after the end of a line (it was the file's end: the first piece
+    read it all, as one document, and the others nothing), and every line is read once."""
+    monkeypatch.setattr(corpus, "_BOUNDARY_WINDOW", 1000)
+    lines = [f"line {i} " + "y" * (i % 37) for i in range(3000)]
+    path = tmp_path / "flat.txt"
+    path.write_text("\n".join(lines) + "\n")
+    pieces = corpus.plan_pieces([str(path)], 4096)
+    per_piece = [list(corpus.read_documents(p)) for p in pieces]
+    assert all(len(documents) == 1 for documents in per_piece)  # a document per piece
+    assert [line for documents in per_piece for d in documents for line in d] == lines
+
+
+def test_document_parts_hold_at_most_max_lines_and_rebuild_the_documents(tmp_path):
+    path = tmp_path / "docs.txt"
+    docs = [[f"d{d} s{s}" for s in range(n)] for d, n in enumerate((1, 5, 4, 9, 2))]
+    path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n")
+    parts = list(corpus.read_document_parts(corpus.Piece(str(path)), max_lines=4))
+    assert all(len(part) <= 4 for part, _ in parts)
+    rebuilt, document = [], []
+    for part, last in parts:
+        document += part
+        if last:
+            rebuilt.append(document)
+            document = []
+    assert rebuilt == docs and not document
+    assert ([], True) in parts  # the 4-line document: its end comes after its full part
+
+
+@pytest.mark.parametrize("read_chunk", [256, 1 << 20], ids=["line_over_chunks", "in_a_chunk"])
+def test_a_line_longer_than_max_line_bytes_is_cut_on_a_character(tmp_path, monkeypatch,
+                                                                  read_chunk):
+    """A line is one sentence: past MAX_LINE_BYTES (1 MB) it is not held (a file of one 200 MB
+    line took 10 GB); what is kept ends on a whole UTF-8 character."""
+    monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 1001)
+    monkeypatch.setattr(corpus, "_READ_CHUNK", read_chunk)
+    path = tmp_path / "long.txt"
+    path.write_bytes("short one\n".encode() + ("é" * 2500).encode() + b"\nafter\n")
+    stats = corpus.ReadStats()
+    documents = list(corpus.read_documents(corpus.Piece(str(path)), stats=stats))
+    assert documents == [["short one", "é" * 500, "after"]]
+    assert (stats.long_lines, stats.invalid_utf8_lines) == (1, 0)
+    assert stats.input_bytes == path.stat().st_size
+
+
+def test_jsonl_records_longer_than_max_line_bytes_are_read_whole(tmp_path, monkeypatch):
+    """A JSON line is a record, not a sentence: one of several MB (a book) is checked and read
+    whole, and a text file's first line is checked whole for being one (cut, it was refused
+    as 'not a JSON object')."""
+    monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 100)
+    book = " ".join(f"word{i}" for i in range(200))
+    path = tmp_path / "books.jsonl"
+    path.write_text(json.dumps({"text": book}) + "\n")
+    corpus.check_jsonl(str(path), "text")
+    stats = corpus.ReadStats()
+    assert list(corpus.read_documents(corpus.Piece(str(path)), corpus.JSONL,
+                                      stats=stats)) == [[book]]
+    assert stats.long_lines == 0
+    with pytest.raises(UserInputError, match=r"books.jsonl"):
+        corpus.check_text(str(path))

@@ -128,6 +128,103 @@ def test_killed_build_resumes_and_finishes_only_missing_shards(tmp_path):
         f"({metadata['num_tokens']} tokens) in 8 shards; nothing to do"]
 
 
+def _shards_done(out) -> set:
+    return {n for n in os.listdir(out) if n.endswith(".tfrecord")} if out.exists() else set()
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid` (from /proc)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and fields[1] == str(pid) and fields[0] != "Z":
+            children.append(int(entry))
+    return children
+
+
+def _gone(pids, timeout) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not any(os.path.exists(f"/proc/{p}") for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_stopped_build_ends_its_workers_in_one_line(tmp_path):
+    """A 2-worker build (jieba segmentation: slow enough to stop mid-shard), stopped three
+    ways once a shard is done: Ctrl-C to the terminal's process group is one line (each
+    worker printed a KeyboardInterrupt traceback); SIGTERM to the builder is one line (it
+    died without a word) and ends its workers; SIGKILL leaves workers that end within
+    seconds, writing no more shards (they built on, renaming shards into the folder)."""
+    text = b"".join(gzip.open(os.path.join(DATA, "corpus", n)).read()
+                    for n in sorted(os.listdir(os.path.join(DATA, "corpus"))))
+    (tmp_path / "austen.txt").write_bytes(text * 2)  # 8 pieces of 1 MB
+    out = tmp_path / "out"
+    command = [sys.executable, SCRIPT, f"--vocab_file={UNCASED_VOCAB}", "--noprogress",
+               f"--input={tmp_path}/austen.txt", "--num_workers=2", "--piece_mb=1",
+               "--word_segmenter=jieba", f"--output_dir={out}"]
+
+    def start_and_wait_for_a_shard():
+        before = _shards_done(out)
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+        deadline = time.time() + 240
+        while _shards_done(out) == before and time.time() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.01)
+        assert len(_shards_done(out)) < 8, "the build finished before it could be stopped"
+        return process, _children(process.pid)
+
+    process, workers = start_and_wait_for_a_shard()
+    os.killpg(process.pid, signal.SIGINT)
+    assert (process.wait(timeout=120), process.stderr.read()) == (130, "interrupted (Ctrl-C)\n")
+    process, workers = start_and_wait_for_a_shard()
+    process.send_signal(signal.SIGTERM)
+    assert (process.wait(timeout=120), process.stderr.read()) == (
+        143, "terminated (SIGTERM); what was complete is kept: rerun the same command to go "
+        "on\n")
+    assert _gone(workers, 30)
+    process, workers = start_and_wait_for_a_shard()
+    assert len(workers) >= 2  # the pool's workers (and multiprocessing's resource tracker)
+    process.kill()
+    process.wait()
+    done = _shards_done(out)
+    assert _gone(workers, 30)
+    assert _shards_done(out) == done and not (out / "metadata.json").exists()
+
+
+def test_a_second_build_into_a_folder_being_built_is_refused(tmp_path):
+    """The same command run twice at once: the second removed the first's part-written
+    shards, and the first then failed with a traceback. Now the second stops in one line,
+    as a second training run on a model dir does (the first's mark names its PID)."""
+    from electra_tf import atomic
+    out = tmp_path / "out"
+    out.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (out / atomic.RUNNING).write_text(json.dumps({
+            "owner": atomic.owner(), "pid": other.pid,
+            "started": atomic._started(other.pid),  # pylint: disable=protected-access
+            "script": "build_pretraining_data.py"}))
+        result = build(f"--input={TWO_NOVELS}", f"--output_dir={out}", check=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: --output_dir={out} is being written by another build_pretraining_data.py "
+        f"(PID {other.pid}) on this machine; wait for it to end or stop it, or choose another "
+        f"--output_dir (if no such run is going, delete {out / atomic.RUNNING})\n")
+    assert os.listdir(out) == [atomic.RUNNING]
+    build(f"--input={TWO_NOVELS}", f"--output_dir={out}")  # its process has ended: taken over
+    assert (out / "metadata.json").exists() and not (out / atomic.RUNNING).exists()
+
+
 def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
     build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}")
     result = build(f"--input={TWO_NOVELS}", f"--output_dir={tmp_path}", "--max_seq_length=256",
@@ -351,6 +448,32 @@ def test_a_build_that_cuts_most_of_its_text_says_so(tmp_path):
             "of examples (a sentence or line that overflows an example loses its tail"
             ) in result.stdout
     assert "one sentence per line, or raise --max_seq_length" in result.stdout
+
+
+def test_documents_tokenized_in_parts_give_the_same_examples(tmp_path, monkeypatch):
+    """The builder tokenizes a document in parts of at most _TOKENIZE_LINES lines (a file
+    without blank lines is one document: 30 MB of it took 6.7 GB held whole): parts of 3
+    lines give the bytes of parts of 4,096, for a corpus of documents and for one without
+    blank lines; and a line over MAX_LINE_BYTES is read up to there, with a note."""
+    from conftest import corpus_lines
+    from electra_tf.data import corpus, writer
+    lines = corpus_lines(400)
+    (tmp_path / "docs.txt").write_text(
+        "\n\n".join("\n".join(lines[i:i + 7]) for i in range(0, 400, 7)) + "\n")
+    (tmp_path / "flat.txt").write_text("\n".join(lines) + "\n")
+    for name in ("docs", "flat"):
+        build(f"--input={tmp_path}/{name}.txt", f"--output_dir={tmp_path}/{name}_whole")
+        with monkeypatch.context() as patch:
+            patch.setattr(writer, "_TOKENIZE_LINES", 3)
+            build(f"--input={tmp_path}/{name}.txt", f"--output_dir={tmp_path}/{name}_parts")
+        assert shard_bytes(tmp_path / f"{name}_parts") == shard_bytes(tmp_path / f"{name}_whole")
+    monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 10_000)
+    (tmp_path / "long.txt").write_text(" ".join(lines) + "\n" + lines[0] + "\n")
+    result = build(f"--input={tmp_path}/long.txt", f"--output_dir={tmp_path}/long")
+    assert ("note: 1 lines were longer than 10,000 bytes and were read up to there (a line "
+            "is one sentence") in result.stdout
+    metadata = json.loads((tmp_path / "long" / "metadata.json").read_text())
+    assert metadata["long_lines"] == 1 and metadata["num_examples"] == 2
 
 
 def test_more_shards_than_input_pieces_is_a_note(tmp_path):

@@ -35,6 +35,14 @@ _COMPRESSED = {".gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), ".bz2": bz2
 _CORRUPT = (EOFError, OSError, ValueError, lzma.LZMAError)
 _SEARCH_CHUNK = 1 << 16
 _READ_CHUNK = 1 << 20
+# A piece of a text file starts after a blank line (a document's end) found within this
+# many bytes of its nominal start, else after a line's end: a file of one sentence per line
+# without blank lines is still read in parallel, as documents cut at its pieces' starts.
+_BOUNDARY_WINDOW = 4 << 20
+# A text line is one sentence, of which an example holds at most max_seq_length tokens:
+# longer lines are read up to this many bytes (whole characters) and the rest is skipped
+# unread into memory (a file of one 200 MB line took 10 GB).
+MAX_LINE_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +60,14 @@ class ReadStats:
     text_bytes: int = 0
     invalid_utf8_lines: int = 0
     bad_json_lines: int = 0
+    long_lines: int = 0  # text lines cut at MAX_LINE_BYTES
 
     def add(self, other: "ReadStats"):
         self.input_bytes += other.input_bytes
         self.text_bytes += other.text_bytes
         self.invalid_utf8_lines += other.invalid_utf8_lines
         self.bad_json_lines += other.bad_json_lines
+        self.long_lines += other.long_lines
 
 
 def _is_remote(path: str) -> bool:
@@ -129,33 +139,45 @@ def input_bytes(piece: Piece) -> int:
 
 
 def _find_boundary(f, offset: int, separator: bytes) -> int:
-    """First p >= offset with p == 0 or data[p - len(separator):p] == separator. A blank
+    """Where a piece starting at nominal `offset` really starts (and its predecessor ends):
+    the first p >= offset with p == 0 or data[p - len(separator):p] == separator. A blank
     line ends a document in either line ending: for b"\n\n", b"\n\r\n" (CRLF's) counts too
-    (else a CRLF file would never split, and its other pieces would come out empty)."""
+    (else a CRLF file would never split, and its other pieces would come out empty); with no
+    blank line within _BOUNDARY_WINDOW bytes, the end of a line does."""
     if offset <= 0:
         return 0
-    separators = (separator, b"\n\r\n") if separator == b"\n\n" else (separator,)
+    if separator != b"\n\n":
+        return _find_separator(f, offset, (separator,))
+    found = _find_separator(f, offset, (separator, b"\n\r\n"), _BOUNDARY_WINDOW)
+    return found if found is not None else _find_separator(f, offset, (b"\n",))
+
+
+def _find_separator(f, offset: int, separators: tuple, window: int | None = None):
+    """The first p >= offset that ends one of `separators`, or the end of the file; None if
+    neither comes within `window` bytes of offset."""
     longest = max(len(s) for s in separators)
     base = offset - min(offset, longest)
     f.seek(base)
-    window = b""
+    window_data = b""
     while True:
         chunk = f.read(_SEARCH_CHUNK)
         if not chunk:
-            return base + len(window)
-        window += chunk
+            return base + len(window_data)
+        window_data += chunk
         ends = []
         for s in separators:
-            i = window.find(s)
+            i = window_data.find(s)
             while i >= 0 and base + i + len(s) < offset:
-                i = window.find(s, i + 1)
+                i = window_data.find(s, i + 1)
             if i >= 0:
                 ends.append(base + i + len(s))
         if ends:
             return min(ends)
+        if window is not None and base + len(window_data) - offset >= window:
+            return None
         keep = longest - 1
-        base += len(window) - keep
-        window = window[len(window) - keep:]
+        base += len(window_data) - keep
+        window_data = window_data[len(window_data) - keep:]
 
 
 def _decode(raw: bytes, stats: ReadStats) -> str:
@@ -167,11 +189,19 @@ def _decode(raw: bytes, stats: ReadStats) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def _block_lines(block: bytes, stats: ReadStats) -> list[str]:
+def _block_lines(block: bytes, stats: ReadStats, max_line: int | None = None) -> list[str]:
     """The decoded lines of `block`, whole lines each ending in a newline (but the file's
-    last); line ends ("\n", "\r\n") removed. One decode for the block when it is clean."""
+    last); line ends ("\n", "\r\n") removed, lines over `max_line` bytes cut there. One
+    decode for the block when it is clean."""
     if block.endswith(b"\n"):
         block = block[:-1]
+    lines = block.split(b"\n")
+    if max_line is not None and len(block) > max_line and any(
+            len(line) > max_line for line in lines):
+        stats.long_lines += sum(len(line) > max_line for line in lines)
+        lines = [_whole_characters(line[:max_line]) if len(line) > max_line else line
+                 for line in lines]
+        block = b"\n".join(lines)
     if b"\r" not in block:
         try:
             text = block.decode("utf-8")
@@ -180,12 +210,27 @@ def _block_lines(block: bytes, stats: ReadStats) -> list[str]:
         else:
             stats.text_bytes += len(block) - block.count(b"\n")
             return text.split("\n")
-    return [_decode(line.rstrip(b"\r"), stats) for line in block.split(b"\n")]
+    return [_decode(line.rstrip(b"\r"), stats) for line in lines]
 
 
-def _blocks(f, limit: int | None = None) -> Iterator[bytes]:
-    """Runs of whole lines (about _READ_CHUNK bytes each) from `f`, at most `limit` bytes."""
-    parts = []
+def _whole_characters(data: bytes) -> bytes:
+    """`data` without a UTF-8 character cut short at its end."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # the lead byte of a character of 2, 3 or 4 bytes
+            size = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= size else data[:-back]
+    return data
+
+
+def _blocks(f, limit: int | None = None, max_line: int | None = None,
+            stats: ReadStats | None = None) -> Iterator[bytes]:
+    """Runs of whole lines (about _READ_CHUNK bytes each) from `f`, at most `limit` bytes.
+    With `max_line`, a line that outgrows it is held to its first max_line bytes and the rest
+    read past (counted in stats.long_lines), so that memory stays bounded."""
+    parts, held, skipping = [], 0, False
     while True:
         size = _READ_CHUNK if limit is None else min(_READ_CHUNK, limit)
         chunk = f.read(size) if size > 0 else b""
@@ -195,24 +240,38 @@ def _blocks(f, limit: int | None = None) -> Iterator[bytes]:
             return
         if limit is not None:
             limit -= len(chunk)
+        if skipping:  # the rest of a line already cut
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                continue
+            chunk, skipping = chunk[newline:], False
         cut = chunk.rfind(b"\n") + 1
         if not cut:  # a line longer than a chunk: keep reading
             parts.append(chunk)
+            held += len(chunk)
+            if max_line is not None and held > max_line:
+                line = _whole_characters(b"".join(parts)[:max_line])
+                parts, held, skipping = [line], len(line), True
+                stats.long_lines += 1
             continue
         parts.append(chunk[:cut])
         yield b"".join(parts)
         parts = [chunk[cut:]] if cut < len(chunk) else []
+        held = len(chunk) - cut
 
 
-def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
-    """Decoded lines (without the newline) of a piece, from its first boundary to its last."""
+def _lines(piece: Piece, separator: bytes, stats: ReadStats,
+           cut_long_lines: bool = True) -> Iterator[str]:
+    """Decoded lines (without the newline) of a piece, from its first boundary to its last;
+    lines over MAX_LINE_BYTES cut there (`cut_long_lines`)."""
+    max_line = MAX_LINE_BYTES if cut_long_lines else None
     compression = _compression(piece.path)
     with _open_raw(piece.path) as raw:
         if compression:
             try:
-                for block in _blocks(compression(raw)):
+                for block in _blocks(compression(raw), max_line=max_line, stats=stats):
                     stats.input_bytes = raw.tell()
-                    yield from _block_lines(block, stats)
+                    yield from _block_lines(block, stats, max_line)
             except _CORRUPT as e:  # gzip/bz2/lzma: truncated, corrupt
                 raise UserInputError(f"input {piece.path} is truncated or corrupt ({e}); "
                                      "download or compress it again, or leave it out") from None
@@ -221,9 +280,11 @@ def _lines(piece: Piece, separator: bytes, stats: ReadStats) -> Iterator[str]:
         start = _find_boundary(raw, piece.start, separator)
         end = None if piece.end is None else _find_boundary(raw, piece.end, separator)
         raw.seek(start)
-        for block in _blocks(raw, None if end is None else end - start):
-            stats.input_bytes += len(block)
-            yield from _block_lines(block, stats)
+        read = start
+        for block in _blocks(raw, None if end is None else end - start, max_line, stats):
+            stats.input_bytes += raw.tell() - read  # (skipped parts of long lines too)
+            read = raw.tell()
+            yield from _block_lines(block, stats, max_line)
 
 
 def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "text",
@@ -235,27 +296,47 @@ def read_documents(piece: Piece, input_format: str = TEXT, text_field: str = "te
     `stats`; malformed JSONL records are skipped and counted. A JSONL file whose first record
     is not a JSON object or lacks `text_field` is an error.
     """
+    document = []
+    for part, last in read_document_parts(piece, input_format, text_field,
+                                          one_document_per_line, stats):
+        document += part
+        if last:
+            yield document
+            document = []
+
+
+def read_document_parts(piece: Piece, input_format: str = TEXT, text_field: str = "text",
+                        one_document_per_line: bool = False, stats: ReadStats | None = None,
+                        max_lines: int | None = None) -> Iterator[tuple[list[str], bool]]:
+    """`read_documents` as (lines, last) parts of at most `max_lines` lines (None: whole
+    documents), `last` where the part ends its document: a document of millions of lines
+    (a file without blank lines) is never held whole."""
     if input_format not in INPUT_FORMATS:
         raise UserInputError(
             f"--input_format={input_format} is not one of {', '.join(INPUT_FORMATS)}")
     stats = stats if stats is not None else ReadStats()
     if input_format == JSONL:
-        yield from _jsonl_documents(piece, text_field, stats)
+        for document in _jsonl_documents(piece, text_field, stats):
+            yield document, True
         return
     if one_document_per_line:
         for line in _lines(piece, b"\n", stats):
             if line.strip():
-                yield [line]
+                yield [line], True
         return
-    document = []
+    document, started = [], False
     for line in _lines(piece, b"\n\n", stats):
         if line.strip():
             document.append(line)
-        elif document:
-            yield document
-            document = []
-    if document:
-        yield document
+            started = True
+            if max_lines is not None and len(document) >= max_lines:
+                yield document, False
+                document = []
+        elif started:
+            yield document, True  # (empty if its lines went in earlier parts)
+            document, started = [], False
+    if started:
+        yield document, True
 
 
 _ENCODING_SAMPLE_BYTES = 1 << 18
@@ -312,8 +393,10 @@ BOM = "\ufeff"  # a UTF-8 byte-order mark, which some editors write first
 
 
 def _first_line(path: str) -> tuple[int, str] | None:
-    """(number, text) of `path`'s first non-blank line, None if it has none."""
-    for number, line in enumerate(_lines(Piece(path), b"\n", ReadStats()), 1):
+    """(number, text) of `path`'s first non-blank line, whole (a JSONL record may be
+    megabytes), None if it has none."""
+    for number, line in enumerate(_lines(Piece(path), b"\n", ReadStats(),
+                                         cut_long_lines=False), 1):
         if line.strip():
             return number, line
     return None
@@ -362,7 +445,7 @@ def _check_first_record(path: str, number: int, line: str, text_field: str) -> d
 def _jsonl_documents(piece: Piece, text_field: str, stats: ReadStats) -> Iterator[list[str]]:
     # Only a piece that starts its file sees the file's first record.
     first = piece.start == 0
-    for number, line in enumerate(_lines(piece, b"\n", stats), 1):
+    for number, line in enumerate(_lines(piece, b"\n", stats, cut_long_lines=False), 1):
         if not line.strip():
             continue
         if first:

@@ -39,7 +39,8 @@ class ExampleBuilder:
 
     `add_document(sentences)` yields examples as `(token_ids, len_a)`: token_ids is
     `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` without padding, len_a the length of the
-    `[CLS] A [SEP]` part (segment 0).
+    `[CLS] A [SEP]` part (segment 0). A document too long to hold at once is given in parts:
+    `add_sentences` for each, then `end_document`; the examples are the same.
     """
 
     def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, rng: random.Random):
@@ -54,11 +55,19 @@ class ExampleBuilder:
         self.cut_tokens = 0  # tokens of sentences cut off at the end of an example
 
     def add_document(self, sentences: list[list[int]]) -> Iterator[tuple[list[int], int]]:
+        yield from self.add_sentences(sentences)
+        yield from self.end_document()
+
+    def add_sentences(self, sentences: list[list[int]]) -> Iterator[tuple[list[int], int]]:
+        """Sentences of the current document; yields the examples they complete."""
         for sentence in sentences:
             self._sentences.append(sentence)
             self._length += len(sentence)
             if self._length >= self._target_length:
                 yield self._create_example()
+
+    def end_document(self) -> Iterator[tuple[list[int], int]]:
+        """The current document's last example, if it has one under way."""
         if self._length:
             yield self._create_example()
         # The official builder also keeps zero-length lines in the buffer; they add nothing.

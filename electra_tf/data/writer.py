@@ -17,12 +17,15 @@ import contextlib
 import dataclasses
 import fnmatch
 import gc
+import itertools
 import json
 import multiprocessing
 import os
 import queue
 import random
+import signal
 import sys
+import threading
 import time
 import unicodedata
 
@@ -84,13 +87,33 @@ def shard_name(index: int, num_shards: int, compression: str) -> str:
 _worker = {}
 
 
-def _init_worker(config: BuildConfig, progress_queue):
+def _init_worker(config: BuildConfig, progress_queue, parent: int | None = None):
+    """A worker's tokenizer, segmenter and serializer (a serializer takes 7 ms to make: once
+    per shard, it was most of the time of a build from thousands of small files). `parent`:
+    the PID of the building process, in a worker process of its own."""
+    if parent is not None:
+        # Ctrl-C reaches every process of the terminal's group: the builder answers it, and
+        # its pool ends the workers (each printed a KeyboardInterrupt traceback).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     tokenizer = tokenization.Tokenizer(config.vocab_file, config.lower_case,
                                        config.strip_accents)
     segment = None
     if config.word_segmenter == "jieba":
         segment = _jieba_segmenter()
-    _worker.update(config=config, tokenizer=tokenizer, progress=progress_queue, segment=segment)
+    serialize = ExampleSerializer(config.max_seq_length, tokenizer.vocab_size,
+                                  word_starts=segment is not None)
+    _worker.update(config=config, tokenizer=tokenizer, progress=progress_queue, segment=segment,
+                   serialize=serialize, parent=parent)
+
+
+def _exit_with_parent(parent: int):
+    """Ends this worker once the building process has gone (killed by SIGKILL, its pool
+    could not end the workers, which went on building and renaming shards into a folder a
+    rerun was writing); a shard is also not renamed into place once it has gone."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(1)
 
 
 def _jieba_segmenter():
@@ -151,11 +174,12 @@ def _tokenize_segmented(tokenizer, segment, sentences):
     return out
 
 
-def _batches(documents, max_lines):
+def _batches(parts, max_lines):
+    """(lines, last) document parts, grouped into lists of about `max_lines` lines."""
     batch, lines = [], 0
-    for document in documents:
-        batch.append(document)
-        lines += len(document)
+    for part in parts:
+        batch.append(part)
+        lines += len(part[0])
         if lines >= max_lines:
             yield batch
             batch, lines = [], 0
@@ -198,8 +222,7 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
     special = (lambda i: i * 2 + 1) if segment else (lambda i: i)
     builder = ExampleBuilder(config.max_seq_length, special(tokenizer.cls_id),
                              special(tokenizer.sep_id), random.Random(f"{config.seed}:{index}"))
-    serialize = ExampleSerializer(config.max_seq_length, tokenizer.vocab_size,
-                                  word_starts=segment is not None)
+    serialize = _worker["serialize"]
     name = shard_name(index, config.num_shards, config.compression)
     path = os.path.join(output_dir, name)
     tmp = atomic.temporary_name(path)
@@ -211,17 +234,21 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
     with tf.io.TFRecordWriter(tmp, options) as writer:
         for piece in pieces:
             piece_stats = corpus.ReadStats()
-            documents = corpus.read_documents(piece, config.input_format, config.text_field,
-                                              config.one_document_per_line, piece_stats)
-            for batch in _batches(documents, _TOKENIZE_LINES):
-                lines = [s for doc in batch for s in doc]
+            parts = corpus.read_document_parts(piece, config.input_format, config.text_field,
+                                               config.one_document_per_line, piece_stats,
+                                               max_lines=_TOKENIZE_LINES)
+            for batch in _batches(parts, _TOKENIZE_LINES):
+                lines = [s for part, _ in batch for s in part]
                 tokenized = (_tokenize_segmented(tokenizer, segment, lines) if segment
                              else _tokenize_plain(tokenizer, lines))
                 k = 0
-                for document in batch:
-                    sentences = tokenized[k:k + len(document)]
-                    k += len(document)
-                    for token_ids, len_a in builder.add_document(sentences):
+                for part, last in batch:
+                    sentences = tokenized[k:k + len(part)]
+                    k += len(part)
+                    examples = builder.add_sentences(sentences)
+                    if last:
+                        examples = itertools.chain(examples, builder.end_document())
+                    for token_ids, len_a in examples:
                         writer.write(serialize(token_ids, len_a))
                         num_examples += 1
                         num_tokens += len(token_ids)
@@ -235,6 +262,8 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
                               piece_stats.text_bytes - reported[1]))
             reported = (0, 0)
             stats.add(piece_stats)
+    if _worker.get("parent") not in (None, os.getppid()):  # orphaned: see _exit_with_parent
+        os._exit(1)
     shard_stats = {"file": name, "num_examples": num_examples, "num_tokens": num_tokens,
                    "cut_tokens": builder.cut_tokens, **dataclasses.asdict(stats)}
     atomic.write_text(os.path.join(output_dir, STATE_DIR, name + ".json"),
@@ -531,6 +560,15 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
             f"files); writing {config.num_shards} shards")
 
     created_output_dir = not tf.io.gfile.exists(output_dir)
+    # One build at a time in a folder: a second one (the same command run again while the
+    # first runs) removed the first's part-written shards, which then failed renaming them.
+    with atomic.hold(output_dir, "build_pretraining_data.py", "--output_dir"):
+        return _build(output_dir, config, assignment, total_bytes, created_output_dir,
+                      num_workers, show_progress, log)
+
+
+def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_workers,
+           show_progress, log) -> dict:
     state_dir = os.path.join(output_dir, STATE_DIR)
     tf.io.gfile.makedirs(state_dir)
     atomic.write_text(os.path.join(state_dir, "config.json"),
@@ -585,6 +623,11 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
             "ends of examples (a sentence or line that overflows an example loses its tail, as "
             "in the official builder; the Austen sample loses 17-18% at 128, 5% at 512): put "
             "one sentence per line, or raise --max_seq_length")
+    if metadata["long_lines"]:
+        log(f"note: {metadata['long_lines']} lines were longer than "
+            f"{corpus.MAX_LINE_BYTES:,} bytes and were read up to there (a line is one "
+            "sentence, of which an example holds at most --max_seq_length tokens): put one "
+            "sentence per line")
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
         log(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
             f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")
@@ -609,7 +652,8 @@ def _run(todo, config: BuildConfig, workers: int, progress: _Progress):
     # spawn, not fork: TensorFlow's runtime does not survive a fork.
     context = multiprocessing.get_context("spawn")
     updates = context.Queue()
-    with context.Pool(workers, initializer=_init_worker, initargs=(config, updates)) as pool:
+    with context.Pool(workers, initializer=_init_worker,
+                      initargs=(config, updates, os.getpid())) as pool:
         pending = pool.map_async(_build_shard, todo, chunksize=1)
         while True:
             try:
@@ -655,6 +699,7 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "text_bytes": sum(s["text_bytes"] for s in shards),
         "invalid_utf8_lines": sum(s["invalid_utf8_lines"] for s in shards),
         "bad_json_lines": sum(s["bad_json_lines"] for s in shards),
+        "long_lines": sum(s.get("long_lines", 0) for s in shards),
         "shards": [{k: s[k] for k in ("file", "num_examples", "num_tokens")} for s in shards],
         "build_config": dataclasses.asdict(config),
     }
