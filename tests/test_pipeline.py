@@ -296,6 +296,13 @@ def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
     with tf.io.TFRecordWriter(str(corrupt / "a.tfrecord")) as writer:
         writer.write(tf.train.Example().SerializeToString())
     assert "lacks the features input_ids, input_mask, segment_ids" in _error(corrupt)
+    # The files' first records are read side by side: the error is still the first bad
+    # file's in order, among many good ones.
+    for i in range(40):
+        shutil.copy(os.path.join(directory, name), corrupt / f"b{i:02d}.tfrecord")
+    (corrupt / "c.tfrecord").write_bytes(b"")
+    (corrupt / "a.tfrecord").rename(corrupt / "b20x.tfrecord")
+    assert "b20x.tfrecord lacks the features" in _error(corrupt)
 
 
 def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):

@@ -26,6 +26,7 @@ Files are sharded by the input context (records, when there are fewer files than
 and each pipeline's examples get disjoint indices.
 """
 
+import concurrent.futures
 import fnmatch
 import json
 import os
@@ -43,6 +44,7 @@ FEATURES = ("input_ids", "input_mask", "segment_ids")
 WORD_START = "word_start"  # optional: written by the builder's word segmenter (Chinese)
 PREMASKED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 PREMASKED_MODES = ("remask", "as_written")  # what pretraining_dataset does with them
+_READERS = 16  # files whose first record validate_data reads at once
 
 
 def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> list[str]:
@@ -236,38 +238,48 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
     premasked = None
     max_predictions = None
     word_starts = True
-    for path in files:
+
+    def first_record(path):
         if tf.io.gfile.stat(path).length == 0:
             raise UserInputError(f"data file {path} is empty; rebuild it or remove it")
-        example = _first_record(path, data_flag)
-        names = set(example.features.feature)
-        missing = [n for n in FEATURES if n not in names]
-        if missing:
-            raise UserInputError(
-                f"data file {path} lacks the features {', '.join(missing)}; it is not "
-                "ELECTRA/BERT pre-training data")
-        length = len(example.features.feature["input_ids"].int64_list.value)
-        if length != max_seq_length:
-            raise UserInputError(
-                f"data file {path} has sequences of length {length} but the run uses "
-                f"max_seq_length={max_seq_length}; set {length_flag}={length} or rebuild")
-        if vocab is not None:  # data without metadata.json: its first record's ids
-            ids = [i for n in ("input_ids", "masked_lm_ids") if n in names
-                   for i in example.features.feature[n].int64_list.value]
-            if ids and max(ids) >= len(vocab):
+        return _first_record(path, data_flag)
+
+    # The files' first records, read _READERS at a time (a round trip each on gs://; 25 ms
+    # each here, where 600 shards took 15 s one by one); an error is the first file's.
+    readers = concurrent.futures.ThreadPoolExecutor(max(1, min(_READERS, len(files))))
+    try:
+        for path, example in zip(files, readers.map(first_record, files)):
+            names = set(example.features.feature)
+            missing = [n for n in FEATURES if n not in names]
+            if missing:
                 raise UserInputError(
-                    f"data file {path} holds token id {max(ids)}, beyond the {len(vocab):,} "
-                    f"tokens of {vocab_file}; use the vocab the data was built with")
-        word_starts = word_starts and WORD_START in names
-        this_premasked = all(n in names for n in PREMASKED_FEATURES)
-        if premasked is not None and this_premasked != premasked:
-            raise UserInputError(
-                f"data file {path} mixes pre-masked and unmasked records with the other "
-                "files; use one kind per run")
-        premasked = this_premasked
-        if premasked:
-            max_predictions = len(
-                example.features.feature["masked_lm_positions"].int64_list.value)
+                    f"data file {path} lacks the features {', '.join(missing)}; it is not "
+                    "ELECTRA/BERT pre-training data")
+            length = len(example.features.feature["input_ids"].int64_list.value)
+            if length != max_seq_length:
+                raise UserInputError(
+                    f"data file {path} has sequences of length {length} but the run uses "
+                    f"max_seq_length={max_seq_length}; set {length_flag}={length} or rebuild")
+            if vocab is not None:  # data without metadata.json: its first record's ids
+                ids = [i for n in ("input_ids", "masked_lm_ids") if n in names
+                       for i in example.features.feature[n].int64_list.value]
+                if ids and max(ids) >= len(vocab):
+                    raise UserInputError(
+                        f"data file {path} holds token id {max(ids)}, beyond the "
+                        f"{len(vocab):,} tokens of {vocab_file}; use the vocab the data was "
+                        "built with")
+            word_starts = word_starts and WORD_START in names
+            this_premasked = all(n in names for n in PREMASKED_FEATURES)
+            if premasked is not None and this_premasked != premasked:
+                raise UserInputError(
+                    f"data file {path} mixes pre-masked and unmasked records with the other "
+                    "files; use one kind per run")
+            premasked = this_premasked
+            if premasked:
+                max_predictions = len(
+                    example.features.feature["masked_lm_positions"].int64_list.value)
+    finally:  # (after an error, the reads not begun are not waited for)
+        readers.shutdown(wait=False, cancel_futures=True)
     if full_scan:
         for path in files:
             try:
