@@ -695,8 +695,9 @@ def test_a_fine_tuning_dir_where_a_pre_trained_one_belongs_is_said_so(task_expor
 
 def test_pair_truncation_is_berts():
     """A piece at a time from the longer text (from the second on a tie), as fine-tuning's
-    features._pack does, for every pair of lengths up to 12 and budgets around them."""
+    features.pair_lengths says, for every pair of lengths up to 12 and budgets around them."""
     from electra_tf.export.saved_model import truncate_pair
+    from electra_tf.finetune.features import pair_lengths
     lengths = [(x, y) for x in range(13) for y in range(13)]
     a = tf.ragged.constant([list(range(x)) for x, _ in lengths], tf.int32, ragged_rank=1)
     b = tf.ragged.constant([list(range(50, 50 + y)) for _, y in lengths], tf.int32,
@@ -708,6 +709,8 @@ def test_pair_truncation_is_berts():
             while len(first) + len(second) > budget:
                 (first if len(first) > len(second) else second).pop()
             assert (cut_a[i].numpy().tolist(), cut_b[i].numpy().tolist()) == (first, second)
+            assert tuple(int(v[0]) for v in pair_lengths(np.array([x]), np.array([y]),
+                                                         budget)) == (len(first), len(second))
 
 
 def test_task_sentence_pair_regression_truncates_as_fine_tuning(task_exports):

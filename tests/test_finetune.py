@@ -883,6 +883,80 @@ def conll(path, sentences):
     return str(path)
 
 
+def test_sentence_features_are_berts_packing(uncased_tokenizer, monkeypatch):
+    """[CLS] A [SEP] (B [SEP]) placed from the flat ids, a chunk of rows at a time (here 7),
+    equal the per-example packing they replace: texts shorter and longer than L, empty
+    ones, pairs cut a piece at a time from the longer text (the second on a tie), a
+    missing second text."""
+    from electra_tf.finetune import features, readers
+    monkeypatch.setattr(features, "_PACK_ROWS", 7)
+    tok, L = uncased_tokenizer, 24
+    sentences = austen_sentences(40)
+    texts = [" ".join(sentences[i:i + i % 4]) for i in range(40)]  # 0 to 3 sentences
+    for pairs in (False, True):
+        examples = [readers.Example(t, (texts[-1 - i] if i % 5 else None) if pairs else None,
+                                    None, str(i)) for i, t in enumerate(texts)]
+        got = features.encode_sentences(tok, examples, L, None)
+        for n, e in enumerate(examples):
+            a = tok.encode([e.text_a])[0]
+            b = tok.encode([e.text_b or ""])[0] if pairs else None
+            if b is None:
+                ids, segments = [tok.cls_id] + a[:L - 2] + [tok.sep_id], []
+            else:
+                while len(a) + len(b) > L - 3:
+                    (a if len(a) > len(b) else b).pop()
+                ids = [tok.cls_id] + a + [tok.sep_id] + b + [tok.sep_id]
+                segments = [1] * (len(b) + 1)
+            pad = [0] * (L - len(ids))
+            assert got["input_ids"][n].tolist() == ids + pad, n
+            assert got["input_mask"][n].tolist() == [1] * len(ids) + pad, n
+            assert got["segment_ids"][n].tolist() == (
+                [0] * (len(ids) - len(segments)) + segments + pad), n
+    assert any(len(tok.encode([t])[0]) > L for t in texts)  # some were cut
+
+
+def test_prediction_tables_quote_fields_with_tabs_and_line_ends():
+    """An id or label holding a tab or a line end (a validly quoted CSV's) is quoted as csv
+    and pandas read it, so that each row stays one record (it split rows and shifted
+    columns); plain fields are written as they are."""
+    import csv
+    import io
+
+    from electra_tf.finetune import runner
+    rows = [["id", "prediction", "label"], ["7", "good", "bad"],
+            ["id\t0", "good\tone", "bad\none"], ['say "hi"', "x", "y"]]
+    text = runner._tsv(rows)
+    assert text.startswith("id\tprediction\tlabel\n7\tgood\tbad\n")
+    assert list(csv.reader(io.StringIO(text), delimiter="\t")) == rows
+
+
+def test_tagging_predictions_are_tab_separated_where_a_word_holds_a_space(tmp_path):
+    """CoNLL's columns are space-separated; a word with a space (a tab-separated file's
+    "New York") would add a column, so such a split's predictions are tab-separated."""
+    from electra_tf.finetune import readers, runner
+    task = object.__new__(runner._TaggingTask)
+    task.labels, task.tag_scheme, task.fallback = ["B-LOC", "O"], None, "O"
+    for words, sep in ((["New York", "sleeps"], "\t"), (["Emma", "sleeps"], " ")):
+        split = runner._Split("dev", "dev.txt", [readers.TaggedSentence(words, ["B-LOC", "O"],
+                                                                        "1")],
+                              {}, None, {"positions": np.array([[1, 3]])})
+        task.write(str(tmp_path), split, {"tag_ids": np.array([[1, 0, 1, 1]], np.int32)})
+        assert (tmp_path / "dev_predictions.txt").read_text() == (
+            f"{words[0]}{sep}B-LOC{sep}B-LOC\nsleeps{sep}O{sep}O\n")
+
+
+def test_tagging_word_positions_hold_only_the_words_that_can_fit(uncased_tokenizer):
+    """A sentence of 5,000 words (a missing blank line) among short ones: word positions
+    are as wide as the words a sequence can hold (L - 2), not the longest sentence, whose
+    words past them are cut and counted."""
+    from electra_tf.finetune import features, readers
+    sentences = [readers.TaggedSentence(["the"] * 5000, ["O"] * 5000, "0"),
+                 readers.TaggedSentence(["a", "b"], ["O", "O"], "1")]
+    _, positions, cut = features.encode_tagging(uncased_tokenizer, sentences, 16, ["O"])
+    assert positions.shape == (2, 14) and cut == 5000 - 14
+    assert positions.tolist() == [list(range(1, 15)), [1, 2] + [-1] * 12]
+
+
 def test_tagging_span_f1_on_written_predictions(tmp_path, init):
     from seqeval import metrics as seqeval
     sentences = austen_sentences(90)
@@ -1131,6 +1205,34 @@ def squad_json(path, contexts, impossible=False):
         data.append({"title": f"p{c}", "paragraphs": [{"context": context, "qas": qas}]})
     path.write_text(json.dumps({"version": "x", "data": data}), encoding="utf-8")
     return str(path)
+
+
+def test_qa_max_context_flags_are_berts_check_is_max_context():
+    """Each piece's max-context window, found among the few windows that hold it, is the
+    one BERT's _check_is_max_context finds among all of them (which made featurizing
+    quadratic in a context's length), for many shapes: strides under, at and over the
+    budget, contexts shorter than a window and of exact multiples."""
+    from electra_tf.finetune import squad
+
+    def every_window(starts, budget, total, window, piece):  # BERT's, as it was here
+        best, best_window = None, None
+        for w, start in enumerate(starts):
+            length = min(budget, total - start)
+            if not start <= piece < start + length:
+                continue
+            score = min(piece - start, start + length - 1 - piece) + 0.01 * length
+            if best is None or score > best:
+                best, best_window = score, w
+        return best_window == window
+
+    for total, budget, stride in [(1, 5, 2), (5, 5, 2), (6, 5, 2), (40, 8, 3), (40, 8, 8),
+                                  (41, 8, 16), (100, 17, 5), (64, 16, 4), (300, 29, 7)]:
+        starts = squad._window_starts(total, budget, stride)
+        flags = squad._max_context_flags(total, budget, stride)
+        assert len(flags) == len(starts) and starts[-1] + budget >= total
+        for w, start in enumerate(starts):
+            assert list(flags[w]) == [every_window(starts, budget, total, w, piece) for piece
+                                      in range(start, min(start + budget, total))], (total, w)
 
 
 def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):

@@ -73,6 +73,13 @@ def test_a_missing_or_numeric_classification_label_is_named(tmp_path):
                        "them as numbers", tasks.load, tasks.get_task("classification"),
                        train_file=str(table), dev_file=str(dev), log=noted.append)
     assert len(message) < 400
+    # One number written two ways (pandas writes 1.0 in a column that held a NaN): refused,
+    # where it made two classes and a dev file of 0s and 1s scored 0.
+    table.write_text("text,label\nA.,0\nB.,1\nC.,0.0\nD.,1.0\n", encoding="utf-8")
+    _refused(f"{table} writes one label two ways ('0' and '0.0' in column 'label'), which "
+             "would be two classes; write each class one way", tasks.load,
+             tasks.get_task("classification"), train_file=str(table), dev_file=str(table),
+             log=noted.append)
 
 
 def test_a_lone_surrogate_escape_in_json_is_refused_naming_its_line(tmp_path):
@@ -284,6 +291,12 @@ def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_pat
     sentences = readers.read_conll(str(conll))
     assert [(s.words, s.tags) for s in sentences] == [
         (["New York", "sleeps"], ["B-LOC", "O"]), (["Emma"], ["B-PER"])]
+    # A test file's blanked tag column: "New York<TAB>" is the word, untagged (its trailing
+    # tab stripped, it was split at the space into word 'New' and tag 'York').
+    test = tmp_path / "test.txt"
+    test.write_text("New York\t\nsleeps\t\n", encoding="utf-8")
+    assert [(s.words, s.tags) for s in readers.read_conll(str(test), labelled=False)] == [
+        (["New York", "sleeps"], None)]
     # A Chinese NER file's ideographic space is a word (tagged O), not a blank before the tag.
     for sep in ("\t", " "):  # tabs or spaces between the columns; \u3000 alone: a blank
         conll.write_text(f"北{sep}B-LOC\n京{sep}I-LOC\n\u3000{sep}O\n好{sep}O\n\u3000\n"

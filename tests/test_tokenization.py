@@ -153,3 +153,18 @@ def test_words_are_unknown_over_100_characters_not_100_bytes(lower_case):
     tokenizer = Tokenizer(CHINESE_VOCAB, lower_case=lower_case)
     ids = tokenizer.encode(LONG_WORDS[2:4])
     assert len(ids[0]) > 1 and tokenizer.unk_id not in ids[0] and ids[1] == [tokenizer.unk_id]
+
+
+def test_encode_flat_in_calls_of_a_few_texts_is_one_calls(monkeypatch):
+    """Many texts are tokenized _ENCODE_TEXTS at a time (TensorFlow's intermediates of one
+    call over 300,000 took a gigabyte): the flat ids and row splits are one call's, empty
+    texts and a word over the long-word limit included."""
+    from electra_tf import tokenization
+    tok = tokenization.Tokenizer(UNCASED_VOCAB)
+    texts = ["Emma Woodhouse, handsome, clever", "", "and rich", "x" * 150 + " y", "a b c",
+             "", "with a comfortable home", "and happy disposition"]
+    whole = tok.encode_flat(texts)
+    monkeypatch.setattr(tokenization, "_ENCODE_TEXTS", 3)
+    parts = tok.encode_flat(texts)
+    assert [p.tolist() for p in parts] == [w.tolist() for w in whole]
+    assert parts[1].dtype == whole[1].dtype and len(parts[1]) == len(texts) + 1

@@ -190,8 +190,9 @@ class _TextModule(tf.Module):
 
 
 def truncate_pair(a: tf.RaggedTensor, b: tf.RaggedTensor, budget: int):
-    """BERT's pair truncation (`features._pack`: a piece at a time from the longer text,
-    from the second on a tie) of each row to at most `budget` pieces, in closed form and
+    """BERT's pair truncation (fine-tuning's `features.pair_lengths`: a piece at a time
+    from the longer text, from the second on a tie) of each row to at most `budget` pieces,
+    in closed form and
     core TensorFlow ops: tensorflow-text's RoundRobinTrimmer writes its own op
     (TFText>RoundRobinTrim), which the official TF Serving image, built with an older
     tensorflow-text, does not have, and it would refuse to load the model."""
@@ -502,7 +503,7 @@ class TaskServingModule(_TextModule):
 
 def _max_context(piece, window, stride, budget, context_length, windows, reach):
     """Whether each window is the one giving each of its pieces the most context
-    (squad._is_max_context: min(left, right) + 0.01 x the window's length, the first of
+    (squad._max_context_flags: min(left, right) + 0.01 x the window's length, the first of
     equals). piece [W, L]: the context piece at each position of window `window` [W] of a
     text whose windows start `stride` [W] apart, `budget` [W] pieces long at most, over
     `context_length` [W] pieces in `windows` [W] windows. Only the windows within `reach`

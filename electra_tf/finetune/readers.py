@@ -400,7 +400,9 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
         # (Chinese NER corpora tag the ideographic space U+3000), which becomes [UNK] as BERT
         # deletes it; a line of Unicode spaces alone is a blank line.
         text = line.strip(_ASCII_SPACE) if line.strip() else ""
-        fields = ([field.strip(_ASCII_SPACE) for field in text.split("\t")] if "\t" in text
+        # A line with a tab is tab-separated, also where its only tab was at the end (a
+        # test file's blanked tag column after a word with a space: "New York<TAB>").
+        fields = ([field.strip(_ASCII_SPACE) for field in text.split("\t")] if "\t" in line
                   else [field for field in re.split(f"[{_ASCII_SPACE}]+", text) if field])
         if not fields:
             flush()

@@ -27,8 +27,10 @@ it, or a larger --num_trials adds trials to it: the same command with more trial
 finished ones, trains the new ones (their seeds follow) and rewrites results.json over all.
 """
 
+import csv
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
@@ -410,7 +412,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
             dev, outputs = {}, {}
             for i, split in enumerate(adapter.dev_splits):
                 predicted = _predict(model, split.features, eval_batch_size, strategy, static,
-                                     jit_compile)
+                                     jit_compile, getattr(adapter, "reduce_outputs", None))
                 scores = adapter.score(split, predicted, n_best_size=n_best_size,
                                        max_answer_length=max_answer_length,
                                        no_answer_threshold=no_answer_threshold)
@@ -418,7 +420,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 dev.update({k + suffix: v for k, v in scores.items()})
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size, strategy,
-                                             static, jit_compile)
+                                             static, jit_compile,
+                                             getattr(adapter, "reduce_outputs", None))
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -860,12 +863,14 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
 
 
 def _predict(model, features: dict, batch_size: int, strategy=None,
-             static: bool = False, jit_compile: bool = False) -> dict:
+             static: bool = False, jit_compile: bool = False, reduce=None) -> dict:
     """The model's outputs on every row, as numpy arrays padded back to the full length.
     `static`: every batch has all positions and `batch_size` rows (the last padded with
     empty rows, whose outputs are dropped), split over the strategy's replicas where this
     process drives them all (`_predicts_on_replicas`); else one device runs each batch cut
-    to its longest sequence, with `static` and `jit_compile` as one XLA program."""
+    to its longest sequence, with `static` and `jit_compile` as one XLA program. `reduce`
+    keeps what the task reads of each batch's outputs (a tagger's argmax, not its [B, L, C]
+    logits: 100,000 sentences of 66 tags held 8.7 GB)."""
     inputs = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
     n, full = len(inputs["input_ids"]), inputs["input_ids"].shape[1]
     strategy = strategy or tf.distribute.get_strategy()
@@ -895,13 +900,25 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
         index = np.arange(start, min(n, start + batch_size))
         out = forward(_batch(inputs, index, full if static else 1,
                              rows=batch_size if static else None))
-        chunks.append({k: _pad_to(k, v[:len(index)], full) for k, v in out.items()})
+        out = {k: v[:len(index)] for k, v in out.items()}
+        chunks.append({k: _pad_to(k, v, full)
+                       for k, v in (reduce(out) if reduce else out).items()})
     if not chunks:
         return {}
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
-_PER_POSITION = ("start_logits", "end_logits")  # [B, L]; tagging's logits are [B, L, C]
+# [B, L]; tagging's logits are [B, L, C], its reduced outputs tag_ids [B, L]
+def _tsv(rows: list[list[str]]) -> str:
+    """Rows as tab-separated text; a field holding a tab, a line end or a quote is quoted
+    as the csv module (and pandas.read_csv(sep="\\t")) reads it: an id or label with a
+    tab or newline split its row."""
+    out = io.StringIO()
+    csv.writer(out, delimiter="\t", lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+_PER_POSITION = ("start_logits", "end_logits", "tag_ids")
 
 
 def _pad_to(key, array, length):
@@ -911,7 +928,7 @@ def _pad_to(key, array, length):
     per_position = key in _PER_POSITION or (key == "logits" and array.ndim == 3)
     if per_position and array.shape[1] < length:
         pad = [(0, 0), (0, length - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
-        return np.pad(array, pad, constant_values=-1e9)
+        return np.pad(array, pad, constant_values=-1e9 if array.dtype.kind == "f" else 0)
     return array
 
 
@@ -1000,14 +1017,12 @@ class _SentenceTask:
             atomic.write_text(os.path.join(folder, "glue", split.submission),
                               "\n".join(rows) + "\n")
             return
-        header = "id\tprediction" + ("" if test else "\tlabel")
-        rows = [header]
+        rows = [["id", "prediction"] + ([] if test else ["label"])]
         for example, value in zip(split.examples, values):
-            gold = "" if test or example.label is None else "\t" + (
-                self._value(example.label) if self.regression else example.label)
-            rows.append(f"{example.guid}\t{value}{gold}")
-        atomic.write_text(os.path.join(folder, f"{split.name}_predictions.tsv"),
-                          "\n".join(rows) + "\n")
+            gold = [] if test or example.label is None else [
+                self._value(example.label) if self.regression else example.label]
+            rows.append([example.guid, value] + gold)
+        atomic.write_text(os.path.join(folder, f"{split.name}_predictions.tsv"), _tsv(rows))
 
 
 class _TaggingTask:
@@ -1057,10 +1072,16 @@ class _TaggingTask:
         """What `loss` averages over: the tagged tokens."""
         return tf.maximum(tf.reduce_sum(tf.cast(batch["label_weights"], tf.float32)), 1e-9)
 
+    @staticmethod
+    def reduce_outputs(outputs):
+        """What `tags` reads of a batch's outputs: the best tag at each position."""
+        return {"tag_ids": np.argmax(outputs["logits"], axis=-1).astype(np.int32)}
+
     def tags(self, split, outputs) -> list[list[str]]:
         """Each sentence's predicted tags, in the file's scheme (words that did not fit: the
-        commonest tag)."""
-        ids = np.argmax(outputs["logits"], axis=-1)
+        commonest tag), from `reduce_outputs`' tag ids (or the logits)."""
+        ids = (outputs["tag_ids"] if "tag_ids" in outputs
+               else np.argmax(outputs["logits"], axis=-1))
         positions = split.extra["positions"]
         out = []
         for n, s in enumerate(split.examples):
@@ -1074,11 +1095,14 @@ class _TaggingTask:
         return metrics.span_scores([s.tags for s in split.examples], self.tags(split, outputs))
 
     def write(self, folder, split, outputs, test=False, **_):
+        # Columns as CoNLL's, space-separated, or tab-separated where a word holds a space
+        # (a tab-separated file's "New York"), which spaces would split.
+        sep = "\t" if any(re.search(r"\s", w) for s in split.examples for w in s.words) else " "
         lines = []
         for sentence, tags in zip(split.examples, self.tags(split, outputs)):
             for w, word in enumerate(sentence.words):
-                gold = "" if test or not sentence.tags else f" {sentence.tags[w]}"
-                lines.append(f"{word}{gold} {tags[w]}")
+                gold = "" if test or not sentence.tags else f"{sep}{sentence.tags[w]}"
+                lines.append(f"{word}{gold}{sep}{tags[w]}")
             lines.append("")
         atomic.write_text(os.path.join(folder, f"{split.name}_predictions.txt"), "\n".join(lines))
 

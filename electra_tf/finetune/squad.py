@@ -23,7 +23,9 @@ predictions answer "" where the probability exceeds a threshold, and the best th
 is found from both.
 """
 
+import bisect
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -208,21 +210,15 @@ def encode(tokenizer, examples: list[QAExample], max_seq_length: int, doc_stride
             raise UserInputError(f"max_seq_length={max_seq_length} leaves no room for the "
                                  f"context after a {len(query)}-piece question; raise "
                                  "MAX_SEQ_LENGTH or lower max_query_length")
-        starts, offset = [], 0
-        while True:
-            starts.append(offset)
-            if offset + budget >= len(ctx.pieces):
-                break
-            offset += min(budget, doc_stride)
+        starts = _window_starts(len(ctx.pieces), budget, doc_stride)
+        flags = _max_context_flags(len(ctx.pieces), budget, doc_stride)
         for w, start in enumerate(starts):
             length = min(budget, len(ctx.pieces) - start)
             ids = ([tokenizer.cls_id] + query + [tokenizer.sep_id]
                    + ctx.pieces[start:start + length] + [tokenizer.sep_id])
             first = len(query) + 2
-            max_context = [_is_max_context(starts, budget, len(ctx.pieces), w, start + i)
-                           for i in range(length)]
             windows.append({"example": n, "first": first, "start": start, "length": length,
-                            "max_context": max_context})
+                            "max_context": list(flags[w])})
             rows["input_ids"].append(ids)
             rows["segment_ids"].append([0] * first + [1] * (length + 1))
             inside = (start_piece is not None and start_piece >= start
@@ -287,18 +283,42 @@ def _answer_pieces(example, ctx, answer_ids):
     return first, last
 
 
-def _is_max_context(starts, budget, total, window, piece) -> bool:
-    """Whether `window` gives `piece` the most context (min of left and right, plus a
-    little for longer windows) of all windows that contain it."""
-    best, best_window = None, None
-    for w, start in enumerate(starts):
-        length = min(budget, total - start)
-        if not start <= piece < start + length:
-            continue
-        score = min(piece - start, start + length - 1 - piece) + 0.01 * length
-        if best is None or score > best:
-            best, best_window = score, w
-    return best_window == window
+def _window_starts(total: int, budget: int, stride: int) -> list[int]:
+    """Where the windows of a context of `total` pieces start: every `stride` pieces (at
+    most `budget`), the last reaching its end."""
+    starts, offset = [], 0
+    while True:
+        starts.append(offset)
+        if offset + budget >= total:
+            return starts
+        offset += min(budget, stride)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_context_flags(total: int, budget: int, stride: int) -> tuple[tuple[bool, ...], ...]:
+    """For each window of a context of `total` pieces (windows of `budget` pieces every
+    `stride`, as `encode` lays them out), whether it gives each of its pieces the most
+    context of all windows that contain it: min of left and right context, plus a little
+    for longer windows, the first window on a tie (BERT's _check_is_max_context). Each
+    piece weighs only the few windows that hold it (it weighed all of them: quadratic in
+    the context's length, 5 s a question of 32,000 words); questions on one context with
+    queries of one length share the answer."""
+    starts = _window_starts(total, budget, stride)
+    ends = [min(start + budget, total) for start in starts]  # non-decreasing, as starts
+    flags = []
+    for w, (start, end) in enumerate(zip(starts, ends)):
+        row = []
+        for piece in range(start, end):
+            best, best_window = None, None
+            # The windows that hold it: start <= piece < end.
+            for v in range(bisect.bisect_right(ends, piece), bisect.bisect_right(starts, piece)):
+                score = (min(piece - starts[v], ends[v] - 1 - piece)
+                         + 0.01 * (ends[v] - starts[v]))
+                if best is None or score > best:
+                    best, best_window = score, v
+            row.append(best_window == w)
+        flags.append(tuple(row))
+    return tuple(flags)
 
 
 # ------------------------------------------------------------------------------ decoding
