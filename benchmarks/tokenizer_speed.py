@@ -6,11 +6,12 @@ and BertTokenizerFast (the Rust one), on the same lines, in the same process.
 
 English: the embedded Austen corpus (data/corpus, BERT uncased vocab); Chinese: the review
 fixture (tests/fixtures/zh_reviews.tsv, BERT Chinese vocab). Ours encodes the lines in
-batches (`Tokenizer.encode_flat`, one call per --batch_size lines), the references one
-call per batch too (`tokenizer(lines, add_special_tokens=False)`); each timed run makes
-whole passes over the lines until it has lasted --min_seconds. Every implementation
-must give the same ids on every line (checked), so the figures compare equal work. One
-thread each (TensorFlow intra/inter-op and RAYON_NUM_THREADS=1), median of --repeats runs.
+batches (`Tokenizer.encode_flat`, one call per --batch_size lines up to 16,384), the
+references one call per batch too (`tokenizer(lines, add_special_tokens=False)`); each
+timed run makes whole passes over the lines until it has lasted --min_seconds. Every
+implementation must give the same ids on every line (checked), so the figures compare equal
+work. One thread each (TensorFlow intra/inter-op and RAYON_NUM_THREADS=1), median of
+--repeats runs.
 Results: benchmarks/results/tokenizer_speed.{json,md} (or --results_name).
 """
 

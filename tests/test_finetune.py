@@ -924,10 +924,10 @@ def test_prediction_tables_quote_fields_with_tabs_and_line_ends():
 
     from electra_tf.finetune import runner
     rows = [["id", "prediction", "label"], ["7", "good", "bad"],
-            ["id\t0", "good\tone", "bad\none"], ['say "hi"', "x", "y"]]
+            ["id\t0", "good\tone", "bad\none"], ['say "hi"', "x", "a\rb"]]
     text = runner._tsv(rows)
     assert text.startswith("id\tprediction\tlabel\n7\tgood\tbad\n")
-    assert list(csv.reader(io.StringIO(text), delimiter="\t")) == rows
+    assert list(csv.reader(io.StringIO(text, newline=""), delimiter="\t")) == rows
 
 
 def test_tagging_predictions_are_tab_separated_where_a_word_holds_a_space(tmp_path):
@@ -936,7 +936,8 @@ def test_tagging_predictions_are_tab_separated_where_a_word_holds_a_space(tmp_pa
     from electra_tf.finetune import readers, runner
     task = object.__new__(runner._TaggingTask)
     task.labels, task.tag_scheme, task.fallback = ["B-LOC", "O"], None, "O"
-    for words, sep in ((["New York", "sleeps"], "\t"), (["Emma", "sleeps"], " ")):
+    for words, sep in ((["New York", "sleeps"], "\t"), (["Emma", "sleeps"], " "),
+                       (["\u3000", "sleeps"], " ")):  # (an ideographic space is a word)
         split = runner._Split("dev", "dev.txt", [readers.TaggedSentence(words, ["B-LOC", "O"],
                                                                         "1")],
                               {}, None, {"positions": np.array([[1, 3]])})

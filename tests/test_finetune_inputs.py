@@ -294,9 +294,13 @@ def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_pat
     # A test file's blanked tag column: "New York<TAB>" is the word, untagged (its trailing
     # tab stripped, it was split at the space into word 'New' and tag 'York').
     test = tmp_path / "test.txt"
-    test.write_text("New York\t\nsleeps\t\n", encoding="utf-8")
+    test.write_text("New York\t\nsleeps\t\n\t\nEmma\t\n", encoding="utf-8")
     assert [(s.words, s.tags) for s in readers.read_conll(str(test), labelled=False)] == [
-        (["New York", "sleeps"], None)]
+        (["New York", "sleeps"], None), (["Emma"], None)]  # "\t" alone: a blank line
+    # In a labelled file a stray tab at a space-separated line's end changes nothing.
+    conll.write_text("EU B-ORG\t\nrejects O\n\t\nPeter B-PER\n", encoding="utf-8")
+    assert [(s.words, s.tags) for s in readers.read_conll(str(conll))] == [
+        (["EU", "rejects"], ["B-ORG", "O"]), (["Peter"], ["B-PER"])]
     # A Chinese NER file's ideographic space is a word (tagged O), not a blank before the tag.
     for sep in ("\t", " "):  # tabs or spaces between the columns; \u3000 alone: a blank
         conll.write_text(f"北{sep}B-LOC\n京{sep}I-LOC\n\u3000{sep}O\n好{sep}O\n\u3000\n"

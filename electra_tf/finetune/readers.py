@@ -369,7 +369,7 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Exam
 # ------------------------------------------------------------------------------ CoNLL
 
 
-_ASCII_SPACE = " \t\r\f\v"
+ASCII_SPACE = " \t\r\f\v"
 
 
 def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[TaggedSentence]:
@@ -399,11 +399,13 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
         # Columns are split at ASCII whitespace only, so a word may be a Unicode space
         # (Chinese NER corpora tag the ideographic space U+3000), which becomes [UNK] as BERT
         # deletes it; a line of Unicode spaces alone is a blank line.
-        text = line.strip(_ASCII_SPACE) if line.strip() else ""
-        # A line with a tab is tab-separated, also where its only tab was at the end (a
-        # test file's blanked tag column after a word with a space: "New York<TAB>").
-        fields = ([field.strip(_ASCII_SPACE) for field in text.split("\t")] if "\t" in line
-                  else [field for field in re.split(f"[{_ASCII_SPACE}]+", text) if field])
+        text = line.strip(ASCII_SPACE) if line.strip() else ""
+        # A line with a tab between its fields is tab-separated; in a test file also one
+        # whose only tab is at its end (a blanked tag column after a word with a space:
+        # "New York<TAB>"). A blank line is blank, tabs or not.
+        tabbed = "\t" in text or (not labelled and text and "\t" in line)
+        fields = ([field.strip(ASCII_SPACE) for field in text.split("\t")] if tabbed
+                  else [field for field in re.split(f"[{ASCII_SPACE}]+", text) if field])
         if not fields:
             flush()
             continue

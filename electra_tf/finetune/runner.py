@@ -27,10 +27,8 @@ it, or a larger --num_trials adds trials to it: the same command with more trial
 finished ones, trains the new ones (their seeds follow) and rewrites results.json over all.
 """
 
-import csv
 import dataclasses
 import hashlib
-import io
 import json
 import math
 import os
@@ -908,16 +906,19 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
 
-# [B, L]; tagging's logits are [B, L, C], its reduced outputs tag_ids [B, L]
 def _tsv(rows: list[list[str]]) -> str:
-    """Rows as tab-separated text; a field holding a tab, a line end or a quote is quoted
-    as the csv module (and pandas.read_csv(sep="\\t")) reads it: an id or label with a
-    tab or newline split its row."""
-    out = io.StringIO()
-    csv.writer(out, delimiter="\t", lineterminator="\n").writerows(rows)
-    return out.getvalue()
+    """Rows as tab-separated text; a field holding a tab, a line end (\\n or \\r) or a
+    quote is quoted, its quotes doubled, as the csv module and pandas.read_csv(sep="\\t")
+    read it: an id or label with a tab or newline split its row. (csv.writer leaves a lone
+    \\r unquoted when rows end in \\n.)"""
+    def field(value: str) -> str:
+        if any(c in value for c in '\t\n\r"'):
+            return '"' + value.replace('"', '""') + '"'
+        return value
+    return "".join("\t".join(map(field, row)) + "\n" for row in rows)
 
 
+# [B, L]; tagging's logits are [B, L, C], its reduced outputs tag_ids [B, L]
 _PER_POSITION = ("start_logits", "end_logits", "tag_ids")
 
 
@@ -1095,9 +1096,12 @@ class _TaggingTask:
         return metrics.span_scores([s.tags for s in split.examples], self.tags(split, outputs))
 
     def write(self, folder, split, outputs, test=False, **_):
-        # Columns as CoNLL's, space-separated, or tab-separated where a word holds a space
-        # (a tab-separated file's "New York"), which spaces would split.
-        sep = "\t" if any(re.search(r"\s", w) for s in split.examples for w in s.words) else " "
+        # Columns as CoNLL's, space-separated, or tab-separated where a word holds an ASCII
+        # space (a tab-separated file's "New York"), which the reader would split at (it
+        # splits at ASCII whitespace only: a Chinese file's U+3000 word stays a word).
+        sep = " "
+        if any(c in readers.ASCII_SPACE for s in split.examples for w in s.words for c in w):
+            sep = "\t"
         lines = []
         for sentence, tags in zip(split.examples, self.tags(split, outputs)):
             for w, word in enumerate(sentence.words):

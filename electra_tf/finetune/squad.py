@@ -294,7 +294,7 @@ def _window_starts(total: int, budget: int, stride: int) -> list[int]:
         offset += min(budget, stride)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=8)  # (a context's questions come one after another)
 def _max_context_flags(total: int, budget: int, stride: int) -> tuple[tuple[bool, ...], ...]:
     """For each window of a context of `total` pieces (windows of `budget` pieces every
     `stride`, as `encode` lays them out), whether it gives each of its pieces the most

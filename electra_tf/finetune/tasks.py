@@ -186,6 +186,10 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
             raise UserInputError(f"{train_file} has a single label ({labels[0]!r}) in column "
                                  f"'{columns['label_column']}'; classification needs at least "
                                  "two (or pick the right --label_column)")
+        # Scores read as classes: many distinct numbers, or fractions.
+        scores = readers.numeric_labels(labels) and (
+            len(labels) > 20 or not all(float(label).is_integer() for label in labels))
+        regression = "; if they are scores, --task=regression learns them as numbers"
         # One number written two ways ("1" and "1.0", as pandas writes a column that held
         # a NaN): two classes, and a dev file written one way scored 0.
         if readers.numeric_labels(labels):
@@ -197,11 +201,7 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                 raise UserInputError(
                     f"{train_file} writes one label two ways ({' and '.join(map(repr, same))} "
                     f"in column '{columns['label_column']}'), which would be two classes; "
-                    "write each class one way")
-        # Scores read as classes: many distinct numbers, or fractions.
-        scores = readers.numeric_labels(labels) and (
-            len(labels) > 20 or not all(float(label).is_integer() for label in labels))
-        regression = "; if they are scores, --task=regression learns them as numbers"
+                    "write each class one way" + (regression if scores else ""))
         for split, path in ((dev, dev_file), (test, test_file)):
             for index, example in enumerate(split or ()):
                 if example.label is not None and example.label not in labels:
