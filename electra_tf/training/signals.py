@@ -37,9 +37,9 @@ class StopOnSignal:
         self.log = log
         self.exit_at_once = exit_at_once
         self._again = False  # a Ctrl-C came after the first signal
-        self._lock = threading.Lock()
-        # Held while the pipe is read and its signals answered; re-entrant, since a signal
-        # can interrupt the main thread's handler while it holds it.
+        # Both re-entrant: a signal can interrupt the main thread's handler while it holds
+        # one. `_reading` is held while the pipe is read and its signals answered.
+        self._lock = threading.RLock()
         self._reading = threading.RLock()
         self._pipe = self._previous_fd = self._thread = None
 
