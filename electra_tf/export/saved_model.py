@@ -192,9 +192,8 @@ class _TextModule(tf.Module):
 def truncate_pair(a: tf.RaggedTensor, b: tf.RaggedTensor, budget: int):
     """BERT's pair truncation (fine-tuning's `features.pair_lengths`: a piece at a time
     from the longer text, from the second on a tie) of each row to at most `budget` pieces,
-    in closed form and
-    core TensorFlow ops: tensorflow-text's RoundRobinTrimmer writes its own op
-    (TFText>RoundRobinTrim), which the official TF Serving image, built with an older
+    in closed form and core TensorFlow ops: tensorflow-text's RoundRobinTrimmer writes its
+    own op (TFText>RoundRobinTrim), which the official TF Serving image, built with an older
     tensorflow-text, does not have, and it would refuse to load the model."""
     length_a, length_b = a.row_lengths(), b.row_lengths()
     keep_b = tf.minimum(length_b, tf.maximum(budget - length_a, budget // 2))

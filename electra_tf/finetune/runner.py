@@ -408,9 +408,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                                    strategy, loss_scale, jit_compile, loss_reduction == "sum",
                                    static)
             dev, outputs = {}, {}
+            reduce = getattr(adapter, "reduce_outputs", None)  # what the task reads
             for i, split in enumerate(adapter.dev_splits):
                 predicted = _predict(model, split.features, eval_batch_size, strategy, static,
-                                     jit_compile, getattr(adapter, "reduce_outputs", None))
+                                     jit_compile, reduce)
                 scores = adapter.score(split, predicted, n_best_size=n_best_size,
                                        max_answer_length=max_answer_length,
                                        no_answer_threshold=no_answer_threshold)
@@ -418,8 +419,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 dev.update({k + suffix: v for k, v in scores.items()})
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size, strategy,
-                                             static, jit_compile,
-                                             getattr(adapter, "reduce_outputs", None))
+                                             static, jit_compile, reduce)
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -1080,9 +1080,8 @@ class _TaggingTask:
 
     def tags(self, split, outputs) -> list[list[str]]:
         """Each sentence's predicted tags, in the file's scheme (words that did not fit: the
-        commonest tag), from `reduce_outputs`' tag ids (or the logits)."""
-        ids = (outputs["tag_ids"] if "tag_ids" in outputs
-               else np.argmax(outputs["logits"], axis=-1))
+        commonest tag), from `reduce_outputs`' tag ids."""
+        ids = outputs["tag_ids"]
         positions = split.extra["positions"]
         out = []
         for n, s in enumerate(split.examples):
