@@ -55,7 +55,8 @@ def probe(init_dir: str, random_init: bool) -> dict:
     train = readers.read_table(FLAGS.train_file)
     dev = readers.read_table(FLAGS.dev_file)
     labels = readers.sorted_labels({e.label for e in train})
-    data = {name: features.encode_sentences(tokenizer, examples, FLAGS.max_seq_length, labels)
+    data = {name: features.encode_sentences(tokenizer, examples, FLAGS.max_seq_length,
+                                            labels)[0]
             for name, examples in (("train", train), ("dev", dev))}
     keras.utils.set_random_seed(FLAGS.seed)
     model = TaskModel(init.config, "sentence", len(labels))

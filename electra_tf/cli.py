@@ -183,8 +183,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
     TensorFlow lists its devices, which reads TF_XLA_FLAGS. `handles_sigterm`: SIGTERM
     raises Terminated, printed as one line (exit 143) once what was being written is cleaned
     up; for a script whose main thread is back in Python often (the data builder waits on
-    its workers): a handler runs only between TensorFlow calls, and a script stuck in one
-    must still end on a plain `kill`.
+    its workers; fine-tuning steps and predicts a batch at a time): a handler runs only
+    between TensorFlow calls, and a script stuck in one must still end on a plain `kill`.
     """
     if xla_cache:
         from electra_tf.training import xla_scratch

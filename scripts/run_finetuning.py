@@ -110,6 +110,8 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, trains=True, memory_hint=(
+    # SIGTERM (a scheduler's stop) is one line: the main thread is back in Python between
+    # steps and batches; the complete trials are kept and the rerun trains the rest.
+    cli.run(main, trains=True, handles_sigterm=True, memory_hint=(
         "lower TRAIN_BATCH_SIZE (--gin_bindings=TRAIN_BATCH_SIZE=16), MAX_SEQ_LENGTH, or, "
         "when predicting, finetuning.eval_batch_size"))

@@ -588,10 +588,10 @@ def task_exports(tmp_path_factory):
     example = lambda a, b=None: readers.Example(a, b, None, "0")  # noqa: E731
     inputs = {
         "classification": ({"text": texts}, features.encode_sentences(
-            tok, [example(t) for t in texts], L, runs["classification"]["labels"])),
+            tok, [example(t) for t in texts], L, runs["classification"]["labels"])[0]),
         "pair": ({"text": [a for a, _ in pairs], "text_b": [b for _, b in pairs]},
                  features.encode_sentences(tok, [example(a, b) for a, b in pairs], L, None,
-                                           regression=True)),
+                                           regression=True)[0]),
         "tagging": ({"text": [" ".join(s) for s in sentences]}, features.encode_tagging(
             tok, [readers.TaggedSentence(s, None, "0") for s in sentences], L,
             runs["tagging"]["labels"])),

@@ -762,7 +762,8 @@ def test_glue_formats_and_submission_files(tmp_path, init):
 
 def test_mrpc_and_stsb_train_on_both_orders_and_stsb_on_scores_over_5(tmp_path, init):
     """The official code's double_unordered (MRPC and STS-B train on each pair in both
-    orders) and STS-B targets (score / 5; predictions scaled back)."""
+    orders) and STS-B targets (score / 5; predictions scaled back). The pairs cut to fit
+    are noted, each once."""
     from electra_tf.finetune import features, runner, tasks
     rows = movie_rows()[:12]
     pairs = [(rows[i]["text"], rows[i + 1]["text"]) for i in range(0, 12, 2)]
@@ -779,18 +780,25 @@ def test_mrpc_and_stsb_train_on_both_orders_and_stsb_on_scores_over_5(tmp_path, 
     for name in ("mrpc", "stsb"):
         data = tasks.load(tasks.get_task(name), data_dir=str(tmp_path), log=lambda *_: None)
         labels, regression = data.labels, name == "stsb"
+        notes = []
         adapter = runner._SentenceTask(data, tokenizer, {**options, "double_unordered": True},
-                                       None)
+                                       notes.append)
         swapped = [dataclasses.replace(e, text_a=e.text_b, text_b=e.text_a)
                    for e in data.train.examples]
-        expected = features.encode_sentences(tokenizer, data.train.examples + swapped, 48,
-                                             labels, regression)
+        expected, _ = features.encode_sentences(tokenizer, data.train.examples + swapped, 48,
+                                                labels, regression)
         assert len(expected["input_ids"]) == 2 * len(pairs)
         for key, value in expected.items():
             np.testing.assert_array_equal(adapter.train_features[key], value)
+        cut = features.encode_sentences(tokenizer, data.train.examples, 48, labels)[1]
+        assert 0 < cut < len(pairs)
+        assert notes == [f"{data.train.path}: {cut} of {len(pairs)} examples do not fit in 48 "
+                         "tokens; they are cut, a word piece at a time from the longer text "
+                         "(raise MAX_SEQ_LENGTH to keep more)"]
         single = runner._SentenceTask(data, tokenizer, {**options, "double_unordered": False},
-                                      None)
+                                      notes.append)
         assert len(single.train_features["input_ids"]) == len(pairs)
+        assert notes[1:] == notes[:1]
     # STS-B: the head learns score / 5, and predicts score.
     scores = adapter.train_features["label_ids"]
     assert float(adapter.loss({"logits": tf.constant(scores[:, None] / 5)},
@@ -896,10 +904,12 @@ def test_sentence_features_are_berts_packing(uncased_tokenizer, monkeypatch):
     for pairs in (False, True):
         examples = [readers.Example(t, (texts[-1 - i] if i % 5 else None) if pairs else None,
                                     None, str(i)) for i, t in enumerate(texts)]
-        got = features.encode_sentences(tok, examples, L, None)
+        got, cut = features.encode_sentences(tok, examples, L, None)
+        expected_cut = 0
         for n, e in enumerate(examples):
             a = tok.encode([e.text_a])[0]
             b = tok.encode([e.text_b or ""])[0] if pairs else None
+            expected_cut += len(a) + (len(b) + 1 if b is not None else 0) > L - 2
             if b is None:
                 ids, segments = [tok.cls_id] + a[:L - 2] + [tok.sep_id], []
             else:
@@ -912,7 +922,7 @@ def test_sentence_features_are_berts_packing(uncased_tokenizer, monkeypatch):
             assert got["input_mask"][n].tolist() == [1] * len(ids) + pad, n
             assert got["segment_ids"][n].tolist() == (
                 [0] * (len(ids) - len(segments)) + segments + pad), n
-    assert any(len(tok.encode([t])[0]) > L for t in texts)  # some were cut
+        assert cut == expected_cut and 0 < cut < len(examples), (pairs, cut)  # some were cut
 
 
 def test_prediction_tables_quote_fields_with_tabs_and_line_ends():

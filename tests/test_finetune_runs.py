@@ -375,6 +375,52 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         assert sorted(os.listdir(out)) == listing
 
 
+def test_a_long_prediction_says_how_far_it_is(tmp_path, monkeypatch):
+    """Predicting a split that takes longer than PROGRESS_SECONDS (here 0) logs the rows
+    done after each batch but the last."""
+    from electra_tf.finetune import runner
+    monkeypatch.setattr(runner, "PROGRESS_SECONDS", 0)
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
+    dev = write_csv(tmp_path / "dev.csv", ["label", "text"], rows[:10])
+    lines = []
+    finetune(tmp_path / "out", train, dev, init, ["finetuning.eval_batch_size = 4"],
+             num_trials=1, log=lines.append)
+    assert [line for line in lines if "predicting" in line] == [
+        f"  predicting {dev}: 4 of 10 rows", f"  predicting {dev}: 8 of 10 rows"]
+
+
+def test_sigterm_ends_the_script_with_one_line_keeping_the_complete_trials(tmp_path):
+    """SIGTERM (a scheduler's stop) while trial 1 of 2 trains: one line and exit code 143
+    (the process died without a word), trial_0 kept, nothing of trial 1 and no results.json
+    written, and the model dir's mark of a running run taken away."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS * 4)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "scripts", "run_finetuning.py"),
+         "--task=regression", "--init_checkpoint=none", "--model_size=tiny",
+         f"--vocab_file={UNCASED_VOCAB}", f"--train_file={train}", f"--dev_file={train}",
+         f"--model_dir={out}", "--num_trials=2", "--gin_bindings=MAX_SEQ_LENGTH=16",
+         "--gin_bindings=TRAIN_BATCH_SIZE=4", "--gin_bindings=NUM_EPOCHS=30"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "trial_0").exists() and time.time() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert (process.wait(timeout=120), process.stderr.read()) == (
+        143, "terminated (SIGTERM); what was complete is kept: rerun the same command to go "
+        "on\n")
+    assert sorted(os.listdir(out)) == ["trial_0"]
+    assert json.loads((out / "trial_0" / "trial.json").read_text())["seed"] == 0
+
+
 def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
     """The finished command again with --num_trials 3 where 2 were run keeps both trials
     (their files untouched), trains trial_2 with seed 2 and rewrites results.json over the

@@ -22,18 +22,23 @@ def pair_lengths(length_a, length_b, budget: int):
     return np.minimum(length_a, budget - keep_b), keep_b
 
 
-def _pack(tokenizer, a, b, max_seq_length: int) -> tuple[np.ndarray, ...]:
+def _pack(tokenizer, a, b,
+          max_seq_length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """input_ids, input_mask, segment_ids [N, L] int32 of `[CLS] A [SEP] (B [SEP])`, A and B
     as (flat ids, row_splits) of the tokenizer's `encode_flat` (B None: one text), cut to
-    fit as `pair_lengths` says. Placed from the flat ids a chunk of rows at a time: per-row
-    Python lists took 8 times the arrays' memory (300,000 rows: 3.5 GB for 0.46 GB)."""
+    fit as `pair_lengths` says, and the number of rows cut. Placed from the flat ids a chunk
+    of rows at a time: per-row Python lists took 8 times the arrays' memory (300,000 rows:
+    3.5 GB for 0.46 GB)."""
     flat_a, splits_a = a
     length_a = np.diff(splits_a)
     n, L = len(length_a), max_seq_length
     if b is None:
         keep_a, keep_b = np.minimum(length_a, L - 2), None
+        cut = int(np.count_nonzero(length_a > L - 2))
     else:
-        keep_a, keep_b = pair_lengths(length_a, np.diff(b[1]), L - 3)
+        length_b = np.diff(b[1])
+        keep_a, keep_b = pair_lengths(length_a, length_b, L - 3)
+        cut = int(np.count_nonzero(length_a + length_b > L - 3))
     ids, segments = np.zeros((n, L), np.int32), np.zeros((n, L), np.int32)
     ids[:, 0] = tokenizer.cls_id
     ids[np.arange(n), keep_a + 1] = tokenizer.sep_id
@@ -49,7 +54,7 @@ def _pack(tokenizer, a, b, max_seq_length: int) -> tuple[np.ndarray, ...]:
         _place(ids, rows, flat_a, splits_a[rows], keep_a[rows], 1)
         if b is not None:
             _place(ids, rows, b[0], b[1][rows], keep_b[rows], keep_a[rows] + 2)
-    return ids, mask, segments
+    return ids, mask, segments, cut
 
 
 def _place(ids, rows, flat, starts, keep, first_column):
@@ -66,14 +71,16 @@ def _pad(rows, max_seq_length, dtype=np.int32, value=0):
 
 
 def encode_sentences(tokenizer: Tokenizer, examples, max_seq_length: int,
-                     labels: list[str] | None, regression: bool = False) -> dict:
+                     labels: list[str] | None, regression: bool = False) -> tuple[dict, int]:
     """Features [N, L] of sentence (pair) examples and their `label_ids` ([N] int32 class
-    ids, or float32 values for regression; examples without labels get 0)."""
+    ids, or float32 values for regression; examples without labels get 0), and how many
+    examples were cut to fit."""
     has_b = any(e.text_b is not None for e in examples)
+    cut = 0
     if examples:
         a = tokenizer.encode_flat([e.text_a for e in examples])
         b = tokenizer.encode_flat([e.text_b or "" for e in examples]) if has_b else None
-        input_ids, input_mask, segment_ids = _pack(tokenizer, a, b, max_seq_length)
+        input_ids, input_mask, segment_ids, cut = _pack(tokenizer, a, b, max_seq_length)
     else:
         input_ids = input_mask = segment_ids = np.zeros((0, max_seq_length), np.int32)
     index = {label: i for i, label in enumerate(labels or [])}
@@ -83,7 +90,7 @@ def encode_sentences(tokenizer: Tokenizer, examples, max_seq_length: int,
     else:
         label_ids = np.array([index.get(e.label, 0) for e in examples], np.int32)
     return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
-            "label_ids": label_ids}
+            "label_ids": label_ids}, cut
 
 
 def encode_tagging(tokenizer: Tokenizer, sentences, max_seq_length: int,

@@ -411,7 +411,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
             reduce = getattr(adapter, "reduce_outputs", None)  # what the task reads
             for i, split in enumerate(adapter.dev_splits):
                 predicted = _predict(model, split.features, eval_batch_size, strategy, static,
-                                     jit_compile, reduce)
+                                     jit_compile, reduce, _progress(split, log))
                 scores = adapter.score(split, predicted, n_best_size=n_best_size,
                                        max_answer_length=max_answer_length,
                                        no_answer_threshold=no_answer_threshold)
@@ -419,7 +419,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 dev.update({k + suffix: v for k, v in scores.items()})
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size, strategy,
-                                             static, jit_compile, reduce)
+                                             static, jit_compile, reduce, _progress(s, log))
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -860,15 +860,33 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     return last, skipped
 
 
+PROGRESS_SECONDS = 60  # a prediction that takes longer says how far it is this often
+
+
+def _progress(split: "_Split", log):
+    """A `_predict` progress callback for `split`: a line at most every PROGRESS_SECONDS
+    (a large test file took minutes without a word after the last training step)."""
+    last = time.monotonic()
+
+    def report(done: int, total: int):
+        nonlocal last
+        if done < total and time.monotonic() - last >= PROGRESS_SECONDS:
+            last = time.monotonic()
+            log(f"  predicting {split.path}: {done:,} of {total:,} rows")
+    return report
+
+
 def _predict(model, features: dict, batch_size: int, strategy=None,
-             static: bool = False, jit_compile: bool = False, reduce=None) -> dict:
+             static: bool = False, jit_compile: bool = False, reduce=None,
+             progress=None) -> dict:
     """The model's outputs on every row, as numpy arrays padded back to the full length.
     `static`: every batch has all positions and `batch_size` rows (the last padded with
     empty rows, whose outputs are dropped), split over the strategy's replicas where this
     process drives them all (`_predicts_on_replicas`); else one device runs each batch cut
     to its longest sequence, with `static` and `jit_compile` as one XLA program. `reduce`
     keeps what the task reads of each batch's outputs (a tagger's argmax, not its [B, L, C]
-    logits: 100,000 sentences of 66 tags held 8.7 GB)."""
+    logits: 100,000 sentences of 66 tags held 8.7 GB). `progress(done, total)` is called
+    after each batch."""
     inputs = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
     n, full = len(inputs["input_ids"]), inputs["input_ids"].shape[1]
     strategy = strategy or tf.distribute.get_strategy()
@@ -901,6 +919,8 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
         out = {k: v[:len(index)] for k, v in out.items()}
         chunks.append({k: _pad_to(k, v, full)
                        for k, v in (reduce(out) if reduce else out).items()})
+        if progress is not None:
+            progress(int(index[-1]) + 1, n)
     if not chunks:
         return {}
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
@@ -960,17 +980,26 @@ class _SentenceTask:
         # back.
         self.target_scale = data.task.target_scale
         L = options["max_seq_length"]
-        encode = lambda examples: feats.encode_sentences(  # noqa: E731
-            tokenizer, examples, L, self.labels, self.regression)
+
+        def encode(split, examples=None):
+            features, cut = feats.encode_sentences(tokenizer, examples or split.examples, L,
+                                                   self.labels, self.regression)
+            if examples:  # MRPC's, STS-B's pairs twice, both ways round: cut alike
+                cut = cut * len(split.examples) // len(examples)
+            if cut:
+                log(f"{split.path}: {cut} of {len(split.examples)} examples do not fit in "
+                    f"{L} tokens; they are cut, a word piece at a time from the longer text "
+                    "(raise MAX_SEQ_LENGTH to keep more)")
+            return features
+
         train = data.train.examples
         if options["double_unordered"] and data.task.unordered_pairs:
             train = train + [dataclasses.replace(e, text_a=e.text_b, text_b=e.text_a)
                              for e in train if e.text_b is not None]
-        self.train_features = encode(train)
-        self.dev_splits = [_Split(s.name, s.path, s.examples, encode(s.examples))
-                           for s in data.dev]
-        self.test_splits = [_Split(s.name, s.path, s.examples, encode(s.examples),
-                                   s.submission) for s in data.test]
+        self.train_features = encode(data.train, train)
+        self.dev_splits = [_Split(s.name, s.path, s.examples, encode(s)) for s in data.dev]
+        self.test_splits = [_Split(s.name, s.path, s.examples, encode(s), s.submission)
+                            for s in data.test]
 
     def loss(self, outputs, batch):
         logits = outputs["logits"]
