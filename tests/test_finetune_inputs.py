@@ -223,6 +223,27 @@ def test_a_test_file_row_with_an_empty_label_is_unlabelled(tmp_path):
     _refused(f"{table} line 3 has no label in column 'label'", readers.read_table, str(table))
 
 
+def test_ids_naming_several_examples_are_noted(tmp_path):
+    """Predictions are matched back to a dev or test file by id: an id column naming two
+    rows (or an id that is another row's line number) is noted, once per file; the training
+    file's ids are not read."""
+    train = tmp_path / "train.csv"
+    train.write_text("id,text,label\na,Fine.,pos\na,Dull.,neg\n", encoding="utf-8")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("id,text,label\nx,Fine.,pos\ny,Dull.,neg\nx,Good.,pos\nx,Bad.,neg\n"
+                   "y,Slow.,neg\n", encoding="utf-8")
+    test = tmp_path / "test.csv"
+    test.write_text("id,text\n3,Fine.\n,Dull.\n", encoding="utf-8")  # line 3, id "3"
+    notes = []
+    tasks.load(tasks.get_task("classification"), train_file=str(train), dev_file=str(dev),
+               test_file=str(test), log=notes.append)
+    assert notes == [
+        f"note: {dev}: 2 id(s) name more than one example ('x' 3 times); its predictions "
+        "are written a row per example, in the file's order",
+        f"note: {test}: 1 id(s) name more than one example ('3' 2 times); its predictions "
+        "are written a row per example, in the file's order"]
+
+
 def _squad(path, qas, context="Emma smiled."):
     path.write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}),
                     encoding="utf-8")

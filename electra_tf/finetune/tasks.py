@@ -12,6 +12,7 @@ official code's: 128, 512 for QA. As in the official code, MRPC and STS-B train 
 orders of each sentence pair, and STS-B's 0-5 scores are learnt divided by 5.
 """
 
+import collections
 import dataclasses
 import os
 
@@ -179,6 +180,8 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
     train = readers.read_table(train_file, **columns)
     dev = readers.read_table(dev_file, **columns)
     test = readers.read_table(test_file, labelled=False, **columns) if test_file else None
+    for path, examples in ((dev_file, dev), (test_file, test)):
+        _note_repeated_ids(path, examples or (), log)
     labels = None
     if task.kind == "classification":
         labels = readers.sorted_labels(e.label for e in train)
@@ -220,6 +223,17 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                     "may be a missing value written as text (pandas' astype(str) writes 'nan'); "
                     "if so, fill them in or drop them")
     return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
+
+
+def _note_repeated_ids(path: str, examples, log):
+    """Notes ids (an `id` column's, or line numbers where its cell is empty) that name more
+    than one example of a file, whose predictions are matched back to it by id."""
+    counts = collections.Counter(e.guid for e in examples)
+    repeated = [(guid, n) for guid, n in counts.items() if n > 1]
+    if repeated:
+        guid, n = repeated[0]
+        log(f"note: {path}: {len(repeated)} id(s) name more than one example ({guid!r} "
+            f"{n} times); its predictions are written a row per example, in the file's order")
 
 
 def _where(path: str, index: int, example: readers.Example) -> str:
