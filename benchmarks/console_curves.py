@@ -35,7 +35,8 @@ def define_flags():
     flags.mark_flag_as_required("results_name")
 
 
-LINE = re.compile(r"^step (\d+)/(\d+) \| loss (\S+) \(generator (\S+), discriminator (\S+)\)"
+# (an MLM run's line has no discriminator loss)
+LINE = re.compile(r"^step (\d+)/(\d+) \| loss (\S+) \(generator (\S+)(?:, discriminator (\S+))?\)"
                   r" \| (\S+) examples/s")
 SHOWN = [("loss", "total loss"), ("generator", "generator (MLM) loss"),
          ("discriminator", "discriminator (RTD) loss"), ("examples_per_second", "examples/s")]
@@ -50,7 +51,8 @@ def parse(text: str, name: str = "log") -> dict:
         if match:
             step, total = int(match[1]), int(match[2])
             points[step] = dict(zip(("loss", "generator", "discriminator", "examples_per_second"),
-                                    map(float, match.groups()[2:])))
+                                    (None if v is None else float(v)
+                                     for v in match.groups()[2:])))
     if not points:
         raise ValueError(f"{name}: no 'step N/T | loss ...' lines; pass the console log "
                          "of scripts/run_pretraining.py")
@@ -64,7 +66,8 @@ def value_at(points: dict, step: int, key: str) -> float | None:
 
 def plot(runs: dict, path: str, title: str):
     lines = [(label, "-", None, {key: [(step, values[key]) for step, values in
-                                       run["points"].items()] for key, _ in SHOWN})
+                                       run["points"].items() if values[key] is not None]
+                                 for key, _ in SHOWN})
              for label, run in runs.items()]
     common.plot_panels(SHOWN, lines, path, title, "step")
 

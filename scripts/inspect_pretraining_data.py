@@ -1,9 +1,9 @@
 r"""Shows what the model will see: random masked pre-training examples from TFRecords, decoded.
 
-    python scripts/inspect_pretraining_data.py --data='out/data/*.tfrecord' \
-        --vocab_file=data/vocab/bert_uncased.txt --num_examples=2
+    python scripts/inspect_pretraining_data.py --data='out/data/*.tfrecord' --num_examples=2
 
-max_seq_length comes from the data's metadata.json (or --max_seq_length).
+max_seq_length and the vocab come from the data's metadata.json (or --max_seq_length,
+--vocab_file).
 """
 
 import os
@@ -17,7 +17,8 @@ from absl import flags  # noqa: E402
 from electra_tf.errors import UserInputError  # noqa: E402
 
 flags.DEFINE_string("data", None, "Glob of pre-training TFRecords.")
-flags.DEFINE_string("vocab_file", None, "The vocab the data was built with.")
+flags.DEFINE_string("vocab_file", None, "The vocab the data was built with (default: the "
+                    "one named in the data's metadata.json).")
 flags.DEFINE_integer("max_seq_length", None, "Default: from metadata.json.")
 flags.DEFINE_integer("num_examples", 2, "How many examples to show.")
 flags.DEFINE_float("mask_prob", 0.15, "Fraction of tokens to mask.")
@@ -28,7 +29,7 @@ flags.DEFINE_enum("premasked_records", "remask", ["remask", "as_written"],
                   "Pre-masked BERT records: their original tokens masked again (as training "
                   "does by default) or BERT's masks as written.")
 flags.DEFINE_integer("seed", 0, "Seed for the shuffle and the masks.")
-cli.mark_required(["data", "vocab_file"])
+cli.mark_required(["data"])
 FLAGS = flags.FLAGS
 
 
@@ -43,11 +44,12 @@ def main(argv):
     length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")
     if length is None:
         raise UserInputError(f"{FLAGS.data} has no metadata.json; pass --max_seq_length")
-    tokenizer = Tokenizer(FLAGS.vocab_file)
-    info = pipeline.validate_data(files, length, FLAGS.vocab_file,
+    vocab_file = pipeline.vocab_file_of(FLAGS.vocab_file, files, FLAGS.data, "--data")
+    tokenizer = Tokenizer(vocab_file)
+    info = pipeline.validate_data(files, length, vocab_file,
                                   length_flag="--max_seq_length", data_flag="--data")
     dataset = pipeline.pretraining_dataset(
-        FLAGS.data, FLAGS.num_examples, length, FLAGS.vocab_file, mask_prob=FLAGS.mask_prob,
+        FLAGS.data, FLAGS.num_examples, length, vocab_file, mask_prob=FLAGS.mask_prob,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         whole_word_masking=FLAGS.whole_word_masking, seed=FLAGS.seed, shuffle_buffer_size=1000,
         premasked=FLAGS.premasked_records, data_info=info,
@@ -88,7 +90,7 @@ def _totals(metadata: dict, files: list[str]) -> str:
     if len(selected) == sum(1 for s in shards if s["num_examples"]) and all(
             s["num_examples"] for s in selected):
         return (f"{metadata['num_examples']} examples, {metadata['num_tokens']} tokens, "
-                f"{len(shards)} shards")
+                f"{len(shards)} shard{'s' * (len(shards) != 1)}")
     return (f"{sum(s['num_examples'] for s in selected)} examples, "
             f"{sum(s['num_tokens'] for s in selected)} tokens in the {len(selected)} of its "
             f"{len(shards)} shards that --data selects")

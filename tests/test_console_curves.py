@@ -30,6 +30,11 @@ def test_parse_reads_every_step_and_a_resumed_step_keeps_its_last_line():
     assert run["points"][200]["generator"] == 9.5 and run["points"][200]["loss"] == 26.0
     assert console_curves.value_at(run["points"], 300, "discriminator") == 0.261
     assert console_curves.value_at(run["points"], 250, "discriminator") is None
+    # An MLM run's lines have no discriminator loss (they showed 0.0000).
+    mlm = console_curves.parse("step 20/20 | loss 10.3338 (generator 10.3338) | 450.2 "
+                               "examples/s | ETA 0m00s")
+    assert mlm["points"] == {20: {"loss": 10.3338, "generator": 10.3338, "discriminator": None,
+                                  "examples_per_second": 450.2}}
 
 
 def test_parse_names_a_log_without_step_lines():

@@ -1,5 +1,6 @@
 """scripts/inspect_pretraining_data.py: what it shows, and errors that name its own flags."""
 
+import glob
 import os
 import shutil
 import subprocess
@@ -31,18 +32,29 @@ def inspect(*args):
     return run_script("inspect_pretraining_data.py", f"--vocab_file={UNCASED_VOCAB}", *args)
 
 
-def test_shows_masked_examples(data):
+def test_shows_masked_examples(data, tmp_path):
+    """With the vocab metadata.json names (as pre-training takes it), or --vocab_file."""
     directory, metadata = data
-    result = inspect(f"--data={directory}/*.tfrecord", "--num_examples=2")
+    result = run_script("inspect_pretraining_data.py", f"--data={directory}/*.tfrecord",
+                        "--num_examples=2")
     assert result.returncode == 0, result.stderr
+    assert result.stdout == inspect(f"--data={directory}/*.tfrecord",
+                                    "--num_examples=2").stdout
     lines = result.stdout.splitlines()
     assert lines[0] == (f"{directory}/metadata.json: {metadata['num_examples']} examples, "
-                        f"{metadata['num_tokens']} tokens, 1 shards, max_seq_length 64, "
+                        f"{metadata['num_tokens']} tokens, 1 shard, max_seq_length 64, "
                         "vocab 30522")
     inputs = [line for line in lines if line.startswith("  input:  ")]
     assert len(inputs) == 2
     assert all(line.split()[1] == "[CLS]" and line.split()[-1] == "[SEP]" for line in inputs)
     assert all("[MASK]" in line for line in inputs)
+    # Records without a metadata.json: the vocab must be named.
+    shutil.copy(glob.glob(f"{directory}/*.tfrecord")[0], tmp_path / "bare.tfrecord")
+    result = run_script("inspect_pretraining_data.py", f"--data={tmp_path}/bare.tfrecord",
+                        "--max_seq_length=64")
+    assert (result.returncode, result.stderr) == (
+        1, f"error: --data={tmp_path}/bare.tfrecord has no metadata.json naming its vocab; "
+        "pass --vocab_file (the vocab the data was built with)\n")
 
 
 def test_pre_masked_records_are_shown_masked_again_or_as_written(data, tmp_path):

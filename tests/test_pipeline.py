@@ -557,3 +557,13 @@ def test_a_data_folder_is_read_as_named_though_its_name_holds_a_wildcard(tmp_pat
         assert pipeline.list_files(f"{tmp_path}/{folder}") == [
             f"{tmp_path}/{folder}/pretrain_data-00000-of-00001.tfrecord"]
     assert len(pipeline.list_files(f"{tmp_path}/a?b")) == 2  # a glob is one still
+
+
+def test_a_glob_missing_the_compressed_shards_says_how_to_match_them(tmp_path):
+    """Shards built with --compression=gzip end .tfrecord.gz: the usual '*.tfrecord' glob
+    matches none of them, and the error says which glob does."""
+    (tmp_path / "pretrain_data-00000-of-00001.tfrecord.gz").write_bytes(b"")
+    with pytest.raises(UserInputError) as error:
+        pipeline.list_files(f"{tmp_path}/*.tfrecord", "--data")
+    assert str(error.value) == (f"--data {tmp_path}/*.tfrecord matches no file; its compressed "
+                                f"shards end .tfrecord.gz: pass '{tmp_path}/*.tfrecord*'")

@@ -98,6 +98,15 @@ def summary_tags(directory) -> dict:
 # ------------------------------------------------------------------------------ a run
 
 
+def test_an_mlm_runs_console_line_has_no_discriminator_loss(tmp_path, data):
+    """BERT's objective trains no discriminator: its line shows the generator's loss alone
+    (it showed 'discriminator 0.0000')."""
+    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'mlm'"])
+    loops = [line for line in lines if line.startswith("step ")]
+    assert result["step"] == 2 and len(loops) == 1
+    assert re.match(r"step 2/2 \| loss ([\d.]+) \(generator \1\) \| ", loops[0]), loops
+
+
 def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, data):
     result, lines = run(tmp_path, data, ["pretraining.device_name = 'NVIDIA H100 80GB HBM3'",
                                          "pretraining.eval_steps = 10"], eval_data=data)
@@ -146,7 +155,8 @@ def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, dat
     assert info["total_train_flops"] == pytest.approx(info["train_flops_per_example"] * 8 * 6)
     # The console: one line per loop with step, losses, throughput and ETA.
     loops = [line for line in lines if line.startswith("step ")]
-    assert len(loops) == 3 and loops[-1].startswith("step 6/6 | loss ")
+    assert len(loops) == 3 and re.match(
+        r"step 6/6 \| loss [\d.]+ \(generator [\d.]+, discriminator [\d.]+\) \| ", loops[-1])
     assert "examples/s | MFU" in loops[-1] and "ETA" in loops[-1]
     assert loops[0].endswith(" examples/s (first loop: tracing and compiling included)")
     # This run evaluates on its training data, which it says.
@@ -523,6 +533,12 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
                                              r"\.json\), this one has 16; .* rerun with "
                                              r"TRAIN_BATCH_SIZE=8, or start a new --model_dir"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "TRAIN_BATCH_SIZE = 16"])
+    # A run past this one's end (it finished doing nothing, and model_info.json then said
+    # NUM_TRAIN_STEPS=1 of weights trained 2 steps).
+    with pytest.raises(UserInputError, match=r"holds a run at step 2, past this one's "
+                                             r"NUM_TRAIN_STEPS=1; rerun with NUM_TRAIN_STEPS=2 "
+                                             r"\(more extends the run\), or start a new "):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 1"])
     # Another seed would change the data order, masks and samples mid-run.
     with pytest.raises(UserInputError, match=r"holds a run with --seed=0 \(model_info\.json\), "
                                              r"this one has --seed=1: .* rerun with --seed=0"):
@@ -1396,6 +1412,24 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
                                                  r"would change mid-run; rerun with "):
             run(tmp_path / "model", path, ["NUM_TRAIN_STEPS = 8"], vocab_file=UNCASED_VOCAB,
                 dry_run=True)
+
+
+def test_a_stop_right_after_a_restore_says_the_skip_was_not_saved():
+    """SIGTERM after a restore but before another step: no checkpoint can be written (the
+    one restored is at this step), and the line says so; it said 'saved a checkpoint'."""
+    from electra_tf.training.trainer import TrainState
+    lines, state = [], TrainState(3)
+    state.step.assign(4)
+    monitor = pretraining._Monitor(None, None, state, 8, None, "restore", 3, lines.append)
+    for unsaved, said in ((False, "preempted (SIGTERM): saved a checkpoint at step 4; rerun "
+                           "the same command to resume"),
+                          (True, "preempted (SIGTERM): kept the checkpoint at step 4, which "
+                           "does not hold the batch skipped since (the rerun meets it and "
+                           "restores again); rerun the same command to resume")):
+        monitor.skips_unsaved = unsaved
+        with pytest.raises(SystemExit) as exited:
+            monitor.preempted()
+        assert exited.value.code == pretraining.PREEMPTED_EXIT_CODE and lines.pop() == said
 
 
 def test_a_collapsed_discriminator_is_reported_once():

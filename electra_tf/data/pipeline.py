@@ -64,9 +64,11 @@ def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> l
         else:
             matched = [pattern] if tf.io.gfile.exists(pattern) else tf.io.gfile.glob(pattern)
         if not matched:
+            longer = pattern.endswith(".tfrecord") and tf.io.gfile.glob(pattern + ".*")
             raise UserInputError(
-                f"{data_flag or 'data'} {pattern} matches no file; check the path, or build "
-                "the data with scripts/build_pretraining_data.py")
+                f"{data_flag or 'data'} {pattern} matches no file; "
+                + (f"its compressed shards end .tfrecord.gz: pass '{pattern}*'" if longer else
+                   "check the path, or build the data with scripts/build_pretraining_data.py"))
         files.update(m for m in matched
                      if not m.endswith(".json") and ".tmp-" not in os.path.basename(m))
     for directory in sorted({os.path.dirname(f) for f in files}):
@@ -99,6 +101,23 @@ def _empty_shards(files) -> set[str]:
 
 def _compression_of(path: str) -> str:
     return "GZIP" if path.endswith(".gz") else ""
+
+
+def vocab_file_of(vocab_file: str | None, files: list[str], data: str,
+                  data_flag: str = "--train_data") -> str:
+    """`vocab_file`, or where it is None the vocab the data's metadata.json names; one that
+    is not there is refused in one line."""
+    if vocab_file is None:
+        metadata = read_metadata(files)
+        if metadata is None or not metadata.get("vocab_file"):
+            raise UserInputError(
+                f"{data_flag}={data} has no metadata.json naming its vocab; pass --vocab_file "
+                "(the vocab the data was built with)")
+        vocab_file = metadata["vocab_file"]
+    if not tf.io.gfile.exists(vocab_file):
+        raise UserInputError(f"vocab file {vocab_file} does not exist; pass --vocab_file with "
+                             "the vocab the data was built with")
+    return vocab_file
 
 
 def read_metadata(files: list[str]) -> dict | None:

@@ -202,7 +202,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
         latest_checkpoint(init_checkpoint)  # a model dir or a checkpoint prefix
     train_files = pipeline.list_files(train_data, "--train_data")
-    vocab_file = _vocab_file(vocab_file, train_files, train_data)
+    vocab_file = pipeline.vocab_file_of(vocab_file, train_files, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     eval_info, eval_files = None, []
     if eval_data:
@@ -485,6 +485,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                     (tf.io.gfile.rmtree if tf.io.gfile.isdir(partial)
                      else tf.io.gfile.remove)(partial)
                 raise
+            monitor.skips_unsaved = False
             if chief:
                 log(f"saved checkpoint to {path}.")
 
@@ -567,6 +568,9 @@ class _Monitor:
         self.start_step = int(state.step.numpy())  # where this run (or its last restore) began
         self.chance_since = None  # the step since which the discriminator's AUC is ~0.5
         self.clock = None  # (time, step) at the start of the first loop that did not trace
+        # A restore's skipped batch, until a checkpoint holds it (the one restored cannot
+        # be written again at its step: a kill during that write would corrupt it)
+        self.skips_unsaved = False
 
     def _writer(self, run: str):
         if run not in self.writers:
@@ -615,10 +619,11 @@ class _Monitor:
             mfu = values.get("throughput/mfu")
             speed += ((f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
                       + f" | ETA {_duration((self.num_train_steps - step) * per_step)}")
+        discriminator = (f", discriminator {values['loss/discriminator']:.4f}"
+                         if "discriminator/auc" in values else "")  # (not MLM's: always 0)
         self.log(
             f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
-            f"(generator {values['loss/generator']:.4f}, discriminator "
-            f"{values['loss/discriminator']:.4f}) | {speed}")
+            f"(generator {values['loss/generator']:.4f}{discriminator}) | {speed}")
         self._check_discriminator(values.get("discriminator/auc"), step, loop["steps"])
 
     def _check_discriminator(self, auc, step: int, loop_steps: int):
@@ -670,6 +675,7 @@ class _Monitor:
             _mark_start(summary_writer, restored_step + 1)
         skips = self.skipped + [-1] * (self.state.skip_steps.shape[0] - len(self.skipped))
         self.state.skip_steps.assign(tf.constant(skips, tf.int64))
+        self.skips_unsaved = True
         self.log(f"the loss was not finite at step {said}: restored step {restored_step} "
                  f"and will skip that batch ({len(self.skipped)}/{self.max_restores})")
 
@@ -682,8 +688,14 @@ class _Monitor:
         received = self.stop.signal if self.stop is not None else signal.SIGTERM
         why = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "preempted (SIGTERM)",
                None: "stopped with the other workers (one was sent a signal)"}[received]
-        self.log(f"{why}: saved a checkpoint at step {int(self.state.step.numpy())}; rerun "
-                 "the same command to resume")
+        step = int(self.state.step.numpy())
+        if self.skips_unsaved:  # stopped before a step since the restore: nothing to save
+            self.log(f"{why}: kept the checkpoint at step {step}, which does not hold the "
+                     "batch skipped since (the rerun meets it and restores again); rerun the "
+                     "same command to resume")
+        else:
+            self.log(f"{why}: saved a checkpoint at step {step}; rerun the same command to "
+                     "resume")
         sys.stdout.flush()
         sys.exit(INTERRUPTED_EXIT_CODE if received == signal.SIGINT else PREEMPTED_EXIT_CODE)
 
@@ -1061,6 +1073,13 @@ def _check_resume(model_dir, model_info):
             "model_info.json): resume it with the gin files and bindings it ran with (its "
             "operative_config.gin), or start a new --model_dir with "
             f"--init_checkpoint={model_dir}")
+    done = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
+    if done > model_info["num_train_steps"]:
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a run at step {done}, past this one's "
+            f"NUM_TRAIN_STEPS={model_info['num_train_steps']}; rerun with NUM_TRAIN_STEPS="
+            f"{earlier.get('num_train_steps', done)} (more extends the run), or start a new "
+            f"--model_dir with --init_checkpoint={model_dir}")
     if earlier.get("two_stage_steps", model_info.get("two_stage_steps")) != model_info.get(
             "two_stage_steps"):
         raise UserInputError(
@@ -1108,20 +1127,6 @@ def _shared_files_note(train_files, eval_files) -> str | None:
     return (f"note: {len(shared)} of --eval_data's {len(eval_files)} files ({shared[0]}"
             f"{', ...' if len(shared) > 1 else ''}) are --train_data files too: its "
             "evaluations are not of held-out data")
-
-
-def _vocab_file(vocab_file, train_files, train_data) -> str:
-    if vocab_file is None:
-        metadata = pipeline.read_metadata(train_files)
-        if metadata is None or not metadata.get("vocab_file"):
-            raise UserInputError(
-                f"--train_data={train_data} has no metadata.json naming its vocab; pass "
-                "--vocab_file (the vocab the data was built with)")
-        vocab_file = metadata["vocab_file"]
-    if not tf.io.gfile.exists(vocab_file):
-        raise UserInputError(f"vocab file {vocab_file} does not exist; pass --vocab_file with "
-                             "the vocab the data was built with")
-    return vocab_file
 
 
 def _model_info_of(checkpoint: str) -> dict:
