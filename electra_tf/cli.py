@@ -13,6 +13,7 @@ also shows XLA's first log lines, below).
 import gc
 import logging as python_logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -255,4 +256,24 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             # writers after each write); atexit handlers still run.
             gc.freeze()
 
-    app.run(guarded)
+    app.run(guarded, flags_parser=_parse_flags)
+
+
+_REQUIRED = re.compile(r"flag --(\w+)=None: Flag --\1 must have a value other than None\.?")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parsing, with a refusal as one `error:` line (exit code 1), as every other
+    refusal is: absl printed 'FATAL Flags parsing error: ...' and a second line."""
+    from absl import flags
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        message = " ".join(str(e).split())
+        required = _REQUIRED.findall(message)
+        if required and not _REQUIRED.sub("", message).strip():  # (absl lists each)
+            names = [f"--{name}" for name in required]
+            message = (f"{names[0]} is required; pass it" if len(names) == 1 else
+                       f"{', '.join(names[:-1])} and {names[-1]} are required; pass them")
+        print(f"error: {message} (--helpshort lists the flags)", file=sys.stderr)
+        sys.exit(1)

@@ -13,17 +13,26 @@ from conftest import DATA, ROOT, UNCASED_VOCAB
 from in_process import run_script
 
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.py")))
-# What each script says without any flag: absl's refusal naming its first required flag,
-# or (detect_replaced.py, whose flags are all optional) its own one-line error.
+# What each script says without any flag: one line naming its required flags (absl said
+# 'FATAL Flags parsing error: ...' of each, and a second line), or (detect_replaced.py, whose
+# flags are all optional) its own one-line error.
+_HELP = " (--helpshort lists the flags)"
 WITHOUT_FLAGS = {
-    "build_pretraining_data.py": "Flag --input must have a value other than None",
-    "convert_checkpoint.py": "Flag --source must have a value other than None",
-    "detect_replaced.py": "error: no sentence given; pass one or more after the flags",
-    "export_saved_model.py": "Flag --model_dir must have a value other than None",
-    "inspect_pretraining_data.py": "Flag --data must have a value other than None",
-    "learn_vocab.py": "Flag --input must have a value other than None",
-    "run_finetuning.py": "Flag --task must have a value other than None",
-    "run_pretraining.py": "Flag --gin_file must have a value other than None",
+    "build_pretraining_data.py": "error: --input, --vocab_file and --output_dir are required; "
+                                 "pass them" + _HELP,
+    "convert_checkpoint.py": "error: --source, --input and --output_dir are required; pass "
+                             "them" + _HELP,
+    "detect_replaced.py": "error: no sentence given; pass one or more after the flags, e.g. "
+                          "\"The quick red fox runs over the lazy dog\"",
+    "export_saved_model.py": "error: --model_dir and --export_dir are required; pass them"
+                             + _HELP,
+    "inspect_pretraining_data.py": "error: --data is required; pass it" + _HELP,
+    "learn_vocab.py": "error: --input, --output and --vocab_size are required; pass them"
+                      + _HELP,
+    "run_finetuning.py": "error: --task, --init_checkpoint and --model_dir are required; pass "
+                         "them" + _HELP,
+    "run_pretraining.py": "error: --gin_file, --model_dir and --train_data are required; pass "
+                          "them" + _HELP,
 }
 
 
@@ -63,7 +72,7 @@ def test_a_script_refuses_a_missing_flag_and_prints_help_without_tensorflow(scri
     code, said, _, modules = _imports(script)
     assert "absl.flags" in modules and "electra_tf.cli" in modules  # the probe sees imports
     assert code == 1
-    assert WITHOUT_FLAGS[script] in said, said
+    assert said == WITHOUT_FLAGS[script]
     assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
     code, said, out, modules = _imports(script, "--helpshort")
     assert out.startswith(ast.get_docstring(ast.parse(open(
@@ -82,7 +91,7 @@ def test_a_bad_choice_is_refused_with_the_choices_without_tensorflow(script, fla
     """The enum flags' choices come from electra_tf.choices, which imports nothing heavy."""
     code, said, _, modules = _imports(script, flag)
     assert code == 1
-    assert f"{flag}: value should be one of <{choices}>" in said, said
+    assert said == f"error: flag {flag}: value should be one of <{choices}>{_HELP}"
     assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
 
 
@@ -98,7 +107,7 @@ AFTER_TENSORFLOW = {
                                "--output_dir={out}"],
                               "error: --input={missing}/model.ckpt is not a TF1 checkpoint "
                               "prefix (no {missing}/model.ckpt.index); pass e.g. "
-                              "electra_base/model.ckpt-766000"),
+                              "electra_base/electra_base, the released zip's prefix"),
     "detect_replaced.py": (["--saved_model={missing}", "a sentence"],
                            "error: --saved_model={missing} holds no saved_model.pb; pass "
                            "EXPORT_DIR/MODEL_NAME/VERSION of an export"),

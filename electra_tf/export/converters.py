@@ -1,6 +1,6 @@
 """Checkpoints in and out: the official TF1 ELECTRA checkpoints, HuggingFace directories.
 
-    import_tf1("electra_base/model.ckpt-766000", "out/electra_base")   # both networks
+    import_tf1("electra_base/electra_base", "out/electra_base")   # both networks
     import_hf("google/electra-base-discriminator dir", "out/x", generator_dir=...)
     export_hf("out/my_run", "out/hf")  -> out/hf/discriminator, out/hf/generator
 
@@ -118,7 +118,8 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     TF1 checkpoint, in transformers' names and layouts (kernels transposed to [out, in])."""
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"--input={checkpoint} is not a TF1 checkpoint prefix (no "
-                             f"{checkpoint}.index); pass e.g. electra_base/model.ckpt-766000")
+                             f"{checkpoint}.index); pass e.g. electra_base/electra_base, "
+                             "the released zip's prefix")
     if not tf.io.gfile.glob(checkpoint + ".data-*"):
         raise UserInputError(f"{checkpoint} has an .index but no data file "
                              f"({os.path.basename(checkpoint)}.data-00000-of-00001 beside it); "
