@@ -123,6 +123,24 @@ def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
     assert str(info.value) == (f"input {tmp_path}/u16.txt is UTF-16 text (it starts with a "
                                "UTF-16 byte-order mark), not UTF-8; re-save it as UTF-8 (iconv "
                                "-f utf-16 -t utf-8)")
+    # A binary file (a folder is read whole: the build's own TFRecords left in it) or
+    # UTF-16 without a byte-order mark: NUL bytes, named so (it was the iconv hint).
+    import tensorflow as tf
+    with tf.io.TFRecordWriter(str(tmp_path / "data.tfrecord")) as writer:
+        for i in range(20):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[101, 2000 + i, 102] + [0] * 13))})).SerializeToString())
+    (tmp_path / "u16le.txt").write_bytes("A sentence.\n".encode("utf-16-le"))
+    for name in ("data.tfrecord", "u16le.txt"):
+        data = (tmp_path / name).read_bytes()
+        with pytest.raises(UserInputError) as info:
+            corpus.check_text(str(tmp_path / name))
+        assert str(info.value) == (
+            f"input {tmp_path / name} is not text: {data.count(0) * 100 // len(data)}% of its "
+            "first bytes are NULs (a binary file: TFRecords, an archive, an image; or UTF-16 "
+            "without a byte-order mark); take it out of --input (a folder is read whole, every "
+            "file in it but hidden ones)")
     (tmp_path / "mostly.txt").write_bytes(b"good line\nbad \xff line\nok\n")
     corpus.check_text(str(tmp_path / "mostly.txt"))
     # A first line longer than the sample, cut inside a character, is UTF-8 all the same.

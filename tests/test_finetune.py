@@ -968,6 +968,27 @@ def test_tagging_word_positions_hold_only_the_words_that_can_fit(uncased_tokeniz
     assert positions.tolist() == [list(range(1, 15)), [1, 2] + [-1] * 12]
 
 
+def test_tagging_notes_the_words_cut_off_as_untrained_or_predicted(tmp_path, init):
+    """Words beyond MAX_SEQ_LENGTH are noted per file: the training file's are not trained
+    on (the note said they were predicted, as it says of the dev file's)."""
+    from electra_tf.finetune import features, runner, tasks
+    sentences = austen_sentences(30)
+    data = tasks.load(tasks.get_task("tagging"), train_file=conll(tmp_path / "train.txt",
+                                                                  sentences[:20]),
+                      dev_file=conll(tmp_path / "dev.txt", sentences[20:]))
+    tokenizer, notes = init.tokenizer(), []
+    runner._TaggingTask(data, tokenizer, {"max_seq_length": 16, "tag_encoding": "file"},
+                        notes.append)
+    cut = [features.encode_tagging(tokenizer, s.examples, 16, data.labels)[2]
+           for s in (data.train, data.dev[0])]
+    assert min(cut) > 0
+    assert notes == [
+        f"{data.train.path}: {cut[0]} words do not fit in 16 tokens; they are not trained on "
+        "(raise MAX_SEQ_LENGTH to avoid it)",
+        f"{data.dev[0].path}: {cut[1]} words do not fit in 16 tokens; they are predicted 'O' "
+        "(raise MAX_SEQ_LENGTH to avoid it)"]
+
+
 def test_tagging_span_f1_on_written_predictions(tmp_path, init):
     from seqeval import metrics as seqeval
     sentences = austen_sentences(90)

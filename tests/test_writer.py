@@ -232,7 +232,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: --output_dir={tmp_path} holds data built with other settings (max_seq_length "
-        "differ); rerun with the same flags to resume, or use a new --output_dir"]
+        "differs); rerun with the same flags to resume, or use a new --output_dir"]
     # The same inputs by relative paths and the same vocab at another path are the same
     # build (they were 'other settings').
     vocab = tmp_path / "vocab.txt"

@@ -357,6 +357,12 @@ def check_encoding(path: str):
     if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise UserInputError(f"input {path} is UTF-16 text (it starts with a UTF-16 byte-order "
                              "mark), not UTF-8; re-save it as UTF-8 (iconv -f utf-16 -t utf-8)")
+    if sample.count(0) * 100 >= len(sample) > 0:  # text has none; TFRecords 15% of bytes
+        raise UserInputError(
+            f"input {path} is not text: {sample.count(0) * 100 // len(sample)}% of its first "
+            "bytes are NULs (a binary file: TFRecords, an archive, an image; or UTF-16 without "
+            "a byte-order mark); take it out of --input (a folder is read whole, every file "
+            "in it but hidden ones)")
     lines = sample.split(b"\n")
     cut = len(sample) == _ENCODING_SAMPLE_BYTES  # the last line may end mid-character
     lines = [line for line in lines if line.strip()][:_ENCODING_SAMPLE_LINES]

@@ -481,13 +481,15 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     if changed and not tf.io.gfile.exists(metadata_path):
         raise UserInputError(
             f"--output_dir={output_dir} holds an unfinished build with other settings "
-            f"({', '.join(changed)} differ: it stopped, e.g. at a bad input file); rerun it "
+            f"({', '.join(changed)} differ{'s' * (len(changed) == 1)}: it stopped, e.g. at a "
+            "bad input file); rerun it "
             "with the same flags (a file mended in place) to resume, or delete the folder "
             "(its complete shards and .build/) or use a new --output_dir to start afresh")
     if changed:
         raise UserInputError(
             f"--output_dir={output_dir} holds data built with other settings ({', '.join(changed)} "
-            "differ); rerun with the same flags to resume, or use a new --output_dir")
+            f"differ{'s' * (len(changed) == 1)}); rerun with the same flags to resume, or use a "
+            "new --output_dir")
     return tf.io.gfile.exists(os.path.join(output_dir, METADATA_FILE))
 
 
@@ -590,7 +592,8 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
     if num_workers is None:
         num_workers = min(os.cpu_count() or 1, -(-todo_bytes // BYTES_PER_WORKER))
     workers = max(1, min(num_workers, len(todo)))
-    log(f"building {len(todo)} shards from {len(config.inputs)} files "
+    log(f"building {len(todo)} shard{'s' * (len(todo) != 1)} from {len(config.inputs)} "
+        f"file{'s' * (len(config.inputs) != 1)} "
         f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")
     try:
         _run(todo, config, workers, progress)

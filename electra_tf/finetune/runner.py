@@ -326,9 +326,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if n_train == 0:
         raise UserInputError(f"{task_data.train.path} gave no training examples; check it")
     steps = max(1, math.ceil(n_train * epochs / train_batch_size))
-    span = f"{epochs:g} epochs"
+    span = f"{epochs:g} epoch{'s' * (epochs != 1)}"
     if max_train_steps and int(max_train_steps) < steps:
-        span = f"max_train_steps={int(max_train_steps)} of {epochs:g} epochs' {steps}"
+        span = f"max_train_steps={int(max_train_steps)} of {span}' {steps}"
         steps = int(max_train_steps)
     log(f"{task.name}: {len(task_data.train.examples)} training examples "
         f"({n_train} features of {max_seq_length} tokens), {steps} steps of "
@@ -1078,16 +1078,17 @@ class _TaggingTask:
         self.fallback = max(counts, key=counts.get)
         L = options["max_seq_length"]
 
-        def split(s, submission=None):
+        def split(s, submission=None, training=False):
             features, positions, cut = feats.encode_tagging(
                 tokenizer, [learnt(e) for e in s.examples], L, self.labels)
             if cut:
-                log(f"{s.path}: {cut} words do not fit in {L} tokens; they are predicted "
-                    f"'{self.fallback}' (raise MAX_SEQ_LENGTH to avoid it)")
+                log(f"{s.path}: {cut} words do not fit in {L} tokens; they are "
+                    + ("not trained on" if training else f"predicted '{self.fallback}'")
+                    + " (raise MAX_SEQ_LENGTH to avoid it)")
             return _Split(s.name, s.path, s.examples, features, submission,
                           {"positions": positions})
 
-        train = split(data.train)
+        train = split(data.train, training=True)
         self.train_features = train.features
         self.dev_splits = [split(s) for s in data.dev]
         self.test_splits = [split(s) for s in data.test]
