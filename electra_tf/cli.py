@@ -166,8 +166,73 @@ class Terminated(BaseException):
     first)."""
 
 
-def _terminate(number, frame):
-    raise Terminated
+TERMINATED_LINE = ("terminated (SIGTERM); what was complete is kept: rerun the same command "
+                   "to go on")
+TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
+
+
+class _SigtermWatch:
+    """SIGTERM as Terminated in the main thread, and, where that thread does not take it
+    within GRACE_SECONDS (it is inside one long TensorFlow call: an XLA compilation, a
+    collective waiting on a lost worker), the same line and exit code from a thread that
+    waits on the signal module's wakeup descriptor, to which CPython's C-level handler
+    writes each signal as it arrives. That exit skips the main thread's clean-up, which
+    leaves only what a kill -9 would: staging files a rerun removes."""
+
+    GRACE_SECONDS = 5.0
+
+    def __init__(self):
+        self.taken = threading.Event()
+        self._pipe = os.pipe()
+        for end in self._pipe:
+            os.set_blocking(end, False)
+        self._handler = signal.signal(signal.SIGTERM, self._raise)
+        self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="electra-sigterm",
+                                        daemon=True)
+        self._thread.start()
+
+    def _raise(self, number, frame):
+        self.taken.set()
+        raise Terminated
+
+    def _watch(self):
+        import select
+        poller = select.poll()
+        poller.register(self._pipe[0], select.POLLIN)
+        while True:
+            poller.poll()
+            try:
+                numbers = os.read(self._pipe[0], 256)
+            except BlockingIOError:
+                continue
+            if 0 in numbers:  # `close`: no signal has number 0
+                return
+            for number in numbers:  # another's (an asyncio loop's): passed on
+                if number != signal.SIGTERM and self._previous_fd not in (None, -1):
+                    try:
+                        os.write(self._previous_fd, bytes([number]))
+                    except OSError:
+                        pass
+            if signal.SIGTERM in numbers and not self.taken.wait(self.GRACE_SECONDS):
+                try:
+                    sys.stdout.flush()
+                except (OSError, ValueError):
+                    pass
+                try:
+                    os.write(2, (TERMINATED_LINE + "\n").encode())
+                except OSError:
+                    pass
+                os._exit(TERMINATED_EXIT_CODE)
+
+    def close(self):
+        signal.set_wakeup_fd(self._previous_fd)
+        signal.signal(signal.SIGTERM, self._handler)
+        os.write(self._pipe[1], b"\0")
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            for end in self._pipe:
+                os.close(end)
 
 
 def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None,
@@ -185,7 +250,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
     raises Terminated, printed as one line (exit 143) once what was being written is cleaned
     up; for a script whose main thread is back in Python often (the data builder waits on
     its workers; fine-tuning steps and predicts a batch at a time): a handler runs only
-    between TensorFlow calls, and a script stuck in one must still end on a plain `kill`.
+    between TensorFlow calls, so a main thread inside a long one is not waited for
+    (`_SigtermWatch`).
     """
     if xla_cache:
         from electra_tf.training import xla_scratch
@@ -195,7 +261,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         from absl import flags, logging
         sigterm = None
         if handles_sigterm and threading.current_thread() is threading.main_thread():
-            sigterm = signal.signal(signal.SIGTERM, _terminate)
+            sigterm = _SigtermWatch()
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
@@ -222,9 +288,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             print("interrupted (Ctrl-C)", file=sys.stderr)
             return 130
         except Terminated:  # `kill`, a scheduler's stop: the same, where it died silently
-            print("terminated (SIGTERM); what was complete is kept: rerun the same command "
-                  "to go on", file=sys.stderr)
-            return 143
+            print(TERMINATED_LINE, file=sys.stderr)
+            return TERMINATED_EXIT_CODE
         except BrokenPipeError:
             # Whoever read stdout closed it (`| head`): stop as the shell's tools do (killed
             # by SIGPIPE: 128 + 13), without a traceback, and send what is still buffered
@@ -248,7 +313,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             return 1
         finally:
             if sigterm is not None:
-                signal.signal(signal.SIGTERM, sigterm)
+                sigterm.close()
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under
             # load) only to free memory the process is giving back anyway. Every output is

@@ -43,7 +43,8 @@ def main(argv):
     metadata = pipeline.read_metadata(files)
     length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")
     if length is None:
-        raise UserInputError(f"{FLAGS.data} has no metadata.json; pass --max_seq_length")
+        raise UserInputError(f"{FLAGS.data} has no metadata.json; pass --max_seq_length"
+                             + ("" if FLAGS.vocab_file else " and --vocab_file"))
     vocab_file = pipeline.vocab_file_of(FLAGS.vocab_file, files, FLAGS.data, "--data")
     tokenizer = Tokenizer(vocab_file)
     info = pipeline.validate_data(files, length, vocab_file,

@@ -358,3 +358,42 @@ def test_a_model_dir_with_a_wildcard_is_refused(tmp_path):
     assert str(error.value) == (
         f"{tmp_path}/run[1] has '[' in its path, which TensorFlow reads as a wildcard where it "
         "looks for checkpoint files; rename it, or pass a symlink to it, without * ? [")
+
+
+_HELD = """
+import hashlib, sys, time
+sys.path.insert(0, {root!r})
+from electra_tf import cli
+def main(argv):
+    try:
+        print("ready", flush=True)
+        if argv[1:] == ["held"]:  # one C call that keeps the main thread (as an XLA compile)
+            hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
+        else:
+            time.sleep(60)
+    finally:
+        print("cleaned up", flush=True)
+    return 0
+cli.run(main, handles_sigterm=True)
+"""
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_sigterm_ends_a_script_even_inside_one_long_call(held):
+    """A script that handles SIGTERM (the builder, fine-tuning) ends with its one line and
+    exit code 143: cleaning up, where its main thread is back in Python; or, where that
+    thread is inside one long call, from the watcher thread once the grace period is over
+    (it waited for the call to return, minutes for an XLA compilation)."""
+    import signal
+    import time
+
+    from electra_tf import cli
+    process = subprocess.Popen([sys.executable, "-c", _HELD.format(root=ROOT)]
+                               + (["held"] if held else []),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
+    time.sleep(1)  # inside the call
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert (process.returncode, err) == (143, cli.TERMINATED_LINE + "\n")
+    assert out == ("" if held else "cleaned up\n")

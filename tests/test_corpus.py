@@ -123,24 +123,40 @@ def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
     assert str(info.value) == (f"input {tmp_path}/u16.txt is UTF-16 text (it starts with a "
                                "UTF-16 byte-order mark), not UTF-8; re-save it as UTF-8 (iconv "
                                "-f utf-16 -t utf-8)")
-    # A binary file (a folder is read whole: the build's own TFRecords left in it) or
-    # UTF-16 without a byte-order mark: NUL bytes, named so (it was the iconv hint).
+    # A binary file (a folder is read whole: TFRecords, archives, images left in it) or
+    # UTF-16 without a byte-order mark: refused as not text (the iconv hint for another
+    # encoding was wrong; a TFRecord of text strings, 0.5% NULs, was read as text).
+    import bz2
+    import io
+    import zipfile
+
     import tensorflow as tf
-    with tf.io.TFRecordWriter(str(tmp_path / "data.tfrecord")) as writer:
-        for i in range(20):
+    with tf.io.TFRecordWriter(str(tmp_path / "text.tfrecord")) as writer:
+        for line in reviews:
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(
-                    value=[101, 2000 + i, 102] + [0] * 13))})).SerializeToString())
+                "text": tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[line.encode()]))})).SerializeToString())
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.txt", "\n".join(reviews))
+    (tmp_path / "corpus.zip").write_bytes(archive.getvalue())
+    (tmp_path / "corpus.tgz").write_bytes(gzip.compress(b"A sentence.\n"))  # not named .gz
+    (tmp_path / "corpus.bz").write_bytes(bz2.compress(b"A sentence.\n"))
     (tmp_path / "u16le.txt").write_bytes("A sentence.\n".encode("utf-16-le"))
-    for name in ("data.tfrecord", "u16le.txt"):
-        data = (tmp_path / name).read_bytes()
+    (tmp_path / "stray.txt").write_bytes(b"A sentence.\x00\nAnother.\n")
+    nul = ("a NUL byte at byte {}: binary data such as TFRecords, or UTF-16 text without a "
+           "byte-order mark; a text file's NULs go with tr -d '\\000'")
+    first_nul = lambda name: (tmp_path / name).read_bytes().index(0)  # noqa: E731
+    for name, kind in (("text.tfrecord", nul.format(first_nul("text.tfrecord"))),
+                       ("corpus.zip", "a zip archive"),
+                       ("corpus.tgz", "gzip data: name it .gz"),
+                       ("corpus.bz", "bzip2 data: name it .bz2"), ("u16le.txt", nul.format(1)),
+                       ("stray.txt", nul.format(11))):
         with pytest.raises(UserInputError) as info:
             corpus.check_text(str(tmp_path / name))
-        assert str(info.value) == (
-            f"input {tmp_path / name} is not text: {data.count(0) * 100 // len(data)}% of its "
-            "first bytes are NULs (a binary file: TFRecords, an archive, an image; or UTF-16 "
-            "without a byte-order mark); take it out of --input (a folder is read whole, every "
-            "file in it but hidden ones)")
+        assert str(info.value) == (f"input {tmp_path / name} is not text ({kind}); take it out "
+                                   "of --input (a folder is read whole, every file in it but "
+                                   "hidden ones)")
     (tmp_path / "mostly.txt").write_bytes(b"good line\nbad \xff line\nok\n")
     corpus.check_text(str(tmp_path / "mostly.txt"))
     # A first line longer than the sample, cut inside a character, is UTF-8 all the same.

@@ -721,7 +721,7 @@ def test_glue_formats_and_submission_files(tmp_path, init):
     assert results["metric"] == "mcc"
     # The cap shows as the cap, not as the epochs it cuts short.
     assert re.search(r"24 training examples \(24 features of 48 tokens\), 2 steps of 8 "
-                     r"\(max_train_steps=2 of [\d.]+ epochs' \d+\)", "\n".join(lines))
+                     r"\(max_train_steps=2 of the \d+ of [\d.]+ epochs\)", "\n".join(lines))
     predicted = [r[1] for r in read_tsv(tmp_path / "cola" / "trial_0" / "dev_predictions.tsv")[1:]]
     gold = [int(label(r)) for r in rows[24:40]]
     cola_mcc = results["median"]["mcc"]

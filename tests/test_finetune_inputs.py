@@ -238,9 +238,9 @@ def test_ids_naming_several_examples_are_noted(tmp_path):
     tasks.load(tasks.get_task("classification"), train_file=str(train), dev_file=str(dev),
                test_file=str(test), log=notes.append)
     assert notes == [
-        f"note: {dev}: 2 id(s) name more than one example ('x' 3 times); its predictions "
-        "are written a row per example, in the file's order",
-        f"note: {test}: 1 id(s) name more than one example ('3' 2 times); its predictions "
+        f"note: {dev}: 2 ids name more than one example ('x' 3 times); its predictions are "
+        "written a row per example, in the file's order",
+        f"note: {test}: an id names more than one example ('3' 2 times); its predictions "
         "are written a row per example, in the file's order"]
 
 

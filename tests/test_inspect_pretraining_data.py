@@ -48,8 +48,12 @@ def test_shows_masked_examples(data, tmp_path):
     assert len(inputs) == 2
     assert all(line.split()[1] == "[CLS]" and line.split()[-1] == "[SEP]" for line in inputs)
     assert all("[MASK]" in line for line in inputs)
-    # Records without a metadata.json: the vocab must be named.
     shutil.copy(glob.glob(f"{directory}/*.tfrecord")[0], tmp_path / "bare.tfrecord")
+    # Records without a metadata.json: the length and vocab must be named (both said).
+    result = run_script("inspect_pretraining_data.py", f"--data={tmp_path}/bare.tfrecord")
+    assert (result.returncode, result.stderr) == (
+        1, f"error: {tmp_path}/bare.tfrecord has no metadata.json; pass --max_seq_length and "
+        "--vocab_file\n")
     result = run_script("inspect_pretraining_data.py", f"--data={tmp_path}/bare.tfrecord",
                         "--max_seq_length=64")
     assert (result.returncode, result.stderr) == (

@@ -100,11 +100,15 @@ def summary_tags(directory) -> dict:
 
 def test_an_mlm_runs_console_line_has_no_discriminator_loss(tmp_path, data):
     """BERT's objective trains no discriminator: its line shows the generator's loss alone
-    (it showed 'discriminator 0.0000')."""
-    result, lines = run(tmp_path, data, ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'mlm'"])
-    loops = [line for line in lines if line.startswith("step ")]
-    assert result["step"] == 2 and len(loops) == 1
-    assert re.match(r"step 2/2 \| loss ([\d.]+) \(generator \1\) \| ", loops[0]), loops
+    (it showed 'discriminator 0.0000'); Replace MLM's discriminator loss, that of the network
+    it trains, with no AUC, is shown."""
+    for objective, shown in (("mlm", r"\(generator \1\)"),
+                             ("replace_mlm", r"\(generator [\d.]+, discriminator [\d.]+\)")):
+        result, lines = run(tmp_path / objective, data,
+                            ["NUM_TRAIN_STEPS = 2", f"OBJECTIVE = '{objective}'"])
+        loops = [line for line in lines if line.startswith("step ")]
+        assert result["step"] == 2 and len(loops) == 1
+        assert re.match(r"step 2/2 \| loss ([\d.]+) " + shown + r" \| ", loops[0]), loops
 
 
 def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, data):

@@ -343,11 +343,36 @@ _ENCODING_SAMPLE_BYTES = 1 << 18
 _ENCODING_SAMPLE_LINES = 1000
 
 
+# Binary files by their first bytes (what a folder of text may also hold).
+_MAGIC = ((b"PK\x03\x04", "a zip archive"), (b"\x1f\x8b", "gzip data: name it .gz"),
+          (b"\xfd7zXZ\x00", "xz data: name it .xz"),
+          (b"%PDF-", "a PDF"), (b"\x89PNG\r\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+          (b"GIF8", "a GIF image"), (b"\x7fELF", "a program"))
+_NUL_WINDOW = 8000  # git's rule: a NUL among the first 8,000 bytes makes a file binary
+
+
+def _binary_kind(sample: bytes) -> str | None:
+    """What a file whose first bytes are `sample` (decompressed) is, if it is not text: a
+    known binary format, or any file with a NUL byte near its start (TFRecords, UTF-16 text
+    without a byte-order mark)."""
+    for magic, kind in _MAGIC:
+        if sample.startswith(magic):
+            return kind
+    if re.match(rb"BZh[1-9]1AY&SY", sample):
+        return "bzip2 data: name it .bz2"
+    nul = sample.find(0, 0, _NUL_WINDOW)
+    if nul >= 0:
+        return (f"a NUL byte at byte {nul}: binary data such as TFRecords, or UTF-16 text "
+                "without a byte-order mark; a text file's NULs go with tr -d '\\000'")
+    return None
+
+
 def check_encoding(path: str):
-    """Raises UserInputError if at least half of the first non-blank lines of `path` (up to
-    1,000, in its first 256 KB, decompressed) are not UTF-8: a file in another encoding
-    (GBK, Latin-1, UTF-16), which reading would turn into replacement characters and
-    [UNK]s line after line. A few bad lines are kept, replaced, and counted in a note."""
+    """Raises UserInputError if `path` is not UTF-8 text: a binary file (`_binary_kind`),
+    or one where at least half of the first non-blank lines (up to 1,000, in its first
+    256 KB, decompressed) are not UTF-8, a file in another encoding (GBK, Latin-1, UTF-16),
+    which reading would turn into replacement characters and [UNK]s line after line. A few
+    bad lines are kept, replaced, and counted in a note."""
     compression = _compression(path)
     with _open_raw(path) as raw:
         try:
@@ -357,12 +382,11 @@ def check_encoding(path: str):
     if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise UserInputError(f"input {path} is UTF-16 text (it starts with a UTF-16 byte-order "
                              "mark), not UTF-8; re-save it as UTF-8 (iconv -f utf-16 -t utf-8)")
-    if sample.count(0) * 100 >= len(sample) > 0:  # text has none; TFRecords 15% of bytes
+    binary = _binary_kind(sample)
+    if binary:
         raise UserInputError(
-            f"input {path} is not text: {sample.count(0) * 100 // len(sample)}% of its first "
-            "bytes are NULs (a binary file: TFRecords, an archive, an image; or UTF-16 without "
-            "a byte-order mark); take it out of --input (a folder is read whole, every file "
-            "in it but hidden ones)")
+            f"input {path} is not text ({binary}); take it out of --input (a folder is read "
+            "whole, every file in it but hidden ones)")
     lines = sample.split(b"\n")
     cut = len(sample) == _ENCODING_SAMPLE_BYTES  # the last line may end mid-character
     lines = [line for line in lines if line.strip()][:_ENCODING_SAMPLE_LINES]

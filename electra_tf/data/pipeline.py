@@ -64,7 +64,7 @@ def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> l
         else:
             matched = [pattern] if tf.io.gfile.exists(pattern) else tf.io.gfile.glob(pattern)
         if not matched:
-            longer = pattern.endswith(".tfrecord") and tf.io.gfile.glob(pattern + ".*")
+            longer = pattern.endswith(".tfrecord") and tf.io.gfile.glob(pattern + ".gz")
             raise UserInputError(
                 f"{data_flag or 'data'} {pattern} matches no file; "
                 + (f"its compressed shards end .tfrecord.gz: pass '{pattern}*'" if longer else

@@ -328,7 +328,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     steps = max(1, math.ceil(n_train * epochs / train_batch_size))
     span = f"{epochs:g} epoch{'s' * (epochs != 1)}"
     if max_train_steps and int(max_train_steps) < steps:
-        span = f"max_train_steps={int(max_train_steps)} of {span}' {steps}"
+        span = f"max_train_steps={int(max_train_steps)} of the {steps} of {span}"
         steps = int(max_train_steps)
     log(f"{task.name}: {len(task_data.train.examples)} training examples "
         f"({n_train} features of {max_seq_length} tokens), {steps} steps of "

@@ -232,8 +232,9 @@ def _note_repeated_ids(path: str, examples, log):
     repeated = [(guid, n) for guid, n in counts.items() if n > 1]
     if repeated:
         guid, n = repeated[0]
-        log(f"note: {path}: {len(repeated)} id(s) name more than one example ({guid!r} "
-            f"{n} times); its predictions are written a row per example, in the file's order")
+        ids = f"{len(repeated)} ids name" if len(repeated) > 1 else "an id names"
+        log(f"note: {path}: {ids} more than one example ({guid!r} {n} times); its "
+            "predictions are written a row per example, in the file's order")
 
 
 def _where(path: str, index: int, example: readers.Example) -> str:

@@ -414,6 +414,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     # -- the loop
     monitor = _Monitor(checkpoint, manager, state, num_train_steps,
                        model_dir if chief else None, on_nonfinite, max_restores, log)
+    monitor.discriminator_loss = model.objective != "mlm"  # (BERT's: always 0)
     evaluator = None
     if eval_data:
         eval_dataset, _ = pipeline.worker_dataset(strategy, train_batch_size, eval_data,
@@ -571,6 +572,7 @@ class _Monitor:
         # A restore's skipped batch, until a checkpoint holds it (the one restored cannot
         # be written again at its step: a kill during that write would corrupt it)
         self.skips_unsaved = False
+        self.discriminator_loss = True  # the console line shows it (not for MLM)
 
     def _writer(self, run: str):
         if run not in self.writers:
@@ -620,7 +622,7 @@ class _Monitor:
             speed += ((f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
                       + f" | ETA {_duration((self.num_train_steps - step) * per_step)}")
         discriminator = (f", discriminator {values['loss/discriminator']:.4f}"
-                         if "discriminator/auc" in values else "")  # (not MLM's: always 0)
+                         if self.discriminator_loss else "")
         self.log(
             f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
             f"(generator {values['loss/generator']:.4f}{discriminator}) | {speed}")
