@@ -20,6 +20,10 @@ flags.DEFINE_float("threshold", 0.5, "Replaced probability above which a token i
 flags.DEFINE_string("vocab_file", None, "With --model_dir: the vocab the model was trained "
                     "with, if not where its model_info.json says.")
 
+# (said where an export is not a discriminator: an MLM model's generator export is no way on)
+_HAS_HEAD = ("of a model pre-trained with objective electra, electra_15 or electric (the "
+             "others train no replaced-token head)")
+
 
 def main(argv):
     sentences = argv[1:]
@@ -59,7 +63,8 @@ def main(argv):
         serve = signatures.get("serving_default")
         if serve is None or set(serve.structured_input_signature[1]) != {"text"}:
             raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "
-                                 "export one with export_saved_model.py --kind=discriminator")
+                                 "export one with export_saved_model.py --kind=discriminator "
+                                 f"{_HAS_HEAD}")
     else:
         from electra_tf.export.saved_model import ServingModule, check_imported
         from electra_tf.training.checkpoints import load_pretrainer
@@ -76,7 +81,8 @@ def main(argv):
     out = serve(text=tf.constant(sentences))
     if "replaced_probability" not in out:
         raise UserInputError(f"--saved_model={FLAGS.saved_model} is not a discriminator; "
-                             "export one with export_saved_model.py --kind=discriminator")
+                             "export one with export_saved_model.py --kind=discriminator "
+                             f"{_HAS_HEAD}")
     # An export made before signatures said which texts were cut: a sentence as long as
     # the most tokens the model takes (the length of a text longer than any model's, asked
     # for only then) may have been.

@@ -3,6 +3,7 @@ transformers gets from the same file with its own TF1 loader; HuggingFace direct
 trip both networks; a real BERT (MiniLM) imported into the encoder gives transformers'
 hidden states; bad sources fail with one clear line."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -720,6 +721,15 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
         "export_saved_model.py --kind=discriminator serves that probability",
         f"wrote {tmp_path}/hf/discriminator"]
     assert sorted(os.listdir(tmp_path / "hf")) == ["discriminator"]
+    # Imported back it was plain ELECTRA, serving sigmoid(energy) as probabilities: refused.
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(str(tmp_path / "hf" / "discriminator"), str(tmp_path / "back"))
+    assert str(error.value) == (
+        f"--input={tmp_path}/hf/discriminator is an Electric model (its config.json's "
+        "electra_tf_electric_energy_head): its head is an energy over a two-tower cloze model "
+        "HuggingFace has no class for, and would be read as ELECTRA's replaced-token logits; "
+        "convert ELECTRA models only (the Electric model dir itself exports and fine-tunes)")
+    assert not os.path.exists(tmp_path / "back")
     lines = []
     written = converters.export_hf(str(tmp_path / "uniform"), str(tmp_path / "hf2"),
                                    log=lines.append)
@@ -750,6 +760,27 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
         assert back.generator is not back.discriminator
         assert back.generator.config.hidden_size == 64
         assert result["not_imported"] == ([] if name == "all" else ["discriminator_predictions"])
+    # Of another shape (an FFN 2 x hidden), no generator is derived from it: the note says
+    # so, and the import refuses the pair naming the shape it would derive (the note said
+    # they came back as two).
+    config = dataclasses.replace(config, intermediate_size=128)
+    converters.write_model_dir(ElectraPretrainer(config, None, objective="mlm"),
+                               str(tmp_path / "odd"), vocab, True, 64, source="test")
+    lines = []
+    converters.export_hf(str(tmp_path / "odd"), str(tmp_path / "hf_odd"), log=lines.append)
+    assert lines[-1] == (
+        "note: objective mlm (BERT) trains one network: generator/ and discriminator/ hold "
+        "copies of its encoder; they cannot be imported back as a generator and a "
+        "discriminator: its shape is not one this project derives a generator of (an FFN 4x "
+        "the hidden size, heads of 64); import discriminator/ alone")
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(str(tmp_path / "hf_odd" / "discriminator"),
+                             str(tmp_path / "back_odd"), str(tmp_path / "hf_odd" / "generator"))
+    assert str(error.value) == (
+        "the generator's shape (hidden 64, FFN 128, 1 head) is not the official derivation "
+        "from the discriminator's (at its hidden size, an FFN 256 and 1 head); this project "
+        "builds generators that way only: import the discriminator alone")
+    converters.import_hf(str(tmp_path / "hf_odd" / "discriminator"), str(tmp_path / "back_odd"))
 
 
 def test_hf_import_errors_name_the_tensor(tmp_path):

@@ -308,6 +308,21 @@ def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen
                                              "--kind=generator or encoder$"):
         saved_model.export(str(tmp_path / "mlm"), str(tmp_path / "serving"), "x")
     assert not os.path.exists(tmp_path / "serving")
+    # A generator export asked of a model without one says why (it named the objective,
+    # 'electra', as if that were the reason).
+    from electra_tf.modeling.config import EncoderConfig, generator_config
+    from electra_tf.modeling.pretrainer import ElectraPretrainer
+    config = EncoderConfig(vocab_size=120, hidden_size=32, num_layers=1, num_heads=1,
+                           intermediate_size=64, max_position_embeddings=64)
+    for model, why in ((ElectraPretrainer(config, uniform_generator=True),
+                        "it sampled its replacements uniformly"),
+                       (ElectraPretrainer(config, generator_config(config, 0.5),
+                                          objective="electric"),
+                        "Electric's generator is a two-tower cloze model")):
+        with pytest.raises(UserInputError) as error:
+            saved_model.ServingModule(model, "generator", UNCASED_VOCAB, 64)
+        assert str(error.value) == (f"this model has no masked-LM generator to export ({why}); "
+                                    "use --kind=discriminator or encoder")
 
 
 def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
@@ -484,7 +499,7 @@ def _finetune(task, out, models, bindings=(), num_trials=1, seed=0, **files):
 
     from electra_tf import gin_files
     from electra_tf.finetune import runner, tasks
-    from electra_tf.modeling.config import EncoderConfig
+    from electra_tf.modeling.config import EncoderConfig, generator_config
     config = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=1, num_heads=1,
                            intermediate_size=64, embedding_size=32, max_position_embeddings=128,
                            initializer_range=0.2)
@@ -858,7 +873,8 @@ def test_the_detector_refuses_a_task_export_in_one_line(task_exports):
     path = task_exports["paths"]["pair"]
     assert _script_error("detect_replaced.py", f"--saved_model={path}", "a sentence") == [
         f"error: --saved_model={path} is not a discriminator; export one with "
-        "export_saved_model.py --kind=discriminator"]
+        "export_saved_model.py --kind=discriminator of a model pre-trained with objective "
+        "electra, electra_15 or electric (the others train no replaced-token head)"]
 
 
 def test_task_qa_question_context_answer_and_answerability(task_exports):

@@ -903,6 +903,19 @@ def _assert_close(a, b):
         np.testing.assert_allclose(a[name], b[name], rtol=2e-5, atol=2e-7, err_msg=name)
 
 
+def test_mirrored_on_a_single_device_says_it_has_one_replica():
+    """A process with one device (no GPU: the CPU) under --strategy=mirrored: the run says
+    it has one replica (it ran as the default strategy without a word)."""
+    said = subprocess.run(
+        [sys.executable, "-c", "from electra_tf.training import strategies; "
+         "print(strategies.create_strategy('mirrored', log=print).num_replicas_in_sync)"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert said.stdout.splitlines() == [
+        "note: --strategy=mirrored found one device (/device:CPU:0): the run has one "
+        "replica", "1"], said.stderr[-2000:]
+
+
 @ONE_BIG_BATCH
 def test_mirrored_two_replicas_equal_one_replica_with_the_global_batch(tmp_path, data,
                                                                        plain_run):

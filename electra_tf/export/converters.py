@@ -420,6 +420,13 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
             f"--input={discriminator_dir} is a generator (ElectraForMaskedLM: it has "
             "generator_predictions and no discriminator_predictions); pass it as "
             "--generator_input and the discriminator as --input")
+    if disc_hf.get(huggingface.ELECTRIC_MARK):
+        raise UserInputError(
+            f"--input={discriminator_dir} is an Electric model (its config.json's "
+            f"{huggingface.ELECTRIC_MARK}): its head is an energy over a two-tower cloze "
+            "model HuggingFace has no class for, and would be read as ELECTRA's replaced-token "
+            "logits; convert ELECTRA models only (the Electric model dir itself exports and "
+            "fine-tunes)")
     disc_state, skipped = _as_electra(disc_hf, disc_state)
     disc_config = huggingface.config_from_hf(
         disc_hf, os.path.join(discriminator_dir, "config.json"))
@@ -590,9 +597,13 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
                 continue
             directory = os.path.join(output_dir, name)
             temporary = staged.enter_context(atomic.staged_dir(directory))
+            # Electric's head is an energy: marked, so that an import refuses it (read as
+            # ELECTRA's, its energies would be served as probabilities).
+            marks = ({huggingface.ELECTRIC_MARK: True}
+                     if model.objective == "electric" and name == "discriminator" else {})
             with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
-                json.dump(huggingface.hf_config(config, architecture, pad_token_id=pad_id),
-                          f, indent=2)
+                json.dump(huggingface.hf_config(config, architecture, pad_token_id=pad_id,
+                                                **marks), f, indent=2)
             _save_safetensors(state, os.path.join(temporary, "model.safetensors"),
                               like=os.path.join(temporary, "config.json"))
             tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
@@ -655,11 +666,17 @@ def _hf_notes(model: ElectraPretrainer) -> list[str]:
                      "ElectraFor* fine-tuning class)")
     if model.generator is not None and model.generator is model.discriminator:
         one = ("objective mlm (BERT)" if model.objective == "mlm" else "sharing 'all'")
+        d = model.discriminator_config
+        official = _shape(generator_config(d, 1.0, 1.0)) == _shape(d)
         notes.append(f"{one} trains one network: generator/ and discriminator/ hold copies "
-                     "of its encoder; imported back with --generator_input they are two "
-                     "networks of full size (sharing 'embeddings'"
-                     + (", objective 'electra'" if model.objective == "mlm" else "")
-                     + "), not this one")
+                     "of its encoder; "
+                     + ("imported back with --generator_input they are two networks of full "
+                        "size (sharing 'embeddings'"
+                        + (", objective 'electra'" if model.objective == "mlm" else "")
+                        + "), not this one" if official else
+                        "they cannot be imported back as a generator and a discriminator: "
+                        "its shape is not one this project derives a generator of (an FFN 4x "
+                        "the hidden size, heads of 64); import discriminator/ alone"))
     return notes
 
 
@@ -692,10 +709,13 @@ def gin_bindings(model: ElectraPretrainer) -> str:
         layers = g.num_layers / d.num_layers
         derived = generator_config(d, fraction, layers)
         if model.sharing != "all" and _shape(derived) != _shape(g):
+            heads = lambda n: f"{n} head{'s' * (n != 1)}"  # noqa: E731
             raise UserInputError(
                 f"the generator's shape (hidden {g.hidden_size}, FFN {g.intermediate_size}, "
-                f"{g.num_heads} heads) is not the official derivation from the "
-                f"discriminator's; this project builds generators that way only")
+                f"{heads(g.num_heads)}) is not the official derivation from the "
+                f"discriminator's (at its hidden size, an FFN {derived.intermediate_size} and "
+                f"{heads(derived.num_heads)}); this project builds generators that way only: "
+                "import the discriminator alone")
         # sharing 'all' (fraction 1): the generator is the discriminator, whatever its shape
         lines += [f"pretrainer.generator_hidden_fraction = {fraction!r}",
                   f"pretrainer.generator_layers_fraction = {layers!r}"]

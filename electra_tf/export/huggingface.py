@@ -120,6 +120,10 @@ def hf_config(config: EncoderConfig, architecture: str | None = None, **override
     return {**values, **overrides}
 
 
+# config.json's mark of an Electric discriminator (written by export_hf; transformers keeps
+# unknown keys as attributes).
+ELECTRIC_MARK = "electra_tf_electric_energy_head"
+
 # config.json keys that have no default: the shape is unknown without them.
 REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                    "intermediate_size")

@@ -225,8 +225,10 @@ class ServingModule(_TextModule):
             raise UserInputError(f"--top_k={top_k} must be between 1 and the vocab's "
                                  f"{vocab_size} tokens")
         if kind == "generator" and model.generator is None:
-            raise UserInputError("this model has no masked-LM generator to export (objective "
-                                 f"{model.objective}); use --kind=discriminator or encoder")
+            why = ("Electric's generator is a two-tower cloze model" if
+                   model.objective == "electric" else "it sampled its replacements uniformly")
+            raise UserInputError(f"this model has no masked-LM generator to export ({why}); "
+                                 "use --kind=discriminator or encoder")
         if kind == "discriminator" and model.discriminator_predictions is None:
             others = "generator or encoder" if model.generator is not None else "encoder"
             raise UserInputError(f"objective {model.objective} trains no replaced-token head; "

@@ -50,6 +50,9 @@ def _create(name: str, tpu: str | None, log) -> tf.distribute.Strategy:
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        if len(devices) == 1:  # (it ran as the default strategy without a word)
+            log(f"note: --strategy=mirrored found one device ({devices[0]}): the run has one "
+                "replica")
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker_mirrored":
         if "TF_CONFIG" not in os.environ:
