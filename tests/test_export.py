@@ -499,7 +499,7 @@ def _finetune(task, out, models, bindings=(), num_trials=1, seed=0, **files):
 
     from electra_tf import gin_files
     from electra_tf.finetune import runner, tasks
-    from electra_tf.modeling.config import EncoderConfig, generator_config
+    from electra_tf.modeling.config import EncoderConfig
     config = EncoderConfig(vocab_size=30522, hidden_size=32, num_layers=1, num_heads=1,
                            intermediate_size=64, embedding_size=32, max_position_embeddings=128,
                            initializer_range=0.2)
