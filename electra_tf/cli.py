@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import threading
+import time
 
 _QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
 if _QUIET:
@@ -172,27 +173,42 @@ TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
 
 
 class _SigtermWatch:
-    """SIGTERM as Terminated in the main thread, and, where that thread does not take it
-    within GRACE_SECONDS (it is inside one long TensorFlow call: an XLA compilation, a
-    collective waiting on a lost worker), the same line and exit code from a thread that
-    waits on the signal module's wakeup descriptor, to which CPython's C-level handler
-    writes each signal as it arrives. That exit skips the main thread's clean-up, which
-    leaves only what a kill -9 would: staging files a rerun removes."""
+    """SIGTERM as Terminated in the main thread (once: a second one during the clean-up is
+    left to the thread), and, where that thread does not take it within GRACE_SECONDS (it
+    is inside one long TensorFlow call, an XLA compilation say), the same line and exit
+    code from a thread that waits on the signal module's wakeup descriptor, to which
+    CPython's C-level handler writes each signal as it arrives. That exit skips the main
+    thread's clean-up, which leaves only what a kill -9 would: staging files a rerun
+    removes. `start` and `close` are where the handler is put in and taken out; while it
+    closes, a SIGTERM raises nothing."""
 
     GRACE_SECONDS = 5.0
 
     def __init__(self):
         self.taken = threading.Event()
+        self._closing = False
+        self._pipe = self._thread = self._handler = self._previous_fd = None
+
+    def start(self):
         self._pipe = os.pipe()
         for end in self._pipe:
             os.set_blocking(end, False)
-        self._handler = signal.signal(signal.SIGTERM, self._raise)
-        self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="electra-sigterm",
                                         daemon=True)
         self._thread.start()
+        self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        self._handler = signal.signal(signal.SIGTERM, self._raise)
+
+    def reclaim(self):
+        """Puts the handler back where TensorFlow took SIGTERM for itself (a
+        MultiWorkerMirroredStrategy's preemption watcher does, once it is made)."""
+        if self._handler is not None and not self._closing:
+            signal.signal(signal.SIGTERM, self._raise)
+            signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
 
     def _raise(self, number, frame):
+        if self._closing or self.taken.is_set():
+            return
         self.taken.set()
         raise Terminated
 
@@ -200,6 +216,7 @@ class _SigtermWatch:
         import select
         poller = select.poll()
         poller.register(self._pipe[0], select.POLLIN)
+        seen = 0  # SIGTERMs
         while True:
             poller.poll()
             try:
@@ -214,25 +231,53 @@ class _SigtermWatch:
                         os.write(self._previous_fd, bytes([number]))
                     except OSError:
                         pass
-            if signal.SIGTERM in numbers and not self.taken.wait(self.GRACE_SECONDS):
-                try:
-                    sys.stdout.flush()
-                except (OSError, ValueError):
-                    pass
-                try:
-                    os.write(2, (TERMINATED_LINE + "\n").encode())
-                except OSError:
-                    pass
-                os._exit(TERMINATED_EXIT_CODE)
+            if signal.SIGTERM not in numbers:
+                continue
+            # The first, unless the main thread takes it (it may have already); a later
+            # one (the clean-up is stuck) once the grace period is over.
+            seen += numbers.count(signal.SIGTERM)
+            if seen > 1:
+                time.sleep(self.GRACE_SECONDS)
+            elif self.taken.wait(self.GRACE_SECONDS):
+                continue
+            # stdout's buffer, without waiting on a stalled reader
+            flushing = threading.Thread(target=_flush_stdout, daemon=True)
+            flushing.start()
+            flushing.join(1.0)
+            try:
+                os.write(2, (TERMINATED_LINE + "\n").encode())
+            except OSError:
+                pass
+            os._exit(TERMINATED_EXIT_CODE)
 
     def close(self):
-        signal.set_wakeup_fd(self._previous_fd)
-        signal.signal(signal.SIGTERM, self._handler)
-        os.write(self._pipe[1], b"\0")
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            for end in self._pipe:
-                os.close(end)
+        self._closing = True
+        if self._handler is not None:
+            signal.signal(signal.SIGTERM, self._handler)
+            signal.set_wakeup_fd(self._previous_fd)
+        if self._thread is not None:
+            os.write(self._pipe[1], b"\0")
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                for end in self._pipe:
+                    os.close(end)
+
+
+def _flush_stdout():
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+_WATCH: _SigtermWatch | None = None  # the running script's, for `reclaim_sigterm`
+
+
+def reclaim_sigterm():
+    """A script that handles SIGTERM calls this after making a multi-worker strategy, whose
+    preemption watcher takes SIGTERM (a worker then ignored `kill`)."""
+    if _WATCH is not None:
+        _WATCH.reclaim()
 
 
 def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None,
@@ -259,14 +304,17 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
 
     def guarded(argv):
         from absl import flags, logging
+        global _WATCH
         sigterm = None
         if handles_sigterm and threading.current_thread() is threading.main_thread():
-            sigterm = _SigtermWatch()
+            sigterm = _WATCH = _SigtermWatch()
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
             python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
         try:
+            if sigterm is not None:
+                sigterm.start()
             _expand_home()
             empty = _empty_required_flag()
             if empty:
@@ -314,6 +362,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         finally:
             if sigterm is not None:
                 sigterm.close()
+                _WATCH = None
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under
             # load) only to free memory the process is giving back anyway. Every output is

@@ -84,6 +84,7 @@ def main(argv):
     # tpu (connecting to the cluster) configure TensorFlow's runtime, which must not have run
     # an op yet.
     strategy = strategies.create_strategy(FLAGS.strategy, FLAGS.tpu, print)
+    cli.reclaim_sigterm()  # (a multi-worker strategy's preemption watcher took SIGTERM)
     init = runner.load_initialization(FLAGS.init_checkpoint, FLAGS.vocab_file,
                                       random_init=FLAGS.random_init,
                                       model_size=FLAGS.model_size, lower_case=FLAGS.lower_case)

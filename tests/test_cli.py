@@ -397,3 +397,37 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(held):
     out, err = process.communicate(timeout=60)
     assert (process.returncode, err) == (143, cli.TERMINATED_LINE + "\n")
     assert out == ("" if held else "cleaned up\n")
+
+
+_WORKER = """
+import json, os, socket, sys, time
+sys.path.insert(0, {root!r})
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ["TF_CONFIG"] = json.dumps({{"cluster": {{"worker": [f"127.0.0.1:{{port}}"]}},
+                                      "task": {{"type": "worker", "index": 0}}}})
+from electra_tf import cli
+def main(argv):
+    from electra_tf.training import strategies
+    strategies.create_strategy("multi_worker_mirrored")
+    cli.reclaim_sigterm()
+    print("ready", flush=True)
+    time.sleep(60)
+    return 0
+cli.run(main, handles_sigterm=True)
+"""
+
+
+def test_sigterm_reaches_a_script_after_a_multi_worker_strategy_is_made():
+    """MultiWorkerMirroredStrategy's preemption watcher takes SIGTERM for itself: a
+    fine-tuning worker ignored `kill` until the script took it back (reclaim_sigterm)."""
+    import signal
+
+    from electra_tf import cli
+    process = subprocess.Popen([sys.executable, "-c", _WORKER.format(root=ROOT)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n", process.communicate()
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert (process.returncode, err.splitlines()[-1]) == (143, cli.TERMINATED_LINE), err

@@ -781,6 +781,21 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
         "from the discriminator's (at its hidden size, an FFN 256 and 1 head); this project "
         "builds generators that way only: import the discriminator alone")
     converters.import_hf(str(tmp_path / "hf_odd" / "discriminator"), str(tmp_path / "back_odd"))
+    # A width no full-size generator can have (200: 3 heads of 64 do not divide it) exports
+    # with that note (the export was refused with generator_config's error), and the pair is
+    # refused as the odd one.
+    wide = EncoderConfig(vocab_size=120, hidden_size=200, num_layers=1, num_heads=4,
+                         intermediate_size=800, max_position_embeddings=64)
+    converters.write_model_dir(ElectraPretrainer(wide, None, objective="mlm"),
+                               str(tmp_path / "wide"), vocab, True, 64, source="test")
+    lines = []
+    converters.export_hf(str(tmp_path / "wide"), str(tmp_path / "hf_wide"), log=lines.append)
+    assert lines[-1].endswith("; import discriminator/ alone")
+    with pytest.raises(UserInputError, match=r"^the generator's shape \(hidden 200, FFN 800, 4 "
+                                             r"heads\) is not the official derivation from the "
+                                             r"discriminator's \(none at its hidden size\); "):
+        converters.import_hf(str(tmp_path / "hf_wide" / "discriminator"),
+                             str(tmp_path / "back_wide"), str(tmp_path / "hf_wide" / "generator"))
 
 
 def test_hf_import_errors_name_the_tensor(tmp_path):

@@ -143,20 +143,28 @@ def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
     (tmp_path / "corpus.tgz").write_bytes(gzip.compress(b"A sentence.\n"))  # not named .gz
     (tmp_path / "corpus.bz").write_bytes(bz2.compress(b"A sentence.\n"))
     (tmp_path / "u16le.txt").write_bytes("A sentence.\n".encode("utf-16-le"))
-    (tmp_path / "stray.txt").write_bytes(b"A sentence.\x00\nAnother.\n")
-    nul = ("a NUL byte at byte {}: binary data such as TFRecords, or UTF-16 text without a "
-           "byte-order mark; a text file's NULs go with tr -d '\\000'")
-    first_nul = lambda name: (tmp_path / name).read_bytes().index(0)  # noqa: E731
-    for name, kind in (("text.tfrecord", nul.format(first_nul("text.tfrecord"))),
+    (tmp_path / "figure.pdf").write_bytes(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n")
+    nul = ("{} NUL bytes in its first {:,}: binary data such as TFRecords, or UTF-16 text "
+           "without a byte-order mark; a text file's NULs go with tr -d '\\000'")
+    nuls = lambda name: nul.format(*(lambda d: (d.count(0), len(d)))(  # noqa: E731
+        (tmp_path / name).read_bytes()[:8000]))
+    for name, kind in (("text.tfrecord", nuls("text.tfrecord")),
                        ("corpus.zip", "a zip archive"),
                        ("corpus.tgz", "gzip data: name it .gz"),
-                       ("corpus.bz", "bzip2 data: name it .bz2"), ("u16le.txt", nul.format(1)),
-                       ("stray.txt", nul.format(11))):
+                       ("corpus.bz", "bzip2 data: name it .bz2"), ("u16le.txt", nuls("u16le.txt")),
+                       ("figure.pdf", "a PDF")):
         with pytest.raises(UserInputError) as info:
             corpus.check_text(str(tmp_path / name))
         assert str(info.value) == (f"input {tmp_path / name} is not text ({kind}); take it out "
                                    "of --input (a folder is read whole, every file in it but "
                                    "hidden ones)")
+    # Text that only looks so: a stray NUL (which the tokenizer drops), a first line that
+    # begins as a PDF or GIF header would.
+    (tmp_path / "stray.txt").write_bytes(b"A sentence.\x00\nAnother.\n")
+    (tmp_path / "about.txt").write_bytes(b"%PDF-1.7 is ISO 32000-2.\nGIF89a came in 1989.\n")
+    (tmp_path / "gif.txt").write_bytes("GIF89a, in 1989 \u2014 so.\n".encode())
+    for name in ("stray.txt", "about.txt", "gif.txt"):
+        corpus.check_text(str(tmp_path / name))
     (tmp_path / "mostly.txt").write_bytes(b"good line\nbad \xff line\nok\n")
     corpus.check_text(str(tmp_path / "mostly.txt"))
     # A first line longer than the sample, cut inside a character, is UTF-8 all the same.

@@ -343,27 +343,37 @@ _ENCODING_SAMPLE_BYTES = 1 << 18
 _ENCODING_SAMPLE_LINES = 1000
 
 
-# Binary files by their first bytes (what a folder of text may also hold).
+# Binary files by their first bytes (what a folder of text may also hold). Those in ASCII
+# (a line of text may begin so) count only in a sample that is not UTF-8 all through.
 _MAGIC = ((b"PK\x03\x04", "a zip archive"), (b"\x1f\x8b", "gzip data: name it .gz"),
-          (b"\xfd7zXZ\x00", "xz data: name it .xz"),
-          (b"%PDF-", "a PDF"), (b"\x89PNG\r\n", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
-          (b"GIF8", "a GIF image"), (b"\x7fELF", "a program"))
-_NUL_WINDOW = 8000  # git's rule: a NUL among the first 8,000 bytes makes a file binary
+          (b"\xfd7zXZ\x00", "xz data: name it .xz"), (b"\x89PNG\r\n", "a PNG image"),
+          (b"\xff\xd8\xff", "a JPEG image"), (b"\x7fELF", "a program"))
+_ASCII_MAGIC = ((b"%PDF-", "a PDF"), (b"GIF87a", "a GIF image"), (b"GIF89a", "a GIF image"))
+# NULs among the first 8,000 bytes (git's window) that make a file binary: a TFRecord's
+# headers put dozens there, UTF-16 thousands; a crawled text's stray NUL (which the
+# tokenizer drops) is no reason to refuse it.
+_NUL_WINDOW, _NULS = 8000, 8
 
 
 def _binary_kind(sample: bytes) -> str | None:
     """What a file whose first bytes are `sample` (decompressed) is, if it is not text: a
-    known binary format, or any file with a NUL byte near its start (TFRecords, UTF-16 text
+    known binary format, or a file with NUL bytes near its start (TFRecords, UTF-16 text
     without a byte-order mark)."""
     for magic, kind in _MAGIC:
         if sample.startswith(magic):
             return kind
     if re.match(rb"BZh[1-9]1AY&SY", sample):
         return "bzip2 data: name it .bz2"
-    nul = sample.find(0, 0, _NUL_WINDOW)
-    if nul >= 0:
-        return (f"a NUL byte at byte {nul}: binary data such as TFRecords, or UTF-16 text "
-                "without a byte-order mark; a text file's NULs go with tr -d '\\000'")
+    if any(sample.startswith(magic) for magic, _ in _ASCII_MAGIC):
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+        except UnicodeDecodeError:
+            return next(kind for magic, kind in _ASCII_MAGIC if sample.startswith(magic))
+    window = sample[:_NUL_WINDOW]
+    if window.count(0) >= _NULS:
+        return (f"{window.count(0)} NUL bytes in its first {len(window):,}: binary data "
+                "such as TFRecords, or UTF-16 text without a byte-order mark; a text file's "
+                "NULs go with tr -d '\\000'")
     return None
 
 

@@ -666,8 +666,7 @@ def _hf_notes(model: ElectraPretrainer) -> list[str]:
                      "ElectraFor* fine-tuning class)")
     if model.generator is not None and model.generator is model.discriminator:
         one = ("objective mlm (BERT)" if model.objective == "mlm" else "sharing 'all'")
-        d = model.discriminator_config
-        official = _shape(generator_config(d, 1.0, 1.0)) == _shape(d)
+        official = _derives_itself(model.discriminator_config)
         notes.append(f"{one} trains one network: generator/ and discriminator/ hold copies "
                      "of its encoder; "
                      + ("imported back with --generator_input they are two networks of full "
@@ -707,20 +706,36 @@ def gin_bindings(model: ElectraPretrainer) -> str:
     elif g is not None:
         fraction = g.hidden_size / d.hidden_size
         layers = g.num_layers / d.num_layers
-        derived = generator_config(d, fraction, layers)
-        if model.sharing != "all" and _shape(derived) != _shape(g):
+        try:
+            derived = generator_config(d, fraction, layers)
+        except UserInputError:  # (its heads do not divide that width)
+            derived = None
+        if model.sharing != "all" and (derived is None or _shape(derived) != _shape(g)):
             heads = lambda n: f"{n} head{'s' * (n != 1)}"  # noqa: E731
             raise UserInputError(
                 f"the generator's shape (hidden {g.hidden_size}, FFN {g.intermediate_size}, "
                 f"{heads(g.num_heads)}) is not the official derivation from the "
-                f"discriminator's (at its hidden size, an FFN {derived.intermediate_size} and "
-                f"{heads(derived.num_heads)}); this project builds generators that way only: "
-                "import the discriminator alone")
+                "discriminator's ("
+                + ("none at its hidden size" if derived is None else
+                   f"at its hidden size, an FFN {derived.intermediate_size} and "
+                   f"{heads(derived.num_heads)}")
+                + "); this project builds generators that way only: import the discriminator "
+                "alone")
         # sharing 'all' (fraction 1): the generator is the discriminator, whatever its shape
         lines += [f"pretrainer.generator_hidden_fraction = {fraction!r}",
                   f"pretrainer.generator_layers_fraction = {layers!r}"]
     return "\n".join(["# The architecture of an imported model (convert_checkpoint.py).",
                       *lines, ""])
+
+
+def _derives_itself(config: EncoderConfig) -> bool:
+    """Whether a generator of this network's full size, derived as the official code does,
+    has its shape (an FFN 4x the hidden size, heads of 64): only then does a one-network
+    model exported as two networks import back as them."""
+    try:
+        return _shape(generator_config(config, 1.0, 1.0)) == _shape(config)
+    except UserInputError:  # (no generator of that width: its heads do not divide it)
+        return False
 
 
 def _shape(config: EncoderConfig) -> tuple[int, int, int, int]:
