@@ -29,6 +29,7 @@ from absl import app  # noqa: E402
 
 from electra_tf.errors import (  # noqa: E402
     UserInputError, lost_worker, out_of_memory, storage_failure, storage_message)
+from electra_tf.training import signals  # noqa: E402  (the standard library's only)
 
 
 # The program of the process that filters stderr during _absorb_first_xla_log: it drops
@@ -190,9 +191,7 @@ class _SigtermWatch:
         self._pipe = self._thread = self._handler = self._previous_fd = None
 
     def start(self):
-        self._pipe = os.pipe()
-        for end in self._pipe:
-            os.set_blocking(end, False)
+        self._pipe = signals.wakeup_pipe()
         self._thread = threading.Thread(target=self._watch, name="electra-sigterm",
                                         daemon=True)
         self._thread.start()
@@ -225,12 +224,9 @@ class _SigtermWatch:
                 continue
             if 0 in numbers:  # `close`: no signal has number 0
                 return
-            for number in numbers:  # another's (an asyncio loop's): passed on
-                if number != signal.SIGTERM and self._previous_fd not in (None, -1):
-                    try:
-                        os.write(self._previous_fd, bytes([number]))
-                    except OSError:
-                        pass
+            for number in numbers:
+                if number != signal.SIGTERM:
+                    signals.pass_on(number, self._previous_fd)
             if signal.SIGTERM not in numbers:
                 continue
             # The first, unless the main thread takes it (it may have already); a later
@@ -240,15 +236,7 @@ class _SigtermWatch:
                 time.sleep(self.GRACE_SECONDS)
             elif self.taken.wait(self.GRACE_SECONDS):
                 continue
-            # stdout's buffer, without waiting on a stalled reader
-            flushing = threading.Thread(target=_flush_stdout, daemon=True)
-            flushing.start()
-            flushing.join(1.0)
-            try:
-                os.write(2, (TERMINATED_LINE + "\n").encode())
-            except OSError:
-                pass
-            os._exit(TERMINATED_EXIT_CODE)
+            signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
 
     def close(self):
         self._closing = True
@@ -261,13 +249,6 @@ class _SigtermWatch:
             if not self._thread.is_alive():
                 for end in self._pipe:
                     os.close(end)
-
-
-def _flush_stdout():
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
 
 
 _WATCH: _SigtermWatch | None = None  # the running script's, for `reclaim_sigterm`

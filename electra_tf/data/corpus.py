@@ -364,14 +364,16 @@ def _binary_kind(sample: bytes) -> str | None:
             return kind
     if re.match(rb"BZh[1-9]1AY&SY", sample):
         return "bzip2 data: name it .bz2"
-    if any(sample.startswith(magic) for magic, _ in _ASCII_MAGIC):
-        try:
-            codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
-        except UnicodeDecodeError:
-            return next(kind for magic, kind in _ASCII_MAGIC if sample.startswith(magic))
+    for magic, kind in _ASCII_MAGIC:
+        if sample.startswith(magic):
+            try:
+                codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+            except UnicodeDecodeError:
+                return kind
     window = sample[:_NUL_WINDOW]
-    if window.count(0) >= _NULS:
-        return (f"{window.count(0)} NUL bytes in its first {len(window):,}: binary data "
+    nuls = window.count(0)
+    if nuls >= _NULS:
+        return (f"{nuls} NUL bytes in its first {len(window):,}: binary data "
                 "such as TFRecords, or UTF-16 text without a byte-order mark; a text file's "
                 "NULs go with tr -d '\\000'")
     return None

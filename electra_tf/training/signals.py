@@ -20,6 +20,46 @@ INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT (Ctrl-C)
 _STOP_WATCHING = 0  # written to the wakeup pipe by `uninstall`; no signal has number 0
 
 
+def wakeup_pipe() -> tuple[int, int]:
+    """A non-blocking pipe for signal.set_wakeup_fd: (read end, write end)."""
+    ends = os.pipe()
+    for end in ends:
+        os.set_blocking(end, False)
+    return ends
+
+
+def pass_on(number: int, previous_fd: int | None):
+    """A signal read from a wakeup pipe that is not ours to answer, written to the wakeup
+    descriptor set before ours (an asyncio loop's), if there was one."""
+    if previous_fd not in (None, -1):
+        try:
+            os.write(previous_fd, bytes([number]))
+        except OSError:
+            pass
+
+
+def exit_now(line: str, code: int):
+    """Ends the process at once with `line` on stderr, leaving what kill -9 would (every
+    output is written atomically; a rerun takes over). Straight to the descriptors, and
+    stdout's buffer flushed from a thread: a stalled or closed stdout must not keep the
+    process alive."""
+    flushing = threading.Thread(target=_flush_stdout, daemon=True)
+    flushing.start()
+    flushing.join(1.0)
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass
+    os._exit(code)
+
+
+def _flush_stdout():
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
 class StopOnSignal:
     """The run's SIGTERM and SIGINT handler: the first signal asks the loop to save a
     checkpoint at its end and exit (`requested`; `signal` says which came first); Ctrl-C
@@ -57,18 +97,8 @@ class StopOnSignal:
             self.log("Ctrl-C: saving a checkpoint at the end of this loop, then stopping "
                      "(Ctrl-C again stops at once, without it)")
         if not first and number == signal.SIGINT and self.exit_at_once:
-            # What kill -9 would leave: every output is written atomically, and a rerun
-            # resumes from the last checkpoint. (Straight to the descriptors: a stalled or
-            # closed stdout must not keep the process alive.)
-            try:
-                sys.stdout.flush()
-            except (OSError, ValueError):
-                pass
-            try:
-                os.write(2, b"interrupted (Ctrl-C)\n")
-            except OSError:
-                pass
-            os._exit(INTERRUPTED_EXIT_CODE)
+            # (a rerun resumes from the last checkpoint)
+            exit_now("interrupted (Ctrl-C)", INTERRUPTED_EXIT_CODE)
 
     def __call__(self, number, frame=None):
         """The Python-level handler (main thread)."""
@@ -82,10 +112,7 @@ class StopOnSignal:
     # -- the watcher
 
     def install(self):
-        reader, writer = os.pipe()
-        for end in (reader, writer):
-            os.set_blocking(end, False)
-        self._pipe = (reader, writer)
+        self._pipe = reader, writer = wakeup_pipe()
         self._thread = threading.Thread(target=self._watch, name="electra-signals",
                                         daemon=True)
         self._thread.start()
@@ -134,9 +161,6 @@ class StopOnSignal:
                 return False
             if number in (signal.SIGINT, signal.SIGTERM):
                 self.note(number)
-            elif self._previous_fd not in (None, -1):  # another's (an asyncio loop's)
-                try:
-                    os.write(self._previous_fd, bytes([number]))
-                except OSError:
-                    pass
+            else:
+                pass_on(number, self._previous_fd)
         return True
