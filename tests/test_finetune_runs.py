@@ -391,6 +391,19 @@ def test_a_long_prediction_says_how_far_it_is(tmp_path, monkeypatch):
         f"  predicting {dev}: 4 of 10 rows", f"  predicting {dev}: 8 of 10 rows"]
 
 
+def test_prediction_progress_counts_inputs_where_they_are_not_the_files_rows(monkeypatch):
+    """QA's windows (and a pair task's both orders) outnumber the file's rows: the progress
+    line says inputs and names the rows, not 'rows' of a count the file does not have."""
+    from electra_tf.finetune import runner
+    monkeypatch.setattr(runner, "PROGRESS_SECONDS", 0)
+    lines = []
+    split = runner._Split("dev", "dev.json", examples=[None] * 3, features={})
+    report = runner._progress(split, lines.append)
+    report(4, 7)
+    report(7, 7)  # the last batch says nothing
+    assert lines == ["  predicting dev.json: 4 of 7 inputs (the file's 3 rows)"]
+
+
 def test_sigterm_ends_the_script_with_one_line_keeping_the_complete_trials(tmp_path):
     """SIGTERM (a scheduler's stop) while trial 1 of 2 trains: one line and exit code 143
     (the process died without a word), trial_0 kept, nothing of trial 1 and no results.json

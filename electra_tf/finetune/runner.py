@@ -867,12 +867,15 @@ def _progress(split: "_Split", log):
     """A `_predict` progress callback for `split`: a line at most every PROGRESS_SECONDS
     (a large test file took minutes without a word after the last training step)."""
     last = time.monotonic()
+    examples = len(split.examples)
 
     def report(done: int, total: int):
         nonlocal last
         if done < total and time.monotonic() - last >= PROGRESS_SECONDS:
             last = time.monotonic()
-            log(f"  predicting {split.path}: {done:,} of {total:,} rows")
+            # QA's windows and a pair task's both orders are more inputs than the file's rows
+            unit = "rows" if total == examples else f"inputs (the file's {examples:,} rows)"
+            log(f"  predicting {split.path}: {done:,} of {total:,} {unit}")
     return report
 
 
