@@ -153,7 +153,7 @@ def test_tags_re_encode_with_the_same_chunks():
     assert metrics.retag("B-PER E-PER S-PER S-LOC".split(), "IOB1") == (
         "I-PER I-PER B-PER I-LOC".split())
     rng = np.random.default_rng(0)
-    tagset = ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B", "L-A", "U-B"]
+    tagset = ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B", "L-A", "U-B", "M-A"]
     for _ in range(3000):
         tags = [tagset[i] for i in rng.integers(0, len(tagset), rng.integers(1, 10))]
         for scheme in metrics.TAG_SCHEMES:
@@ -166,6 +166,14 @@ def test_tags_re_encode_with_the_same_chunks():
     assert metrics.tag_scheme([["B-X", "I-X", "O"]] * 50 + [["O", "I-Y", "I-Y"]]) == "BIO"
     assert metrics.tag_scheme([["B-X", "E-X", "O"]]) == "BIOES"
     assert metrics.tag_scheme([["NN", "VB"], ["B-X"]]) is None  # token-level: as they are
+    # BMES (Chinese NER files: Resume, Weibo, MSRA): M- is I-, and predictions go back so.
+    bmes = "B-ORG M-ORG E-ORG O S-PER B-LOC E-LOC".split()
+    assert metrics.tag_scheme([bmes, ["O", "S-LOC"]]) == "BMES"
+    assert metrics.chunks(bmes) == {("ORG", 0, 2), ("PER", 4, 4), ("LOC", 5, 6)}
+    assert metrics.retag(bmes, "BIOES") == "B-ORG I-ORG E-ORG O S-PER B-LOC E-LOC".split()
+    assert metrics.retag(metrics.retag(bmes, "BIOES"), "BMES") == bmes
+    assert metrics.tag_scheme([["B-X", "M-X", "I-X", "E-X"]]) == "BIOES"  # both: spelt I-
+    assert metrics.tag_scheme([["S-X"], ["NR", "B-X"]]) is None  # token-level, wherever it is
 
 
 def test_squad_metrics_official_definitions():

@@ -589,7 +589,7 @@ def best_beam_spans(start_index, start_log_probs, end_index, end_log_probs, can_
 
 def retag_bioes(tags, scheme: str):
     """metrics.retag of BIOES tags [b, W] ("" past a row's words, read as O and kept):
-    the same chunks, as conlleval reads them, in `scheme` (BIO, IOB1 or BIOES)."""
+    the same chunks, as conlleval reads them, in `scheme` (BIO, IOB1, BIOES or BMES)."""
     outside = tf.equal(tags, "O") | tf.equal(tags, "")
     prefix = tf.where(outside, "O", tf.strings.substr(tags, 0, 1))
     type_ = tf.where(outside, "", tf.strings.regex_replace(tags, "^..", ""))
@@ -610,8 +610,9 @@ def retag_bioes(tags, scheme: str):
               | (inside & ~tf.equal(prev_type, type_)))
     ends = (isin(prefix, "ES") | (isin(prefix, "BI") & isin(next_prefix, "BSO"))
             | (inside & ~tf.equal(type_, next_type)))
-    if scheme == "BIOES":
-        mark = tf.where(starts, tf.where(ends, "S", "B"), tf.where(ends, "E", "I"))
+    if scheme in ("BIOES", "BMES"):
+        inside = "M" if scheme == "BMES" else "I"
+        mark = tf.where(starts, tf.where(ends, "S", "B"), tf.where(ends, "E", inside))
     elif scheme == "BIO":
         mark = tf.where(starts, "B", "I")
     else:  # IOB1

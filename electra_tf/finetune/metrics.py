@@ -108,12 +108,21 @@ def spearman(x, y) -> float:
 # ------------------------------------------------------------------------------ tagging
 
 
+# A chunk's prefixes: B/I/E/S (IOBES), BILOU's L/U and BMES's M (Chinese NER files: Resume,
+# Weibo, MSRA), read as E, S and I.
+_PREFIXES = "BIESLUM"
+
+
+def _has_prefix(tag: str) -> bool:
+    return len(tag) > 2 and tag[1] in "-_" and tag[0] in _PREFIXES
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
     """('B', 'PER') from 'B-PER'; ('O', '') for 'O'; a tag with no prefix is its own type."""
     if tag == "O":
         return "O", ""
-    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
-        return {"L": "E", "U": "S"}.get(tag[0], tag[0]), tag[2:]
+    if _has_prefix(tag):
+        return {"L": "E", "U": "S", "M": "I"}.get(tag[0], tag[0]), tag[2:]
     return "S", tag  # e.g. a POS tag: every token is a one-token chunk
 
 
@@ -137,29 +146,35 @@ def _chunk_starts(prev_prefix, prefix, prev_type, type_) -> bool:
     return prefix != "O" and prev_type != type_
 
 
-TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
+TAG_SCHEMES = ("BIO", "IOB1", "BIOES", "BMES")
 
 
 def tag_scheme(sentences_tags) -> str | None:
     """How tagged sentences encode their chunks: None for token-level tags (a tag other than
-    O without a B/I/E/S/L/U prefix, e.g. POS); "BIOES" if any tag marks ends or singles
-    (E-, S-, L-, U-); "IOB1" if chunks start with I- and B- never starts a chunk that does
-    not follow one of its type (CoNLL-2003's original files); else "BIO" (also when a BIO
-    file has a stray chunk starting with I-)."""
-    starts_with_i = b_alone = False
+    O without a B/I/E/S/L/U/M prefix, e.g. POS); "BMES" if any tag is M- (BIOES with M- for
+    I-) and none I-; "BIOES" if any tag marks ends or singles (E-, S-, L-, U-); "IOB1" if
+    chunks start with I- and B- never starts a chunk that does not follow one of its type
+    (CoNLL-2003's original files); else "BIO" (also when a BIO file has a stray chunk
+    starting with I-)."""
+    starts_with_i = b_alone = ends = with_i = with_m = False
     for tags in sentences_tags:
         prev_prefix, prev_type = "O", ""
         for tag in tags:
-            prefix, type_ = _split_tag(tag)
-            if tag != "O" and not (len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU"):
+            if tag != "O" and not _has_prefix(tag):
                 return None
-            if prefix in ("E", "S"):
-                return "BIOES"
+            prefix, type_ = _split_tag(tag)
+            ends |= prefix in ("E", "S")
+            with_i |= tag[0] == "I"
+            with_m |= tag[0] == "M"
             if prefix == "I" and _chunk_starts(prev_prefix, prefix, prev_type, type_):
                 starts_with_i = True
             if prefix == "B" and (prev_prefix == "O" or prev_type != type_):
                 b_alone = True
             prev_prefix, prev_type = prefix, type_
+    if with_m and not with_i:
+        return "BMES"
+    if ends or with_m:
+        return "BIOES"
     return "IOB1" if starts_with_i and not b_alone else "BIO"
 
 
@@ -167,7 +182,8 @@ def retag(tags: list[str], scheme: str) -> list[str]:
     """`tags` re-encoded in `scheme` (TAG_SCHEMES) with the chunks conlleval reads in them
     (`chunks(retag(t, s)) == chunks(t)`, well-formed or not). The official fine-tuning
     trains span tags as BIOES; its predictions go back to the file's scheme this way.
-    Tags come out spelt B-/I-/E-/S- (a file's B_X, L-X or U-X are read, not written)."""
+    Tags come out spelt B-/I-/E-/S- (B-/M-/E-/S- for BMES; a file's B_X, L-X or U-X are
+    read, not written)."""
     parts = [_split_tag(t) for t in tags] + [("O", "")]
     out, prev_prefix, prev_type = [], "O", ""
     for i, (prefix, type_) in enumerate(parts[:-1]):
@@ -176,8 +192,9 @@ def retag(tags: list[str], scheme: str) -> list[str]:
         else:
             starts = _chunk_starts(prev_prefix, prefix, prev_type, type_)
             ends = _chunk_ends(prefix, *parts[i + 1][:1], type_, parts[i + 1][1])
-            if scheme == "BIOES":
-                mark = ("S" if ends else "B") if starts else ("E" if ends else "I")
+            if scheme in ("BIOES", "BMES"):
+                inside = "M" if scheme == "BMES" else "I"
+                mark = ("S" if ends else "B") if starts else ("E" if ends else inside)
             elif scheme == "BIO":
                 mark = "B" if starts else "I"
             else:  # IOB1: B only where a chunk follows one of its type
