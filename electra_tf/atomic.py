@@ -73,15 +73,18 @@ def check_folder(folder: str, flag: str = "--model_dir") -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
+def staged_dir(path: str, temporary: str | None = None, replace: bool = True,
+               aside: str | None = None):
     """Yields a temporary folder beside `path` to fill (`temporary`, default
     temporary_name(path)); when the block ends without an exception the folder becomes
     `path`, else it is removed. A folder already at `path` (the caller has checked that it
-    may be replaced) is renamed aside first and deleted only once the new one is in place:
-    if that fails, it is put back. With replace=False a folder found at `path` when the block
-    ends (another process wrote it meanwhile) is left as it is and FileExistsError (filename
-    `path`) is raised. (On object stores such as gs:// a folder's rename copies it object by
-    object, so there a reader may see it partly written.)"""
+    may be replaced) is renamed aside first (to `aside`, default a temporary_name) and
+    deleted only once the new one is in place: if that fails, it is put back (a process
+    killed between the renames leaves it at `aside`, for the caller's next run to find).
+    With replace=False a folder found at `path` when the block ends (another process wrote
+    it meanwhile) is left as it is and FileExistsError (filename `path`) is raised. (On
+    object stores such as gs:// a folder's rename copies it object by object, so there a
+    reader may see it partly written.)"""
     path = path.rstrip("/")
     temporary = temporary or temporary_name(path)
     if tf.io.gfile.exists(temporary):  # a given name, left by a killed run
@@ -96,7 +99,7 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True):
     try:
         tf.io.gfile.makedirs(temporary)
         yield temporary
-        old = temporary_name(path) if tf.io.gfile.exists(path) else None
+        old = (aside or temporary_name(path)) if tf.io.gfile.exists(path) else None
         if old and not replace:
             raise FileExistsError(errno.EEXIST, "written while this one was staged", path)
         if old:

@@ -27,7 +27,7 @@ flags.DEFINE_string("model_dir", None, "A pre-training model dir (run_pretrainin
                     "convert_checkpoint.py wrote it) or, with --kind=task, a fine-tuning "
                     "output dir (run_finetuning.py's) or one of its trial_K dirs.")
 flags.DEFINE_string("export_dir", None, "Where EXPORT_DIR/MODEL_NAME/VERSION goes.")
-flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving: letters, "
+flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving: ASCII letters, "
                     "digits, '_', '-' and '.', starting with a letter or digit.")
 flags.DEFINE_enum("kind", "discriminator", list(choices.EXPORT_KINDS), "Which network to serve "
                   "(task: a fine-tuned model).")
@@ -60,4 +60,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, handles_sigterm=True)

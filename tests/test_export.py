@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import FIXTURES, UNCASED_VOCAB, pretrain
+from conftest import FIXTURES, ROOT, UNCASED_VOCAB, pretrain
 from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import readers
@@ -325,6 +325,28 @@ def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen
                                     "use --kind=discriminator or encoder")
 
 
+def test_sigterm_stops_an_export_with_one_line_and_nothing_written(model_dir, tmp_path):
+    """SIGTERM (a scheduler's stop) while the SavedModel is written: one line, exit code
+    143 and no staging folder left (the export died without a word and left it)."""
+    import signal
+    import time
+    serving = tmp_path / "serving"
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "scripts", "export_saved_model.py"),
+         f"--model_dir={model_dir}", f"--export_dir={serving}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (serving / "electra").is_dir() or not os.listdir(serving / "electra"):
+        assert process.poll() is None and time.time() < deadline, process.communicate()
+        time.sleep(0.01)
+    assert os.listdir(serving / "electra")[0].startswith(".tmp-1-")
+    process.send_signal(signal.SIGTERM)
+    assert (process.wait(timeout=120), process.stderr.read()) == (
+        143, "terminated (SIGTERM); what was complete is kept: rerun the same command to go "
+        "on\n")
+    assert not serving.exists()  # the folders it made, removed again
+
+
 def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
     with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=2"):
@@ -367,7 +389,9 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     lines = []
     saved_model.export(model_dir, str(tmp_path), "grown", "discriminator", version=2,
                        log=lines.append)
-    assert lines == ["note: grown/2 adds the outputs replaced_probability, truncated to those of "
+    assert lines == [f"note: added grown to {tmp_path}/models.config, which did not name it "
+                     "though its versions were there (an export stopped before writing it?)",
+                     "note: grown/2 adds the outputs replaced_probability, truncated to those of "
                      "grown/1"]
     # Written below an earlier release's version, which lacks an output: said, not refused.
     earlier.serve = tf.function(
@@ -415,6 +439,26 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=2,
                        log=lines.append)
     assert lines == ["note: low/3 is a higher version: TF Serving serves that one, not 2"]
+    # A version that an export killed while replacing it had moved aside is put back (with
+    # the version in place, the copy is removed), and a version that no models.config entry
+    # names (an export killed between its rename and the config) gets one, by a refused
+    # rerun too.
+    os.makedirs(tmp_path / "low" / f".old-2-{host}-{child.pid}" / "variables")
+    shutil.copytree(tmp_path / "low" / "3", tmp_path / "low" / f".old-4-{host}-{child.pid}")
+    config = tmp_path / "models.config"
+    kept = config.read_text()
+    config.unlink()
+    lines = []
+    with pytest.raises(UserInputError, match=f"^{tmp_path}/low/3 exists; pass --version=4"):
+        saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=3,
+                           log=lines.append)
+    assert lines == [f"note: put back {tmp_path}/low/4, which an export killed while replacing "
+                     "it had moved aside",
+                     f"note: added low to {config}, which did not name it though its versions "
+                     "were there (an export stopped before writing it?)"]
+    assert sorted(os.listdir(tmp_path / "low")) == sorted(["2", "3", "4"] + stale[1:])
+    assert saved_model._config_names(str(tmp_path)) == ["low"]
+    config.write_text(kept)
     with pytest.raises(UserInputError, match="--kind=task exports a fine-tuned model"):
         saved_model.export(model_dir, str(tmp_path), "other", "task")
     with pytest.raises(UserInputError, match="has no operative_config.gin"):
@@ -440,8 +484,11 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
         saved_model.export(model_dir, str(tmp_path / "x"), "electra 2", "discriminator")
     assert _script_error("export_saved_model.py", f"--model_dir={model_dir}",
                          f"--export_dir={tmp_path}/x", "--model_name=bad name/x") == [
-        "error: --model_name='bad name/x' is not a TF Serving model name: use letters, digits, "
-        "'_', '-' and '.' only, starting with a letter or digit"]
+        "error: --model_name='bad name/x' is not a TF Serving model name: use ASCII letters, "
+        "digits, '_', '-' and '.' only, starting with a letter or digit"]
+    with pytest.raises(UserInputError, match="^--model_name=models.config is the name of the "
+                                             "TF Serving config the export writes beside"):
+        saved_model.export(model_dir, str(tmp_path / "x"), "models.config", "discriminator")
     assert not os.path.exists(tmp_path / "x")
     # An export dir (or its model folder) that is a file; a models.config TF Serving could not
     # read (it was parsed after the SavedModel was renamed into place: a traceback, and a
@@ -449,9 +496,10 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     (tmp_path / "afile").write_text("x")
     assert _script_error("export_saved_model.py", f"--model_dir={model_dir}",
                          f"--export_dir={tmp_path}/afile") == [
-        f"error: --export_dir: {tmp_path}/afile is a file, not a directory; pass a directory "
-        "(new or one exported to before)"]
-    with pytest.raises(UserInputError, match=rf"^--export_dir: {tmp_path}/afile is a file"):
+        f"error: {tmp_path}/afile is a file, not a directory; pass a --export_dir that is a "
+        "directory (new or one exported to before)"]
+    with pytest.raises(UserInputError, match=rf"^{tmp_path}/afile is a file, not a directory; "
+                                             "choose another --model_name$"):
         saved_model.export(model_dir, str(tmp_path), "afile", "discriminator")  # its folder
     config = tmp_path / "models.config"
     config.write_text("model_config_list {\n  config {\n    name: 'electra'\n")

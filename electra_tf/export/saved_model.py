@@ -783,8 +783,11 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         raise UserInputError(f"--kind={kind} is not one of {', '.join(KINDS)}")
     if not MODEL_NAME.fullmatch(model_name):
         raise UserInputError(f"--model_name={model_name!r} is not a TF Serving model name: use "
-                             "letters, digits, '_', '-' and '.' only, starting with a letter "
-                             "or digit")
+                             "ASCII letters, digits, '_', '-' and '.' only, starting with a "
+                             "letter or digit")
+    if model_name == MODELS_CONFIG:
+        raise UserInputError(f"--model_name={model_name} is the name of the TF Serving config "
+                             "the export writes beside the models; choose another")
     if kind != "task" and any(tf.io.gfile.exists(os.path.join(model_dir, name))
                               for name in (RESULTS, TASK_INFO)):
         raise UserInputError(f"{model_dir} is a fine-tuning output dir; export its model with "
@@ -800,15 +803,20 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     atomic.check_no_wildcards(os.path.join(export_dir, model_name),
                               f"--export_dir={export_dir} --model_name={model_name}",
                               "choose a path without [", wildcards="[")
-    for path in (export_dir, os.path.join(export_dir, model_name)):
+    for path, fix in ((export_dir, "pass a --export_dir that is a directory (new or one "
+                       "exported to before)"),
+                      (os.path.join(export_dir, model_name), "choose another --model_name")):
         if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
-            raise UserInputError(f"--export_dir: {path} is a file, not a directory; pass a "
-                                 "directory (new or one exported to before)")
+            raise UserInputError(f"{path} is a file, not a directory; {fix}")
+    models_config_text(export_dir, model_name)  # a bad models.config stops us here
+    # What killed exports left (before the check below: one may put a version back), and
+    # a config entry an export killed after its rename did not write.
+    _remove_stale_staging(os.path.join(export_dir, model_name), log)
+    _add_missing_config_entry(export_dir, model_name, log)
     target = os.path.join(export_dir, model_name, str(version))
     if tf.io.gfile.exists(target) and not overwrite:
         raise UserInputError(f"{target} exists; pass --version={version + 1} (TF Serving "
                              "serves the highest version) or --overwrite")
-    models_config_text(export_dir, model_name)  # a bad models.config stops us here
     if kind == "task":
         loaded = load_finetuned(model_dir, trial, vocab_file)
         task, task_kind = loaded.info["task"], loaded.info["kind"]
@@ -819,12 +827,13 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         check_imported(loaded, model_dir, kind)
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
-    # A hidden name, which TF Serving (numeric version folders) does not take for a version.
-    _remove_stale_staging(os.path.join(export_dir, model_name))
-    hidden = os.path.join(export_dir, model_name,
-                          f".tmp-{version}-{atomic.owner()}-{os.getpid()}")
+    # Hidden names, which TF Serving (numeric version folders) does not take for versions:
+    # the new one staged, and the one it replaces while they swap.
+    hidden, aside = (os.path.join(export_dir, model_name,
+                                  f".{kind_}-{version}-{atomic.owner()}-{os.getpid()}")
+                     for kind_ in ("tmp", "old"))
     try:
-        with atomic.staged_dir(target, hidden, replace=overwrite) as temporary:
+        with atomic.staged_dir(target, hidden, replace=overwrite, aside=aside) as temporary:
             tf.saved_model.save(module, temporary, signatures={
                 "serving_default": module.serving_default, "predict_ids": module.predict_ids})
             _check_same_signature(temporary, export_dir, model_name, version, kind, log)
@@ -844,17 +853,37 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     return target
 
 
-def _remove_stale_staging(folder: str):
-    """Removes the staging folders (.tmp-VERSION-OWNER-PID) that exports killed on this
-    machine (SIGTERM, SIGKILL: no clean-up ran) left in a local model-name folder; one
-    whose process still runs, or of another machine or container, is left alone."""
+def _remove_stale_staging(folder: str, log=lambda *_: None):
+    """Clears what exports killed on this machine (SIGKILL: no clean-up ran) left in a
+    local model-name folder: their staging folders (.tmp-VERSION-OWNER-PID) are removed,
+    and a version one was replacing (.old-VERSION-OWNER-PID, moved aside) is removed if the
+    version is in place, else put back. One whose process still runs, or of another machine
+    or container, is left alone."""
     if "://" in folder or not os.path.isdir(folder):
         return
     owner = atomic.owner()
-    for name in os.listdir(folder):
-        found = re.fullmatch(r"\.tmp-\d+-(.+)-(\d+)", name)
-        if found and found.group(1) == owner and not xla_scratch.alive(int(found.group(2))):
+    for name in sorted(os.listdir(folder)):
+        found = re.fullmatch(r"\.(tmp|old)-(\d+)-(.+)-(\d+)", name)
+        if not found or found.group(3) != owner or xla_scratch.alive(int(found.group(4))):
+            continue
+        version = os.path.join(folder, found.group(2))
+        if found.group(1) == "old" and not os.path.exists(version):
+            os.rename(os.path.join(folder, name), version)
+            log(f"note: put back {version}, which an export killed while replacing it had "
+                "moved aside")
+        else:
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def _add_missing_config_entry(export_dir: str, model_name: str, log):
+    """An export killed after its version was in place and before models.config listed the
+    model left a version TF Serving's config does not name: add it."""
+    if not _versions(export_dir, model_name) or model_name in _config_names(export_dir):
+        return
+    path = os.path.join(export_dir, MODELS_CONFIG)
+    atomic.write_text(path, models_config_text(export_dir, model_name))
+    log(f"note: added {model_name} to {path}, which did not name it though its versions were "
+        "there (an export stopped before writing it?)")
 
 
 def _versions(export_dir: str, model_name: str) -> list[int]:
@@ -968,11 +997,9 @@ def _write_warmup(directory: str, model_name: str, input_names=("text",)):
             writer.write(log.SerializeToString())
 
 
-def models_config_text(export_dir: str, model_name: str) -> str:
-    """export_dir/models.config (TF Serving's --model_config_file) with `model_name` added,
-    keeping the models already there; base paths are as the official Docker image mounts
-    them: /models/<name>. A file there that is not a ModelServerConfig text proto raises
-    UserInputError, before anything is exported."""
+def _read_config(export_dir: str):
+    """export_dir/models.config as a ModelServerConfig (empty where there is none); a file
+    that is not one raises UserInputError."""
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
     path = os.path.join(export_dir, MODELS_CONFIG)
@@ -985,6 +1012,21 @@ def models_config_text(export_dir: str, model_name: str) -> str:
         except text_format.ParseError as e:
             raise UserInputError(f"{path} is not a TF Serving model config ({e}); fix it, or "
                                  "move it away and export again to write a new one") from None
+    return config
+
+
+def _config_names(export_dir: str) -> list[str]:
+    """The model names export_dir/models.config lists."""
+    return [entry.name for entry in _read_config(export_dir).model_config_list.config]
+
+
+def models_config_text(export_dir: str, model_name: str) -> str:
+    """export_dir/models.config (TF Serving's --model_config_file) with `model_name` added,
+    keeping the models already there; base paths are as the official Docker image mounts
+    them: /models/<name>. A file there that is not a ModelServerConfig text proto raises
+    UserInputError, before anything is exported."""
+    from google.protobuf import text_format
+    config = _read_config(export_dir)
     entries = config.model_config_list.config
     if not any(entry.name == model_name for entry in entries):
         entry = entries.add()
