@@ -112,7 +112,8 @@ def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
         assert str(info.value) == (
             f"input {tmp_path / name} is not UTF-8 text (40 of its first 40 non-blank lines "
             f"are not, the first at byte 0x{reviews[0].encode('gbk')[0]:02x}); re-save it as "
-            "UTF-8 with its encoding named, e.g. iconv -f gbk -t utf-8 (Chinese) or -f latin1")
+            "UTF-8 with its encoding named, e.g. iconv -f gb18030 -t utf-8 (simplified "
+            "Chinese), -f big5 (traditional) or -f latin1")
     (tmp_path / "fr.txt").write_bytes("Le café est très bon.\nÀ demain.\nMerci.\n"
                                       .encode("latin-1"))
     with pytest.raises(UserInputError, match=r"fr.txt is not UTF-8 text \(2 of its first 3 "):

@@ -1387,6 +1387,23 @@ def test_a_question_whose_answer_is_not_at_answer_start_is_skipped_and_named(
         "holds no word (question 'q2': ' ' at 5)")
 
 
+def test_the_run_counts_the_qa_questions_it_trains_on(tmp_path, init):
+    """A question skipped for its answer_start is not counted among the training examples
+    (the run said 15 after '1 of 15 questions skipped')."""
+    train = squad_json(tmp_path / "train.json", [austen_sentences(60)[i:i + 3]
+                                                 for i in range(0, 12, 3)])
+    data = json.loads(open(train).read())
+    questions = [q for d in data["data"] for p in d["paragraphs"] for q in p["qas"]]
+    questions[0]["answers"][0]["answer_start"] += 1
+    (tmp_path / "train.json").write_text(json.dumps(data))
+    lines = []
+    finetune("qa", tmp_path / "out", init, ["finetuning.max_train_steps = 1"],
+             train_file=train, dev_file=train, log=lines.append)
+    n = len(questions)
+    assert any(line.startswith(f"{train}: 1 of {n} questions skipped") for line in lines)
+    assert any(line.startswith(f"qa: {n - 1} training examples (") for line in lines), lines
+
+
 def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
     """The span softmax runs over the context and [CLS] only (the official answer_mask: a
     logit on a question token changes nothing); ELECTRA's loss is (start + end) / 2 + 0.5

@@ -22,7 +22,8 @@ def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
     latin1 = "Café au lait.".encode("latin-1")
     table = tmp_path / "train.csv"
     table.write_bytes(b"text,label\nFine.,pos\n" + latin1 + b",neg\n")
-    _refused(f"{table} line 3 is not UTF-8 (byte 0xe9); re-save the file as UTF-8",
+    _refused(f"{table} line 3 is not UTF-8 (byte 0xe9); re-save the file as UTF-8, e.g. iconv "
+             "-f gb18030 -t utf-8 (simplified Chinese), -f big5 (traditional) or -f latin1",
              readers.read_table, str(table))
     conll = tmp_path / "train.txt"
     conll.write_bytes(b"Emma B-PER\n\n" + latin1 + b" O\n")

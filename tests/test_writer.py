@@ -470,7 +470,7 @@ def test_documents_tokenized_in_parts_give_the_same_examples(tmp_path, monkeypat
     monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 10_000)
     (tmp_path / "long.txt").write_text(" ".join(lines) + "\n" + lines[0] + "\n")
     result = build(f"--input={tmp_path}/long.txt", f"--output_dir={tmp_path}/long")
-    assert ("note: 1 lines were longer than 10,000 bytes and were read up to there (a line "
+    assert ("note: 1 line was longer than 10,000 bytes and was read up to there (a line "
             "is one sentence") in result.stdout
     metadata = json.loads((tmp_path / "long" / "metadata.json").read_text())
     assert metadata["long_lines"] == 1 and metadata["num_examples"] == 2

@@ -415,7 +415,8 @@ def check_encoding(path: str):
         raise UserInputError(
             f"input {path} is not UTF-8 text ({len(bad)} of its first {len(lines)} non-blank "
             f"lines are not, the first at byte 0x{bad[0][1]:02x}); re-save it as UTF-8 with "
-            "its encoding named, e.g. iconv -f gbk -t utf-8 (Chinese) or -f latin1")
+            "its encoding named, e.g. iconv -f gb18030 -t utf-8 (simplified Chinese), "
+            "-f big5 (traditional) or -f latin1")
 
 
 def check_jsonl(path: str, text_field: str):

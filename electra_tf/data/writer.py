@@ -622,13 +622,17 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
             f"files), e.g. {empty[0]}; training leaves them out (metadata.json says so)")
     read = metadata["cut_tokens"] + metadata["num_tokens"] - 2 * metadata["num_examples"]
     if metadata["cut_tokens"] > CUT_NOTE_FRACTION * read:  # [CLS] and [SEP]s are not read
-        log(f"note: {metadata['cut_tokens'] / read:.0%} of the text's tokens were cut off the "
+        share = metadata["cut_tokens"] / read
+        share = f"{share:.0%}" if share < 0.995 or share == 1 else "over 99%"  # not "100%"
+        log(f"note: {share} of the text's tokens were cut off the "
             "ends of examples (a sentence or line that overflows an example loses its tail, as "
             "in the official builder; the Austen sample loses 17-18% at 128, 5% at 512): put "
             "one sentence per line, or raise --max_seq_length")
     if metadata["long_lines"]:
-        log(f"note: {metadata['long_lines']} lines were longer than "
-            f"{corpus.MAX_LINE_BYTES:,} bytes and were read up to there (a line is one "
+        long = metadata["long_lines"]
+        log(f"note: {long} line{'s were' if long != 1 else ' was'} longer than "
+            f"{corpus.MAX_LINE_BYTES:,} bytes and {'were' if long != 1 else 'was'} read up to "
+            "there (a line is one "
             "sentence, of which an example holds at most --max_seq_length tokens): put one "
             "sentence per line")
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:

@@ -57,7 +57,8 @@ def read_text(path: str) -> str:
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
         raise UserInputError(f"{path} line {line} is not UTF-8 (byte 0x{raw[e.start]:02x}); "
-                             "re-save the file as UTF-8") from None
+                             "re-save the file as UTF-8, e.g. iconv -f gb18030 -t utf-8 "
+                             "(simplified Chinese), -f big5 (traditional) or -f latin1") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 

@@ -330,7 +330,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if max_train_steps and int(max_train_steps) < steps:
         span = f"max_train_steps={int(max_train_steps)} of the {steps} of {span}"
         steps = int(max_train_steps)
-    log(f"{task.name}: {len(task_data.train.examples)} training examples "
+    examples = getattr(adapter, "train_examples", len(task_data.train.examples))
+    log(f"{task.name}: {examples} training examples "
         f"({n_train} features of {max_seq_length} tokens), {steps} steps of "
         f"{train_batch_size} ({span}), from {init.source}")
 
@@ -1160,6 +1161,7 @@ class _QATask:
                                          **encode_options)
         if dropped:
             log(squad.dropped_note(data.train.path, dropped, len(data.train.examples)))
+        self.train_examples = len(data.train.examples) - len(dropped)  # those trained on
         self.train_features = train
 
         def split(s):
