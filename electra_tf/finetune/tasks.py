@@ -8,7 +8,8 @@ TSVs; MNLI is scored on its matched and mismatched dev sets), `squad_v1`, `squad
 NER: train.txt, valid.txt, test.txt).
 
 Epochs are paper Table 7's: 3, 10 for RTE and STS-B, 2 for SQuAD; the sequence length the
-official code's: 128, 512 for QA. As in the official code, MRPC and STS-B train on both
+official code's default, 128, and 512 for QA (`conll`, which the official code does not
+have, takes the default too). As in the official code, MRPC and STS-B train on both
 orders of each sentence pair, and STS-B's 0-5 scores are learnt divided by 5.
 """
 
