@@ -121,10 +121,13 @@ SMALL = ["pretrainer.hidden_size = 32", "pretrainer.num_layers = 1",
          "NUM_TRAIN_STEPS = 6", "WARMUP_STEPS = 2"]
 
 
-def cased_vocab(path) -> str:
+def cased_vocab(path, extra=()) -> str:
     """BERT's uncased vocab with every fifth whole word upper-cased: a vocab of the same
-    size that reads as cased (a fifth of its tokens with letters have capitals)."""
+    size that reads as cased (a fifth of its tokens with letters have capitals); `extra`
+    tokens take the places of the first [unusedK] (the uncased vocab has no accents)."""
     vocab = open(UNCASED_VOCAB, encoding="utf-8").read().split("\n")
+    for k, token in enumerate(extra):
+        vocab[vocab.index(f"[unused{k}]")] = token
     for i in range(1000, len(vocab), 5):
         if not vocab[i].startswith(("[", "##")):
             vocab[i] = vocab[i].upper()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import FIXTURES, ROOT, UNCASED_VOCAB, pretrain
+from conftest import CHINESE_VOCAB, FIXTURES, ROOT, UNCASED_VOCAB, cased_vocab, pretrain
 from electra_tf import atomic, tokenization
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import readers
@@ -930,7 +930,7 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
     predict_ids gives the in-memory model's outputs; serving_default answers each question
     as fine-tuning's decoding does over all its windows (squad.decode on the in-memory
     model's outputs: the best beam span of the window giving its start the most context,
-    widened to whole words and quoted from the context), with the no-answer probability of
+    quoted from the context: its pieces' own characters), with the no-answer probability of
     its most answerable window and "" above the run's threshold, and returns the answer's
     window and its characters in the context."""
     from electra_tf.finetune import squad
@@ -978,15 +978,19 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
             assert (char_start, char_end) == (-1, -1), n
         else:  # answer_start/end: the answer's pieces that the window served holds
             assert example.context[char_start:char_end] == answer
-            pieces = tok.encode([answer])[0]
             first, last = out["serving_default__answer_start"][n], out[
                 "serving_default__answer_end"][n]
             held = features["input_ids"][window][first:last + 1].tolist()
-            assert held and any(pieces[i:i + len(held)] == held for i in range(len(pieces)))
+            # (by their text: an answer from inside a word starts with a "##" piece)
+            assert held and _piece_text(tok, held) in _piece_text(tok, tok.encode([answer])[0])
     assert out["serving_default__answer"][3] == ""  # no context: no answer
     # Both ways: a question answered and one blanked by the threshold.
     assert any(out["serving_default__answer"][:3] != "")
     assert any(no_answer[e.qid] > threshold and answers[e.qid] for e in examples)
+
+
+def _piece_text(tok, ids):
+    return "".join(t[2:] if t.startswith("##") else t for t in tok.convert_ids_to_tokens(ids))
 
 
 def _one_window_questions(rng, rows, length, first, pieces):
@@ -1020,8 +1024,8 @@ def _one_window_questions(rng, rows, length, first, pieces):
 def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, doc_stride):
     """Random contexts of words of several pieces over many windows, overlapping (stride 4)
     or not (64: each window's first piece is its own most-context start): serving answers
-    what squad.decode answers on every window of the same model, whole words included
-    where a word straddles two windows, in the context's characters: capitals, accents,
+    what squad.decode answers on every window of the same model, a span's pieces where
+    a word straddles two windows, in the context's characters: capitals, accents,
     characters the vocab lacks and Chinese as written."""
     from electra_tf.finetune import squad
     trial = str(task_exports["root"] / "qa" / "trial_0")
@@ -1050,9 +1054,84 @@ def test_task_qa_serving_is_decode_over_windows_of_long_contexts(task_exports, d
     assert [a.decode() for a in out["answer"].numpy()] == expected
     starts, ends = out["answer_char_start"].numpy(), out["answer_char_end"].numpy()
     assert [c[a:b] if b >= 0 else "" for c, a, b in zip(contexts, starts, ends)] == expected
+    bounds = [{x for span in squad.basic_tokens(c) for x in span} for c in contexts]
+    # Spans that begin or end inside a word: "Œu" of "Œuvre", not the whole word.
+    assert sum(b >= 0 and not {a, b} <= t for a, b, t in zip(starts, ends, bounds)) >= 5
     assert sum(a.startswith(w) for a in expected for w in vocabulary[:3]) >= 3
     assert sum(w in a for a in expected for w in chinese[:4]) >= 3  # "北京", not "北 京"
     assert sum(w in a for a in expected for w in vocabulary[7:]) >= 3  # not "chateau", "[UNK]"
+
+
+class _ScoredPieces:
+    """A stand-in for a fine-tuned QA model with BERT's head: each vocab id has a fixed
+    start and end logit, so spans fall on the pieces a test scores highest, alike in
+    serving and in squad.decode."""
+
+    def __init__(self, start, end):
+        self.start, self.end = tf.constant(start, tf.float32), tf.constant(end, tf.float32)
+
+    def __call__(self, inputs, training=False):
+        ids = tf.convert_to_tensor(inputs["input_ids"])
+        return {"start_logits": tf.gather(self.start, ids),
+                "end_logits": tf.gather(self.end, ids)}
+
+
+def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
+    """Serving answers with the context's characters from the first of the span's first
+    piece to the last of its last, the answer and its character offsets those of
+    squad.decode, on contexts of words of several pieces over several windows in three
+    vocabs: "195" of "195g" (the piece "195" scored highest), accents stripped or
+    decomposed, "İ", a zero-width space, full-width letters, emoji, and the whole word
+    where the pieces do not map exactly ([UNK]; a cased vocab's NFC of "e" + U+0301);
+    answer_start and answer_end are the span's pieces in the window served."""
+    from electra_tf.finetune import squad
+    weighs = {"这款手机重195g，很轻。": "195", "It weighs 195g.": "195"}
+    cases = [  # vocab, lower_case, the words of random contexts and their separator, the
+        # piece scored highest, and contexts that hold it with their answers
+        (UNCASED_VOCAB, True, ["5kg", "10km", "unremarkable", "Éclair", "e\u0301clair",
+                               "İzmir", "Œuvre", "ab\u200bcd", "a😀b", "xylophone", "the",
+                               ","], " ", "195", weighs),
+        (CHINESE_VOCAB, True, ["Ｈｅｌｌｏ", "ＡＢＣ123", "ok😂", "😀", "手机", "很轻", "，"], "",
+         "195", weighs),
+        (cased_vocab(tmp_path / "cased.txt", ["é", "##é"]), False,
+         ["unremarkable", "xylophone", "10km", "the"], " ", "##é",
+         {"Two cafés.": "é", "Two cafe\u0301s.": "cafe\u0301s"})]  # NFC: not exact
+    rng = np.random.default_rng(0)
+    for vocab, lower_case, pool, separator, piece, fixed in cases:
+        tok = tokenization.Tokenizer(vocab, lower_case)
+        start, end = rng.normal(size=(2, tok.vocab_size))
+        start[tok.vocab.index(piece)] = end[tok.vocab.index(piece)] = 10.0
+        model = _ScoredPieces(start, end)
+        info = dict(kind="qa", max_seq_length=L, text_pair=True, lower_case=lower_case,
+                    strip_accents=lower_case, max_query_length=12, doc_stride=16,
+                    no_answer_threshold=1.0)
+        module = saved_model.TaskServingModule(model, info, vocab)
+        contexts = [separator.join(rng.choice(pool, rng.integers(1, 50))) for _ in range(24)]
+        contexts += [""] + list(fixed)
+        questions = ["how heavy?"] * len(contexts)
+        out = {k: v.numpy() for k, v in module.serving_default(
+            text=tf.constant(questions), text_b=tf.constant(contexts)).items()}
+        examples = [squad.QAExample(str(n), q, c, [], None, None, False)
+                    for n, (q, c) in enumerate(zip(questions, contexts))]
+        features, windows, _ = squad.encode(tok, examples, L, 16, 12, False)
+        assert len(windows) > len(examples) + 20  # words straddle windows' edges
+        answers, _ = squad.decode(examples, windows, {k: v.numpy() for k, v in model(
+            features).items()}, tok, max_answer_length=30)
+        expected = [answers[e.qid] for e in examples]
+        assert [a.decode() for a in out["answer"]] == expected, vocab
+        starts, ends = out["answer_char_start"], out["answer_char_end"]
+        assert [c[a:b] if b >= 0 else "" for c, a, b in zip(contexts, starts, ends)] == expected
+        assert expected[24:] == [""] + list(fixed.values())
+        # Parts of words: spans that begin or end inside a basic token.
+        bounds = [{x for span in squad.basic_tokens(c) for x in span} for c in contexts]
+        assert sum(b >= 0 and not {a, b} <= t for a, b, t in zip(starts, ends, bounds)) >= 5
+        for n, answer in enumerate(expected):
+            first, last = out["answer_start"][n], out["answer_end"][n]
+            assert (first >= 0) == (answer != ""), n
+            if n > 24:  # the span's piece, or the pieces of the word answered whole
+                assert out["tokens"][n][first:last + 1].tolist() == [
+                    t.encode() for t in tok.convert_ids_to_tokens(tok.encode([answer])[0])
+                    ] if answer == "cafe\u0301s" else [piece.encode()], n
 
 
 def test_qa_span_choice_is_fine_tunings_decode():

@@ -1362,6 +1362,70 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
     assert scores["best_f1"] == pytest.approx(100 * (n - 1) / n)  # none dropped
 
 
+def test_qa_pieces_map_to_their_own_characters(uncased_tokenizer, tmp_path):
+    """squad.piece_char_spans: each word piece's characters in its basic token, each
+    character normalised on its own (accents stripped, "İ" lower-cased to "i" + U+0307 and
+    stripped to "i", a zero-width space deleted and kept with the piece before it,
+    full-width letters, emoji); the whole token for each piece where the mapping is not
+    exact: an [UNK] piece, or a cased model's NFC joining "e" + U+0301 into one
+    character."""
+    from electra_tf import tokenization
+    from electra_tf.finetune import squad
+    chinese = tokenization.Tokenizer(CHINESE_VOCAB)
+    cased = tokenization.Tokenizer(cased_vocab(tmp_path / "vocab.txt", ["é", "##é"]),
+                                   lower_case=False)
+    cases = [  # tokenizer, basic token, its pieces, their characters
+        (chinese, "195g", ["195", "##g"], ["195", "g"]),
+        (uncased_tokenizer, "195g", ["195", "##g"], ["195", "g"]),
+        (uncased_tokenizer, "5kg", ["5", "##k", "##g"], ["5", "k", "g"]),
+        (uncased_tokenizer, "unremarkable", ["un", "##rem", "##ark", "##able"],
+         ["un", "rem", "ark", "able"]),
+        (uncased_tokenizer, "Éclair", ["ec", "##lai", "##r"], ["Éc", "lai", "r"]),
+        (uncased_tokenizer, "e\u0301clair", ["ec", "##lai", "##r"], ["e\u0301c", "lai", "r"]),
+        (uncased_tokenizer, "İzmir", ["i", "##z", "##mir"], ["İ", "z", "mir"]),
+        (uncased_tokenizer, "Œuvre", ["œ", "##u", "##vre"], ["Œ", "u", "vre"]),
+        (uncased_tokenizer, "ab\u200bcd", ["abc", "##d"], ["ab\u200bc", "d"]),
+        (chinese, "Ｈｅｌｌｏ", ["ｈ", "##ｅ", "##ｌ", "##ｌ", "##ｏ"], list("Ｈｅｌｌｏ")),
+        (chinese, "ＡＢＣ123", ["ａ", "##ｂ", "##ｃ", "##123"], ["Ａ", "Ｂ", "Ｃ", "123"]),
+        (chinese, "195g😂", ["195", "##g", "##😂"], ["195", "g", "😂"]),
+        (cased, "cafés", ["caf", "##é", "##s"], ["caf", "é", "s"]),
+        # Not exact: each piece is the whole token.
+        (cased, "cafe\u0301s", ["caf", "##é", "##s"], ["cafe\u0301s"] * 3),
+        (uncased_tokenizer, "a😀b", ["[UNK]"], ["a😀b"]),
+        (chinese, "Ｈｅｌｌｏ😀", ["[UNK]"], ["Ｈｅｌｌｏ😀"]),
+        (uncased_tokenizer, "the", ["the"], ["the"]),
+    ]
+    for tok, word, pieces, chars in cases:
+        ids = tok.encode([word])[0]
+        assert tok.convert_ids_to_tokens(ids) == pieces, word
+        spans = squad.piece_char_spans(tok, [word], [ids])[0]
+        assert [word[a:b] for a, b in spans] == chars, word
+    assert squad.piece_char_spans(uncased_tokenizer, [], []) == []
+
+
+def test_qa_decode_quotes_the_spans_pieces_not_whole_words(uncased_tokenizer):
+    """A span of part of a word is answered with that part of the context, as the
+    official get_final_text answers and as training labels tight spans: "195" of "195g"
+    (Chinese) and "lair" of "Éclair"; a word with an [UNK] piece is answered whole."""
+    from electra_tf import tokenization
+    from electra_tf.finetune import squad
+    chinese = tokenization.Tokenizer(CHINESE_VOCAB)
+    for tok, context, first, last, answer in [
+            (chinese, "这款手机重195g，很轻。", "195", "195", "195"),
+            (chinese, "这款手机重195g，很轻。", "##g", "轻", "g，很轻"),
+            (uncased_tokenizer, "An Éclair, 5kg.", "##lai", "##r", "lair"),
+            (uncased_tokenizer, "An Éclair, 5kg.", "ec", "5", "Éclair, 5"),
+            (uncased_tokenizer, "a😀b and 10km", "[UNK]", "10", "a😀b and 10")]:
+        example = squad.QAExample("q", "how heavy?", context, [], None, None, False)
+        features, windows, _ = squad.encode(tok, [example], 48, 16, 16, False)
+        tokens = tok.convert_ids_to_tokens(features["input_ids"][0])
+        start = np.where(np.array(tokens) == first, 5.0, -5.0).astype(np.float32)[None]
+        end = np.where(np.array(tokens) == last, 5.0, -5.0).astype(np.float32)[None]
+        answers, _ = squad.decode([example], windows, {"start_logits": start,
+                                                       "end_logits": end}, tok)
+        assert answers == {"q": answer}, context
+
+
 def test_a_question_whose_answer_is_not_at_answer_start_is_skipped_and_named(
         uncased_tokenizer):
     """answer_start counted in UTF-8 bytes (as some converters write it: É is two) points

@@ -414,7 +414,7 @@ class TaskServingModule(_TextModule):
                                                self.max_seq_length - 4)]  # [b, (q)]
         # The context's basic tokens (tokenization.basic_token_spans'), each tokenized on its own as
         # fine-tuning tokenized them, with their byte spans to quote the answer from.
-        words, word_begin, word_end = tf_text.regex_split_with_offsets(
+        words, word_begin, _ = tf_text.regex_split_with_offsets(
             context, tokenization.BASIC_SPLIT, tokenization.BASIC_KEPT)     # [b, (w)]
         word_pieces = tok.tokenize(words.flat_values)                       # [w, (p)]
         pieces = tf.RaggedTensor.from_row_splits(
@@ -466,33 +466,47 @@ class TaskServingModule(_TextModule):
                 out["answerable_logits"], row, rows))
             result["answerable_probability"] = probability
             answered &= 1.0 - probability <= self.no_answer_threshold
-        # Widened to whole basic tokens of the context (a word may straddle the window's
-        # edge) and quoted from it, as squad.decode answers: the context's own characters.
+        # Quoted from the context, as squad.decode answers: its own characters from the
+        # first of the span's first piece to the last of its last (piece_bytes; the whole
+        # word where a word's pieces do not map to its characters exactly).
         shift = pick(start) - pick(first)  # window position -> context piece
         piece_word = tf.concat([word_pieces.value_rowids(), [-1]], 0)  # [c + 1], -1: none
         nowhere = tf.size(piece_word, out_type=tf.int64) - 1
 
-        def word_of(position):  # [b] window position -> the context's basic token, or -1
+        def piece_of(position):  # [b] window position -> the context's piece, or nowhere
             piece = tf.cast(position, tf.int64) + shift + pieces.row_starts()
-            return tf.gather(piece_word, tf.where(answered, piece, nowhere))
+            return tf.where(answered, piece, nowhere)
 
-        first_word, last_word = word_of(pick(span_first)), word_of(pick(span_last))
-        no_word = tf.size(words.flat_values, out_type=tf.int64)  # its padding: no answer
-        begins = tf.concat([word_begin.flat_values, [0]], 0)
-        ends = tf.concat([word_end.flat_values, [0]], 0)
-        byte_begin = tf.gather(begins, tf.where(first_word >= 0, first_word, no_word))
-        byte_end = tf.gather(ends, tf.where(last_word >= 0, last_word, no_word))
+        first_piece, last_piece = piece_of(pick(span_first)), piece_of(pick(span_last))
+        first_word = tf.gather(piece_word, first_piece)
+        last_word = tf.gather(piece_word, last_piece)
+        # The words at both ends, [2b]; one past the last (no pieces, "") where none.
+        end_word = tf.concat([first_word, last_word], 0)
+        end_word = tf.where(end_word >= 0, end_word, tf.size(words.flat_values,
+                                                             out_type=tf.int64))
+        splits = tf.concat([word_pieces.row_splits, word_pieces.row_splits[-1:]], 0)
+        word_first = tf.gather(splits, end_word)  # the word's first piece
+        within_begin, within_end, whole = piece_bytes(
+            tf.gather(tf.concat([words.flat_values, [""]], 0), end_word),
+            tf.gather(tf.RaggedTensor.from_row_splits(word_pieces.flat_values, splits),
+                      end_word),
+            tf.maximum(tf.concat([first_piece, last_piece], 0) - word_first, 0),
+            self.id_to_token, tok.lower_case, tok.strip_accents, tok.unk_id)
+        byte_begin, byte_end = tf.split(
+            tf.gather(tf.concat([word_begin.flat_values, [0]], 0), end_word)
+            + tf.where(tf.range(2 * rows) < rows, within_begin, within_end), 2)
         text = tf.strings.substr(context, byte_begin, byte_end - byte_begin)
         char_start = tf.strings.length(
             tf.strings.substr(context, tf.zeros_like(byte_begin), byte_begin), unit="UTF8_CHAR")
         char_end = char_start + tf.strings.length(text, unit="UTF8_CHAR")
-        # The answer's pieces in the window served (those of its words the window holds).
-        splits = tf.concat([word_pieces.row_splits, [0]], 0)
-        word_first = tf.gather(splits, tf.maximum(first_word, 0)) - pieces.row_starts()
-        word_last = tf.gather(splits, tf.maximum(last_word, 0) + 1) - 1 - pieces.row_starts()
+        # The answer's pieces in the window served: the span's, or where a word is quoted
+        # whole, those of its pieces the window holds.
+        word_last = tf.gather(splits, end_word[rows:] + 1) - 1
+        answer_first = tf.where(whole[:rows], word_first[:rows], first_piece)
+        answer_last = tf.where(whole[rows:], word_last, last_piece)
         low, high = pick(first), pick(first + length) - 1
-        answer_start = tf.clip_by_value(word_first - shift, low, high)
-        answer_end = tf.clip_by_value(word_last - shift, low, high)
+        answer_start = tf.clip_by_value(answer_first - pieces.row_starts() - shift, low, high)
+        answer_end = tf.clip_by_value(answer_last - pieces.row_starts() - shift, low, high)
         found = first_word >= 0
         result.update(answer_start=tf.cast(tf.where(found, answer_start, -1), tf.int32),
                       answer_end=tf.cast(tf.where(found, answer_end, -1), tf.int32),
@@ -500,6 +514,48 @@ class TaskServingModule(_TextModule):
                       answer_char_start=tf.where(found, char_start, -1),
                       answer_char_end=tf.where(found, char_end, -1))
         return result
+
+
+def piece_bytes(words, pieces, piece, id_to_token, lower_case: bool, strip_accents: bool,
+                unk_id: int):
+    """squad.piece_char_spans in the graph, for one piece of each basic token: words
+    string [n], their pieces int32 ragged [n, (p)], piece int64 [n] (which of them) ->
+    the piece's byte span in its word, begin and end int64 [n], and whether the word is
+    taken whole (bool [n]: its pieces do not map to its characters exactly, or it has one).
+    Each character is normalised on its own (tokenization.normalize) and the pieces' texts
+    (their vocab strings, "##" off a piece that continues the word) are laid over those
+    lengths; a character normalised to nothing goes with the piece before it."""
+    chars = tf.strings.unicode_split(words, "UTF-8")                                # [n, (m)]
+    sizes = tf.strings.length(tokenization.normalize(chars.flat_values, lower_case,
+                                                     strip_accents), unit="UTF8_CHAR")
+    # Each character's end in the normalised word, rows padded with their total: [n, M + 1].
+    ends = tf.cumsum(tf.pad(chars.with_flat_values(sizes).to_tensor(), [[0, 0], [0, 1]]),
+                     axis=1)
+    # Where each character begins, in bytes: [n, M + 1] (the word's length from its m-th).
+    byte_of = tf.cumsum(tf.pad(chars.with_flat_values(tf.strings.length(
+        chars.flat_values)).to_tensor(), [[0, 0], [1, 0]]), axis=1)
+    texts = id_to_token.lookup(tf.cast(pieces.flat_values, tf.int64))
+    continues = tf.ragged.range(pieces.row_lengths()).flat_values > 0
+    texts = tf.where(continues, tf.strings.regex_replace(
+        texts, "^" + tokenization.SUFFIX_INDICATOR, ""), texts)
+    # Each piece's end in the normalised word: [n, N + 1].
+    bounds = tf.cumsum(tf.pad(pieces.with_flat_values(
+        tf.strings.length(texts, unit="UTF8_CHAR")).to_tensor(), [[0, 0], [0, 1]]), axis=1)
+    m = tf.cast(chars.row_lengths(), tf.int32)
+    p = tf.cast(pieces.row_lengths(), tf.int32)
+    after = tf.searchsorted(ends, bounds, side="right")  # the characters up to each end
+    inside = tf.equal(tf.searchsorted(ends, bounds, side="left"), after)  # in a character
+    after = tf.minimum(after, m[:, None])
+    interior = tf.range(tf.shape(bounds)[1])[None] < p[:, None] - 1
+    whole = (tf.reduce_any(inside & interior, axis=1) | (p < 2)
+             | tf.reduce_any(tf.equal(pieces, unk_id), axis=1)
+             | tf.not_equal(ends[:, -1], bounds[:, -1]))
+    piece = tf.cast(piece, tf.int32)
+    begin = tf.where(piece > 0, tf.gather(after, tf.maximum(piece - 1, 0), batch_dims=1), 0)
+    end = tf.where(piece < p - 1, tf.gather(after, piece, batch_dims=1), m)
+    begin, end = tf.where(whole, 0, begin), tf.where(whole, m, end)
+    return (tf.cast(tf.gather(byte_of, begin, batch_dims=1), tf.int64),
+            tf.cast(tf.gather(byte_of, end, batch_dims=1), tf.int64), whole)
 
 
 def _max_context(piece, window, stride, budget, context_length, windows, reach):

@@ -10,7 +10,12 @@ beam's, each of the best starts with each of its best ends, scored start + end
 log-probability; with BERT's, the `n_best_size` best starts and ends, scored start + end
 logit. It keeps spans inside the context, end >= start, at most `max_answer_length`
 pieces, the start where its window gives it the most context, and answers with the
-context's own characters from the first to the last basic token of the best span.
+context's own characters from the first character of the best span's first piece to the
+last of its last piece (`piece_char_spans`): "195" of "195g" where the span is the piece
+"195" without "##g", as the official get_final_text answers, and as training's answer
+spans are tight (BERT's _improve_answer_span). A basic token whose pieces cannot be
+mapped to its characters exactly (an [UNK] piece; a normalisation that joins or splits
+characters, as NFC joins "e" + U+0301 in a cased model) is answered whole.
 
 SQuAD 2.0: a question with no answer is trained with start = end = [CLS], and the
 answerability head learns whether a question (ELECTRA's head: `question_answerable`, the
@@ -26,9 +31,11 @@ is found from both.
 import bisect
 import dataclasses
 import functools
+import itertools
 import json
 
 import numpy as np
+import tensorflow as tf
 
 from electra_tf import tokenization
 from electra_tf.errors import UserInputError
@@ -179,6 +186,46 @@ def _contexts(tokenizer, texts: list[str]) -> dict[str, _Context]:
     return out
 
 
+def piece_char_spans(tokenizer, words: list[str], pieces: list[list[int]]
+                     ) -> list[list[tuple[int, int]]]:
+    """The character span [start, end) in each basic token `words[i]` of each of its word
+    pieces `pieces[i]` (ids, as `tokenizer` gives them). Each character is normalised on
+    its own as the tokenizer normalises text (tokenization.normalize: "İ" is "i", a
+    zero-width space nothing), and the pieces' texts (vocab strings, less "##" on a piece
+    that continues the token) are laid over those lengths; a character normalised to
+    nothing goes with the piece before it. Where that is not exact: an [UNK] piece, lengths
+    that do not add up (NFC joins "e" + U+0301 into one character in a cased model), a
+    piece boundary inside one character's normalisation, each piece spans the whole token.
+    The QA export's graph maps pieces alike (saved_model.piece_bytes)."""
+    chars = sorted({c for word in words for c in word})
+    sizes = {}
+    if chars:
+        normalised = tokenization.normalize(tf.constant(chars, tf.string),
+                                            tokenizer.lower_case, tokenizer.strip_accents)
+        sizes = {c: len(n.decode()) for c, n in zip(chars, normalised.numpy().tolist())}
+    return [_piece_spans(word, ids, sizes, tokenizer) for word, ids in zip(words, pieces)]
+
+
+def _piece_spans(word, ids, sizes, tokenizer):
+    whole = [(0, len(word))] * len(ids)
+    if len(ids) < 2 or tokenizer.unk_id in ids:
+        return whole
+    suffix = tokenization.SUFFIX_INDICATOR
+    texts = [tokenizer.vocab[i] for i in ids]
+    texts = texts[:1] + [t[len(suffix):] if t.startswith(suffix) else t for t in texts[1:]]
+    ends = list(itertools.accumulate(sizes[c] for c in word))  # each character's, normalised
+    bounds = list(itertools.accumulate(len(t) for t in texts))  # each piece's
+    if not ends or ends[-1] != bounds[-1]:
+        return whole
+    starts = [0]
+    for bound in bounds[:-1]:
+        k = bisect.bisect_right(ends, bound)  # the characters up to the boundary
+        if k == 0 or ends[k - 1] != bound:  # inside a character
+            return whole
+        starts.append(k)
+    return list(zip(starts, starts[1:] + [len(word)]))
+
+
 # ------------------------------------------------------------------------------ features
 
 
@@ -327,19 +374,22 @@ def _max_context_flags(total: int, budget: int, stride: int) -> tuple[tuple[bool
 def decode(examples: list[QAExample], windows: list[dict], outputs: dict, tokenizer=None,
            n_best_size: int = 20, max_answer_length: int = 30,
            contexts=None) -> tuple[dict, dict]:
-    """{qid: the best span's text} ("" only when no window has a valid span) and {qid:
-    no-answer probability} (empty without an answerability head). `outputs` are the task
-    model's, numpy arrays with one row per window: the beam of ELECTRA's head
-    (`start_top_index`, `start_top_log_probs` [F, K], `end_top_index`,
+    """{qid: the best span's text, the context's characters from the first of its first
+    piece to the last of its last (piece_char_spans; "" only when no window has a valid
+    span)} and {qid: no-answer probability} (empty without an answerability head).
+    `outputs` are the task model's, numpy arrays with one row per window: the beam of
+    ELECTRA's head (`start_top_index`, `start_top_log_probs` [F, K], `end_top_index`,
     `end_top_log_probs` [F, K, K]) or BERT's `start_logits` and `end_logits` [F, L];
-    `answerable_logits` [F] if the head has them."""
+    `answerable_logits` [F] if the head has them. `tokenizer`: the windows' (its vocab
+    and normalisation map pieces to characters; it may be None with `contexts` given
+    where every answered word is one piece)."""
     if contexts is None:
         contexts = _contexts(tokenizer, [e.context for e in examples])
     answerable_logits = outputs.get("answerable_logits")
     by_example = {}
     for f, window in enumerate(windows):
         by_example.setdefault(window["example"], []).append(f)
-    answers, no_answer = {}, {}
+    answers, no_answer, spans = {}, {}, {}
     for n, example in enumerate(examples):
         ctx = contexts[example.context]
         best, best_score = None, -np.inf
@@ -362,16 +412,47 @@ def decode(examples: list[QAExample], windows: list[dict], outputs: dict, tokeni
                             w["start"] + ends.flat[i] - first)
             if answerable_logits is not None:
                 answerable = max(answerable, float(answerable_logits[f]))
-        text = ""
         if best is not None:
-            first_token = ctx.piece_to_token[best[0]]
-            last_token = ctx.piece_to_token[best[1]]
-            text = example.context[ctx.spans[first_token][0]:ctx.spans[last_token][1]]
+            spans[n] = best
         if answerable_logits is not None:
             probability = 1.0 - 1.0 / (1.0 + np.exp(-answerable)) if by_example.get(n) else 1.0
             no_answer[example.qid] = float(probability)
-        answers[example.qid] = text
+        answers[example.qid] = ""
+    for n, (start, end) in _char_spans(tokenizer, examples, contexts, spans).items():
+        answers[examples[n].qid] = examples[n].context[start:end]
     return answers, no_answer
+
+
+def _char_spans(tokenizer, examples, contexts, spans):
+    """{n: the context's characters [start, end) from the first of piece spans[n][0] to
+    the last of piece spans[n][1]}."""
+    tokens = {}  # (context, basic token) -> its first piece and its piece ids
+    for n, pieces in spans.items():
+        ctx = contexts[examples[n].context]
+        for piece in pieces:
+            token = ctx.piece_to_token[piece]
+            if (examples[n].context, token) not in tokens:
+                begin = ctx.token_to_piece[token]
+                end = (ctx.token_to_piece[token + 1] if token + 1 < len(ctx.spans)
+                       else len(ctx.pieces))
+                tokens[examples[n].context, token] = (begin, ctx.pieces[begin:end])
+    # A token of one piece is that piece: no tokenizer needed.
+    several = [key for key, (_, ids) in tokens.items() if len(ids) > 1]
+    mapped = dict(zip(several, piece_char_spans(
+        tokenizer, [context[slice(*contexts[context].spans[t])] for context, t in several],
+        [tokens[key][1] for key in several])))
+    out = {}
+    for n, (first, last) in spans.items():
+        context = examples[n].context
+        ctx = contexts[context]
+        chars = []
+        for piece, side in ((first, 0), (last, 1)):
+            token = ctx.piece_to_token[piece]
+            start, end = ctx.spans[token]
+            within = mapped.get((context, token), [(0, end - start)])
+            chars.append(start + within[piece - tokens[context, token][0]][side])
+        out[n] = tuple(chars)
+    return out
 
 
 def _candidates(outputs, f, real, n_best_size):
