@@ -49,12 +49,15 @@ Signatures:
                    beam (start_top_index, start_top_log_probs [b, K], end_top_index,
                    end_top_log_probs [b, K, K]) or BERT's end_logits [b, L];
                    answer string [b] (the best span over all windows, chosen as
-                   fine-tuning's decoding does, widened to whole words of the context
-                   and quoted from it, as fine-tuning's predictions are),
+                   fine-tuning's decoding does, quoted from the context from the first
+                   character of its first piece to the last of its last, as
+                   fine-tuning's predictions are; a word whose pieces do not map to
+                   its characters exactly, whole),
                    answer_char_start, answer_char_end int32 [b] (where it is in the
                    context, in characters: context[start:end] in Python),
-                   answer_start, answer_end int32 [b] (the answer's pieces that the
-                   window holds: a word may straddle two windows; -1: no answer, for
+                   answer_start, answer_end int32 [b] (the span's pieces in the
+                   window; for a word quoted whole, those of its pieces the window
+                   holds, as a word may straddle two windows; -1: no answer, for
                    all four); with an answerability head
                    (SQuAD 2.0) also answerable_probability float32 [b] (the most
                    answerable window's), and no answer when 1 - it exceeds the
