@@ -744,12 +744,20 @@ def test_glue_formats_and_submission_files(tmp_path, init):
         _glue(mnli, name, head, [pair(i, r) + [nli[i % 3]] for i, r in enumerate(part)])
     for name in ("test_matched.tsv", "test_mismatched.tsv"):
         _glue(mnli, name, head[:-1], [pair(i, r) for i, r in enumerate(rows[50:56])])
+    # GLUE's diagnostic set (the root's diagnostic/ folder), predicted as AX.tsv.
+    _glue(tmp_path / "diagnostic", "diagnostic.tsv", ["index", "sentence1", "sentence2"],
+          [(str(i), r["text"], rows[i + 1]["text"]) for i, r in enumerate(rows[60:65])])
     results = finetune("mnli", tmp_path / "mnli", init, ["finetuning.max_train_steps = 2"],
                        data_dir=str(mnli))
     assert {"accuracy", "accuracy_mismatched", "macro_f1_mismatched"} <= set(results["median"])
-    for name in ("MNLI-m.tsv", "MNLI-mm.tsv"):
+    for name, n in (("MNLI-m.tsv", 6), ("MNLI-mm.tsv", 6), ("AX.tsv", 5)):
         submission = read_tsv(tmp_path / "mnli" / "trial_0" / "glue" / name)
-        assert len(submission) == 7 and {r[1] for r in submission[1:]} <= set(nli)
+        assert submission[0] == ["index", "prediction"]
+        assert [r[0] for r in submission[1:]] == [str(i) for i in range(n)]
+        assert {r[1] for r in submission[1:]} <= set(nli)
+    # A dev file's rows are named by its index column (the line number where it has none).
+    dev = read_tsv(tmp_path / "mnli" / "trial_0" / "dev_predictions.tsv")
+    assert [r[0] for r in dev[1:]] == [str(i) for i in range(12)]
     sts = tmp_path / "STS-B"
     head = STS_B_HEADER
     score = lambda r: f"{(float(r['rating']) + 4) * 5 / 8:.3f}"  # noqa: E731  [-4, 4] -> [0, 5]
@@ -766,6 +774,76 @@ def test_glue_formats_and_submission_files(tmp_path, init):
     assert all(0.0 <= float(v) <= 5.0 and re.fullmatch(r"\d\.\d{3}", v) for _, v in submission[1:])
     from sklearn import metrics as sklearn
     assert cola_mcc == pytest.approx(sklearn.matthews_corrcoef(gold, [int(p) for p in predicted]))
+
+
+def test_glue_files_of_another_shape_are_refused_naming_the_line(tmp_path):
+    """A GLUE row with more or fewer fields than the header (a tab inside a text shifted the
+    columns read; STS-B's from the end took another column as its sentence), a test file
+    that is not the release's test.tsv (a dev file: its sentences became the indices) or
+    repeats an index, and a malformed QQP test row (dropped: the submission lacked it) are
+    refused naming the file and line; QQP's train and dev files skip theirs, as before."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import tasks
+
+    def refused(name, message, **files):
+        with pytest.raises(UserInputError) as error:
+            tasks.load(tasks.get_task(name), log=lambda *_: None, **files)
+        assert str(error.value) == message
+
+    sts = tmp_path / "STS-B"
+    good = [str(0), *["x"] * 6, "A man plays.", "A man sings.", "2.5"]
+    _glue(sts, "train.tsv", STS_B_HEADER, [good, good[:6] + good[7:]])
+    _glue(sts, "dev.tsv", STS_B_HEADER, [good])
+    refused("stsb", f"{sts}/train.tsv line 3 has 9 tab-separated fields where the header has "
+            "10 (a tab inside a text, or a field missing?); fix the line, or use the files of "
+            "the GLUE release (or --task=classification with your own columns)",
+            data_dir=str(sts))
+    cola = tmp_path / "CoLA"
+    _glue(cola, "train.tsv", None, [("src", "1", "", "Fine."), ("src", "0", "", "Bad\tone.")])
+    _glue(cola, "dev.tsv", None, [("src", "1", "", "Fine.")])
+    refused("cola", f"{cola}/train.tsv line 2 has 5 tab-separated fields where a CoLA file has "
+            "4 (a tab inside a text, or a field missing?); fix the line, or use the files of "
+            "the GLUE release (or --task=classification with your own columns)",
+            data_dir=str(cola))
+    sst = tmp_path / "SST-2"
+    _glue(sst, "train.tsv", ["sentence", "label"], [("Good.", "1"), ("Bad.", "0")])
+    _glue(sst, "dev.tsv", ["sentence", "label"], [("Fine.", "1")])
+    files = dict(train_file=str(sst / "train.tsv"), dev_file=str(sst / "dev.tsv"))
+    refused("sst2", f"{sst}/dev.tsv is not a GLUE test file: its header begins 'sentence', "
+            "not 'index' (the release's test.tsv); pass that file (or --task=classification "
+            "for your own columns)", test_file=str(sst / "dev.tsv"), **files)
+    _glue(sst, "test.tsv", ["index", "sentence"], [("0", "Good."), ("1", "Bad."), ("0", "Ok.")])
+    refused("sst2", f"{sst}/test.tsv line 4: index 0 is also line 2's; the GLUE server takes "
+            "each once, fix the file", data_dir=str(sst))
+    qqp = tmp_path / "QQP"
+    head = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
+    row = lambda i: [str(i), "1", "2", "Why?", "Why not?", str(i % 2)]  # noqa: E731
+    _glue(qqp, "train.tsv", head, [row(0), row(1), row(2)[:4], row(3)])
+    _glue(qqp, "dev.tsv", head, [row(4), row(5)])
+    _glue(qqp, "test.tsv", ["id", "question1", "question2"], [("0", "Why?", "Why not?"),
+                                                               ("1", "How?")])
+    refused("qqp", f"{qqp}/test.tsv line 3 has 2 tab-separated fields where the header has 3 "
+            "(a tab inside a text, or a field missing?); fix the line, or use the files of the "
+            "GLUE release (or --task=classification with your own columns)", data_dir=str(qqp))
+    (qqp / "test.tsv").unlink()
+    lines = []
+    data = tasks.load(tasks.get_task("qqp"), data_dir=str(qqp), log=lines.append)
+    assert len(data.train.examples) == 3 and lines == [
+        "skipped 1 malformed lines in the QQP files (known in QQP)"]
+    assert [e.guid for e in data.dev[0].examples] == ["4", "5"]  # the id column
+    # A --data_dir that is not there; MRPC as Microsoft releases it (no train.tsv).
+    refused("rte", f"--data_dir={tmp_path}/nowhere does not exist; pass the folder of the "
+            "task's release", data_dir=str(tmp_path / "nowhere"))
+    (tmp_path / "MRPC").mkdir()
+    (tmp_path / "MRPC" / "msr_paraphrase_train.txt").write_text("Quality\n")
+    refused("mrpc", f"{tmp_path}/MRPC has no train file (train.tsv) (GLUE's download script "
+            "makes MRPC's train.tsv and dev.tsv from msr_paraphrase_train.txt); pass the folder "
+            "of the task's release as --data_dir", data_dir=str(tmp_path / "MRPC"))
+    # MNLI's test files given one by one go to their own submission files.
+    assert tasks._submission_of(tasks.get_task("mnli"), "x/test_mismatched.tsv") == (
+        "MNLI-mm.tsv", None)
+    assert tasks._submission_of(tasks.get_task("mnli"), "x/diagnostic.tsv") == ("AX.tsv", (1, 2))
+    assert tasks._submission_of(tasks.get_task("mnli"), "x/test.tsv") == ("MNLI-m.tsv", None)
 
 
 def test_mrpc_and_stsb_train_on_both_orders_and_stsb_on_scores_over_5(tmp_path, init):

@@ -315,7 +315,9 @@ def shown(labels: list[str], limit: int = 10) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class GlueFormat:
-    """Where a GLUE task's fields are in its TSVs (column indices; negative from the end)."""
+    """Where a GLUE task's fields are in its TSVs (column indices; negative from the end).
+    `test_files`: (split name, the file's candidate names, its submission file, its text
+    columns where not test_text_a/b); the first found of each is read."""
     directory: str
     labels: tuple[str, ...] | None  # None: regression
     text_a: int
@@ -324,34 +326,59 @@ class GlueFormat:
     test_text_a: int
     test_text_b: int | None
     header: bool = True
+    width: int | None = None  # the fields of a row of a train or dev file without a header
     dev_files: tuple[tuple[str, str], ...] = (("dev", "dev.tsv"),)
-    test_files: tuple[tuple[str, str, str], ...] = (("test", "test.tsv", ""),)
+    test_files: tuple[tuple[str, tuple[str, ...], str, tuple | None], ...] = (
+        ("test", ("test.tsv",), "", None),)
     skip_malformed: bool = False
 
 
-def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Example], int]:
+TEST_INDEX = ("index", "id")  # the first column of a GLUE test file (QQP's is id)
+
+
+def read_glue(path: str, fmt: GlueFormat, test: bool = False,
+              columns: tuple | None = None) -> tuple[list[Example], int]:
     """Examples of one GLUE TSV (the GLUE release's columns, read without quoting as the
-    official code does), and how many malformed lines were skipped (only QQP has some)."""
+    official code does), and how many malformed lines were skipped (only QQP has some, in
+    its train and dev files). A row holds as many fields as the header (a tab inside a text
+    shifted or cut it). A test file's rows are its `index` (or QQP's `id`) column's, each
+    once: its predictions go to the GLUE server, which takes every index, once.
+    `columns`: a test file's text columns where not the task's (MNLI's diagnostic, AX)."""
     lines = _lines(read_text(path))
+    header = None
     if fmt.header or test:
-        lines = lines[1:]
-    a, b = (fmt.test_text_a, fmt.test_text_b) if test else (fmt.text_a, fmt.text_b)
-    examples, skipped = [], 0
+        header, lines = (lines[0].lstrip("\ufeff").split("\t") if lines else []), lines[1:]
+    if test and header[:1] not in [[name] for name in TEST_INDEX]:
+        raise UserInputError(f"{path} is not a GLUE test file: its header begins "
+                             f"{header[0] if header else ''!r}, not 'index' (the release's "
+                             "test.tsv); pass that file (or --task=classification for your own "
+                             "columns)")
+    width = len(header) if header is not None else fmt.width
+    a, b = (columns or (fmt.test_text_a, fmt.test_text_b)) if test else (fmt.text_a, fmt.text_b)
+    examples, skipped, seen = [], 0, {}
     for number, line in enumerate(lines, 2 if fmt.header or test else 1):
         if not line.strip():
             continue
         fields = line.split("\t")
         try:
+            if width is not None and len(fields) != width:
+                raise IndexError
             text_a = fields[a]
             text_b = fields[b] if b is not None else None
             label = None if test else fields[fmt.label]
         except IndexError:
-            if fmt.skip_malformed:
+            if fmt.skip_malformed and not test:
                 skipped += 1
                 continue
-            raise UserInputError(f"{path} line {number} does not have the fields of a GLUE "
-                                 f"{fmt.directory} file; use the files of the GLUE release "
-                                 "(or --task=classification with your own columns)") from None
+            if width is None:
+                wrong = f"does not have the fields of a GLUE {fmt.directory} file"
+            else:
+                wrong = (f"has {len(fields)} tab-separated fields where "
+                         f"{'the header has' if header else f'a {fmt.directory} file has'} "
+                         f"{width} (a tab inside a text, or a field missing?)")
+            raise UserInputError(f"{path} line {number} {wrong}; fix the line, or use the "
+                                 "files of the GLUE release (or --task=classification with "
+                                 "your own columns)") from None
         if not test and fmt.labels is None:  # regression (STS-B): a finite number
             text, label = label, _number(label)
             if label is None or not math.isfinite(label):
@@ -362,7 +389,12 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False) -> tuple[list[Exam
         if not test and fmt.labels is not None and label not in fmt.labels:
             raise UserInputError(f"{path} line {number}: label {label!r} is not one of "
                                  f"{', '.join(fmt.labels)}; is this the {fmt.directory} file?")
-        guid = fields[0] if test else str(number)
+        # A test row's index; a dev row's where the file has one (else its line number)
+        guid = fields[0] if header and header[0] in TEST_INDEX else str(number)
+        if test and guid in seen:
+            raise UserInputError(f"{path} line {number}: index {guid} is also line "
+                                 f"{seen[guid]}'s; the GLUE server takes each once, fix the file")
+        seen[guid] = number
         examples.append(Example(text_a, text_b, label, guid))
     return examples, skipped
 

@@ -47,7 +47,8 @@ class Task:
 _NLI = ("entailment", "not_entailment")
 GLUE = {
     "cola": Task("cola", "classification", "mcc", glue=GlueFormat(
-        "CoLA", ("0", "1"), 3, None, 1, 1, None, header=False), submission="CoLA.tsv"),
+        "CoLA", ("0", "1"), 3, None, 1, 1, None, header=False, width=4),
+        submission="CoLA.tsv"),
     "sst2": Task("sst2", "classification", "accuracy", glue=GlueFormat(
         "SST-2", ("0", "1"), 0, None, 1, 1, None), submission="SST-2.tsv"),
     "mrpc": Task("mrpc", "classification", "accuracy", unordered_pairs=True, glue=GlueFormat(
@@ -60,8 +61,13 @@ GLUE = {
     "mnli": Task("mnli", "classification", "accuracy", glue=GlueFormat(
         "MNLI", ("contradiction", "entailment", "neutral"), 8, 9, -1, 8, 9,
         dev_files=(("dev", "dev_matched.tsv"), ("dev_mismatched", "dev_mismatched.tsv")),
-        test_files=(("test", "test_matched.tsv", "MNLI-m.tsv"),
-                    ("test_mismatched", "test_mismatched.tsv", "MNLI-mm.tsv"))),
+        test_files=(("test", ("test_matched.tsv",), "MNLI-m.tsv", None),
+                    ("test_mismatched", ("test_mismatched.tsv",), "MNLI-mm.tsv", None),
+                    # GLUE's diagnostic set, predicted by the MNLI model (the official
+                    # code's "diagnostic" split): in the MNLI folder, or the GLUE root's
+                    ("diagnostic", ("diagnostic.tsv", "AX.tsv",
+                                    os.path.join("..", "diagnostic", "diagnostic.tsv")),
+                     "AX.tsv", (1, 2)))),
         submission="MNLI-m.tsv"),
     "qnli": Task("qnli", "classification", "accuracy", glue=GlueFormat(
         "QNLI", _NLI, 1, 2, 3, 1, 2), submission="QNLI.tsv"),
@@ -120,9 +126,24 @@ def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
     if found:
         return os.path.join(data_dir, found[0])
     if required:
-        raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}); pass the "
-                             "folder of the task's release as --data_dir")
+        hint = ""
+        if tf.io.gfile.exists(os.path.join(data_dir, "msr_paraphrase_train.txt")):
+            hint = (" (GLUE's download script makes MRPC's train.tsv and dev.tsv from "
+                    "msr_paraphrase_train.txt)")
+        raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}){hint}; "
+                             "pass the folder of the task's release as --data_dir")
     return None
+
+
+def _submission_of(task, test_file: str) -> tuple[str, tuple | None]:
+    """The submission file (and text columns) of a GLUE test file given as --test_file:
+    MNLI's by its name (test_matched, test_mismatched, the diagnostic set), which the
+    --data_dir layout tells apart."""
+    name = os.path.basename(test_file)
+    for _, files, submission, columns in task.glue.test_files:
+        if submission and any(name == os.path.basename(f) for f in files):
+            return submission, columns
+    return task.submission, None
 
 
 def _glue_dir(data_dir: str, fmt: GlueFormat) -> str:
@@ -146,6 +167,11 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
     if not data_dir and not (train_file and dev_file):
         raise UserInputError(f"--task={task.name} needs --train_file and --dev_file (or "
                              "--data_dir holding train and dev files)")
+    if data_dir and not tf.io.gfile.isdir(data_dir):
+        raise UserInputError(f"--data_dir={data_dir} "
+                             + ("is a file" if tf.io.gfile.exists(data_dir) else
+                                "does not exist")
+                             + "; pass the folder of the task's release")
     if task.glue is not None:
         return _load_glue(task, data_dir, train_file, dev_file, test_file, log)
     if data_dir:
@@ -285,13 +311,15 @@ def _load_glue(task, data_dir, train_file, dev_file, test_file, log) -> TaskData
         folder = _glue_dir(data_dir, fmt)
         train_file = _find(folder, ("train.tsv",), "train")
         devs = [(name, _find(folder, (f,), name)) for name, f in fmt.dev_files]
-        tests = [(name, os.path.join(folder, f), sub) for name, f, sub in fmt.test_files
-                 if tf.io.gfile.exists(os.path.join(folder, f))]
-        if tests and fmt.test_files[0][2] == "":
-            tests = [(name, path, task.submission) for name, path, _ in tests]
+        tests = []
+        for name, files, submission, columns in fmt.test_files:
+            found = [os.path.normpath(os.path.join(folder, f)) for f in files
+                     if tf.io.gfile.exists(os.path.join(folder, f))]
+            if found:
+                tests.append((name, found[0], submission or task.submission, columns))
     else:
         devs = [("dev", dev_file)]
-        tests = [("test", test_file, task.submission)] if test_file else []
+        tests = [("test", test_file, *_submission_of(task, test_file))] if test_file else []
     train, skipped = readers.read_glue(train_file, fmt)
     _not_empty(train_file, train, skipped)
     dev_splits = []
@@ -301,10 +329,10 @@ def _load_glue(task, data_dir, train_file, dev_file, test_file, log) -> TaskData
         skipped += s
         dev_splits.append(Split(name, path, examples))
     test_splits = []
-    for name, path, sub in tests:
-        examples, s = readers.read_glue(path, fmt, test=True)
+    for name, path, submission, columns in tests:
+        examples, s = readers.read_glue(path, fmt, test=True, columns=columns)
         _not_empty(path, examples, s)
-        test_splits.append(Split(name, path, examples, sub))
+        test_splits.append(Split(name, path, examples, submission))
     if skipped:
         log(f"skipped {skipped} malformed lines in the {fmt.directory} files (known in QQP)")
     return TaskData(task, Split("train", train_file, train), dev_splits, test_splits,
