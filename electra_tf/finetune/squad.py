@@ -391,7 +391,6 @@ def decode(examples: list[QAExample], windows: list[dict], outputs: dict, tokeni
         by_example.setdefault(window["example"], []).append(f)
     answers, no_answer, spans = {}, {}, {}
     for n, example in enumerate(examples):
-        ctx = contexts[example.context]
         best, best_score = None, -np.inf
         answerable = -np.inf
         for f in by_example.get(n, []):
