@@ -404,6 +404,26 @@ def test_prediction_progress_counts_inputs_where_they_are_not_the_files_rows(mon
     assert lines == ["  predicting dev.json: 4 of 7 inputs (the file's 3 rows)"]
 
 
+def test_a_trials_splits_share_one_traced_prediction_function():
+    """A trial's dev and test splits run one traced forward pass: each traced its own, and
+    with small splits TensorFlow's warning that 5 calls in a row retraced landed among an
+    MNLI run's lines (2 dev and 3 test sets)."""
+    from electra_tf.finetune import runner
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    model, _ = runner.build_trial(init, "sentence", 2, 0, 10, 1e-4, 1.0, False, 0.1, 0.1,
+                                  False, aggregate_gradients=False)
+    rng = np.random.default_rng(0)
+    functions = {}
+    for rows, length in ((3, 8), (5, 12), (2, 8)):
+        features = {"input_ids": rng.integers(1, 100, (rows, length)).astype(np.int32),
+                    "input_mask": np.ones((rows, length), np.int32),
+                    "segment_ids": np.zeros((rows, length), np.int32)}
+        out = runner._predict(model, features, 4, functions=functions)
+        assert out["logits"].shape == (rows, 2)
+    (traced,) = functions.values()
+    assert traced.experimental_get_tracing_count() == 1
+
+
 def test_sigterm_ends_the_script_with_one_line_keeping_the_complete_trials(tmp_path):
     """SIGTERM (a scheduler's stop) while trial 1 of 2 trains: one line and exit code 143
     (the process died without a word), trial_0 kept, nothing of trial 1 and no results.json

@@ -408,11 +408,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                                    trial_seed, clip_norm, log_every or max(1, steps // 10), log,
                                    strategy, loss_scale, jit_compile, loss_reduction == "sum",
                                    static)
-            dev, outputs = {}, {}
+            dev, outputs, functions = {}, {}, {}
             reduce = getattr(adapter, "reduce_outputs", None)  # what the task reads
             for i, split in enumerate(adapter.dev_splits):
                 predicted = _predict(model, split.features, eval_batch_size, strategy, static,
-                                     jit_compile, reduce, _progress(split, log))
+                                     jit_compile, reduce, _progress(split, log), functions)
                 scores = adapter.score(split, predicted, n_best_size=n_best_size,
                                        max_answer_length=max_answer_length,
                                        no_answer_threshold=no_answer_threshold)
@@ -420,7 +420,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 dev.update({k + suffix: v for k, v in scores.items()})
                 outputs[split.name] = predicted
             test_outputs = {s.name: _predict(model, s.features, eval_batch_size, strategy,
-                                             static, jit_compile, reduce, _progress(s, log))
+                                             static, jit_compile, reduce, _progress(s, log),
+                                             functions)
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1)}
@@ -882,7 +883,7 @@ def _progress(split: "_Split", log):
 
 def _predict(model, features: dict, batch_size: int, strategy=None,
              static: bool = False, jit_compile: bool = False, reduce=None,
-             progress=None) -> dict:
+             progress=None, functions: dict | None = None) -> dict:
     """The model's outputs on every row, as numpy arrays padded back to the full length.
     `static`: every batch has all positions and `batch_size` rows (the last padded with
     empty rows, whose outputs are dropped), split over the strategy's replicas where this
@@ -890,16 +891,21 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
     to its longest sequence, with `static` and `jit_compile` as one XLA program. `reduce`
     keeps what the task reads of each batch's outputs (a tagger's argmax, not its [B, L, C]
     logits: 100,000 sentences of 66 tags held 8.7 GB). `progress(done, total)` is called
-    after each batch."""
+    after each batch. `functions`: where the model's traced forward passes are kept between
+    calls (one per trial: the splits share them)."""
     inputs = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
     n, full = len(inputs["input_ids"]), inputs["input_ids"].shape[1]
     strategy = strategy or tf.distribute.get_strategy()
     if static and _predicts_on_replicas(strategy):
         rows = batch_size // strategy.num_replicas_in_sync
 
-        @tf.function
-        def replicated(batch):
-            return strategy.run(lambda b: model(b, training=False), args=(batch,))
+        def make():
+            @tf.function
+            def replicated(batch):
+                return strategy.run(lambda b: model(b, training=False), args=(batch,))
+            return replicated
+
+        replicated = _traced_once(functions, "replicated", make)
 
         def forward(batch):
             out = replicated(_split_rows(strategy, batch, rows))
@@ -907,10 +913,16 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
                                        strategy.experimental_local_results(v)])
                     for k, v in out.items()}
     else:
-        @tf.function(input_signature=[_signature(inputs)],
-                     jit_compile=True if static and jit_compile else None)
-        def traced(batch):
-            return model(batch, training=False)
+        signature = _signature(inputs)
+        jit = True if static and jit_compile else None
+
+        def make():
+            @tf.function(input_signature=[signature], jit_compile=jit)
+            def traced(batch):
+                return model(batch, training=False)
+            return traced
+
+        traced = _traced_once(functions, ("one device", str(signature), jit), make)
 
         def forward(batch):
             return {k: v.numpy() for k, v in traced(batch).items()}
@@ -928,6 +940,17 @@ def _predict(model, features: dict, batch_size: int, strategy=None,
     if not chunks:
         return {}
     return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+def _traced_once(functions: dict | None, key, make):
+    """The prediction function for `key` in `functions` (a trial's, for its one model),
+    made by `make` once: each split of a trial traced its own, and TensorFlow's warning
+    that 5 calls in a row retraced landed among an MNLI run's lines (2 dev, 3 test sets)."""
+    if functions is None:
+        return make()
+    if key not in functions:
+        functions[key] = make()
+    return functions[key]
 
 
 def _tsv(rows: list[list[str]]) -> str:
