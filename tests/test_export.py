@@ -344,7 +344,11 @@ def test_sigterm_stops_an_export_with_one_line_and_nothing_written(model_dir, tm
     assert (process.wait(timeout=120), process.stderr.read()) == (
         143, "terminated (SIGTERM); what was complete is kept: rerun the same command to go "
         "on\n")
-    assert not serving.exists()  # the folders it made, removed again
+    # Nothing served: the folders it made removed again, or, where TensorFlow held the main
+    # thread past the grace period (a loaded machine) and the watcher ended the process,
+    # only the hidden staging folder, which the next export removes.
+    assert not serving.exists() or [n[:7] for n in os.listdir(serving / "electra")] == [
+        ".tmp-1-"]
 
 
 def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
