@@ -126,6 +126,16 @@ def test_killed_build_resumes_and_finishes_only_missing_shards(tmp_path):
     assert again.stdout.splitlines() == [
         f"{out} is already complete: {metadata['num_examples']} examples "
         f"({metadata['num_tokens']} tokens) in 8 shards; nothing to do"]
+    # An input edited since is not answered 'nothing to do' (the old data was kept).
+    size = len(text) * 2
+    assert metadata["input_bytes"] == {str(corpus_file): size}
+    with open(corpus_file, "ab") as f:
+        f.write(b"One more line.\n")
+    edited = build(*args, f"--output_dir={out}", check=False)
+    assert (edited.returncode, edited.stderr.splitlines()) == (1, [
+        f"error: --output_dir={out} holds a complete build of inputs that have changed since "
+        f"({corpus_file}: {size:,} bytes then, {size + 15:,} now); build them into a new "
+        "--output_dir (or delete this one)"])
 
 
 def _shards_done(out) -> set:

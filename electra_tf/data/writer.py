@@ -493,6 +493,28 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     return tf.io.gfile.exists(os.path.join(output_dir, METADATA_FILE))
 
 
+def _input_sizes(config: BuildConfig) -> dict:
+    """Each input file's size: what tells a finished build's inputs edited since."""
+    return {_absolute(p): tf.io.gfile.stat(p).length for p in config.inputs}
+
+
+def _check_inputs_unchanged(output_dir: str, metadata: dict, config: BuildConfig):
+    """A complete build whose inputs have another size now (edited, or regenerated, in
+    place) is refused: the same command answered 'nothing to do' and kept the old data. (A
+    build from before the sizes were recorded is taken as it is.)"""
+    before = metadata.get("input_bytes")
+    if before is None:
+        return
+    now = _input_sizes(config)
+    changed = [f"{path}: {before[path]:,} bytes then, {size:,} now"
+               for path, size in now.items() if before.get(path, size) != size]
+    if changed:
+        raise UserInputError(
+            f"--output_dir={output_dir} holds a complete build of inputs that have changed "
+            f"since ({changed[0]}{'; ...' if len(changed) > 1 else ''}); build them into a new "
+            "--output_dir (or delete this one)")
+
+
 def _same_setting(key: str, saved, current) -> bool:
     """Paths name files, not settings: an input given relative once and absolute the next
     time is the same input, and the vocab is its contents (vocab_sha256 is compared)."""
@@ -554,6 +576,7 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     if _check_resumable(output_dir, config):
         with tf.io.gfile.GFile(os.path.join(output_dir, METADATA_FILE)) as f:
             metadata = json.load(f)
+        _check_inputs_unchanged(output_dir, metadata, config)
         log(f"{output_dir} is already complete: {_summary(metadata)}; nothing to do")
         return metadata
     if num_shards is not None and num_shards > config.num_shards:
@@ -708,6 +731,7 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "bad_json_lines": sum(s["bad_json_lines"] for s in shards),
         "long_lines": sum(s.get("long_lines", 0) for s in shards),
         "shards": [{k: s[k] for k in ("file", "num_examples", "num_tokens")} for s in shards],
+        "input_bytes": _input_sizes(config),
         "build_config": dataclasses.asdict(config),
     }
     atomic.write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=1))
