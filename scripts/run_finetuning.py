@@ -63,7 +63,10 @@ flags.DEFINE_enum("strategy", "default", list(choices.STRATEGIES),
                   "the workers in TF_CONFIG; tpu: the TPU --tpu names. The batch is split "
                   "over the replicas.")
 flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu ('local' on a TPU VM).")
-flags.DEFINE_bool("lower_case", True, "Lower-case text, with --init_checkpoint=none.")
+flags.DEFINE_bool("lower_case", True, "Lower-case text, with --init_checkpoint=none (a "
+                  "checkpoint's model_info.json gives its own).")
+flags.DEFINE_bool("strip_accents", None, "Strip accents, with --init_checkpoint=none "
+                  "(default: --lower_case).")
 cli.mark_required(["task", "init_checkpoint", "model_dir"])
 
 
@@ -74,6 +77,13 @@ def main(argv):
     from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
     from electra_tf.training import strategies
     task = tasks.get_task(FLAGS.task)
+    given = [f"--{name}" for name in ("lower_case", "strip_accents") if FLAGS[name].present]
+    if given and FLAGS.init_checkpoint.lower() not in runner.NO_INIT:
+        from electra_tf.errors import UserInputError
+        raise UserInputError(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} for "
+                             "--init_checkpoint=none; a checkpoint is fine-tuned with the text "
+                             "processing it was trained with (its model_info.json): drop "
+                             f"{'them' if len(given) > 1 else 'it'}")
     runner.check_model_dir(FLAGS.model_dir, FLAGS.overwrite, FLAGS.num_trials)
     # Files first: a bad file fails before a model is loaded or anything is written.
     data = tasks.load(task, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,
@@ -87,7 +97,8 @@ def main(argv):
     cli.reclaim_sigterm()  # (a multi-worker strategy's preemption watcher took SIGTERM)
     init = runner.load_initialization(FLAGS.init_checkpoint, FLAGS.vocab_file,
                                       random_init=FLAGS.random_init,
-                                      model_size=FLAGS.model_size, lower_case=FLAGS.lower_case)
+                                      model_size=FLAGS.model_size, lower_case=FLAGS.lower_case,
+                                      strip_accents=FLAGS.strip_accents)
     files = FLAGS.gin_file or [runner.default_gin_file(init.config)]
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"

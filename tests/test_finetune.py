@@ -645,6 +645,39 @@ def test_a_random_encoder_on_a_cased_vocab_needs_lower_case_false(tmp_path):
     assert runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny").lower_case
 
 
+def test_a_random_encoder_on_an_accented_vocab_needs_strip_accents_false(tmp_path):
+    """--init_checkpoint=none strips accents as --lower_case unless --strip_accents says
+    otherwise: a vocab learned without stripping is refused as the data builder refuses it
+    (it trained with stripping, the vocab's accented tokens dead, without a word), and
+    --strip_accents=false keeps them; with a checkpoint, whose model_info.json gives its
+    text processing, both flags are refused (--lower_case was silently ignored)."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    vocab = open(UNCASED_VOCAB, encoding="utf-8").read().split("\n")
+    for k in range(80):
+        vocab[vocab.index(f"[unused{k}]")] = f"caf\u00e9{k}"
+    accented = tmp_path / "accented.txt"
+    accented.write_text("\n".join(vocab), encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"accented\.txt was learned without stripping "
+                                             r"accents .* pass --strip_accents=false"):
+        runner.load_initialization("none", str(accented), model_size="tiny")
+    init = runner.load_initialization("none", str(accented), model_size="tiny",
+                                      strip_accents=False)
+    assert (init.lower_case, init.strip_accents) == (True, False)
+    assert init.tokenizer().encode(["Café5"]) == [[vocab.index("caf\u00e95")]]
+    for flags, named in ((["--lower_case"], "--lower_case is"),
+                         (["--nolower_case", "--strip_accents"],
+                          "--lower_case and --strip_accents are")):
+        result = run_script("run_finetuning.py", "--task=classification",
+                            f"--init_checkpoint={tmp_path}/model", f"--model_dir={tmp_path}/out",
+                            f"--train_file={tmp_path}/t.csv", f"--dev_file={tmp_path}/d.csv",
+                            *flags, cwd=ROOT)
+        assert (result.returncode, result.stderr.splitlines()) == (1, [
+            f"error: {named} for --init_checkpoint=none; a checkpoint is fine-tuned with the "
+            "text processing it was trained with (its model_info.json): drop "
+            + ("them" if len(flags) > 1 else "it")])
+
+
 def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
     from electra_tf.errors import UserInputError
     rows = movie_rows()[:8]

@@ -572,7 +572,7 @@ def test_official_vocabs_pass_the_accent_check_with_stripping():
     for vocab_file in (UNCASED_VOCAB, CHINESE_VOCAB):
         vocab = tokenization.load_vocab(vocab_file)
         assert [t for t in vocab if writer._strip_accents(t) != t] == []
-        writer._check_accents(vocab, vocab_file, strip_accents=True)
+        writer.check_accents(vocab, vocab_file, strip_accents=True)
 
 
 def test_metadata_names_the_vocab_by_its_absolute_path(tmp_path, monkeypatch):

@@ -53,7 +53,7 @@ _REPORT_SECONDS = 0.5
 _CASED_SHARE = 0.01
 _UNCASED_SHARE = 0.001
 # A vocab was learned without accent stripping when at least this share of its tokens
-# change when accents are stripped (see _check_accents).
+# change when accents are stripped (see check_accents).
 _ACCENTED_SHARE = 0.002
 
 
@@ -359,7 +359,7 @@ def _strip_accents(token: str) -> str:
                    if unicodedata.category(c) != "Mn")
 
 
-def _check_accents(vocab: list[str], vocab_file: str, strip_accents: bool):
+def check_accents(vocab: list[str], vocab_file: str, strip_accents: bool):
     """Raises if --strip_accents is on but the vocab was learned without it.
 
     Stripped text (NFD, then no non-spacing marks) never produces a token that stripping
@@ -406,7 +406,7 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
         raise UserInputError(f"--num_shards={num_shards} must be at least 1")
     tokenizer = tokenization.Tokenizer(vocab_file, lower_case, strip_accents)
     check_case(tokenizer.vocab, vocab_file, lower_case)
-    _check_accents(tokenizer.vocab, vocab_file, tokenizer.strip_accents)
+    check_accents(tokenizer.vocab, vocab_file, tokenizer.strip_accents)
     files = corpus.expand_inputs(input_patterns)
     # Each file's first record, before anything is written: a wrong --text_field or
     # --input_format fails here, not in a worker.

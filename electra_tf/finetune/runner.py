@@ -93,14 +93,17 @@ class Initialization:
 
 def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
                         random_init: bool = False, model_size: str = "small",
-                        lower_case: bool = True) -> Initialization:
+                        lower_case: bool = True,
+                        strip_accents: bool | None = None) -> Initialization:
     """The discriminator of a model dir (run_pretraining.py's or convert_checkpoint.py's) or
     of a checkpoint prefix inside one; the encoder of a fine-tuned model (a
     run_finetuning.py --model_dir's best dev trial, a trial_K dir or its model/ckpt: an
     intermediate task's); or, with init_checkpoint "none", a randomly
     initialised encoder of `model_size` (paper Table 6, or tiny) on `vocab_file`.
     `random_init` keeps the model dir's shape and vocab but not its weights (the
-    no-pre-training baseline). Clears gin's config (the model dir's is read)."""
+    no-pre-training baseline). `lower_case` and `strip_accents` (default: lower_case) are
+    the random encoder's text processing, checked against its vocab (a model dir's are its
+    own). Clears gin's config (the model dir's is read)."""
     from electra_tf.training.checkpoints import latest_checkpoint, load_pretrainer
     if init_checkpoint.lower() in NO_INIT:
         if not vocab_file:
@@ -109,9 +112,11 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
         if model_size not in SIZES:
             raise UserInputError(f"--model_size={model_size} is not one of {', '.join(SIZES)}")
         vocab = tokenization.load_vocab(vocab_file)
+        strip_accents = lower_case if strip_accents is None else strip_accents
         writer.check_case(vocab, vocab_file, lower_case)
+        writer.check_accents(vocab, vocab_file, strip_accents)
         return Initialization(encoder_config(model_size, vocab_size=len(vocab)), None,
-                              vocab_file, lower_case, lower_case, f"random {model_size}")
+                              vocab_file, lower_case, strip_accents, f"random {model_size}")
     tuned = _fine_tuned_dir(init_checkpoint)
     if tuned is not None:
         return _fine_tuned_initialization(tuned, vocab_file, random_init)
