@@ -872,6 +872,14 @@ def test_glue_files_of_another_shape_are_refused_naming_the_line(tmp_path):
     refused("mrpc", f"{tmp_path}/MRPC has no train file (train.tsv) (GLUE's download script "
             "makes MRPC's train.tsv and dev.tsv from msr_paraphrase_train.txt); pass the folder "
             "of the task's release as --data_dir", data_dir=str(tmp_path / "MRPC"))
+    # A CoNLL-2003 folder given to the generic tagging task.
+    conll = tmp_path / "conll"
+    conll.mkdir()
+    for name in ("train.txt", "valid.txt"):
+        (conll / name).write_text("Emma B-PER\n")
+    refused("tagging", f"{conll} has no dev file (dev.csv or dev.tsv or dev.jsonl or dev.json or "
+            "dev.txt) (a CoNLL-2003 release? --task=conll reads its valid.txt); pass the folder "
+            "of the task's release as --data_dir", data_dir=str(conll))
     # MNLI's test files given one by one go to their own submission files.
     assert tasks._submission_of(tasks.get_task("mnli"), "x/test_mismatched.tsv") == (
         "MNLI-mm.tsv", None)

@@ -130,6 +130,9 @@ def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
         if tf.io.gfile.exists(os.path.join(data_dir, "msr_paraphrase_train.txt")):
             hint = (" (GLUE's download script makes MRPC's train.tsv and dev.tsv from "
                     "msr_paraphrase_train.txt)")
+        elif what == "dev" and any(tf.io.gfile.exists(os.path.join(data_dir, name))
+                                   for name in TASKS["conll"].files["dev"]):
+            hint = " (a CoNLL-2003 release? --task=conll reads its valid.txt)"
         raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}){hint}; "
                              "pass the folder of the task's release as --data_dir")
     return None
