@@ -683,10 +683,32 @@ def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_p
         load_pretrainer(str(model_dir), str(other_vocab))
 
     fewer = _copy_data(data, tmp_path / "fewer", files=1)
-    with pytest.raises(UserInputError, match=r"holds a data position in other input files than "
-                                             r"--train_data's .*; resume with the --train_data "
-                                             r"it was trained with"):
+    with pytest.raises(UserInputError, match=r"was trained on other --train_data files than "
+                                             r"these \(pretrain_data-00001-of-00002\.tfrecord then, "
+                                             r"not now; model_info.json's train_files\)"
+                                             r", whose data position its checkpoint holds; "
+                                             r"resume with the --train_data it was trained with"):
         run(model_dir, fewer, ["NUM_TRAIN_STEPS = 4"])
+    # Shards of the same names from another corpus (restored without a word), and the same
+    # text tokenized otherwise (model_info.json took the new casing).
+    from electra_tf.data.writer import build_pretraining_data
+    for name, novels, options in (
+            ("another", ("emma", "mansfieldpark"), {}),
+            ("accents", ("persuasion", "northangerabbey"), {"strip_accents": False})):
+        build_pretraining_data(",".join(os.path.join(ROOT, "data", "corpus", f"{n}.txt.gz")
+                                        for n in novels),
+                               os.path.join(ROOT, "data", "vocab", "bert_uncased.txt"),
+                               str(tmp_path / name), show_progress=False, log=lambda *_: None,
+                               **options)
+    assert sorted(os.listdir(tmp_path / "another")) == sorted(os.listdir(os.path.dirname(data)))
+    with pytest.raises(UserInputError, match=r"trained on other --train_data files than these "
+                                             r"\(pretrain_data-00000-of-\d+\.tfrecord: \d+ "
+                                             r"examples then, \d+ now"):
+        run(model_dir, str(tmp_path / "another" / "*.tfrecord"), ["NUM_TRAIN_STEPS = 4"])
+    with pytest.raises(UserInputError, match=r"was trained on data tokenized otherwise "
+                                             r"\(strip_accents=True -> False: model_info\.json"):
+        run(model_dir, str(tmp_path / "accents" / "*.tfrecord"), ["NUM_TRAIN_STEPS = 4"])
+    assert (model_dir / "model_info.json").read_bytes() == before
 
     result, lines = run(tmp_path / "edited", other, ["NUM_TRAIN_STEPS = 2"],
                         init_checkpoint=str(model_dir))

@@ -326,7 +326,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       # its vocab is.
                       lower_case=metadata.get("lower_case", not cased),
                       strip_accents=metadata.get("strip_accents",
-                                                 metadata.get("lower_case", not cased)))
+                                                 metadata.get("lower_case", not cased)),
+                      train_files=_train_files(train_files))
     _check_resume(model_dir, model_info)
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
@@ -1002,6 +1003,18 @@ def _keep_earlier_config(model_dir: str, step: int, config: str, log):
             f"with, kept as {kept}")
 
 
+def _train_files(files: list[str]) -> dict:
+    """{file name: its examples by its folder's metadata.json (None where unknown)}: what a
+    resumed run's data position must be in (same-named shards of another corpus restored
+    it without a word; the files' folder may move)."""
+    counts = {}
+    for metadata in pipeline.read_all_metadata(files):
+        directory = os.path.dirname(metadata["_path"])
+        counts.update({os.path.join(directory, s["file"]): s["num_examples"]
+                       for s in metadata.get("shards", [])})
+    return {os.path.basename(f): counts.get(f) for f in sorted(files)}
+
+
 def _check_resume(model_dir, model_info):
     """A run resumes in the batches its checkpoint's data position counts: a model dir with
     a checkpoint and another batch size, sequence length or number of masked positions is
@@ -1023,6 +1036,27 @@ def _check_resume(model_dir, model_info):
             f"{model_info['vocab_file']}'s); "
             "resume with the data (and --vocab_file) it was trained with, or start a new "
             f"--model_dir with --init_checkpoint={model_dir}")
+    casing = [f"{key}={earlier[key]} -> {model_info[key]}"
+              for key in ("lower_case", "strip_accents")
+              if key in earlier and earlier[key] != model_info[key]]
+    if casing:
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained on data tokenized otherwise "
+            f"({', '.join(casing)}: model_info.json against this data's metadata.json); "
+            "resume with the data it was trained with, or start a new --model_dir with "
+            f"--init_checkpoint={model_dir}")
+    before, now = earlier.get("train_files"), model_info["train_files"]
+    if before is not None and before != now:
+        other = [f"{name} {'then, not now' if name in before else 'now, not then'}"
+                 for name in sorted(set(before) ^ set(now))] or [
+            f"{name}: {before[name]} examples then, {now[name]} now"
+            for name in sorted(now) if before[name] != now[name]]
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained on other --train_data files than these "
+            f"({other[0]}{', ...' if len(other) > 1 else ''}; model_info.json's "
+            "train_files), whose data position its checkpoint holds; resume with the "
+            "--train_data it was trained with, or start a new --model_dir with "
+            f"--init_checkpoint={model_dir}")
     if earlier.get("vocab_size", model_info["vocab_size"]) != model_info["vocab_size"]:
         raise UserInputError(
             f"--model_dir={model_dir} was trained with a vocab of {earlier['vocab_size']} "
