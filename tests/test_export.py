@@ -1133,9 +1133,9 @@ def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
             first, last = out["answer_start"][n], out["answer_end"][n]
             assert (first >= 0) == (answer != ""), n
             if n > 24:  # the span's piece, or the pieces of the word answered whole
-                assert out["tokens"][n][first:last + 1].tolist() == [
-                    t.encode() for t in tok.convert_ids_to_tokens(tok.encode([answer])[0])
-                    ] if answer == "cafe\u0301s" else [piece.encode()], n
+                held = ([t.encode() for t in tok.convert_ids_to_tokens(tok.encode([answer])[0])]
+                        if answer == "cafe\u0301s" else [piece.encode()])
+                assert out["tokens"][n][first:last + 1].tolist() == held, n
 
 
 def test_qa_span_choice_is_fine_tunings_decode():

@@ -872,6 +872,27 @@ def test_glue_files_of_another_shape_are_refused_naming_the_line(tmp_path):
     refused("mrpc", f"{tmp_path}/MRPC has no train file (train.tsv) (GLUE's download script "
             "makes MRPC's train.tsv and dev.tsv from msr_paraphrase_train.txt); pass the folder "
             "of the task's release as --data_dir", data_dir=str(tmp_path / "MRPC"))
+    # A dev file whose header begins as a test file's (STS-B's index, QQP's id) has a label.
+    refused("stsb", f"{sts}/dev.tsv is not a GLUE test file: it has a label column (score), as "
+            "train and dev files do; pass the release's test.tsv",
+            train_file=str(sts / "dev.tsv"), dev_file=str(sts / "dev.tsv"),
+            test_file=str(sts / "dev.tsv"))
+    # On a file system with URLs (gs://; TensorFlow's ram:// here), MNLI's diagnostic set in
+    # the GLUE root's diagnostic/ (a path with ".." it does not take).
+    root = f"ram://{tmp_path.name}/glue"
+    head = ["index", *"abcdefg", "sentence1", "sentence2"]
+    pair = ["0", *"xxxxxxx", "A man plays.", "A man sings."]
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv", "test_matched.tsv"):
+        labelled = name != "test_matched.tsv"
+        with tf.io.gfile.GFile(f"{root}/MNLI/{name}", "w") as f:
+            f.write("\n".join("\t".join(row + ["gold_label" if i == 0 else "neutral"][
+                :labelled]) for i, row in enumerate((head, pair))) + "\n")
+    with tf.io.gfile.GFile(f"{root}/diagnostic/diagnostic.tsv", "w") as f:
+        f.write("index\tsentence1\tsentence2\n0\tA man plays.\tA man sings.\n")
+    data = tasks.load(tasks.get_task("mnli"), data_dir=f"{root}/MNLI", log=lambda *_: None)
+    assert [(s.path, s.submission) for s in data.test] == [
+        (f"{root}/MNLI/test_matched.tsv", "MNLI-m.tsv"),
+        (f"{root}/diagnostic/diagnostic.tsv", "AX.tsv")]
     # A CoNLL-2003 folder given to the generic tagging task.
     conll = tmp_path / "conll"
     conll.mkdir()

@@ -709,6 +709,18 @@ def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_p
                                              r"\(strip_accents=True -> False: model_info\.json"):
         run(model_dir, str(tmp_path / "accents" / "*.tfrecord"), ["NUM_TRAIN_STEPS = 4"])
     assert (model_dir / "model_info.json").read_bytes() == before
+    # The same files without their metadata.json (copied shards alone): names agree, the
+    # examples are not known, the casing is the vocab's: resumed.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in sorted(glob.glob(data)):
+        shutil.copy(path, bare)
+    result, _ = run(model_dir, str(bare / "*.tfrecord"), ["NUM_TRAIN_STEPS = 4"],
+                    vocab_file=UNCASED_VOCAB)
+    assert result["step"] == 4
+    assert pretraining._other_files([["a", 3], ["b", None]], [["a", 3], ["b", 9]]) == []
+    assert pretraining._other_files([["a", 3], ["b", 4]], [["b", 4], ["a", 3]]) == [
+        "the same files in another order"]
 
     result, lines = run(tmp_path / "edited", other, ["NUM_TRAIN_STEPS = 2"],
                         init_checkpoint=str(model_dir))

@@ -334,6 +334,8 @@ class GlueFormat:
 
 
 TEST_INDEX = ("index", "id")  # the first column of a GLUE test file (QQP's is id)
+# The label columns of GLUE's train and dev files, which its test files lack.
+GLUE_LABELS = ("label", "gold_label", "is_duplicate", "score", "Quality")
 
 
 def read_glue(path: str, fmt: GlueFormat, test: bool = False,
@@ -353,6 +355,11 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False,
                              f"{header[0] if header else ''!r}, not 'index' (the release's "
                              "test.tsv); pass that file (or --task=classification for your own "
                              "columns)")
+    labelled = [name for name in header or [] if name in GLUE_LABELS] if test else []
+    if labelled:
+        raise UserInputError(f"{path} is not a GLUE test file: it has a label column "
+                             f"({labelled[0]}), as train and dev files do; pass the release's "
+                             "test.tsv")
     width = len(header) if header is not None else fmt.width
     a, b = (columns or (fmt.test_text_a, fmt.test_text_b)) if test else (fmt.text_a, fmt.text_b)
     examples, skipped, seen = [], 0, {}
@@ -370,7 +377,7 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False,
             if fmt.skip_malformed and not test:
                 skipped += 1
                 continue
-            if width is None:
+            if width is None or len(fields) == width:  # another task's file, say
                 wrong = f"does not have the fields of a GLUE {fmt.directory} file"
             else:
                 wrong = (f"has {len(fields)} tab-separated fields where "

@@ -65,8 +65,7 @@ GLUE = {
                     ("test_mismatched", ("test_mismatched.tsv",), "MNLI-mm.tsv", None),
                     # GLUE's diagnostic set, predicted by the MNLI model (the official
                     # code's "diagnostic" split): in the MNLI folder, or the GLUE root's
-                    ("diagnostic", ("diagnostic.tsv", "AX.tsv",
-                                    os.path.join("..", "diagnostic", "diagnostic.tsv")),
+                    ("diagnostic", ("diagnostic.tsv", "AX.tsv", "../diagnostic/diagnostic.tsv"),
                      "AX.tsv", (1, 2)))),
         submission="MNLI-m.tsv"),
     "qnli": Task("qnli", "classification", "accuracy", glue=GlueFormat(
@@ -316,8 +315,10 @@ def _load_glue(task, data_dir, train_file, dev_file, test_file, log) -> TaskData
         devs = [(name, _find(folder, (f,), name)) for name, f in fmt.dev_files]
         tests = []
         for name, files, submission, columns in fmt.test_files:
-            found = [os.path.normpath(os.path.join(folder, f)) for f in files
-                     if tf.io.gfile.exists(os.path.join(folder, f))]
+            # ("../": the folder above, not a path with "..": gs:// takes no such)
+            paths = [os.path.join(os.path.dirname(folder.rstrip("/")), f[3:])
+                     if f.startswith("../") else os.path.join(folder, f) for f in files]
+            found = [path for path in paths if tf.io.gfile.exists(path)]
             if found:
                 tests.append((name, found[0], submission or task.submission, columns))
     else:

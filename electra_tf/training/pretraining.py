@@ -328,7 +328,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)),
                       train_files=_train_files(train_files))
-    _check_resume(model_dir, model_info)
+    _check_resume(model_dir, model_info, info["metadata"])
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
     if dry_run:
@@ -1003,22 +1003,36 @@ def _keep_earlier_config(model_dir: str, step: int, config: str, log):
             f"with, kept as {kept}")
 
 
-def _train_files(files: list[str]) -> dict:
-    """{file name: its examples by its folder's metadata.json (None where unknown)}: what a
-    resumed run's data position must be in (same-named shards of another corpus restored
-    it without a word; the files' folder may move)."""
+def _train_files(files: list[str]) -> list:
+    """[[file name, its examples by its folder's metadata.json (None where unknown)], ...]
+    in the order the pipeline reads them: what a resumed run's data position must be in
+    (same-named shards of another corpus restored it without a word; the files' folder may
+    move, and two folders may hold the same names)."""
     counts = {}
     for metadata in pipeline.read_all_metadata(files):
         directory = os.path.dirname(metadata["_path"])
         counts.update({os.path.join(directory, s["file"]): s["num_examples"]
                        for s in metadata.get("shards", [])})
-    return {os.path.basename(f): counts.get(f) for f in sorted(files)}
+    return [[os.path.basename(f), counts.get(f)] for f in sorted(files)]
 
 
-def _check_resume(model_dir, model_info):
+def _other_files(before: list, now: list) -> list[str]:
+    """How the files `_train_files` lists differ: by name and order, or by examples where
+    both counts are known (data copied without its metadata.json counts none)."""
+    names = [name for name, _ in before], [name for name, _ in now]
+    if names[0] != names[1]:
+        return ([f"{name} then, not now" for name in names[0] if name not in names[1]]
+                + [f"{name} now, not then" for name in names[1] if name not in names[0]]
+                or ["the same files in another order"])
+    return [f"{name}: {a} examples then, {b} now" for (name, a), (_, b) in zip(before, now)
+            if a is not None and b is not None and a != b]
+
+
+def _check_resume(model_dir, model_info, metadata=None):
     """A run resumes in the batches its checkpoint's data position counts: a model dir with
-    a checkpoint and another batch size, sequence length or number of masked positions is
-    refused before anything is written (its model_info.json would describe another run)."""
+    a checkpoint and another batch size, sequence length or number of masked positions, or
+    other files, is refused before anything is written (its model_info.json would describe
+    another run); so is data whose `metadata` (its metadata.json) gives another casing."""
     if not tf.train.latest_checkpoint(model_dir):
         return
     earlier = _model_info_of(model_dir)
@@ -1036,21 +1050,20 @@ def _check_resume(model_dir, model_info):
             f"{model_info['vocab_file']}'s); "
             "resume with the data (and --vocab_file) it was trained with, or start a new "
             f"--model_dir with --init_checkpoint={model_dir}")
+    # (Data without metadata.json is cased as its vocab, which earlier versions did not do.)
     casing = [f"{key}={earlier[key]} -> {model_info[key]}"
               for key in ("lower_case", "strip_accents")
-              if key in earlier and earlier[key] != model_info[key]]
+              if key in earlier and earlier[key] != model_info[key]
+              and key in (metadata or {})]
     if casing:
         raise UserInputError(
             f"--model_dir={model_dir} was trained on data tokenized otherwise "
             f"({', '.join(casing)}: model_info.json against this data's metadata.json); "
             "resume with the data it was trained with, or start a new --model_dir with "
             f"--init_checkpoint={model_dir}")
-    before, now = earlier.get("train_files"), model_info["train_files"]
-    if before is not None and before != now:
-        other = [f"{name} {'then, not now' if name in before else 'now, not then'}"
-                 for name in sorted(set(before) ^ set(now))] or [
-            f"{name}: {before[name]} examples then, {now[name]} now"
-            for name in sorted(now) if before[name] != now[name]]
+    other = ("train_files" in earlier
+             and _other_files(earlier["train_files"], model_info["train_files"]))
+    if other:
         raise UserInputError(
             f"--model_dir={model_dir} was trained on other --train_data files than these "
             f"({other[0]}{', ...' if len(other) > 1 else ''}; model_info.json's "
