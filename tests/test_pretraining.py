@@ -684,8 +684,8 @@ def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_p
 
     fewer = _copy_data(data, tmp_path / "fewer", files=1)
     with pytest.raises(UserInputError, match=r"was trained on other --train_data files than "
-                                             r"these \(pretrain_data-00001-of-00002\.tfrecord then, "
-                                             r"not now; model_info.json's train_files\)"
+                                             r"these \(pretrain_data-00001-of-00002\.tfrecord "
+                                             r"then, not now; model_info.json's train_files\)"
                                              r", whose data position its checkpoint holds; "
                                              r"resume with the --train_data it was trained with"):
         run(model_dir, fewer, ["NUM_TRAIN_STEPS = 4"])
