@@ -36,7 +36,8 @@ flags.DEFINE_string("trial", None, "--kind=task with a fine-tuning output dir: t
                     "the task's primary metric).")
 flags.DEFINE_integer("version", 1, "The version directory (TF Serving serves the highest).")
 flags.DEFINE_bool("overwrite", False, "Replace an existing version.")
-flags.DEFINE_string("vocab_file", None, "Override the vocab recorded in the model dir.")
+flags.DEFINE_string("vocab_file", None, "Where the model's vocab is now, if it moved from the "
+                    "path model_info.json records (the same file: its SHA-256 is checked).")
 flags.DEFINE_integer("top_k", 5, "Candidates per [MASK] (generator).")
 cli.mark_required(["model_dir", "export_dir"])
 

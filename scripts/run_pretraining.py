@@ -23,9 +23,10 @@ flags.DEFINE_multi_string("gin_file", None, "Gin files, in order (a bare name is
 flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings applied after the files, e.g. "
                           "'NUM_TRAIN_STEPS=1000' or 'pretrainer.num_layers=6'.")
 flags.DEFINE_string("model_dir", None, "Where checkpoints, TensorBoard runs and configs go.")
-flags.DEFINE_string("train_data", None, "Comma-separated globs of pre-training TFRecords.")
+flags.DEFINE_string("train_data", None, "Comma-separated globs or folders of pre-training "
+                    "TFRecords.")
 flags.DEFINE_string("eval_data", None, "Held-out TFRecords, evaluated every "
-                    "CHECKPOINT_EVERY steps.")
+                    "pretraining.eval_every steps (default: CHECKPOINT_EVERY).")
 flags.DEFINE_string("vocab_file", None, "The vocab the data was built with (default: the "
                     "one named in the data's metadata.json).")
 flags.DEFINE_enum("strategy", "default", list(choices.STRATEGIES), "tf.distribute strategy.")
