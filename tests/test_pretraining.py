@@ -178,6 +178,12 @@ def test_dry_run_writes_model_info_only(tmp_path, data):
     assert os.listdir(tmp_path / "m") == ["model_info.json"]
     assert json.loads(lines[0]) == info
     assert info["trainable_params"] < info["discriminator_params"] + info["generator_params"]
+    # The files trained on, with their examples from metadata.json, on one line of the file.
+    metadata = json.loads(open(os.path.join(os.path.dirname(data), "metadata.json")).read())
+    assert info["train_files"] == [[s["file"], s["num_examples"]] for s in metadata["shards"]]
+    text = (tmp_path / "m" / "model_info.json").read_text()
+    assert f'  "train_files": {json.dumps(info["train_files"])}' in [
+        line.rstrip(",") for line in text.splitlines()]
 
 
 def test_a_second_run_on_a_model_dir_in_use_stops_in_one_line(tmp_path, data):

@@ -337,8 +337,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             _initialise(model, init_checkpoint, _model_info_of(init_checkpoint),
                         model_info["vocab_size"])
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
-            atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
-        log(json.dumps(model_info, indent=2))
+            atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
+        log(_info_json(model_info))
         return model_info
 
     # -- the trainer. Under XLA its loop is traced before a checkpoint is restored: a compiled
@@ -408,7 +408,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 "the same size (model_info.json's vocab_sha256 differs): each token id keeps "
                 "the embedding of the token it had there")
     if chief:
-        atomic.write_text(os.path.join(model_dir, MODEL_INFO), json.dumps(model_info, indent=2))
+        atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
         _keep_earlier_config(model_dir, int(state.step.numpy()), gin.operative_config_str(), log)
         atomic.write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
 
@@ -1001,6 +1001,15 @@ def _keep_earlier_config(model_dir: str, step: int, config: str, log):
         atomic.write_text(kept, earlier)
         log(f"note: this run's gin config differs from the one its first {step} steps ran "
             f"with, kept as {kept}")
+
+
+def _info_json(model_info: dict) -> str:
+    """model_info.json's text: indented, but `train_files` (a pair per file: a corpus of
+    thousands of shards) on one line rather than four lines a file."""
+    if "train_files" not in model_info:
+        return json.dumps(model_info, indent=2)
+    text = json.dumps({**model_info, "train_files": "\0"}, indent=2)
+    return text.replace(json.dumps("\0"), json.dumps(model_info["train_files"]))
 
 
 def _train_files(files: list[str]) -> list:
