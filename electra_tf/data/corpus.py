@@ -43,6 +43,9 @@ _BOUNDARY_WINDOW = 4 << 20
 # longer lines are read up to this many bytes (whole characters) and the rest is skipped
 # unread into memory (a file of one 200 MB line took 10 GB).
 MAX_LINE_BYTES = 1 << 20
+# How to re-save a file in another encoding as UTF-8 (the builder's and fine-tuning's hint).
+ICONV_HINT = ("iconv -f gb18030 -t utf-8 (simplified Chinese), -f big5 (traditional) or "
+              "-f latin1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,8 +418,7 @@ def check_encoding(path: str):
         raise UserInputError(
             f"input {path} is not UTF-8 text ({len(bad)} of its first {len(lines)} non-blank "
             f"lines are not, the first at byte 0x{bad[0][1]:02x}); re-save it as UTF-8 with "
-            "its encoding named, e.g. iconv -f gb18030 -t utf-8 (simplified Chinese), "
-            "-f big5 (traditional) or -f latin1")
+            f"its encoding named, e.g. {ICONV_HINT}")
 
 
 def check_jsonl(path: str, text_field: str):

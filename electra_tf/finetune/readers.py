@@ -17,6 +17,7 @@ import sys
 
 import tensorflow as tf
 
+from electra_tf.data import corpus
 from electra_tf.errors import UserInputError
 
 csv.field_size_limit(sys.maxsize)
@@ -57,8 +58,7 @@ def read_text(path: str) -> str:
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
         raise UserInputError(f"{path} line {line} is not UTF-8 (byte 0x{raw[e.start]:02x}); "
-                             "re-save the file as UTF-8, e.g. iconv -f gb18030 -t utf-8 "
-                             "(simplified Chinese), -f big5 (traditional) or -f latin1") from None
+                             f"re-save the file as UTF-8, e.g. {corpus.ICONV_HINT}") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
