@@ -326,6 +326,11 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
         except Exception as e:  # a write the disk refused, memory, a lost worker: one line
+            if sigterm is not None and sigterm.taken.is_set():
+                # The Terminated raised into the main thread came back as another error:
+                # the code it interrupted (TensorFlow's, say) raised its own in its place.
+                print(TERMINATED_LINE, file=sys.stderr)
+                return TERMINATED_EXIT_CODE
             failure, memory, peer = storage_failure(e), out_of_memory(e), lost_worker(e)
             if failure:
                 reason, path = failure

@@ -369,6 +369,11 @@ def main(argv):
         print("ready", flush=True)
         if argv[1:] == ["held"]:  # one C call that keeps the main thread (as an XLA compile)
             hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
+        elif argv[1:] == ["wrapped"]:  # code that raises its own error in the signal's place
+            try:
+                time.sleep(60)
+            except BaseException:
+                raise RuntimeError("stopped while busy") from None
         else:
             time.sleep(60)
     finally:
@@ -378,18 +383,20 @@ cli.run(main, handles_sigterm=True)
 """
 
 
-@pytest.mark.parametrize("held", [False, True])
-def test_sigterm_ends_a_script_even_inside_one_long_call(held):
+@pytest.mark.parametrize("mode", ["sleeps", "held", "wrapped"])
+def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     """A script that handles SIGTERM (the builder, fine-tuning) ends with its one line and
-    exit code 143: cleaning up, where its main thread is back in Python; or, where that
-    thread is inside one long call, from the watcher thread once the grace period is over
-    (it waited for the call to return, minutes for an XLA compilation)."""
+    exit code 143: cleaning up, where its main thread is back in Python (also where the
+    code it interrupted raised another error in its place: a traceback and exit code 1,
+    seen once in fine-tuning's SIGTERM test); or, where that thread is inside one long
+    call, from the watcher thread once the grace period is over (it waited for the call to
+    return, minutes for an XLA compilation)."""
     import signal
     import time
 
     from electra_tf import cli
-    process = subprocess.Popen([sys.executable, "-c", _HELD.format(root=ROOT)]
-                               + (["held"] if held else []),
+    held = mode == "held"
+    process = subprocess.Popen([sys.executable, "-c", _HELD.format(root=ROOT), mode],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
     time.sleep(1)  # inside the call
