@@ -35,9 +35,14 @@ install: $(STAMP)
 # --durations: the log names the slowest tests, to keep the suite inside CI's budget.
 # TEST_WORKERS pytest processes (pytest-xdist); TEST_WORKERS=0 runs them all in this one.
 # loadgroup: a module marked xdist_group (test_study's costly fixture) stays on one worker.
+# tmp_path_retention_policy=failed: a passing test's tmp_path is deleted when it ends, and
+# the whole run's when all pass (kept were about 5 GB a run, on top of the 5 GB .venv: a
+# CI machine short of disk failed with errors everywhere); a failing test's is kept to look
+# at, for the last run only.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 \
+	  -o tmp_path_retention_policy=failed -o tmp_path_retention_count=1 tests
 
 # The main job on the embedded default data: build TFRecords from the Austen novels, show
 # a masked example, pre-train a tiny ELECTRA for a few minutes on the CPU (five shards to
