@@ -74,7 +74,7 @@ def _absorb_first_xla_log():
         return
     import subprocess
 
-    import tensorflow as tf
+    from electra_tf.modeling.layers import xla_compiles_for_cpu
     sys.stderr.flush()
     saved = os.dup(2)
     try:  # -I: no user site, no PYTHON* variables, not the working directory on sys.path
@@ -85,8 +85,7 @@ def _absorb_first_xla_log():
         raise
     try:
         os.dup2(drop.stdin.fileno(), 2)
-        with tf.device("/CPU:0"):
-            tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(0.0)).numpy()
+        xla_compiles_for_cpu()  # (False in the tensorflow-tpu build: nothing to absorb)
     finally:
         os.dup2(saved, 2)
         os.close(saved)

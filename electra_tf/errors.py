@@ -81,6 +81,10 @@ def storage_message(reason: str, path: str | None, flag: str | None) -> str:
 _OOM = re.compile(r"OOM when allocating tensor with shape\[([^\]]*)\] and type (\w+) on "
                   r"\S*?device:(\w+:\d+)")
 _XLA_OOM = re.compile(r"Out of memory while trying to allocate (\d+) bytes")
+# A TPU's: "Ran out of memory in memory space hbm. Used 17.62G of 15.48G hbm." and
+# "Attempting to reserve 12.29G at the bottom of memory. That was not possible."
+_TPU_OOM = re.compile(r"Ran out of memory in memory space (\w+)\.(?: Used (\S+) of (\S+) )?")
+_TPU_RESERVE = re.compile(r"Attempting to reserve (\S+) at the bottom of memory")
 
 
 def out_of_memory(error: BaseException) -> str | None:
@@ -96,6 +100,13 @@ def out_of_memory(error: BaseException) -> str | None:
     found = _XLA_OOM.search(str(error))
     if found:
         return f"{int(found.group(1)) / 2**30:,.1f} GiB for an XLA-compiled step"
+    found = _TPU_OOM.search(str(error))
+    if found:
+        used = f" ({found.group(2)} of its {found.group(3)})" if found.group(2) else ""
+        return f"the TPU's {found.group(1).upper()}{used} for the compiled step"
+    found = _TPU_RESERVE.search(str(error))
+    if found:
+        return f"{found.group(1)} of TPU memory for the compiled step"
     return None
 
 

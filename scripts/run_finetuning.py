@@ -75,15 +75,21 @@ def main(argv):
     from electra_tf import gin_files
     from electra_tf.finetune import runner, tasks
     from electra_tf.training import optimization  # noqa: F401  (registers `optimizer`)
+    from electra_tf.errors import UserInputError
     from electra_tf.training import strategies
     task = tasks.get_task(FLAGS.task)
     given = [f"--{name}" for name in ("lower_case", "strip_accents") if FLAGS[name].present]
     if given and FLAGS.init_checkpoint.lower() not in runner.NO_INIT:
-        from electra_tf.errors import UserInputError
         raise UserInputError(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} for "
                              "--init_checkpoint=none; a checkpoint is fine-tuned with the text "
                              "processing it was trained with (its model_info.json): drop "
                              f"{'them' if len(given) > 1 else 'it'}")
+    if strategies.is_tpu_node(FLAGS.strategy, FLAGS.tpu):
+        # Once connected, a Node's host runs the eager ops: tokenization's tensorflow-text
+        # kernels, which only this process has loaded, among them.
+        raise UserInputError(f"{strategies.tpu_flag(FLAGS.tpu)}: fine-tuning runs on a Cloud "
+                             "TPU VM's own TPU (--tpu=local), not on a TPU Node reached over "
+                             "the network; run it on a TPU VM, or on GPUs")
     runner.check_model_dir(FLAGS.model_dir, FLAGS.overwrite, FLAGS.num_trials)
     # Files first: a bad file fails before a model is loaded or anything is written.
     data = tasks.load(task, data_dir=FLAGS.data_dir, train_file=FLAGS.train_file,

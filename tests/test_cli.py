@@ -259,6 +259,14 @@ def test_running_out_of_memory_is_named_by_what_could_not_be_allocated():
     later = tf.errors.ResourceExhaustedError(None, None, "Graph execution error:\n\nDetected at "
                                              "node ones\n\n" + str(eager.value))
     assert out_of_memory(later) == f"a float tensor of shape [{huge}] on CPU:0"
+    # A TPU's two messages (as reported in tensorflow/tpu#385 and google-research/albert#168)
+    tpu = tf.errors.ResourceExhaustedError(None, None, "Compilation failure: Ran out of memory "
+                                           "in memory space hbm. Used 17.62G of 15.48G hbm. "
+                                           "Exceeded hbm capacity by 2.14G.")
+    assert out_of_memory(tpu) == "the TPU's HBM (17.62G of its 15.48G) for the compiled step"
+    reserve = tf.errors.ResourceExhaustedError(None, None, "Attempting to reserve 12.29G at the "
+                                               "bottom of memory. That was not possible.")
+    assert out_of_memory(reserve) == "12.29G of TPU memory for the compiled step"
 
 
 def test_a_lost_worker_is_named_by_why_the_collectives_stopped():

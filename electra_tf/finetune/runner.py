@@ -313,6 +313,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     if tpu and precision == "mixed_float16":
         raise UserInputError("finetuning.precision='mixed_float16' is for GPUs; TPUs compute "
                              "in bfloat16: use 'mixed_bfloat16'")
+    strategies.check_xla_off_tpu("finetuning.jit_compile", jit_compile, strategy)
     replicas = strategy.num_replicas_in_sync
     if train_batch_size % replicas:
         raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} does not split over "

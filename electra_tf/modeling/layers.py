@@ -83,7 +83,27 @@ def xla_elementwise() -> bool:
     """
     if not xla_elementwise_setting():
         return False
-    return not GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return False
+    return xla_compiles_for_cpu()
+
+
+_XLA_CPU: list[bool] = []
+
+
+def xla_compiles_for_cpu() -> bool:
+    """Whether this TensorFlow build compiles XLA programs for the CPU. The tensorflow-tpu
+    build does not ("could not find registered transfer manager for platform Host"): on a
+    TPU VM anything outside the TPU's replicas runs without XLA. Checked once a process, by
+    compiling a one-op function (eagerly, also when asked while a function is traced)."""
+    if not _XLA_CPU:
+        try:
+            with tf.init_scope(), tf.device("/CPU:0"):
+                tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(0.0)).numpy()
+            _XLA_CPU.append(True)
+        except tf.errors.NotFoundError:
+            _XLA_CPU.append(False)
+    return _XLA_CPU[0]
 
 
 @tf.function(jit_compile=True, autograph=False)

@@ -38,6 +38,9 @@ def create_strategy(name: str, tpu: str | None = None, log=None) -> tf.distribut
     """
     if name not in STRATEGIES:
         raise UserInputError(f"--strategy={name} is not one of {', '.join(STRATEGIES)}")
+    if tpu and name != "tpu":  # (the run trained on the TPU VM's CPU without a word)
+        raise UserInputError(f"--tpu={tpu} is for --strategy=tpu; add --strategy=tpu, or leave "
+                             "--tpu out")
     if name == "default":
         return tf.distribute.get_strategy()
     key = (name, tpu)
@@ -64,11 +67,76 @@ def _create(name: str, tpu: str | None, log) -> tf.distribute.Strategy:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
     except ValueError as e:  # no --tpu and nothing in the environment names one
         raise UserInputError(
-            f"--strategy=tpu found no TPU ({str(e).strip()}); pass --tpu=NAME (the TPU's "
+            f"--strategy=tpu found no TPU ({_first_line(e)}); pass --tpu=NAME (the TPU's "
             "name or grpc:// address, or --tpu=local on a TPU VM)") from None
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ImportError, RuntimeError, OSError) as e:  # finding a TPU Node by name
+        raise UserInputError(f"{tpu_flag(tpu)}: {_tpu_failure(tpu, e)}") from None
+    try:
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (tf.errors.OpError, ImportError, RuntimeError, OSError, ValueError) as e:
+        raise UserInputError(f"{tpu_flag(tpu)}: {_tpu_failure(tpu, e)}") from None
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    line = lines[0].strip() if lines else type(error).__name__
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _tpu_failure(tpu: str | None, error: BaseException) -> str:
+    """Why no TPU could be started, and what to do: on a TPU VM (`--tpu=local`), TensorFlow
+    finds its TPU only in the tensorflow-tpu build; a TPU Node is found by name through the
+    Google API client (cloud-tpu-client), which the TPU install does not bring."""
+    if tpu == "local":
+        return (f"no TPU could be started on this machine ({_first_line(error)}); on a Cloud "
+                "TPU VM install the tensorflow-tpu build (BUILD.md, 'Cloud TPU VM'); "
+                "elsewhere use --strategy=default or --strategy=mirrored")
+    return (f"the TPU could not be reached ({_first_line(error)}); check its name or grpc:// "
+            "address, and for a name pip install cloud-tpu-client; on a TPU VM pass "
+            "--tpu=local")
+
+
+def check_xla_off_tpu(binding: str, jit_compile: bool, strategy: tf.distribute.Strategy):
+    """`binding`=True (a step XLA compiles) off a TPU needs XLA for the device it runs on:
+    the tensorflow-tpu build compiles none for the CPU (TensorFlow's NotFoundError, "could
+    not find registered transfer manager for platform Host", at the first step)."""
+    tpu = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
+    if not jit_compile or isinstance(strategy, tpu) or tf.config.list_logical_devices("GPU"):
+        return
+    from electra_tf.modeling.layers import xla_compiles_for_cpu
+    if not xla_compiles_for_cpu():
+        raise UserInputError(f"{binding}=True: this TensorFlow (the tensorflow-tpu build) "
+                             "compiles no XLA for the CPU; add --strategy=tpu, or unbind it")
+
+
+def tpu_flag(tpu: str | None) -> str:
+    """How a message names the TPU the command line chose."""
+    return f"--tpu={tpu}" if tpu else "--strategy=tpu without --tpu"
+
+
+def is_tpu_node(strategy_name: str, tpu: str | None) -> bool:
+    """Whether --strategy/--tpu name a TPU Node (a TPU reached over the network, by name or
+    grpc:// address), not a TPU VM's own TPU (`--tpu=local`). Once connected, a Node's host
+    runs the run's TensorFlow ops, its input pipeline and checkpoint writes among them."""
+    return strategy_name == "tpu" and tpu != "local"
+
+
+def check_tpu_node_paths(strategy_name: str, tpu: str | None, paths: dict) -> None:
+    """On a TPU Node, that every path in `paths` ({flag: value or None}; values may be
+    comma-separated lists) is on gs://: the TPU's host reads and writes them, and it sees
+    none of this machine's files (a local path passes the checks made here, then fails at
+    the first step, or splits the model dir between two machines)."""
+    if not is_tpu_node(strategy_name, tpu):
+        return
+    for flag, value in paths.items():
+        for path in (value or "").split(","):
+            if path.strip() and not path.strip().startswith("gs://"):
+                raise UserInputError(
+                    f"{flag}={path.strip()}: a TPU Node ({tpu_flag(tpu)}) reads and writes "
+                    "through its own host, which sees only gs:// paths; give a gs:// path, "
+                    "or run on a TPU VM with --tpu=local")
 
 
 def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, bool]:
@@ -182,12 +250,27 @@ def device_description(strategy: tf.distribute.Strategy) -> str | None:
     """A description of the accelerator (its name, e.g. "NVIDIA H100 80GB HBM3" or "TPU
     v4"), for looking up its peak FLOP/s; None on CPUs."""
     if isinstance(strategy, tf.distribute.TPUStrategy):
-        kind = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+        kind = (os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+                or _gce_accelerator_type())
         return f"TPU {kind.split('-')[0]}" if kind else None
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return None
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name")
+
+
+def _gce_accelerator_type() -> str | None:
+    """A Cloud TPU VM's accelerator type ("v4-8"), from the VM's metadata server (TPU VMs
+    keep it there, not always in the environment); None off Google Cloud."""
+    import urllib.request
+    request = urllib.request.Request(
+        "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
+        "accelerator-type", headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return response.read().decode().strip() or None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
 
 
 _TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:port", "host2:port"]}, "task": '
