@@ -14,16 +14,18 @@ import tensorflow as tf
 import torch
 import transformers
 
-from conftest import ROOT, pretrain
+from conftest import FIXTURES, ROOT, pretrain
 from electra_tf.errors import UserInputError
 from electra_tf.export import converters, huggingface, saved_model
 from electra_tf.export.huggingface import hf_config
+from electra_tf.finetune import runner
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
-from electra_tf.training.checkpoints import load_pretrainer
+from electra_tf.training.checkpoints import latest_checkpoint, load_pretrainer
 from in_process import run_script
 
 TOLERANCE = 1e-4
+MOVIES = os.path.join(FIXTURES, "finetune", "movie_snippets.csv")
 
 
 def convert(*args):
@@ -181,8 +183,8 @@ def test_tf1_cli_prints_what_it_skipped_and_refuses_bad_input(tmp_path):
     assert held.stderr.strip() == (f"error: --output_dir={tmp_path}/mine is not empty (it holds "
                                    "notes.txt, small); use a new directory")
     assert sorted(os.listdir(tmp_path / "mine")) == ["notes.txt", "small"]
-    (tmp_path / "empty").mkdir()
-    assert run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/empty",
+    (tmp_path / "empty").mkdir()  # (the prefix named by its .index file, as a user may)
+    assert run("--source=tf1", f"--input={prefix}.index", f"--output_dir={tmp_path}/empty",
                f"--vocab_file={vocab}", "--num_heads=1").returncode == 0
     wrong_vocab = run("--source=tf1", f"--input={prefix}", f"--output_dir={tmp_path}/o2",
                       f"--vocab_file={ROOT}/data/vocab/bert_uncased.txt")
@@ -1043,3 +1045,82 @@ def test_tf1_import_of_a_generator_in_the_electra_scope(tmp_path, objective, sha
                                              prefix, "discriminator").eval()
         disc = model.discriminator_predictions(hidden).numpy()
         assert np.max(np.abs(disc - _hf_logits(hf_disc, ids, mask, segments))) <= TOLERANCE
+
+
+def _model_dir(tmp_path) -> str:
+    """A model dir of this project (tmp_path/model), imported from a tiny HuggingFace
+    ELECTRA (tmp_path/hf)."""
+    source = _tiny_electra(tmp_path / "hf")
+    _vocab(tmp_path / "hf" / "vocab.txt", 120)
+    converters.import_hf(source, str(tmp_path / "model"))
+    return str(tmp_path / "model")
+
+
+def _init_checkpoint_errors(path, tmp_path) -> list[str]:
+    """The error line of run_pretraining.py and of run_finetuning.py given
+    --init_checkpoint=`path`; each must exit 1 without making its --model_dir."""
+    lines = []
+    for script, args in (("run_pretraining.py", ["--gin_file=tiny.gin",
+                                                 f"--train_data={tmp_path}/data/*"]),
+                         ("run_finetuning.py", ["--task=classification", f"--train_file={MOVIES}",
+                                                f"--dev_file={MOVIES}",
+                                                "--label_column=sentiment"])):
+        done = run_script(script, f"--model_dir={tmp_path}/run", f"--init_checkpoint={path}",
+                          *args)
+        assert done.returncode == 1, done.stderr
+        assert not os.path.exists(tmp_path / "run")
+        lines += done.stderr.strip().splitlines()[-1:]
+    return lines
+
+
+def test_a_huggingface_folder_where_a_model_dir_belongs_names_the_conversion(tmp_path):
+    """Was "holds no checkpoint" (--init_checkpoint) or "has no operative_config.gin"
+    (export_saved_model.py --model_dir), which did not say what to run."""
+    source = _tiny_electra(tmp_path / "hf")
+    fix = (f"is a HuggingFace model folder, not a model dir of this project; convert it first "
+           f"(convert_checkpoint.py --source=hf --input={source} --output_dir=OUT), then pass "
+           "OUT")
+    assert _init_checkpoint_errors(source, tmp_path) == [
+        f"error: --init_checkpoint={source} {fix}"] * 2
+    done = run_script("export_saved_model.py", f"--model_dir={source}",
+                      f"--export_dir={tmp_path}/serving")
+    assert done.returncode == 1 and done.stderr.strip() == f"error: {source} {fix}"
+    done = convert("--source=native", "--target=hf", f"--input={source}",
+                   f"--output_dir={tmp_path}/out")
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"error: --input={source} is a HuggingFace model folder already: nothing to convert "
+        "(--target=hf converts a model dir of this project)")
+    assert not os.path.exists(tmp_path / "serving") and not os.path.exists(tmp_path / "out")
+
+
+def test_a_model_dir_of_this_project_as_a_source_needs_no_conversion(tmp_path):
+    """--source=hf or --source=tf1 given a model dir of this project (or one of its
+    checkpoints): was "has no config.json" or "holds no ELECTRA variables (electra/...); is
+    it an ELECTRA checkpoint?"."""
+    model = _model_dir(tmp_path)
+    fix = (f"it needs no conversion (pass {model} as is to --init_checkpoint or --model_dir); "
+           f"for HuggingFace folders, convert it with --source=native --target=hf "
+           f"--input={model}")
+    for source, given, said in (
+            ("hf", model, f"{model} is a model dir of this project, not a HuggingFace folder"),
+            ("tf1", model, f"{model} is a model dir of this project, not an official TF1 "
+                           "checkpoint"),
+            *[("tf1", f"{model}/ckpt-1{file}", f"{model}/ckpt-1 is a checkpoint of this "
+                                               "project, not an official TF1 checkpoint")
+              for file in ("", ".index")]):
+        done = convert(f"--source={source}", f"--input={given}", f"--output_dir={tmp_path}/out")
+        assert done.returncode == 1
+        assert done.stderr.strip() == f"error: {said}: {fix}"
+        assert not os.path.exists(tmp_path / "out")
+
+
+def test_init_checkpoint_takes_a_checkpoints_file_and_its_errors_name_the_flag(tmp_path):
+    """A checkpoint's .index or .data file names its prefix (was "no ckpt-1.index.index");
+    a path that is nothing is refused naming --init_checkpoint (it named the path alone)."""
+    model = _model_dir(tmp_path)
+    for file in (".index", ".data-00000-of-00001"):
+        assert latest_checkpoint(f"{model}/ckpt-1{file}") == f"{model}/ckpt-1"  # pre-training's
+        assert runner.load_initialization(f"{model}/ckpt-1{file}").source == f"{model}/ckpt-1"
+    assert _init_checkpoint_errors(f"{tmp_path}/nothing", tmp_path) == [
+        f"error: --init_checkpoint={tmp_path}/nothing is neither a model dir nor a checkpoint "
+        f"prefix (no {tmp_path}/nothing.index); pass a model dir or a ckpt-N prefix"] * 2

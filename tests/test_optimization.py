@@ -112,6 +112,36 @@ def test_multiply_allows_warmup_longer_than_training():
     assert float(schedule(5)) == pytest.approx(BASE * 0.5 * 0.25)
 
 
+def test_a_warmup_that_keeps_the_rate_under_half_its_peak_gets_a_note():
+    """The peak of warmup x decay is at the warmup's end, or at T / (1 + p) where the rise
+    meets the decay; under half the base (a warmup of over half the run: a size preset's
+    10,000 warmup steps in a short continued pre-training) a note says so, once."""
+    for steps, warmup, power, peak in ((100, 10, 1.0, (10, BASE * 0.9)),
+                                      (100, 60, 1.0, (50, BASE * 50 / 60 * 0.5)),
+                                      (90, 60, 2.0, (30, BASE * 0.5 * (2 / 3) ** 2))):
+        step, value = LinearWarmupLinearDecay(BASE, steps, warmup, decay_power=power).peak()
+        assert (step, value) == (peak[0], pytest.approx(peak[1]))
+        values = [float(LinearWarmupLinearDecay(BASE, steps, warmup, decay_power=power)(s))
+                  for s in range(steps + 1)]
+        assert max(values) == pytest.approx(value)  # no step higher
+    notes = []
+    create_optimizer(learning_rate=5e-4, num_train_steps=20, warmup_steps=10_000,
+                     log=notes.append)
+    create_optimizer(learning_rate=5e-4, num_train_steps=1000, warmup_steps=500,
+                     log=notes.append)  # 250 steps: 50%, no note
+    create_optimizer(learning_rate=5e-4, num_train_steps=1000, warmup_steps=900, restart_at=500,
+                     log=notes.append)  # each stage's warmup fills it
+    assert notes == [
+        "note: the learning rate peaks at 2.5e-07, 0.05% of LEARNING_RATE=0.0005, at step 10: "
+        "WARMUP_STEPS=10000 is over half of the 20 steps it decays over, and the schedule "
+        "multiplies the warmup by the decay; make the warmup a small share of the run (the "
+        "paper's: 10,000 of 1,000,000 steps)",
+        "note: the learning rate peaks at 0.000125, 25% of LEARNING_RATE=0.0005, at step 250: "
+        "WARMUP_STEPS=900 is over half of the 500 steps it decays over, and the schedule "
+        "multiplies the warmup by the decay; make the warmup a small share of the run (the "
+        "paper's: 10,000 of 1,000,000 steps)"]
+
+
 # ------------------------------------------------------------------------------ optimizers
 
 # path, shape; whether the official rule decays it and whether LAMB adapts it, by hand.

@@ -621,7 +621,10 @@ def test_an_imported_model_dir_is_not_resumed(tmp_path, data):
     assert sorted(os.listdir(imported)) == before
     result, lines = run(tmp_path / "continued", data, ["NUM_TRAIN_STEPS = 2"],
                         init_checkpoint=str(imported))
-    assert result["step"] == 2 and f"initialised the model from {imported}" in lines
+    assert result["step"] == 2 and f"initialised the model from {imported}/ckpt-1" in lines
+    info = json.loads((tmp_path / "continued" / "model_info.json").read_text())
+    # where the weights came from, and the import's 512 positions (trained elsewhere)
+    assert (info["init_source"], info["trained_seq_length"]) == ("test", 512)
 
 
 def _copy_data(data, folder, files=None, vocab_file=None):
@@ -907,7 +910,8 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     # A mistyped one is said to be missing, before anything is built; a model dir that is a
     # file (or inside one) too (was a traceback at the first write).
     with pytest.raises(UserInputError, match=(
-            rf"^{tmp_path}/ab is neither a model dir nor a checkpoint prefix \(no ")):
+            rf"^--init_checkpoint={tmp_path}/ab is neither a model dir nor a checkpoint "
+            r"prefix \(no ")):
         run(tmp_path / "d", data, init_checkpoint=str(tmp_path / "ab"))
     (tmp_path / "afile").write_text("mine")
     for model_dir, said in ((tmp_path / "afile", "is a file, not a folder"),
@@ -916,6 +920,81 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
                                                  r"another --model_dir\n"):
             run(model_dir, data)
     assert not (tmp_path / "d").exists() and (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.usefixtures("eager")
+def test_continued_pre_training_keeps_what_its_weights_were_trained_on(tmp_path, data):
+    """A run from --init_checkpoint records the checkpoint it started from (its step) and,
+    trained at 64 from weights trained at 128, the 128 positions those were trained on
+    (fine-tuning said positions 64-127 "start untrained", exports cut text at 64), through
+    its resumes; its data must be tokenized as the weights were (a stripped-accents model
+    fed unstripped text saw [UNK]s without a word); a checkpoint's .index file names it."""
+    from electra_tf.data.writer import build_pretraining_data
+    from electra_tf.training.checkpoints import load_pretrainer
+    run(tmp_path / "a", data)
+    short = str(tmp_path / "short")
+    build_pretraining_data(os.path.join(ROOT, "data", "corpus", "persuasion.txt.gz"),
+                           UNCASED_VOCAB, short, max_seq_length=64, show_progress=False,
+                           log=lambda *_: None)
+    six = ["NUM_TRAIN_STEPS = 2", "MAX_SEQ_LENGTH = 64"]
+    _, lines = run(tmp_path / "b", f"{short}/*.tfrecord", six,
+                   init_checkpoint=f"{tmp_path}/a/ckpt-6.index")
+    assert f"initialised the model from {tmp_path}/a/ckpt-6" in lines
+    for rerun in (False, True):  # the rerun resumes b and keeps them
+        if rerun:
+            run(tmp_path / "b", f"{short}/*.tfrecord", ["NUM_TRAIN_STEPS = 4",
+                                                         "MAX_SEQ_LENGTH = 64"])
+        info = json.loads((tmp_path / "b" / "model_info.json").read_text())
+        assert (info["max_seq_length"], info["trained_seq_length"]) == (64, 128)
+        assert info["init_checkpoint"] == f"{tmp_path}/a/ckpt-6"
+    assert load_pretrainer(str(tmp_path / "b")).max_seq_length == 128
+    # From b at 128 again: its 128 is the run's own, nothing more to keep.
+    run(tmp_path / "c", data, ["NUM_TRAIN_STEPS = 2"], init_checkpoint=str(tmp_path / "b"))
+    info = json.loads((tmp_path / "c" / "model_info.json").read_text())
+    assert info["init_checkpoint"] == f"{tmp_path}/b/ckpt-4" and "trained_seq_length" not in info
+    # Data tokenized otherwise than a's (its metadata.json says so) is refused.
+    unstripped = tmp_path / "unstripped"
+    shutil.copytree(short, unstripped)
+    metadata = json.loads((unstripped / "metadata.json").read_text())
+    (unstripped / "metadata.json").write_text(json.dumps({**metadata, "strip_accents": False}))
+    for dry_run in (True, False):
+        with pytest.raises(UserInputError, match=(
+                rf"^--init_checkpoint={tmp_path}/a was trained on text tokenized otherwise "
+                r"than this data \(strip_accents=True there, False here: its model_info.json "
+                r"against the data's metadata.json\); rebuild the data with --lower_case=true "
+                r"--strip_accents=true\n")):
+            run(tmp_path / "d", f"{unstripped}/*.tfrecord", six, dry_run=dry_run,
+                init_checkpoint=str(tmp_path / "a"))
+    assert not glob.glob(str(tmp_path / "d" / "ckpt-*"))
+    # Longer sequences than the weights' positions: the data's length is what to change.
+    with pytest.raises(UserInputError, match=(
+            r"^MAX_SEQ_LENGTH=128 exceeds the model's max_position_embeddings=64; "
+            r"--init_checkpoint's model has 64 positions: build the data with "
+            r"--max_seq_length=64 or less\n")):
+        run(tmp_path / "e", data, ["pretrainer.max_position_embeddings = 64"],
+            init_checkpoint=str(tmp_path / "a"), dry_run=True)
+    # A model dir that holds data or a fine-tuning run is not one to write a run into.
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "results.json").write_text("{}")
+    for model_dir, what in ((short, r"pre-training data \(metadata.json\)"),
+                            (tmp_path / "tuned", r"a fine-tuning run \(results.json\)")):
+        with pytest.raises(UserInputError, match=rf"^--model_dir={model_dir} holds {what}, "
+                                                 r"not a pre-training run; choose another "
+                                                 r"--model_dir\n"):
+            run(model_dir, data, dry_run=True)
+    assert sorted(os.listdir(tmp_path / "tuned")) == ["results.json"]
+
+
+def test_other_files_name_what_differs_when_two_folders_hold_one_name():
+    """Shards of one name from two folders: a folder dropped or added is not "the same files
+    in another order"."""
+    name = "pretrain_data-00000-of-00001.tfrecord"
+    assert pretraining._other_files([[name, 5], [name, 7]], [[name, 5]]) == [
+        f"{name}: 2 files of that name then, 1 now"]
+    assert pretraining._other_files([["a", 1], ["b", 2]], [["b", 2], ["c", 1]]) == [
+        "a then, not now", "c now, not then"]
+    assert pretraining._other_files([["a", 1], ["b", 2]], [["b", 2], ["a", 1]]) == [
+        "the same files in another order"]
 
 
 # ------------------------------------------------------------------------------ one big batch
@@ -1629,6 +1708,52 @@ def test_tpu_strategy_without_a_tpu_says_which_flag(monkeypatch):
     with pytest.raises(UserInputError, match=r"^--strategy=tpu found no TPU \(.*\); pass "
                        r"--tpu=NAME \(the TPU's name or grpc:// address, or --tpu=local"):
         strategies.create_strategy("tpu")
+
+
+def test_tpu_flags_that_cannot_work_are_refused_in_one_line(monkeypatch):
+    """--tpu without --strategy=tpu (it trained on the TPU VM's CPU without a word); no TPU
+    on a machine without the tensorflow-tpu build (TensorFlow's NotFoundError traceback); a
+    TPU Node given paths its host cannot see."""
+    from electra_tf.training import strategies
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    with pytest.raises(UserInputError, match=r"^--tpu=local is for --strategy=tpu; add "
+                       r"--strategy=tpu, or leave --tpu out$"):
+        strategies.create_strategy("mirrored", "local")
+    with pytest.raises(UserInputError, match=r"^--tpu=local: no TPU could be started on this "
+                       r"machine \(.+\); on a Cloud TPU VM install the tensorflow-tpu build "
+                       r"\(BUILD.md, 'Cloud TPU VM'\); elsewhere use --strategy=default"):
+        strategies.create_strategy("tpu", "local")
+    paths = {"--model_dir": "gs://b/model", "--train_data": "gs://b/d/*,data/x.tfrecord",
+             "--eval_data": None}
+    strategies.check_tpu_node_paths("tpu", "local", paths)  # a TPU VM reads local files
+    strategies.check_tpu_node_paths("mirrored", None, paths)
+    with pytest.raises(UserInputError, match=r"^--train_data=data/x.tfrecord: a TPU Node "
+                       r"\(--tpu=node-1\) reads and writes through its own host, which sees "
+                       r"only gs:// paths; give a gs:// path, or run on a TPU VM with "
+                       r"--tpu=local$"):
+        strategies.check_tpu_node_paths("tpu", "node-1", paths)
+    assert not strategies.is_tpu_node("tpu", "local")
+    assert strategies.is_tpu_node("tpu", "grpc://10.0.0.2:8470")
+
+
+def test_a_tensorflow_without_xla_for_the_cpu_trains_without_it(monkeypatch):
+    """The tensorflow-tpu build compiles no XLA for the CPU (a TPU VM's default strategy):
+    the GELU and dropout functions run as plain TensorFlow there, and a step XLA would
+    compile is refused in one line (TensorFlow's NotFoundError at the first step)."""
+    import tensorflow as tf
+
+    from electra_tf.modeling import layers
+    from electra_tf.training import strategies
+    assert layers.xla_compiles_for_cpu()  # this build's
+    assert tf.function(layers.xla_elementwise)()  # asked while a function is traced
+    monkeypatch.setattr(layers, "_XLA_CPU", [False])
+    assert not layers.xla_elementwise()
+    strategies.check_xla_off_tpu("pretraining.jit_compile", False, tf.distribute.get_strategy())
+    with pytest.raises(UserInputError, match=r"^pretraining.jit_compile=True: this TensorFlow "
+                       r"\(the tensorflow-tpu build\) compiles no XLA for the CPU; add "
+                       r"--strategy=tpu, or unbind it$"):
+        strategies.check_xla_off_tpu("pretraining.jit_compile", True,
+                                     tf.distribute.get_strategy())
 
 
 def test_bindings_that_would_train_wrongly_are_refused_before_anything_is_written(tmp_path,

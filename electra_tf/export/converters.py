@@ -40,6 +40,7 @@ from electra_tf.errors import UserInputError
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.training.checkpoints import checkpoint_prefix, is_hf_folder, load_pretrainer
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
 
 DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -116,6 +117,8 @@ def _tf1_leaf(module: str, leaf: str) -> str:
 def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     """(discriminator state dict, generator state dict or {}, skipped names) of an official
     TF1 checkpoint, in transformers' names and layouts (kernels transposed to [out, in])."""
+    if tf.io.gfile.exists(os.path.join(checkpoint, OPERATIVE_CONFIG)):
+        raise _needs_no_conversion(checkpoint, "an official TF1 checkpoint")
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"--input={checkpoint} is not a TF1 checkpoint prefix (no "
                              f"{checkpoint}.index); pass e.g. electra_base/electra_base, "
@@ -128,6 +131,8 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     try:
         reader = tf.train.load_checkpoint(checkpoint)
         names = sorted(reader.get_variable_to_shape_map())
+        if any(name.startswith("model/discriminator/") for name in names):  # a model dir's
+            raise _needs_no_conversion(checkpoint, "an official TF1 checkpoint")
         electric = sorted({name.split("/")[0] for name in names} & _ELECTRIC_SCOPES)
         if electric:  # read as ELECTRA, its head's energies would be served as probabilities
             raise UserInputError(
@@ -156,6 +161,17 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     if generator and not any(k.startswith("electra.embeddings.") for k in generator):
         generator.update(shared)  # tied embeddings: the generator reads electra/embeddings
     return discriminator, generator, skipped
+
+
+def _needs_no_conversion(path: str, source: str) -> UserInputError:
+    """The refusal of a model dir of this project (or a checkpoint in one) as the `source`
+    of an import."""
+    model_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path) or "."
+    what = "model dir" if model_dir == path else "checkpoint"
+    return UserInputError(
+        f"{path} is a {what} of this project, not {source}: it needs no conversion (pass "
+        f"{model_dir} as is to --init_checkpoint or --model_dir); for HuggingFace folders, "
+        f"convert it with --source=native --target=hf --input={model_dir}")
 
 
 def config_from_state_dict(state: dict, num_heads: int | None = None,
@@ -206,6 +222,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     one), else DEFAULT_VOCAB, said in `notes`. `lower_case` None: as the vocab is (cased
     or not, see writer.check_case)."""
     check_new_model_dir(output_dir)
+    checkpoint = checkpoint_prefix(checkpoint)  # (one of its files given)
     notes = []
     if vocab_file is None:
         beside = os.path.join(os.path.dirname(checkpoint), "vocab.txt")
@@ -327,6 +344,8 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     (model.safetensors, or pytorch_model.bin, which needs torch)."""
     config_path = os.path.join(directory, "config.json")
     if not tf.io.gfile.exists(config_path):
+        if tf.io.gfile.exists(os.path.join(directory, OPERATIVE_CONFIG)):
+            raise _needs_no_conversion(directory, "a HuggingFace folder")
         raise UserInputError(f"{directory} has no config.json; pass a transformers model "
                              "directory (config.json + model.safetensors)")
     config = _read_json(config_path)
@@ -556,8 +575,11 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     import initialised afresh and no pre-training has trained since) is said in one `log`
     line each."""
     from electra_tf.export.saved_model import fresh_parts
-    from electra_tf.training.checkpoints import load_pretrainer
     check_output_dir(output_dir)
+    if is_hf_folder(model_dir):
+        raise UserInputError(f"--input={model_dir} is a HuggingFace model folder already: "
+                             "nothing to convert (--target=hf converts a model dir of this "
+                             "project)")
     earlier = [n for n in ("discriminator", "generator")
                if tf.io.gfile.exists(os.path.join(output_dir, n))]
     if earlier:

@@ -8,6 +8,7 @@ replaced-token detection and fine-tuning all start from one.
 import dataclasses
 import json
 import os
+import re
 
 import gin
 import tensorflow as tf
@@ -36,21 +37,49 @@ class LoadedModel:
 
 
 _RENAME = "rename it, or pass a symlink to it, without * ? ["
+# A checkpoint's files: PREFIX.index and PREFIX.data-00000-of-00001, each naming PREFIX.
+_CHECKPOINT_FILE = re.compile(r"\.(index|data-\d{5}-of-\d{5})$")
 
 
-def latest_checkpoint(path: str) -> str:
-    """The newest checkpoint of a model dir, or `path` itself if it is a checkpoint prefix."""
+def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
+    """The newest checkpoint of a model dir, or the checkpoint prefix `path` is (or whose
+    .index or .data file it names); errors name `flag`, the flag that gave `path` (None:
+    the path alone)."""
     atomic.check_no_wildcards(path, path, _RENAME)
+    given = f"{flag}={path}" if flag else path
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
-            raise UserInputError(f"{path} holds no checkpoint; pass a model dir that "
+            if is_hf_folder(path):
+                raise convert_hf_first(given, path)
+            raise UserInputError(f"{given} holds no checkpoint; pass a model dir that "
                                  "run_pretraining.py (or convert_checkpoint.py) wrote")
         return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise UserInputError(f"{path} is neither a model dir nor a checkpoint prefix (no "
-                             f"{path}.index); pass a model dir or a ckpt-N prefix")
-    return path
+    prefix = checkpoint_prefix(path)
+    if not tf.io.gfile.exists(prefix + ".index"):
+        raise UserInputError(f"{given} is neither a model dir nor a checkpoint prefix (no "
+                             f"{prefix}.index); pass a model dir or a ckpt-N prefix")
+    return prefix
+
+
+def checkpoint_prefix(path: str) -> str:
+    """The checkpoint prefix `path` names: itself, or that of its .index or .data file."""
+    return _CHECKPOINT_FILE.sub("", path)
+
+
+def is_hf_folder(path: str) -> bool:
+    """Whether `path` is a HuggingFace model folder: config.json and the weights."""
+    return tf.io.gfile.exists(os.path.join(path, "config.json")) and any(
+        tf.io.gfile.exists(os.path.join(path, name))
+        for name in ("model.safetensors", "pytorch_model.bin"))
+
+
+def convert_hf_first(given: str, path: str) -> UserInputError:
+    """The refusal of HuggingFace folder `path` (`given`: how the user gave it) where a
+    model dir belongs."""
+    return UserInputError(f"{given} is a HuggingFace model folder, not a model dir of this "
+                          "project; convert it first (convert_checkpoint.py --source=hf "
+                          f"--input={path} --output_dir=OUT), then pass OUT")
 
 
 def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedModel:
@@ -71,6 +100,8 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
                              "--kind=task)")
     for name in (OPERATIVE_CONFIG, MODEL_INFO):
         if not tf.io.gfile.exists(os.path.join(model_dir, name)):
+            if is_hf_folder(model_dir):
+                raise convert_hf_first(model_dir, model_dir)
             raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
                                  "run_pretraining.py or convert_checkpoint.py")
     with tf.io.gfile.GFile(os.path.join(model_dir, MODEL_INFO)) as f:
@@ -86,7 +117,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
                              "dir written by run_pretraining.py or convert_checkpoint.py")
     with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG)) as f:
         config = f.read()
-    checkpoint = latest_checkpoint(model_dir)
+    checkpoint = latest_checkpoint(model_dir, flag=None)
     own = os.path.join(model_dir, "vocab.txt")  # an import's copy
     recorded = info.get("vocab_file")
     if (not vocab_file and not (recorded and tf.io.gfile.exists(recorded))
@@ -120,7 +151,8 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     return LoadedModel(model=model, checkpoint=checkpoint, vocab_file=vocab_file,
                        lower_case=info.get("lower_case", True),
                        strip_accents=info.get("strip_accents", info.get("lower_case", True)),
-                       max_seq_length=info["max_seq_length"], info=info)
+                       max_seq_length=info.get("trained_seq_length", info["max_seq_length"]),
+                       info=info)
 
 
 def read_weights(model, checkpoint: str, described_by: str):

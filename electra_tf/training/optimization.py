@@ -115,6 +115,15 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         decay = 1.0 - done if self.decay_power == 1.0 else tf.pow(1.0 - done, self.decay_power)
         return self.learning_rate * warm * decay
 
+    def peak(self) -> tuple[int, float]:
+        """(step, learning rate) of the schedule's highest point. With warmup="multiply" it
+        is below the base: at the warmup's end, or where the warmup's rise meets the decay
+        (x (1 - x/T)^p is highest at T / (1 + p)) if the warmup is longer than that."""
+        if self.warmup == "then_decay" or not self.warmup_steps:
+            return self.warmup_steps, self.learning_rate
+        step = min(self.warmup_steps, round(self.num_train_steps / (1 + self.decay_power)))
+        return step, float(self(step))
+
     def get_config(self):
         return {"learning_rate": self.learning_rate, "num_train_steps": self.num_train_steps,
                 "warmup_steps": self.warmup_steps, "warmup": self.warmup,
@@ -486,7 +495,7 @@ def layerwise_lr_multipliers(encoder, decay: float, official: bool = False) -> d
 
 # The run sets these from its own settings: a binding would be overridden without a word.
 @gin.configurable("optimizer", denylist=["num_train_steps", "aggregate_gradients",
-                                         "restart_at"])
+                                         "restart_at", "log"])
 def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_000,
                      warmup_steps: int = 10_000, name: str = "adamw",
                      warmup: str = "multiply", decay_power: float = 1.0,
@@ -495,13 +504,16 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
                      bias_correction: bool = False, exclude_from_weight_decay=NO_DECAY,
                      learning_rate_multipliers: dict[str, float] | None = None,
                      aggregate_gradients: bool = True,
-                     restart_at: int | None = None) -> AdamWeightDecay:
+                     restart_at: int | None = None, log=None) -> AdamWeightDecay:
     """The schedule and the optimizer; the defaults are ELECTRA-Small pre-training's.
 
     `name` is "adamw" (AdamWeightDecay, the official) or "lamb" (Lamb). Gradient clipping
     is the trainer's job (it clips the all-reduced gradients by their global norm).
     `restart_at` (two-stage training, set by the trainer): the schedule runs to 0 at that
     step, then starts again (warmup, decay) over the remaining steps.
+    `log`: where a note goes when the warmup keeps the learning rate under half its peak
+    (a warmup of over half the run: a short continued pre-training with a size preset's
+    10,000 warmup steps barely trained).
     """
     if name not in OPTIMIZERS:
         raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
@@ -520,6 +532,16 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
                                     min(warmup_steps, num_train_steps - restart_at), warmup,
                                     decay_power),
             restart_at)
+    parts = [schedule] if restart_at is None else [schedule.first, schedule.second]
+    for part in parts if log else []:
+        step, peak = part.peak()
+        if peak < 0.5 * learning_rate:
+            log(f"note: the learning rate peaks at {peak:.3g}, {100 * peak / learning_rate:.2g}% "
+                f"of LEARNING_RATE={learning_rate:g}, at step {step}: WARMUP_STEPS="
+                f"{warmup_steps} is over half of the {part.num_train_steps} steps it "
+                "decays over, and the schedule multiplies the warmup by the decay; make the "
+                "warmup a small share of the run (the paper's: 10,000 of 1,000,000 steps)")
+            break
     cls = AdamWeightDecay if name == "adamw" else Lamb
     return cls(schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                weight_decay_rate=weight_decay_rate,

@@ -24,8 +24,10 @@ Two-stage training (`pretrainer.algorithm = 'two_stage'`) trains the generator a
 with the generator frozen; the learning-rate schedule starts again at the switch.
 """
 
+import collections
 import contextlib
 import dataclasses
+import fnmatch
 import hashlib
 import json
 import os
@@ -124,7 +126,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
         `trainer.PretrainingTrainer`): on a GPU each call ends with the host waiting for
         the device, so fewer calls keep the device busy. Default: steps_per_loop with XLA
         on one replica; 1 with several replicas (their all-reduce stays one per call) or
-        on TPUs (whose whole loop is compiled anyway).
+        on TPUs (refused there: orbit's loop launches one TPU program a step; k steps in
+        one program are untested on a TPU).
       xla_cache: with jit_compile, keep the compiled programs in `<model_dir>/xla_cache/`
         so that a rerun (a resume) loads them instead of compiling again; needs
         `xla_cache.stage()` before TensorFlow starts, as the script does (see
@@ -193,11 +196,18 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          two_stage_steps, device_name, log, held, exit_at_once, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
+    strategies.check_tpu_node_paths(strategy, tpu, {  # (before connecting: no network)
+        "--model_dir": model_dir, "--train_data": train_data, "--eval_data": eval_data,
+        "--init_checkpoint": init_checkpoint})
     strategy = strategies.create_strategy(strategy, tpu, log)
     replicas = strategy.num_replicas_in_sync
+    if isinstance(strategy, tf.distribute.TPUStrategy) and precision == "mixed_float16":
+        raise UserInputError("pretraining.precision='mixed_float16' is for GPUs; TPUs compute "
+                             "in bfloat16: set pretraining.precision='mixed_bfloat16'")
 
     # -- the inputs: checked before anything is built or written
     atomic.check_folder(model_dir)
+    _check_not_another_output(model_dir)
     if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # read: it must exist
         from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
         latest_checkpoint(init_checkpoint)  # a model dir or a checkpoint prefix
@@ -231,12 +241,14 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             f"TRAIN_BATCH_SIZE={train_batch_size} does not split into {replicas} replicas x "
             f"{gradient_accumulation_steps} micro-batches; use a multiple of "
             f"{replicas * gradient_accumulation_steps}")
+    strategies.check_xla_off_tpu("pretraining.jit_compile", jit_compile, strategy)
     steps_per_call = _steps_per_call(steps_per_call, steps_per_loop, jit_compile, strategy)
     task_id, chief = strategies.worker_info(strategy)
     note = _shared_files_note(train_files, eval_files)
     if note and chief:
         log(note)
-    if init_checkpoint and chief and tf.train.latest_checkpoint(model_dir):
+    if (init_checkpoint and chief and tf.train.latest_checkpoint(model_dir)
+            and not _holds_an_import(model_dir)):  # (refused below)
         log(f"note: --init_checkpoint={init_checkpoint} is not used: --model_dir={model_dir} "
             "holds a run, which this one resumes (--init_checkpoint starts a new --model_dir)")
     if eval_data:
@@ -253,10 +265,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 f"pretrainer.mask_prob={model.mask_prob} differ; bind MASK_PROB, which sets "
                 "both")
         if model.discriminator_config.max_position_embeddings < max_seq_length:
+            positions = model.discriminator_config.max_position_embeddings
             raise UserInputError(
                 f"MAX_SEQ_LENGTH={max_seq_length} exceeds the model's max_position_embeddings="
-                f"{model.discriminator_config.max_position_embeddings}; raise "
-                "pretrainer.max_position_embeddings or use shorter sequences")
+                f"{positions}; " + (
+                    f"--init_checkpoint's model has {positions} positions: build the data "
+                    f"with --max_seq_length={positions} or less" if init_checkpoint else
+                    "raise pretrainer.max_position_embeddings or use shorter sequences"))
         two_stage = model.algorithm == "two_stage"
         if two_stage_steps is not None and not two_stage:
             raise UserInputError(
@@ -271,7 +286,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 f"{num_train_steps}); got {two_stage_steps}")
         optimizer = optimization.create_optimizer(
             num_train_steps=num_train_steps, aggregate_gradients=False,
-            restart_at=two_stage_steps if two_stage else None)
+            restart_at=two_stage_steps if two_stage else None, log=log if chief else None)
         optimizer.build(model.trainable_variables)
         state = TrainState(_skip_capacity(model_dir, max_restores))
         loss_scale = LossScale() if precision == "mixed_float16" else None
@@ -334,8 +349,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
-            _initialise(model, init_checkpoint, _model_info_of(init_checkpoint),
-                        model_info["vocab_size"])
+            _initialise(model, init_checkpoint, _model_info_of(init_checkpoint), model_info,
+                        info["metadata"])
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
             atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
         log(_info_json(model_info))
@@ -389,6 +404,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
     if latest:
         _restore(checkpoint, latest, model_dir)
+        model_info.update({key: value for key, value in _model_info_of(model_dir).items()
+                           if key in LINEAGE})
         step = int(state.step.numpy())
         _check_worker_positions(model_dir, workers, step, num_train_steps)
         log(f"resuming from {latest} (step {step})")
@@ -399,8 +416,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
         earlier = _model_info_of(init_checkpoint)
-        _initialise(model, init_checkpoint, earlier, model_info["vocab_size"])
-        log(f"initialised the model from {init_checkpoint}")
+        _initialise(model, init_checkpoint, earlier, model_info, info["metadata"])
+        model_info.update(_lineage(init_checkpoint, earlier, max_seq_length))
+        log(f"initialised the model from {model_info['init_checkpoint']}")
         # An edited vocab of the same size (e.g. [unused] entries made domain words) is
         # allowed; it is said, as a wrong vocab would look the same.
         if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
@@ -1029,12 +1047,38 @@ def _other_files(before: list, now: list) -> list[str]:
     """How the files `_train_files` lists differ: by name and order, or by examples where
     both counts are known (data copied without its metadata.json counts none)."""
     names = [name for name, _ in before], [name for name, _ in now]
-    if names[0] != names[1]:
-        return ([f"{name} then, not now" for name in names[0] if name not in names[1]]
-                + [f"{name} now, not then" for name in names[1] if name not in names[0]]
-                or ["the same files in another order"])
+    if names[0] != names[1]:  # (two folders may hold files of one name)
+        then, later = collections.Counter(names[0]), collections.Counter(names[1])
+        return [f"{name} then, not now" if not later[name] else
+                f"{name} now, not then" if not then[name] else
+                f"{name}: {then[name]} files of that name then, {later[name]} now"
+                for name in dict.fromkeys(names[0] + names[1])
+                if then[name] != later[name]] or ["the same files in another order"]
     return [f"{name}: {a} examples then, {b} now" for (name, a), (_, b) in zip(before, now)
             if a is not None and b is not None and a != b]
+
+
+def _check_not_another_output(model_dir: str) -> None:
+    """A --model_dir that holds pre-training data or a fine-tuning run is refused: a run
+    there wrote its checkpoints among the TFRecords, or its model_info.json into the
+    fine-tuning run."""
+    if not tf.io.gfile.isdir(model_dir):
+        return
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)]
+    held = {"pre-training data (metadata.json)": "metadata.json",
+            "pre-training data (TFRecords)": "*.tfrecord*",
+            "a fine-tuning run (results.json)": "results.json",
+            "a fine-tuning run (trial_*/)": "trial_*"}
+    for what, pattern in held.items():
+        if fnmatch.filter(names, pattern):
+            raise UserInputError(f"--model_dir={model_dir} holds {what}, not a pre-training "
+                                 "run; choose another --model_dir")
+
+
+def _holds_an_import(model_dir: str) -> bool:
+    """Whether model_dir holds a checkpoint convert_checkpoint.py imported (not a run)."""
+    earlier = _model_info_of(model_dir)
+    return bool(earlier.get("imported_checkpoint") and not earlier.get("train_batch_size"))
 
 
 def _check_resume(model_dir, model_info, metadata=None):
@@ -1045,7 +1089,7 @@ def _check_resume(model_dir, model_info, metadata=None):
     if not tf.train.latest_checkpoint(model_dir):
         return
     earlier = _model_info_of(model_dir)
-    if earlier.get("imported_checkpoint") and not earlier.get("train_batch_size"):
+    if _holds_an_import(model_dir):
         raise UserInputError(
             f"--model_dir={model_dir} holds a checkpoint imported by convert_checkpoint.py, "
             "not a run to resume; pre-train into a new --model_dir with "
@@ -1222,18 +1266,52 @@ def _restore(checkpoint, path: str, model_dir: str):
 TRAINING_ONLY_PARTS = ("reward_baseline", "loss_log_scales")
 
 
-def _initialise(model, path: str, earlier: dict, vocab_size: int):
+# What model_info.json keeps, through resumes, of the weights a run started from: the
+# checkpoint (its step), an import's source, and the longest sequences they were trained on
+# when longer than the run's (continued pre-training at 128 of a model trained at 512 keeps
+# 512 positions trained: fine-tuning and exports take it at 512).
+LINEAGE = ("init_checkpoint", "init_source", "trained_seq_length")
+
+
+def _lineage(init_checkpoint: str, source: dict, max_seq_length: int) -> dict:
+    """model_info.json's LINEAGE entries of a run from `init_checkpoint` (`source`: its
+    model_info.json)."""
+    from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
+    path = latest_checkpoint(init_checkpoint)
+    lineage = {"init_checkpoint": path if "://" in path else os.path.abspath(path)}
+    origin = source.get("init_source", source.get("source"))  # an import's "hf:DIR", say
+    if origin:
+        lineage["init_source"] = origin
+    trained = source.get("trained_seq_length", source.get("max_seq_length")) or 0
+    if trained > max_seq_length:
+        lineage["trained_seq_length"] = trained
+    return lineage
+
+
+def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dict | None):
     """The model's weights from a checkpoint (of a run, or imported; `earlier` its model
     dir's model_info.json); every weight of the model's networks must be in it
     (assert_existing_objects_matched fails for one that is not), its TRAINING_ONLY_PARTS
-    are read where it has them."""
+    are read where it has them. Its vocab and (where the data's `metadata` records it) its
+    casing must be this run's: data tokenized otherwise feeds it other tokens."""
+    vocab_size = model_info["vocab_size"]
     if earlier.get("vocab_size", vocab_size) != vocab_size:
         raise UserInputError(
             f"--init_checkpoint={path} was trained with a vocab of {earlier['vocab_size']} "
             f"tokens (its model_info.json), this data's has {vocab_size}; build the data "
             f"with its vocab ({earlier.get('vocab_file')})")
-    if tf.io.gfile.isdir(path):
-        path = tf.train.latest_checkpoint(path) or path
+    casing = [f"{key}={earlier[key]} there, {model_info[key]} here"
+              for key in ("lower_case", "strip_accents")
+              if key in earlier and earlier[key] != model_info[key] and key in (metadata or {})]
+    if casing:
+        flags = " ".join(f"--{key}={str(earlier[key]).lower()}"
+                         for key in ("lower_case", "strip_accents") if key in earlier)
+        raise UserInputError(
+            f"--init_checkpoint={path} was trained on text tokenized otherwise than this "
+            f"data ({', '.join(casing)}: its model_info.json against the data's "
+            f"metadata.json); rebuild the data with {flags}")
+    from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
+    path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
     try:
         # read(): the checkpoint may come from write() (no save counter) or save().
         _part_of(model, required=True).read(path).expect_partial(
