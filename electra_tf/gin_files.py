@@ -96,7 +96,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
         os.chdir(cwd)
         gin.config._LOCATION_PREFIXES[:] = prefixes
         absl_logging.set_verbosity(verbosity)
-    example = os.path.relpath(paths[0], os.path.dirname(GIN_DIR)) if paths else "gin/"
+    example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
+                if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
     for binding in bindings:
         try:
             gin.parse_config(binding)
@@ -186,6 +187,21 @@ def _is_size_file(path: str) -> bool:
             and os.path.join(GIN_DIR, "pretraining.gin") in includes(path))
 
 
+def check_sets_a_run(files: list[str]) -> None:
+    """Pre-training's gin files must set the run up: with none that binds
+    pretraining.num_train_steps (a size file includes gin/pretraining.gin, which binds the
+    run's macros), an import's operative_config.gin given alone ran on run_pretraining's
+    defaults for what it left unbound, and bindings of the macros were refused as unused."""
+    try:
+        gin.query_parameter("pretraining.num_train_steps")
+    except ValueError:
+        given = " ".join(f"--gin_file={name}" for name in files)
+        raise UserInputError(
+            f"{given} sets up no run (gin/pretraining.gin's settings, NUM_TRAIN_STEPS and the "
+            f"others, are unbound); give a size's file first, e.g. --gin_file=small.gin "
+            f"{given}") from None
+
+
 def _check_macros_used(bindings: list[str], example: str) -> None:
     """A binding that sets a macro no gin file or binding uses (`NUM_TRAIN_STEP=3` for
     NUM_TRAIN_STEPS) is a misspelling gin itself accepts, as the definition of a new macro:
@@ -201,8 +217,10 @@ def _check_macros_used(bindings: list[str], example: str) -> None:
             close = difflib.get_close_matches(name, sorted(used), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
             raise UserInputError(
-                f"--gin_bindings={binding!r}: no gin file uses the macro {name}; {hint}the "
-                f"macros in use: {', '.join(sorted(used))} (see {example})")
+                f"--gin_bindings={binding!r}: no gin file uses the macro {name}; " + (
+                    f"{hint}the macros in use: {', '.join(sorted(used))} (see {example})"
+                    if used else "the gin files given use no macros: give a size's file "
+                    "first (e.g. small.gin, or finetune/small.gin for fine-tuning)"))
 
 
 def _check_macros_defined(example: str) -> None:

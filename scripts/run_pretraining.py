@@ -46,6 +46,7 @@ def main(argv):
     from electra_tf import gin_files
     from electra_tf.training import pretraining
     gin_files.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+    gin_files.check_sets_a_run(FLAGS.gin_file)
     result = pretraining.run_pretraining(
         FLAGS.model_dir, FLAGS.train_data, eval_data=FLAGS.eval_data,
         vocab_file=FLAGS.vocab_file, strategy=FLAGS.strategy, tpu=FLAGS.tpu, seed=FLAGS.seed,

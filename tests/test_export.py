@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,11 +234,24 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served,
     assert [line.split()[0] for line in lines[1:10]] == words
     assert all(line.endswith("<- replaced") for line in lines[1:10])  # threshold 0
     assert lines[10] == "The quick red fox runs" and len(lines) == 16
-    # A model dir moved from its vocab: the error names --vocab_file, which the detector has.
+    # A model dir moved from its vocab takes its own copy of it; without the copy the error
+    # names --vocab_file, which the detector has.
     moved = tmp_path / "moved"
     shutil.copytree(model_dir, moved)
     info = json.loads((moved / "model_info.json").read_text())
     (moved / "model_info.json").write_text(json.dumps({**info, "vocab_file": "/gone/v.txt"}))
+    assert _detect(f"--model_dir={moved}", "--threshold=0.0",
+                   "The quick brown fox jumps over the lazy dog",
+                   "The quick red fox runs") == outputs[0]
+    # and when the file it names was overwritten with another vocab (learn_vocab --overwrite)
+    changed = tmp_path / "changed.txt"
+    changed.write_text(Path(UNCASED_VOCAB).read_text().replace("fox", "f0x"))
+    (moved / "model_info.json").write_text(json.dumps({**info, "vocab_file": str(changed)}))
+    assert _detect(f"--model_dir={moved}", "--threshold=0.0",
+                   "The quick brown fox jumps over the lazy dog",
+                   "The quick red fox runs") == outputs[0]
+    (moved / "model_info.json").write_text(json.dumps({**info, "vocab_file": "/gone/v.txt"}))
+    (moved / "vocab.txt").unlink()
     assert "pass --vocab_file" in _script_error("detect_replaced.py", f"--model_dir={moved}",
                                                 "a sentence")[0]
     assert _detect(f"--model_dir={moved}", f"--vocab_file={UNCASED_VOCAB}", "--threshold=0.0",

@@ -715,7 +715,11 @@ def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_p
                                              r"examples then, \d+ now"):
         run(model_dir, str(tmp_path / "another" / "*.tfrecord"), ["NUM_TRAIN_STEPS = 4"])
     with pytest.raises(UserInputError, match=r"was trained on data tokenized otherwise "
-                                             r"\(strip_accents=True -> False: model_info\.json"):
+                                             r"\(strip_accents=True there, False here: "
+                                             r"model_info\.json against this data's metadata"
+                                             r"\.json\); resume with the data it was trained "
+                                             r"with, or rebuild this data with "
+                                             r"--lower_case=true --strip_accents=true\n"):
         run(model_dir, str(tmp_path / "accents" / "*.tfrecord"), ["NUM_TRAIN_STEPS = 4"])
     assert (model_dir / "model_info.json").read_bytes() == before
     # The same files without their metadata.json (copied shards alone): names agree, the
@@ -932,6 +936,8 @@ def test_continued_pre_training_keeps_what_its_weights_were_trained_on(tmp_path,
     from electra_tf.data.writer import build_pretraining_data
     from electra_tf.training.checkpoints import load_pretrainer
     run(tmp_path / "a", data)
+    # (a's model dir keeps its vocab, for when the data's moves)
+    assert (tmp_path / "a" / "vocab.txt").read_bytes() == Path(UNCASED_VOCAB).read_bytes()
     short = str(tmp_path / "short")
     build_pretraining_data(os.path.join(ROOT, "data", "corpus", "persuasion.txt.gz"),
                            UNCASED_VOCAB, short, max_seq_length=64, show_progress=False,
@@ -1719,10 +1725,15 @@ def test_tpu_flags_that_cannot_work_are_refused_in_one_line(monkeypatch):
     with pytest.raises(UserInputError, match=r"^--tpu=local is for --strategy=tpu; add "
                        r"--strategy=tpu, or leave --tpu out$"):
         strategies.create_strategy("mirrored", "local")
-    with pytest.raises(UserInputError, match=r"^--tpu=local: no TPU could be started on this "
-                       r"machine \(.+\); on a Cloud TPU VM install the tensorflow-tpu build "
-                       r"\(BUILD.md, 'Cloud TPU VM'\); elsewhere use --strategy=default"):
-        strategies.create_strategy("tpu", "local")
+    # (in a process of its own: connecting to a TPU system changes TensorFlow's runtime)
+    done = script("--gin_file=tiny.gin", "--model_dir=unused", "--train_data=unused",
+                  "--strategy=tpu", "--tpu=local")
+    _, stderr = done.communicate(timeout=120)
+    assert done.returncode == 1
+    assert re.fullmatch(r"error: --tpu=local: no TPU could be started on this machine \(.+\); "
+                        r"on a Cloud TPU VM install the tensorflow-tpu build \(BUILD.md, 'Cloud "
+                        r"TPU VM'\); elsewhere use --strategy=default or --strategy=mirrored",
+                        stderr.strip()), stderr
     paths = {"--model_dir": "gs://b/model", "--train_data": "gs://b/d/*,data/x.tfrecord",
              "--eval_data": None}
     strategies.check_tpu_node_paths("tpu", "local", paths)  # a TPU VM reads local files
@@ -1733,6 +1744,7 @@ def test_tpu_flags_that_cannot_work_are_refused_in_one_line(monkeypatch):
                        r"--tpu=local$"):
         strategies.check_tpu_node_paths("tpu", "node-1", paths)
     assert not strategies.is_tpu_node("tpu", "local")
+    assert not strategies.is_tpu_node("tpu", None)  # the resolver's "found no TPU" says it
     assert strategies.is_tpu_node("tpu", "grpc://10.0.0.2:8470")
 
 
@@ -1744,8 +1756,9 @@ def test_a_tensorflow_without_xla_for_the_cpu_trains_without_it(monkeypatch):
 
     from electra_tf.modeling import layers
     from electra_tf.training import strategies
-    assert layers.xla_compiles_for_cpu()  # this build's
-    assert tf.function(layers.xla_elementwise)()  # asked while a function is traced
+    monkeypatch.setattr(layers, "_XLA_CPU", [])
+    assert tf.function(layers.xla_elementwise)()  # first asked while a function is traced
+    assert layers._XLA_CPU == [True]  # this build's, checked once
     monkeypatch.setattr(layers, "_XLA_CPU", [False])
     assert not layers.xla_elementwise()
     strategies.check_xla_off_tpu("pretraining.jit_compile", False, tf.distribute.get_strategy())
@@ -1775,9 +1788,15 @@ def test_bindings_that_would_train_wrongly_are_refused_before_anything_is_writte
 
 @pytest.mark.parametrize("case", ["unknown_binding", "unknown_file", "length_mismatch",
                                   "no_data", "batch_split", "xla_elementwise_env",
-                                  "misspelled_macro", "unknown_objective"])
+                                  "misspelled_macro", "unknown_objective", "no_run_file",
+                                  "no_macros"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
     model_dir = tmp_path / "model"
+    # An import's operative_config.gin given alone (the architecture only): it ran on the
+    # code's defaults, and a macro bound after it was "no gin file uses", listing none.
+    architecture = tmp_path / "imported" / "operative_config.gin"
+    architecture.parent.mkdir()
+    architecture.write_text("pretrainer.hidden_size = 32\npretrainer.num_layers = 1\n")
     args = {
         "unknown_binding": script_args(model_dir, data, "pretrainer.hiden_size = 3"),
         "unknown_file": ["--gin_file=tinny.gin", f"--model_dir={model_dir}",
@@ -1789,6 +1808,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "misspelled_macro": script_args(model_dir, data, "NUM_TRAIN_STEP = 3"),
         # Raised inside a gin configurable, which appends lines of its own to the message.
         "unknown_objective": script_args(model_dir, data, "OBJECTIVE = 'electrra'"),
+        "no_run_file": [f"--gin_file={architecture}", f"--model_dir={model_dir}",
+                        f"--train_data={data}"],
+        "no_macros": [f"--gin_file={architecture}", "--gin_bindings=MAX_SEQ_LENGTH = 64",
+                      f"--model_dir={model_dir}", f"--train_data={data}"],
     }[case]
     expected = {
         "unknown_binding": r"--gin_bindings='pretrainer.hiden_size = 3': .*hiden_size",
@@ -1801,12 +1824,17 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
         "misspelled_macro": r"--gin_bindings='NUM_TRAIN_STEP = 3': no gin file uses the macro "
                             r"NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\?",
         "unknown_objective": r"objective='electrra' is not one of electra, mlm, ",
+        "no_run_file": rf"^error: --gin_file={architecture} sets up no run \(gin/pretraining."
+                       r"gin's settings, NUM_TRAIN_STEPS and the others, are unbound\); give a "
+                       rf"size's file first, e.g. --gin_file=small.gin --gin_file={architecture}$",
+        "no_macros": r"^error: --gin_bindings='MAX_SEQ_LENGTH = 64': no gin file uses the macro "
+                     r"MAX_SEQ_LENGTH; the gin files given use no macros: give a size's file "
+                     r"first \(e.g. small.gin, or finetune/small.gin for fine-tuning\)$",
     }[case]
     done = run_script("run_pretraining.py", *args, env={"ELECTRA_TF_XLA_ELEMENTWISE": "false"}
                       if case == "xla_elementwise_env" else None)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("error: ")
-    import re
-    assert re.search(expected, done.stderr), done.stderr
+    assert re.search(expected, done.stderr.strip()), done.stderr
     assert not os.path.exists(model_dir)

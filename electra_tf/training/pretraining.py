@@ -349,8 +349,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if dry_run:
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
-            _initialise(model, init_checkpoint, _model_info_of(init_checkpoint), model_info,
-                        info["metadata"])
+            source = _model_info_of(init_checkpoint)
+            read = _initialise(model, init_checkpoint, source, model_info, info["metadata"])
+            model_info.update(_lineage(read, source, max_seq_length))
+        elif tf.train.latest_checkpoint(model_dir):  # what the resume keeps
+            model_info.update({key: value for key, value in _model_info_of(model_dir).items()
+                               if key in LINEAGE})
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
             atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
         log(_info_json(model_info))
@@ -416,8 +420,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
         earlier = _model_info_of(init_checkpoint)
-        _initialise(model, init_checkpoint, earlier, model_info, info["metadata"])
-        model_info.update(_lineage(init_checkpoint, earlier, max_seq_length))
+        read = _initialise(model, init_checkpoint, earlier, model_info, info["metadata"])
+        model_info.update(_lineage(read, earlier, max_seq_length))
         log(f"initialised the model from {model_info['init_checkpoint']}")
         # An edited vocab of the same size (e.g. [unused] entries made domain words) is
         # allowed; it is said, as a wrong vocab would look the same.
@@ -426,6 +430,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 "the same size (model_info.json's vocab_sha256 differs): each token id keeps "
                 "the embedding of the token it had there")
     if chief:
+        own_vocab = os.path.join(model_dir, "vocab.txt")
+        if not tf.io.gfile.exists(own_vocab):  # the dir stands alone when the data moves
+            with tf.io.gfile.GFile(vocab_file) as f:
+                atomic.write_text(own_vocab, f.read())
         atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
         _keep_earlier_config(model_dir, int(state.step.numpy()), gin.operative_config_str(), log)
         atomic.write_text(os.path.join(model_dir, OPERATIVE_CONFIG), gin.operative_config_str())
@@ -1062,13 +1070,14 @@ def _check_not_another_output(model_dir: str) -> None:
     """A --model_dir that holds pre-training data or a fine-tuning run is refused: a run
     there wrote its checkpoints among the TFRecords, or its model_info.json into the
     fine-tuning run."""
-    if not tf.io.gfile.isdir(model_dir):
-        return
+    if not tf.io.gfile.isdir(model_dir) or tf.train.latest_checkpoint(model_dir):
+        return  # (a run that earlier versions let start there resumes)
     names = [name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)]
     held = {"pre-training data (metadata.json)": "metadata.json",
             "pre-training data (TFRecords)": "*.tfrecord*",
             "a fine-tuning run (results.json)": "results.json",
-            "a fine-tuning run (trial_*/)": "trial_*"}
+            "a fine-tuning run (trial_*/)": "trial_*",
+            "a fine-tuning trial (task_info.json)": "task_info.json"}
     for what, pattern in held.items():
         if fnmatch.filter(names, pattern):
             raise UserInputError(f"--model_dir={model_dir} holds {what}, not a pre-training "
@@ -1103,17 +1112,12 @@ def _check_resume(model_dir, model_info, metadata=None):
             f"{model_info['vocab_file']}'s); "
             "resume with the data (and --vocab_file) it was trained with, or start a new "
             f"--model_dir with --init_checkpoint={model_dir}")
-    # (Data without metadata.json is cased as its vocab, which earlier versions did not do.)
-    casing = [f"{key}={earlier[key]} -> {model_info[key]}"
-              for key in ("lower_case", "strip_accents")
-              if key in earlier and earlier[key] != model_info[key]
-              and key in (metadata or {})]
+    casing = _other_casing(earlier, model_info, metadata)
     if casing:
         raise UserInputError(
             f"--model_dir={model_dir} was trained on data tokenized otherwise "
-            f"({', '.join(casing)}: model_info.json against this data's metadata.json); "
-            "resume with the data it was trained with, or start a new --model_dir with "
-            f"--init_checkpoint={model_dir}")
+            f"({casing[0]}: model_info.json against this data's metadata.json); "
+            f"resume with the data it was trained with, or rebuild this data with {casing[1]}")
     other = ("train_files" in earlier
              and _other_files(earlier["train_files"], model_info["train_files"]))
     if other:
@@ -1273,11 +1277,9 @@ TRAINING_ONLY_PARTS = ("reward_baseline", "loss_log_scales")
 LINEAGE = ("init_checkpoint", "init_source", "trained_seq_length")
 
 
-def _lineage(init_checkpoint: str, source: dict, max_seq_length: int) -> dict:
-    """model_info.json's LINEAGE entries of a run from `init_checkpoint` (`source`: its
-    model_info.json)."""
-    from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
-    path = latest_checkpoint(init_checkpoint)
+def _lineage(path: str, source: dict, max_seq_length: int) -> dict:
+    """model_info.json's LINEAGE entries of a run from checkpoint `path` (`source`: its
+    model dir's model_info.json)."""
     lineage = {"init_checkpoint": path if "://" in path else os.path.abspath(path)}
     origin = source.get("init_source", source.get("source"))  # an import's "hf:DIR", say
     if origin:
@@ -1288,28 +1290,39 @@ def _lineage(init_checkpoint: str, source: dict, max_seq_length: int) -> dict:
     return lineage
 
 
+def _other_casing(earlier: dict, model_info: dict, metadata: dict | None):
+    """(what differs, the builder's flags that match `earlier`) when the weights' casing
+    (`earlier`: their model_info.json) is not the data's, where its `metadata` records it
+    (data without metadata.json is cased as its vocab, which earlier versions did not do);
+    else None."""
+    keys = ("lower_case", "strip_accents")
+    differ = [f"{key}={earlier[key]} there, {model_info[key]} here" for key in keys
+              if key in earlier and earlier[key] != model_info[key] and key in (metadata or {})]
+    if not differ:
+        return None
+    return ", ".join(differ), " ".join(f"--{key}={str(earlier[key]).lower()}"
+                                       for key in keys if key in earlier)
+
+
 def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dict | None):
     """The model's weights from a checkpoint (of a run, or imported; `earlier` its model
     dir's model_info.json); every weight of the model's networks must be in it
     (assert_existing_objects_matched fails for one that is not), its TRAINING_ONLY_PARTS
     are read where it has them. Its vocab and (where the data's `metadata` records it) its
-    casing must be this run's: data tokenized otherwise feeds it other tokens."""
+    casing must be this run's: data tokenized otherwise feeds it other tokens. Returns the
+    checkpoint read (a model dir's newest: a run still training there may save another)."""
     vocab_size = model_info["vocab_size"]
     if earlier.get("vocab_size", vocab_size) != vocab_size:
         raise UserInputError(
             f"--init_checkpoint={path} was trained with a vocab of {earlier['vocab_size']} "
             f"tokens (its model_info.json), this data's has {vocab_size}; build the data "
             f"with its vocab ({earlier.get('vocab_file')})")
-    casing = [f"{key}={earlier[key]} there, {model_info[key]} here"
-              for key in ("lower_case", "strip_accents")
-              if key in earlier and earlier[key] != model_info[key] and key in (metadata or {})]
+    casing = _other_casing(earlier, model_info, metadata)
     if casing:
-        flags = " ".join(f"--{key}={str(earlier[key]).lower()}"
-                         for key in ("lower_case", "strip_accents") if key in earlier)
         raise UserInputError(
             f"--init_checkpoint={path} was trained on text tokenized otherwise than this "
-            f"data ({', '.join(casing)}: its model_info.json against the data's "
-            f"metadata.json); rebuild the data with {flags}")
+            f"data ({casing[0]}: its model_info.json against the data's metadata.json); "
+            f"rebuild the data with {casing[1]}")
     from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
     path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
     try:
@@ -1324,6 +1337,7 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
             f"--init_checkpoint={path} does not fit this model ({first}); describe its "
             "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
             "file") from None
+    return path
 
 
 def _part_of(model, required: bool) -> tf.train.Checkpoint:
