@@ -102,8 +102,11 @@ def out_of_memory(error: BaseException) -> str | None:
         return f"{int(found.group(1)) / 2**30:,.1f} GiB for an XLA-compiled step"
     found = _TPU_OOM.search(str(error))
     if found:
-        used = f" ({found.group(2)} of its {found.group(3)})" if found.group(2) else ""
-        return f"the TPU's {found.group(1).upper()}{used} for the compiled step"
+        space = found.group(1).upper()
+        if found.group(2):
+            return (f"{found.group(2)} of the TPU's {found.group(3)} {space} for the compiled "
+                    "step")
+        return f"more than the TPU's {space} for the compiled step"
     found = _TPU_RESERVE.search(str(error))
     if found:
         return f"{found.group(1)} of TPU memory for the compiled step"

@@ -263,7 +263,7 @@ def test_running_out_of_memory_is_named_by_what_could_not_be_allocated():
     tpu = tf.errors.ResourceExhaustedError(None, None, "Compilation failure: Ran out of memory "
                                            "in memory space hbm. Used 17.62G of 15.48G hbm. "
                                            "Exceeded hbm capacity by 2.14G.")
-    assert out_of_memory(tpu) == "the TPU's HBM (17.62G of its 15.48G) for the compiled step"
+    assert out_of_memory(tpu) == "17.62G of the TPU's 15.48G HBM for the compiled step"
     reserve = tf.errors.ResourceExhaustedError(None, None, "Attempting to reserve 12.29G at the "
                                                "bottom of memory. That was not possible.")
     assert out_of_memory(reserve) == "12.29G of TPU memory for the compiled step"

@@ -590,7 +590,7 @@ def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
     reader = tf.train.load_checkpoint(checkpoint)
     encoder = [reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
                if name.startswith("model/encoder/") and "OPTIMIZER_SLOT" not in name]
-    for path in (first, first / "trial_0", checkpoint):
+    for path in (first, first / "trial_0", checkpoint, checkpoint + ".index"):
         again = runner.load_initialization(str(path))
         assert again.source == checkpoint and again.config == init.config
         assert (again.vocab_file, again.lower_case) == (UNCASED_VOCAB, True)

@@ -133,13 +133,11 @@ def test_a_warmup_that_keeps_the_rate_under_half_its_peak_gets_a_note():
                      log=notes.append)  # each stage's warmup fills it
     assert notes == [
         "note: the learning rate peaks at 2.5e-07, 0.05% of LEARNING_RATE=0.0005, at step 10: "
-        "WARMUP_STEPS=10000 is over half of the 20 steps it decays over, and the schedule "
-        "multiplies the warmup by the decay; make the warmup a small share of the run (the "
-        "paper's: 10,000 of 1,000,000 steps)",
+        "the schedule multiplies the warmup (WARMUP_STEPS=10000) by the decay over 20 steps; "
+        "make the warmup a small share of the run (the paper's: 10,000 of 1,000,000 steps)",
         "note: the learning rate peaks at 0.000125, 25% of LEARNING_RATE=0.0005, at step 250: "
-        "WARMUP_STEPS=900 is over half of the 500 steps it decays over, and the schedule "
-        "multiplies the warmup by the decay; make the warmup a small share of the run (the "
-        "paper's: 10,000 of 1,000,000 steps)"]
+        "the schedule multiplies the warmup (WARMUP_STEPS=900) by the decay over 500 steps; "
+        "make the warmup a small share of the run (the paper's: 10,000 of 1,000,000 steps)"]
 
 
 # ------------------------------------------------------------------------------ optimizers

@@ -136,6 +136,8 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
 def _fine_tuned_dir(path: str) -> str | None:
     """The fine-tuning output or trial dir `path` names (its model/ckpt prefix too), or None
     for anything else."""
+    from electra_tf.training.checkpoints import checkpoint_prefix
+    path = checkpoint_prefix(path)  # (its .index or .data file given)
     if path.rstrip("/").endswith(os.path.join("model", "ckpt")):
         path = os.path.dirname(os.path.dirname(path.rstrip("/")))
     if any(tf.io.gfile.exists(os.path.join(path, name)) for name in (TASK_INFO, RESULTS)):

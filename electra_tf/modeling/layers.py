@@ -101,7 +101,7 @@ def xla_compiles_for_cpu() -> bool:
             with tf.init_scope(), tf.device("/CPU:0"):
                 tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(0.0)).numpy()
             _XLA_CPU.append(True)
-        except tf.errors.NotFoundError:
+        except tf.errors.OpError:  # (NotFoundError in the tensorflow-tpu build)
             _XLA_CPU.append(False)
     return _XLA_CPU[0]
 

@@ -118,11 +118,13 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG)) as f:
         config = f.read()
     checkpoint = latest_checkpoint(model_dir, flag=None)
-    own = os.path.join(model_dir, "vocab.txt")  # an import's copy
+    own = os.path.join(model_dir, "vocab.txt")  # the copy an import or a run keeps
     recorded = info.get("vocab_file")
-    if (not vocab_file and not (recorded and tf.io.gfile.exists(recorded))
-            and tf.io.gfile.exists(own)):
-        vocab_file = own  # the dir moved: its copy (checked against vocab_sha256 below)
+    if not vocab_file and tf.io.gfile.exists(own) and not (
+            recorded and tf.io.gfile.exists(recorded) and (
+                not info.get("vocab_sha256")
+                or tokenization.vocab_sha256(recorded) == info["vocab_sha256"])):
+        vocab_file = own  # the recorded vocab moved or changed: the copy (checked below)
     vocab_file = vocab_file or recorded
     if not vocab_file or not tf.io.gfile.exists(vocab_file):
         raise UserInputError(f"the vocab of {model_dir} ({vocab_file}) is not there; pass "

@@ -511,9 +511,9 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
     is the trainer's job (it clips the all-reduced gradients by their global norm).
     `restart_at` (two-stage training, set by the trainer): the schedule runs to 0 at that
     step, then starts again (warmup, decay) over the remaining steps.
-    `log`: where a note goes when the warmup keeps the learning rate under half its peak
-    (a warmup of over half the run: a short continued pre-training with a size preset's
-    10,000 warmup steps barely trained).
+    `log`: where a note goes when the warmup keeps the learning rate under half its base
+    (a warmup of over half the run, with linear decay: a short continued pre-training with a
+    size preset's 10,000 warmup steps barely trained).
     """
     if name not in OPTIMIZERS:
         raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
@@ -537,10 +537,10 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
         step, peak = part.peak()
         if peak < 0.5 * learning_rate:
             log(f"note: the learning rate peaks at {peak:.3g}, {100 * peak / learning_rate:.2g}% "
-                f"of LEARNING_RATE={learning_rate:g}, at step {step}: WARMUP_STEPS="
-                f"{warmup_steps} is over half of the {part.num_train_steps} steps it "
-                "decays over, and the schedule multiplies the warmup by the decay; make the "
-                "warmup a small share of the run (the paper's: 10,000 of 1,000,000 steps)")
+                f"of LEARNING_RATE={learning_rate:g}, at step {step}: the schedule multiplies "
+                f"the warmup (WARMUP_STEPS={warmup_steps}) by the decay over "
+                f"{part.num_train_steps} steps; make the warmup a small share of the run (the "
+                "paper's: 10,000 of 1,000,000 steps)")
             break
     cls = AdamWeightDecay if name == "adamw" else Lamb
     return cls(schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,

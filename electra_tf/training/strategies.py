@@ -90,9 +90,15 @@ def _tpu_failure(tpu: str | None, error: BaseException) -> str:
     finds its TPU only in the tensorflow-tpu build; a TPU Node is found by name through the
     Google API client (cloud-tpu-client), which the TPU install does not bring."""
     if tpu == "local":
-        return (f"no TPU could be started on this machine ({_first_line(error)}); on a Cloud "
-                "TPU VM install the tensorflow-tpu build (BUILD.md, 'Cloud TPU VM'); "
-                "elsewhere use --strategy=default or --strategy=mirrored")
+        import importlib.metadata
+        try:
+            importlib.metadata.version("tensorflow-tpu")
+            fix = ("is the TPU free (no other process holding it) and libtpu the pinned one? "
+                   "(BUILD.md, 'Cloud TPU VM')")
+        except importlib.metadata.PackageNotFoundError:
+            fix = ("on a Cloud TPU VM install the tensorflow-tpu build (BUILD.md, 'Cloud TPU "
+                   "VM'); elsewhere use --strategy=default or --strategy=mirrored")
+        return f"no TPU could be started on this machine ({_first_line(error)}); {fix}"
     return (f"the TPU could not be reached ({_first_line(error)}); check its name or grpc:// "
             "address, and for a name pip install cloud-tpu-client; on a TPU VM pass "
             "--tpu=local")
@@ -118,9 +124,11 @@ def tpu_flag(tpu: str | None) -> str:
 
 def is_tpu_node(strategy_name: str, tpu: str | None) -> bool:
     """Whether --strategy/--tpu name a TPU Node (a TPU reached over the network, by name or
-    grpc:// address), not a TPU VM's own TPU (`--tpu=local`). Once connected, a Node's host
+    grpc:// address, or TPU_NAME without --tpu), not a TPU VM's own TPU (`--tpu=local`;
+    neither: TensorFlow's resolver says it found none). Once connected, a Node's host
     runs the run's TensorFlow ops, its input pipeline and checkpoint writes among them."""
-    return strategy_name == "tpu" and tpu != "local"
+    tpu = tpu or os.environ.get("TPU_NAME")  # (what TensorFlow's resolver reads without one)
+    return strategy_name == "tpu" and bool(tpu) and tpu != "local"
 
 
 def check_tpu_node_paths(strategy_name: str, tpu: str | None, paths: dict) -> None:
