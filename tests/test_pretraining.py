@@ -954,10 +954,13 @@ def test_continued_pre_training_keeps_what_its_weights_were_trained_on(tmp_path,
         assert (info["max_seq_length"], info["trained_seq_length"]) == (64, 128)
         assert info["init_checkpoint"] == f"{tmp_path}/a/ckpt-6"
     assert load_pretrainer(str(tmp_path / "b")).max_seq_length == 128
-    # From b at 128 again: its 128 is the run's own, nothing more to keep.
-    run(tmp_path / "c", data, ["NUM_TRAIN_STEPS = 2"], init_checkpoint=str(tmp_path / "b"))
+    # From b at 128 again: its 128 is the run's own, nothing more to keep. With --eval_data
+    # the weights are evaluated before they train too (a baseline for the continued run).
+    run(tmp_path / "c", data, ["NUM_TRAIN_STEPS = 2", "pretraining.eval_steps = 2"],
+        init_checkpoint=str(tmp_path / "b"), eval_data=data)
     info = json.loads((tmp_path / "c" / "model_info.json").read_text())
     assert info["init_checkpoint"] == f"{tmp_path}/b/ckpt-4" and "trained_seq_length" not in info
+    assert pretraining._evaluated_steps(str(tmp_path / "c")) == {0, 2}
     # Data tokenized otherwise than a's (its metadata.json says so) is refused.
     unstripped = tmp_path / "unstripped"
     shutil.copytree(short, unstripped)

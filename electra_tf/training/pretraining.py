@@ -547,9 +547,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     step = int(state.step.numpy())
     if evaluator is None:
         controller.train(num_train_steps, checkpoint_at_completion=False)
-    elif 0 < step and (step % eval_every == 0 or step == num_train_steps) and (
-            step not in _evaluated_steps(model_dir)):
-        # An evaluation killed (kill -9) after its step's checkpoint was saved runs again.
+    elif (0 < step and (step % eval_every == 0 or step == num_train_steps)
+          or step == 0 and init_checkpoint) and step not in _evaluated_steps(model_dir):
+        # An evaluation killed (kill -9) after its step's checkpoint was saved runs again;
+        # weights from --init_checkpoint are evaluated before they train (a baseline).
         controller.evaluate(eval_steps)
         save_if_preempted(None)
     while evaluator is not None and step < num_train_steps:
