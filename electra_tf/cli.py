@@ -187,6 +187,7 @@ class _SigtermWatch:
     def __init__(self):
         self.taken = threading.Event()
         self._closing = False
+        self._stderr = None  # sys.stderr while muted
         self._pipe = self._thread = self._handler = self._previous_fd = None
 
     def start(self):
@@ -208,7 +209,18 @@ class _SigtermWatch:
         if self._closing or self.taken.is_set():
             return
         self.taken.set()
+        # From here the script ends with the one line: TensorFlow's C++ code the exception
+        # interrupts may print a traceback of it on its way out (PyErr_Print, to
+        # sys.stderr: "SystemError: <built-in function __import__> returned a result with
+        # an exception set", seen when an export was stopped).
+        self._stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
         raise Terminated
+
+    def unmute(self):
+        """sys.stderr back, as it was before the SIGTERM muted it."""
+        if self._stderr is not None:
+            muted, sys.stderr, self._stderr = sys.stderr, self._stderr, None
+            muted.close()
 
     def _watch(self):
         import select
@@ -316,6 +328,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             print("interrupted (Ctrl-C)", file=sys.stderr)
             return 130
         except Terminated:  # `kill`, a scheduler's stop: the same, where it died silently
+            if sigterm is not None:
+                sigterm.unmute()
             print(TERMINATED_LINE, file=sys.stderr)
             return TERMINATED_EXIT_CODE
         except BrokenPipeError:
@@ -328,6 +342,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             if sigterm is not None and sigterm.taken.is_set():
                 # The Terminated raised into the main thread came back as another error:
                 # the code it interrupted (TensorFlow's, say) raised its own in its place.
+                sigterm.unmute()
                 print(TERMINATED_LINE, file=sys.stderr)
                 return TERMINATED_EXIT_CODE
             failure, memory, peer = storage_failure(e), out_of_memory(e), lost_worker(e)
@@ -346,6 +361,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             return 1
         finally:
             if sigterm is not None:
+                sigterm.unmute()
                 sigterm.close()
                 _WATCH = None
             # Exit without the interpreter's final garbage collection: it walks every

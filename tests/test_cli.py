@@ -381,6 +381,8 @@ def main(argv):
             try:
                 time.sleep(60)
             except BaseException:
+                import traceback
+                traceback.print_exc()  # as TensorFlow's C++ does (PyErr_Print) on its way out
                 raise RuntimeError("stopped while busy") from None
         else:
             time.sleep(60)
@@ -396,7 +398,9 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     """A script that handles SIGTERM (the builder, fine-tuning) ends with its one line and
     exit code 143: cleaning up, where its main thread is back in Python (also where the
     code it interrupted raised another error in its place: a traceback and exit code 1,
-    seen once in fine-tuning's SIGTERM test); or, where that thread is inside one long
+    seen once in fine-tuning's SIGTERM test, or printed a traceback of it: seen in
+    export's, "SystemError: <built-in function __import__> returned a result with an
+    exception set"); or, where that thread is inside one long
     call, from the watcher thread once the grace period is over (it waited for the call to
     return, minutes for an XLA compilation)."""
     import signal

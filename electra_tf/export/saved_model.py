@@ -893,12 +893,8 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
                      for kind_ in ("tmp", "old"))
     try:
         with atomic.staged_dir(target, hidden, replace=overwrite, aside=aside) as temporary:
-            # No gradient functions: serving needs none, and TensorFlow's tracing of them
-            # prints a traceback of whatever it catches (a SIGTERM's Terminated among them)
-            # before its own error.
             tf.saved_model.save(module, temporary, signatures={
-                "serving_default": module.serving_default, "predict_ids": module.predict_ids},
-                options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+                "serving_default": module.serving_default, "predict_ids": module.predict_ids})
             _check_same_signature(temporary, export_dir, model_name, version, kind, log)
             _write_warmup(os.path.join(temporary, "assets.extra"), model_name,
                           module.input_names)
