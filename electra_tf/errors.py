@@ -14,6 +14,12 @@ class UserInputError(ValueError):
     """
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of `error`'s message (its type's name if it has none): the part of a
+    library's error that a one-line message quotes."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 # ---------------------------------------------------------------- storage failures
 
 # The OS's words in TensorFlow's file errors ("<path>; No space left on device"), and errno's.

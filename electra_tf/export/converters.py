@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from electra_tf import atomic, tokenization
 from electra_tf.data import writer
-from electra_tf.errors import UserInputError
+from electra_tf.errors import UserInputError, first_line
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
@@ -151,7 +151,7 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
                 network][hf_name] = value
     except (tf.errors.OpError, IndexError) as e:
         # A truncated .data file fails in get_tensor: "Read less bytes than requested".
-        raise UserInputError(f"{checkpoint} could not be read ({_first_line(e)}): its .index or "
+        raise UserInputError(f"{checkpoint} could not be read ({first_line(e)}): its .index or "
                              ".data file is missing, truncated or corrupt; re-download the "
                              "checkpoint") from None
     if not discriminator and not shared:
@@ -359,7 +359,7 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
         try:
             state = _read_safetensors(safetensors_path)
         except SafetensorError as e:
-            raise UserInputError(f"{safetensors_path} could not be read ({_first_line(e)}): it "
+            raise UserInputError(f"{safetensors_path} could not be read ({first_line(e)}): it "
                                  "is truncated or corrupt; re-download it") from None
     elif tf.io.gfile.exists(bin_path):
         try:
@@ -371,7 +371,7 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
             with tf.io.gfile.GFile(bin_path, "rb") as f:  # gs:// too (torch reads local files)
                 state = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            raise UserInputError(f"{bin_path} could not be read ({_first_line(e)}): it is "
+            raise UserInputError(f"{bin_path} could not be read ({first_line(e)}): it is "
                                  "truncated or corrupt; re-download it") from None
         state = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
                  for k, v in state.items()}
@@ -556,12 +556,8 @@ def _read_json(path: str):
         with tf.io.gfile.GFile(path) as f:
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"{path} is not valid JSON ({_first_line(e)}); "
+        raise UserInputError(f"{path} is not valid JSON ({first_line(e)}); "
                              "re-download it") from None
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,

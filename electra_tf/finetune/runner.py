@@ -307,7 +307,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         raise UserInputError(f"TRAIN_BATCH_SIZE={train_batch_size} is too small; use at "
                              "least 1")
     strategy = strategy or tf.distribute.get_strategy()
-    tpu = _on_tpu(strategy)
+    tpu = strategies.on_tpu(strategy)
     if tpu and static_shapes is not None and not static_shapes:
         raise UserInputError("finetuning.static_shapes=False cannot run on a TPU, which "
                              "compiles one program per shape; leave it unset")
@@ -655,7 +655,7 @@ def _chief_decides(strategy: tf.distribute.Strategy, keep: list[bool],
                    chief: bool) -> list[bool]:
     """The chief's `keep` on every worker: the workers must train the same trials, and only
     the chief reads the model dir (another may not see it)."""
-    if strategy.num_replicas_in_sync == 1 or _on_tpu(strategy):
+    if strategy.num_replicas_in_sync == 1 or strategies.on_tpu(strategy):
         return keep  # one process: the chief (a TPU's replicas are driven by one client)
     mine = tf.constant([int(k and chief) for k in keep], tf.int32)
     # Every replica of the chief adds its keep, every other replica 0.
@@ -749,19 +749,12 @@ def _split_rows(strategy, batch: dict, rows: int):
                          for k, v in batch.items()})
 
 
-def _on_tpu(strategy) -> bool:
-    """Whether `strategy` is a TPUStrategy (tf.distribute's or its experimental one, which
-    is another class)."""
-    return isinstance(strategy, (tf.distribute.TPUStrategy,
-                                 tf.distribute.experimental.TPUStrategy))
-
-
 def _predicts_on_replicas(strategy) -> bool:
     """Whether static-shape predictions run through the strategy's replicas: on a TPU
     (which runs only what strategy.run puts on it), or on several replicas all driven by
     this process (not several workers, each of which would see only its own replicas'
     outputs)."""
-    if _on_tpu(strategy):
+    if strategies.on_tpu(strategy):
         return True
     return (strategy.num_replicas_in_sync > 1
             and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy))
@@ -789,7 +782,7 @@ def _train(model, optimizer, adapter, features, steps, batch_size, seed, clip_no
     TPU compiles it (a TPU compiles whatever runs in its replicas anyway)."""
     variables = model.trainable_variables
     replicas = strategy.num_replicas_in_sync
-    tpu = _on_tpu(strategy)
+    tpu = strategies.on_tpu(strategy)
     # One replica off a TPU steps without strategy.run (a TPU runs only what strategy.run
     # puts on it); there XLA may compile the whole step.
     direct = replicas == 1 and not tpu

@@ -353,8 +353,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             read = _initialise(model, init_checkpoint, source, model_info, info["metadata"])
             model_info.update(_lineage(read, source, max_seq_length))
         elif tf.train.latest_checkpoint(model_dir):  # what the resume keeps
-            model_info.update({key: value for key, value in _model_info_of(model_dir).items()
-                               if key in LINEAGE})
+            model_info.update(_kept_lineage(model_dir))
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
             atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
         log(_info_json(model_info))
@@ -408,8 +407,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
     if latest:
         _restore(checkpoint, latest, model_dir)
-        model_info.update({key: value for key, value in _model_info_of(model_dir).items()
-                           if key in LINEAGE})
+        model_info.update(_kept_lineage(model_dir))
         step = int(state.step.numpy())
         _check_worker_positions(model_dir, workers, step, num_train_steps)
         log(f"resuming from {latest} (step {step})")
@@ -1303,6 +1301,11 @@ def _other_casing(earlier: dict, model_info: dict, metadata: dict | None):
         return None
     return ", ".join(differ), " ".join(f"--{key}={str(earlier[key]).lower()}"
                                        for key in keys if key in earlier)
+
+
+def _kept_lineage(model_dir: str) -> dict:
+    """The LINEAGE entries a resumed run's model_info.json keeps."""
+    return {key: value for key, value in _model_info_of(model_dir).items() if key in LINEAGE}
 
 
 def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dict | None):

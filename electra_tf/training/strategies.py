@@ -22,7 +22,7 @@ import threading
 import tensorflow as tf
 
 from electra_tf.choices import STRATEGIES
-from electra_tf.errors import UserInputError
+from electra_tf.errors import UserInputError, first_line
 
 
 _CREATED: dict[tuple, tf.distribute.Strategy] = {}
@@ -80,8 +80,7 @@ def _create(name: str, tpu: str | None, log) -> tf.distribute.Strategy:
 
 
 def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    line = lines[0].strip() if lines else type(error).__name__
+    line = first_line(error)
     return line if len(line) <= 200 else line[:197] + "..."
 
 
@@ -104,12 +103,18 @@ def _tpu_failure(tpu: str | None, error: BaseException) -> str:
             "--tpu=local")
 
 
+def on_tpu(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` is a TPUStrategy (tf.distribute's or its experimental one, which
+    is another class)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy,
+                                 tf.distribute.experimental.TPUStrategy))
+
+
 def check_xla_off_tpu(binding: str, jit_compile: bool, strategy: tf.distribute.Strategy):
     """`binding`=True (a step XLA compiles) off a TPU needs XLA for the device it runs on:
     the tensorflow-tpu build compiles none for the CPU (TensorFlow's NotFoundError, "could
     not find registered transfer manager for platform Host", at the first step)."""
-    tpu = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
-    if not jit_compile or isinstance(strategy, tpu) or tf.config.list_logical_devices("GPU"):
+    if not jit_compile or on_tpu(strategy) or tf.config.list_logical_devices("GPU"):
         return
     from electra_tf.modeling.layers import xla_compiles_for_cpu
     if not xla_compiles_for_cpu():
