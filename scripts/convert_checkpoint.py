@@ -16,7 +16,7 @@ The imported model dir works with export_saved_model.py, run_finetuning.py and, 
 continued pre-training, run_pretraining.py --init_checkpoint (with
 --gin_file=OUTPUT_DIR/operative_config.gin after the size file). Parts the source does not
 hold (a BERT's or ElectraModel's replaced-token head, the generator without
---generator_input) are freshly initialised: a note names them, model_info.json records
+--generator_input) are freshly initialised, from --seed: a note names them, model_info.json records
 them, and export and detect_replaced.py refuse to serve them until the model dir has been
 pre-trained further.
 """
@@ -50,6 +50,9 @@ flags.DEFINE_integer("max_seq_length", None, "The longest input the model dir wi
 flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a generator gets a "
                    "fresh one this fraction of the discriminator's hidden size (the released "
                    "models': small and large 1/4, base 1/3); refused for one with a generator.")
+flags.DEFINE_integer("seed", 0, "Seeds the parts the source does not hold, freshly "
+                     "initialised: one conversion run twice with one seed writes the same "
+                     "weights.")
 cli.mark_required(["source", "input", "output_dir"])
 
 
@@ -57,7 +60,7 @@ cli.mark_required(["source", "input", "output_dir"])
 # --vocab_file, which all do: one given to another is refused, not ignored.
 READ_BY = {"generator_input": ("--source=hf",), "num_heads": ("--source=tf1",),
            **{name: ("--source=tf1", "--source=hf") for name in
-              ("lower_case", "max_seq_length", "generator_hidden_fraction")}}
+              ("lower_case", "max_seq_length", "generator_hidden_fraction", "seed")}}
 
 
 def main(argv):
@@ -83,6 +86,8 @@ def main(argv):
     # Given only for a source without a generator (the converters refuse it otherwise).
     fraction = (FLAGS.generator_hidden_fraction if FLAGS["generator_hidden_fraction"].present
                 else None)
+    import keras
+    keras.utils.set_random_seed(FLAGS.seed)  # as run_pretraining.py's --seed
     if FLAGS.source == "tf1":
         result = converters.import_tf1(FLAGS.input, FLAGS.output_dir, FLAGS.vocab_file,
                                        FLAGS.lower_case, FLAGS.num_heads, FLAGS.max_seq_length,

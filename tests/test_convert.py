@@ -394,6 +394,28 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
         saved_model.check_imported(load_pretrainer(out), out, kind)
 
 
+def test_the_fresh_parts_of_an_import_come_from_its_seed(tmp_path):
+    """Converting one source twice with one --seed writes the same weights, fresh parts
+    included (they differed between two conversions: a continued pre-training started from
+    either could not be repeated); another seed changes only the fresh parts."""
+    source = _tiny_bert(tmp_path / "bert")
+
+    def weights(name, *seed):
+        out = str(tmp_path / name)
+        assert convert("--source=hf", f"--input={source}", f"--output_dir={out}",
+                       *seed).returncode == 0
+        reader = tf.train.load_checkpoint(out)
+        return {key: reader.get_tensor(key) for key, _ in tf.train.list_variables(out)
+                if key.startswith("model/") and "seed_generator" not in key}
+
+    first, again, other = weights("a"), weights("b", "--seed=0"), weights("c", "--seed=7")
+    assert first.keys() == again.keys() == other.keys() and len(first) > 20
+    assert all(np.array_equal(first[key], again[key]) for key in first)
+    differ = {key for key in first if not np.array_equal(first[key], other[key])}
+    fresh = {key for key in first if "generator" in key or "discriminator_predictions" in key}
+    assert differ and differ <= fresh
+
+
 def test_hf_export_leaves_out_what_an_import_initialised_afresh(tmp_path):
     """An imported BERT has a random replaced-token head and generator until pre-trained:
     export writes the encoder as an ElectraModel and no generator/, saying so; the vocab
@@ -992,6 +1014,8 @@ def test_an_output_dir_that_is_a_file_is_refused_up_front(tmp_path):
      "--max_seq_length is for --source=tf1 and --source=hf, not --target=hf"),
     (["--source=native", "--target=hf", "--nolower_case"],
      "--lower_case is for --source=tf1 and --source=hf, not --target=hf"),
+    (["--source=native", "--target=hf", "--seed=3"],
+     "--seed is for --source=tf1 and --source=hf, not --target=hf"),
 ])
 def test_a_flag_the_conversion_does_not_read_is_refused(tmp_path, args, said):
     """Not ignored (a --generator_input given with --source=tf1 left the generator fresh,
