@@ -109,6 +109,9 @@ def test_sentence_metrics_by_hand():
     assert metrics.matthews_corrcoef(y, [0] * 8) == 0.0  # undefined -> 0, as sklearn
     assert metrics.spearman([1, 2, 3, 4], [10, 20, 30, 25]) == pytest.approx(0.8)
     assert metrics.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    # A constant series, even one whose centred float64 values are not exactly 0.
+    assert np.isnan(metrics.pearson([0.1, 0.1, 0.1], [1, 2, 3]))
+    assert np.isnan(metrics.pearson([1, 2, 3], [0.7] * 3))
     np.testing.assert_array_equal(metrics.rank([10, 20, 20, 5]), [2, 3.5, 3.5, 1])
 
 
@@ -188,7 +191,8 @@ def test_squad_metrics_official_definitions():
     assert scores["exact"] == pytest.approx(200 / 3)
     assert scores["f1"] == pytest.approx(100 * 2.5 / 3)
     assert scores["has_answer_f1"] == pytest.approx(75.0)
-    assert scores["no_answer_f1"] == pytest.approx(100.0)
+    assert scores["has_answer_exact"] == pytest.approx(50.0)
+    assert scores["no_answer_f1"] == scores["no_answer_exact"] == pytest.approx(100.0)
     # Best threshold: answering q3 "" is right; if q2's answer is dropped (prob 0.7 > t)
     # q2 scores 0 instead of 0.5, so the best threshold keeps it.
     scores = metrics.squad_scores(golds, predictions, {"q1": 0.1, "q2": 0.7, "q3": 0.9})
@@ -198,12 +202,27 @@ def test_squad_metrics_official_definitions():
     assert scores["f1"] == pytest.approx(100 * 2 / 3)
     assert scores["has_answer_f1"] == pytest.approx(50.0)
     # A gold answer that normalises to nothing still makes its question answerable (the
-    # official qid_to_has_ans): "no answer" there scores 0, as evaluate-v2.0 scores it.
+    # official qid_to_has_ans): "no answer" there scores 0 at the threshold, as
+    # evaluate-v2.0 scores it, while its raw score (against "", the gold answer it is left
+    # with) is 1, which find_best_thresh adds for an answerable question whatever its
+    # prediction: the best threshold keeps both questions answered.
     scores = metrics.squad_scores({"q1": ["The"], "q2": ["Paris"]}, {"q1": "", "q2": "Paris"},
                                   {"q1": 0.9, "q2": 0.1})
-    assert scores == {"exact": 50.0, "f1": 50.0, "best_exact": 50.0,
-                      "best_exact_threshold": pytest.approx(0.1), "best_f1": 50.0,
-                      "best_f1_threshold": pytest.approx(0.1)}
+    assert scores == {"exact": 50.0, "f1": 50.0, "has_answer_exact": 50.0,
+                      "has_answer_f1": 50.0, "best_exact": 100.0,
+                      "best_exact_threshold": pytest.approx(0.9), "best_f1": 100.0,
+                      "best_f1_threshold": pytest.approx(0.9)}
+    # Each group is scored where the set has it, both only in a v2.0 scoring.
+    scores = metrics.squad_scores({"q1": ["Paris"], "q2": ["Rome"]}, {"q1": "Paris", "q2": "x"},
+                                  {"q1": 0.1, "q2": 0.2})
+    assert (scores["has_answer_exact"], scores["has_answer_f1"]) == (50.0, 50.0)
+    assert "no_answer_f1" not in scores
+    # v1.1 (every question answerable, no odds) keeps such a gold answer, as its script:
+    # "" matches "a" exactly, with F1 0 (no token in common); so does CMRC 2018's.
+    scores = metrics.squad_scores({"q1": ["a", "cat"]}, {"q1": ""})
+    assert scores == {"exact": 100.0, "f1": 0.0}
+    scores = metrics.squad_scores({"q1": ["，"], "q2": ["北京"]}, {"q1": "。", "q2": "北京"})
+    assert scores == {"exact": 100.0, "f1": 50.0}
 
 
 # ------------------------------------------------------------------------------ readers

@@ -6,6 +6,7 @@ import collections
 import json
 import math
 import os
+import random
 import re
 import string
 
@@ -20,14 +21,18 @@ from in_process import run_script
 # ------------------------------------------------------------------------------ QA metrics
 
 
+def _official_normalize(s):
+    """The official SQuAD scripts' normalize_answer, copied."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(re.compile(r"\b(a|an|the)\b", re.UNICODE), " ", s)
+    return " ".join(s.split())
+
+
 def _official_squad(prediction, gold):
     """(exact, F1) of the official evaluate-v2.0.py (normalize_answer, get_tokens,
     compute_exact, compute_f1), copied; v1.1's are the same on a non-empty gold."""
-    def normalize(s):
-        s = s.lower()
-        s = "".join(ch for ch in s if ch not in set(string.punctuation))
-        s = re.sub(re.compile(r"\b(a|an|the)\b", re.UNICODE), " ", s)
-        return " ".join(s.split())
+    normalize = _official_normalize
     gold_toks, pred_toks = normalize(gold).split(), normalize(prediction).split()
     exact = int(normalize(gold) == normalize(prediction))
     common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
@@ -107,6 +112,59 @@ def test_english_qa_scores_stay_the_official_squad_ones():
     official = [_official_squad(predictions[q], golds[q][0]) for q in golds]
     assert scores["exact"] == pytest.approx(100 * sum(e for e, _ in official) / len(golds))
     assert scores["f1"] == pytest.approx(100 * sum(f for _, f in official) / len(golds))
+
+
+def _official_v2(golds, predictions, no_answer_probs, threshold):
+    """evaluate-v2.0.py's main on {id: gold answers} (get_raw_scores,
+    apply_no_ans_threshold, make_eval_dict with the HasAns/NoAns splits, find_best_thresh),
+    copied, with its keys as squad_scores names them."""
+    has_answer = {q: bool(answers) for q, answers in golds.items()}
+    raw = {}
+    for q, answers in golds.items():
+        answers = [a for a in answers if _official_normalize(a)] or [""]
+        raw[q] = [max(_official_squad(predictions[q], a)[i] for a in answers) for i in (0, 1)]
+    kept = {q: [float(not has_answer[q])] * 2 if no_answer_probs[q] > threshold else raw[q]
+            for q in golds}
+    out = {}
+    for group, questions in (("", list(golds)),
+                             ("has_answer_", [q for q in golds if has_answer[q]]),
+                             ("no_answer_", [q for q in golds if not has_answer[q]])):
+        for i, name in enumerate(("exact", "f1")):
+            if questions:
+                out[group + name] = 100.0 * sum(kept[q][i] for q in questions) / len(questions)
+    for i, name in enumerate(("exact", "f1")):
+        score = best = sum(not has for has in has_answer.values())
+        best_threshold = 0.0
+        for q in sorted(no_answer_probs, key=lambda q: no_answer_probs[q]):
+            score += raw[q][i] if has_answer[q] else (-1 if predictions[q] else 0)
+            if score > best:
+                best, best_threshold = score, no_answer_probs[q]
+        out[f"best_{name}"] = 100.0 * best / len(golds)
+        out[f"best_{name}_threshold"] = best_threshold
+    return out
+
+
+def test_squad_2_scores_equal_the_official_scripts_on_random_sets():
+    """Every key and value of evaluate-v2.0.py's output, on 2,000 random small sets of
+    answers with articles, punctuation and no-answer questions (the has-answer exact match
+    was missing, and a question whose gold answer normalises to nothing, answered "", did
+    not count towards the best threshold as the script counts it)."""
+    from electra_tf.finetune import metrics
+    words = ["a", "the", "An", "cat", "dog", "Paris", ",", "red", "Dog!", "the cat",
+             "a red dog", "cat, dog", ""]
+    rng = random.Random(0)
+    for _ in range(2000):
+        golds = {f"q{i}": [] if rng.random() < 0.3 else
+                 [rng.choice(words) or "x" for _ in range(rng.randint(1, 3))]
+                 for i in range(rng.randint(1, 6))}
+        predictions = {q: rng.choice(words) for q in golds}
+        odds = {q: round(rng.random(), 2) for q in golds}
+        ours = metrics.squad_scores({q: answers or [""] for q, answers in golds.items()},
+                                    predictions, odds, 0.5, style="squad")
+        official = _official_v2(golds, predictions, odds, 0.5)
+        assert ours.keys() == official.keys()
+        assert all(ours[k] == pytest.approx(official[k]) for k in official), (
+            golds, predictions, odds)
 
 
 def test_chinese_qa_scores_are_cmrc_2018s_by_character():

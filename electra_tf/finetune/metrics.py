@@ -79,6 +79,8 @@ def pearson(x, y) -> float:
     which GLUE's evaluation uses): a regressor that predicts one value has no correlation,
     and 0 would read as a (poor) score."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if x.size == 0 or (x == x[0]).all() or (y == y[0]).all():  # (as scipy tests it: the
+        return math.nan  # centred sums of a constant float64 series need not be 0)
     x, y = x - x.mean(), y - y.mean()
     denominator = np.sqrt((x @ x) * (y @ y))
     return float(x @ y / denominator) if denominator else math.nan
@@ -308,12 +310,15 @@ def _longest_common_run(a: list[str], b: list[str]) -> int:
     return best
 
 
-def token_f1(prediction: str, gold: str, style: str = "squad") -> float:
-    """The official token F1 (an empty answer scores 1 only against an empty one): of the
-    words both hold ("squad"), or of the longest run of tokens both hold ("cmrc2018")."""
+def token_f1(prediction: str, gold: str, style: str = "squad",
+             empty_matches: bool = True) -> float:
+    """The official token F1: of the words both hold ("squad"), or of the longest run of
+    tokens both hold ("cmrc2018"). An answer with no tokens scores 1 against another with
+    none if `empty_matches` (SQuAD 2.0's, where "" is the answer to an unanswerable
+    question), else 0 (SQuAD v1.1's and CMRC 2018's scripts: no token in common)."""
     pred_tokens, gold_tokens = _tokens(prediction, style), _tokens(gold, style)
     if not pred_tokens or not gold_tokens:
-        return float(pred_tokens == gold_tokens)
+        return float(empty_matches and pred_tokens == gold_tokens)
     if style == "cmrc2018":
         same = _longest_common_run(pred_tokens, gold_tokens)
     else:
@@ -341,30 +346,37 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
     no prediction scores 0. `style`: "squad" or "cmrc2018" (see the module's docstring);
     None: `qa_style(golds)`.
 
-    With `no_answer_probs` ({id: probability of no answer}; SQuAD 2.0), as the official
-    evaluate-v2.0 script given them: `exact` and `f1` count a question whose probability
-    exceeds `no_answer_threshold` as answered "" (right only if it has no answer), and
-    `best_exact`/`best_f1` are the scores at the best threshold, found from the
-    predictions as they are (never blanked: a question answered "" before the threshold
-    is applied could not gain from any). A question is answerable if it has a gold answer,
-    as the official script's has-answer split counts it, even one that normalises to
-    nothing (only articles and punctuation), which its EM and F1 drop (v1.1's script would
-    compare it as it is: the one way these scores may differ from it)."""
+    A set with an unanswerable question, or scored with `no_answer_probs`, is scored as the
+    official evaluate-v2.0 script scores it, any other as v1.1's script (or CMRC 2018's).
+    They differ only where an answer normalises to nothing (only articles or punctuation):
+    v2.0 drops such a gold answer (a question left with none is scored against "", though
+    it still counts as answerable, as its has-answer split counts it), and v1.1 keeps it,
+    with F1 0 where either answer has no token. The v2.0 scores add each question group's
+    (`has_answer_exact`, `has_answer_f1`; `no_answer_exact`, `no_answer_f1`), where the set
+    has one.
+
+    With `no_answer_probs` ({id: probability of no answer}), as evaluate-v2.0 given them:
+    `exact` and `f1` count a question whose probability exceeds `no_answer_threshold` as
+    answered "" (right only if it has no answer), and `best_exact`/`best_f1` are the scores
+    at the best threshold (its find_best_thresh)."""
     style = style or qa_style(golds)
     if style not in QA_STYLES:
         raise ValueError(f"style={style!r} is not one of {', '.join(QA_STYLES)}")
+    has_answer = [q for q, a in golds.items() if any(a)]
+    no_answer = [q for q in golds if q not in set(has_answer)]
+    v2 = no_answer_probs is not None or bool(no_answer)
     em_scores, f1_scores = {}, {}
     for qid, answers in golds.items():
-        answers = [a for a in answers if _tokens(a, style)] or [""]
+        if v2:
+            answers = [a for a in answers if _tokens(a, style)] or [""]
         prediction = predictions.get(qid)
         if prediction is None:
             em_scores[qid] = f1_scores[qid] = 0.0
             continue
         em_scores[qid] = max(exact_match(prediction, a, style) for a in answers)
-        f1_scores[qid] = max(token_f1(prediction, a, style) for a in answers)
+        f1_scores[qid] = max(token_f1(prediction, a, style, empty_matches=v2)
+                             for a in answers)
     n = len(golds)
-    has_answer = [q for q, a in golds.items() if any(a)]
-    no_answer = [q for q in golds if q not in set(has_answer)]
     em, f1 = em_scores, f1_scores
     if no_answer_probs is not None:  # the official apply_no_ans_threshold
         dropped = {q: float(q in no_answer) for q in golds
@@ -372,9 +384,10 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
         em, f1 = {**em_scores, **dropped}, {**f1_scores, **dropped}
     result = {"exact": 100.0 * sum(em.values()) / n if n else 0.0,
               "f1": 100.0 * sum(f1.values()) / n if n else 0.0}
-    if has_answer and no_answer:
-        result["has_answer_f1"] = 100.0 * np.mean([f1[q] for q in has_answer])
-        result["no_answer_f1"] = 100.0 * np.mean([f1[q] for q in no_answer])
+    for group, questions in (("has_answer", has_answer), ("no_answer", no_answer)):
+        if v2 and questions:
+            result[f"{group}_exact"] = 100.0 * np.mean([em[q] for q in questions])
+            result[f"{group}_f1"] = 100.0 * np.mean([f1[q] for q in questions])
     if no_answer_probs is not None:
         for name, scores in (("exact", em_scores), ("f1", f1_scores)):
             best, threshold = _best_threshold(predictions, scores, no_answer_probs,
@@ -393,7 +406,7 @@ def _best_threshold(predictions, scores, no_answer_probs, unanswerable):
         if qid in unanswerable:
             delta = -1 if predictions.get(qid) else 0
         else:
-            delta = scores[qid] if predictions.get(qid) else 0
+            delta = scores[qid]
         current += delta
         if current > score:
             score, threshold = current, no_answer_probs[qid]

@@ -693,7 +693,8 @@ def summarize(task: str, metric: str, trials: list[dict]) -> dict:
     (sample, ddof=1; 0 for one trial) of each dev metric over the trials. A statistic of
     trials one of which is undefined (NaN or None) is NaN: leaving that trial out would
     report the trials that worked as if they were all."""
-    keys = list(trials[0]["dev"])
+    # (Those every trial has: trials an earlier version ran, resumed, may lack a newer one.)
+    keys = [k for k in trials[0]["dev"] if all(k in t["dev"] for t in trials)]
     values = {k: np.array([t["dev"][k] for t in trials], np.float64) for k in keys}
     return {"task": task, "metric": metric, "trials": trials,
             "median": {k: float(np.median(v)) for k, v in values.items()},
