@@ -580,9 +580,10 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
         log(f"{output_dir} is already complete: {_summary(metadata)}; nothing to do")
         return metadata
     if num_shards is not None and num_shards > config.num_shards:
+        plural = "s" if config.num_shards > 1 else ""
         log(f"note: --num_shards={num_shards} is more than the {config.num_shards} input "
-            "pieces (a shard holds whole pieces: files, or --piece_mb parts of large plain "
-            f"files); writing {config.num_shards} shards")
+            f"piece{plural} (a shard holds whole pieces: files, or --piece_mb parts of large "
+            f"plain files); writing {config.num_shards} shard{plural}")
 
     created_output_dir = not tf.io.gfile.exists(output_dir)
     # One build at a time in a folder: a second one (the same command run again while the
