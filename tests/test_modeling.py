@@ -1008,6 +1008,15 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"uniform_generator applies .*; unbind it(\n|$)"),
     (dict(algorithm="adversarial", uniform_generator=True), r"^algorithm=adversarial trains a "
      r"generator; uniform_generator has none: use one or the other(\n|$)"),
+    (dict(objective="electric", uniform_generator=True), r"^objective='electric' scores "
+     r"tokens with its two-tower cloze generator; uniform_generator has none: use one or the "
+     r"other(\n|$)"),
+    # Sharing without a generator: trained as the default, recorded as another variant.
+    (dict(objective="mlm", sharing="none"), r"^sharing='none' ties a generator to the "
+     r"discriminator; objective='mlm' trains one network: unbind it \(the default, "
+     r"'embeddings', is the only one these take\)(\n|$)"),
+    (dict(uniform_generator=True, sharing="all"), r"^sharing='all' ties a generator to the "
+     r"discriminator; uniform_generator has none: unbind it"),
     (dict(objective="mlm", algorithm="two_stage"),
      r"^algorithm=two_stage is defined for objective='electra'(\n|$)"),
     (dict(objective="electric", temperature=2.0), r"^Electric's noise distribution is the "

@@ -927,6 +927,47 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
 
 
 @pytest.mark.usefixtures("eager")
+def test_init_checkpoint_of_another_variant_gives_its_encoder(tmp_path, data):
+    """ELECTRA from a BERT-style (mlm) run of this project, BERT from an ELECTRA run, ELECTRA
+    from uniform replacements: the encoder (and, between the two replacing objectives, the
+    replaced-token head) comes from the checkpoint, the parts the other variant lacks or
+    shapes otherwise start fresh, said in a note and model_info.json (it was refused as an
+    architecture that does not fit, and the hint's operative_config.gin trained mlm again)."""
+    run(tmp_path / "mlm", data, files=("tiny.gin", "ablations/mlm.gin"))
+    run(tmp_path / "uniform", data, files=("tiny.gin", "ablations/uniform_generator.gin"))
+    for start, files, taken, fresh in (
+            ("mlm", ("tiny.gin",), ["discriminator"],
+             ["discriminator_predictions", "generator", "generator_predictions"]),
+            ("uniform", ("tiny.gin",), ["discriminator", "discriminator_predictions"],
+             ["generator", "generator_predictions"]),
+            ("mlm", ("tiny.gin", "ablations/electric.gin"), ["discriminator"],
+             ["discriminator_predictions", "generator_ltr", "generator_predictions",
+              "generator_rtl"])):
+        out = tmp_path / f"{start}_{len(files)}"
+        _, lines = run(out, data, ["NUM_TRAIN_STEPS = 2"], files=files,
+                       init_checkpoint=str(tmp_path / start))
+        before = model_values(str(tmp_path / start / "ckpt-6"))
+        after = model_values(str(out / "ckpt-0"))
+        for key in after:
+            part = key.split("/")[1]
+            if part in taken:
+                np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+            else:
+                assert part in fresh, key
+        info = json.load(open(out / "model_info.json"))
+        assert info["init_fresh"] == fresh
+        note = [line for line in lines if line.startswith("note: --init_checkpoint")]
+        assert note[0].startswith(f"note: --init_checkpoint={tmp_path / start} was trained "
+                                  f"with objective '")
+        assert f"; {', '.join(fresh)} start fresh (model_info.json: init_fresh)" in note[0]
+    # Of another encoder shape, it is still refused, naming its variant.
+    with pytest.raises(UserInputError, match=r"'s encoder does not fit this model's \(.*\); it "
+                                             r"was trained with objective 'mlm', in the shape "):
+        run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
+            init_checkpoint=str(tmp_path / "mlm"))
+
+
+@pytest.mark.usefixtures("eager")
 def test_continued_pre_training_keeps_what_its_weights_were_trained_on(tmp_path, data):
     """A run from --init_checkpoint records the checkpoint it started from (its step) and,
     trained at 64 from weights trained at 128, the 128 positions those were trained on

@@ -311,6 +311,16 @@ class ElectraPretrainer(keras.Model):
         if self.objective == "mlm" and self.uniform_generator:
             raise UserInputError("objective='mlm' replaces no tokens: uniform_generator applies "
                                  "to the objectives that sample replacements; unbind it")
+        if self.objective == "electric" and self.uniform_generator:
+            raise UserInputError("objective='electric' scores tokens with its two-tower cloze "
+                                 "generator; uniform_generator has none: use one or the other")
+        if (self.objective == "mlm" or self.uniform_generator) and self.sharing != "embeddings":
+            # It would train as the default does, yet be recorded as another variant.
+            raise UserInputError(
+                f"sharing={self.sharing!r} ties a generator to the discriminator; "
+                + ("objective='mlm' trains one network" if self.objective == "mlm"
+                   else "uniform_generator has none")
+                + ": unbind it (the default, 'embeddings', is the only one these take)")
         if self.objective == "electric" and (self.temperature != 1.0 or self.disallow_correct):
             raise UserInputError(
                 "Electric's noise distribution is the generator's softmax, whose log enters "

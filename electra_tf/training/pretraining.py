@@ -350,8 +350,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
             source = _model_info_of(init_checkpoint)
-            read = _initialise(model, init_checkpoint, source, model_info, info["metadata"])
-            model_info.update(_lineage(read, source, max_seq_length))
+            read, fresh = _initialise(model, init_checkpoint, source, model_info,
+                                      info["metadata"])
+            model_info.update(_lineage(read, source, max_seq_length, fresh))
         elif tf.train.latest_checkpoint(model_dir):  # what the resume keeps
             model_info.update(_kept_lineage(model_dir))
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
@@ -418,9 +419,20 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
         earlier = _model_info_of(init_checkpoint)
-        read = _initialise(model, init_checkpoint, earlier, model_info, info["metadata"])
-        model_info.update(_lineage(read, earlier, max_seq_length))
+        read, fresh = _initialise(model, init_checkpoint, earlier, model_info,
+                                  info["metadata"])
+        model_info.update(_lineage(read, earlier, max_seq_length, fresh))
         log(f"initialised the model from {model_info['init_checkpoint']}")
+        if fresh:
+            variant = _other_variant(earlier, model)
+            head = ("" if "discriminator_predictions" in fresh
+                    or model.discriminator_predictions is None else " and replaced-token head")
+            log(f"note: --init_checkpoint={init_checkpoint} was trained with {variant[0]}, "
+                f"this run with {variant[1]}: its encoder{head} start{'' if head else 's'} "
+                f"the discriminator; "
+                f"{', '.join(fresh)} start fresh (model_info.json: init_fresh)"
+                + (", but for the embeddings the generator shares"
+                   if model.sharing == "embeddings" and "generator" in fresh else ""))
         # An edited vocab of the same size (e.g. [unused] entries made domain words) is
         # allowed; it is said, as a wrong vocab would look the same.
         if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
@@ -1273,13 +1285,15 @@ TRAINING_ONLY_PARTS = ("reward_baseline", "loss_log_scales")
 # checkpoint (its step), an import's source, and the longest sequences they were trained on
 # when longer than the run's (continued pre-training at 128 of a model trained at 512 keeps
 # 512 positions trained: fine-tuning and exports take it at 512).
-LINEAGE = ("init_checkpoint", "init_source", "trained_seq_length")
+LINEAGE = ("init_checkpoint", "init_source", "trained_seq_length", "init_fresh")
 
 
-def _lineage(path: str, source: dict, max_seq_length: int) -> dict:
+def _lineage(path: str, source: dict, max_seq_length: int, fresh: list[str]) -> dict:
     """model_info.json's LINEAGE entries of a run from checkpoint `path` (`source`: its
-    model dir's model_info.json)."""
+    model dir's model_info.json; `fresh`: the model's parts not taken from it)."""
     lineage = {"init_checkpoint": path if "://" in path else os.path.abspath(path)}
+    if fresh:
+        lineage["init_fresh"] = fresh
     origin = source.get("init_source", source.get("source"))  # an import's "hf:DIR", say
     if origin:
         lineage["init_source"] = origin
@@ -1313,8 +1327,10 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     dir's model_info.json); every weight of the model's networks must be in it
     (assert_existing_objects_matched fails for one that is not), its TRAINING_ONLY_PARTS
     are read where it has them. Its vocab and (where the data's `metadata` records it) its
-    casing must be this run's: data tokenized otherwise feeds it other tokens. Returns the
-    checkpoint read (a model dir's newest: a run still training there may save another)."""
+    casing must be this run's: data tokenized otherwise feeds it other tokens. A checkpoint
+    of another variant gives its encoder only (`_initialise_encoder`). Returns the
+    checkpoint read (a model dir's newest: a run still training there may save another) and
+    the parts that start fresh."""
     vocab_size = model_info["vocab_size"]
     if earlier.get("vocab_size", vocab_size) != vocab_size:
         raise UserInputError(
@@ -1329,7 +1345,10 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
             f"rebuild the data with {casing[1]}")
     from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
     path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
+    variant = _other_variant(earlier, model)
     try:
+        if variant:
+            return path, _initialise_encoder(model, path, variant)
         # read(): the checkpoint may come from write() (no save counter) or save().
         _part_of(model, required=True).read(path).expect_partial(
         ).assert_existing_objects_matched()
@@ -1337,11 +1356,52 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     except (AssertionError, ValueError, tf.errors.NotFoundError,
             tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
         first = str(e).strip().splitlines()[0][:200]
+        if variant:
+            raise UserInputError(
+                f"--init_checkpoint={path}'s encoder does not fit this model's ({first}); it "
+                f"was trained with {variant[0]}, in the shape its model dir's "
+                "operative_config.gin gives: use the same size file and encoder bindings"
+            ) from None
         raise UserInputError(
             f"--init_checkpoint={path} does not fit this model ({first}); describe its "
             "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
             "file") from None
-    return path
+    return path, []
+
+
+def _other_variant(earlier: dict, model) -> tuple[str, str] | None:
+    """(what the checkpoint's model dir trained, this run's) where they differ in the
+    networks they have: objective, or uniform replacements against a generator. None where
+    they are one (or the checkpoint has no model_info.json to say)."""
+    if "objective" not in earlier:
+        return None
+    uniform = earlier.get("options", {}).get("uniform_generator", False)
+
+    def name(objective, uniform):
+        return f"objective '{objective}'" + (" with uniform replacements" if uniform else "")
+
+    if (earlier["objective"], uniform) == (model.objective, model.uniform_generator):
+        return None
+    return (name(earlier["objective"], uniform), name(model.objective, model.uniform_generator))
+
+
+def _initialise_encoder(model, path: str, variant: tuple[str, str]) -> list[str]:
+    """A run of another variant than its checkpoint's (an ELECTRA run from a BERT-style
+    `mlm` model, say) takes the discriminator's encoder from it and, where both replace
+    tokens with one meaning for it, the replaced-token head; the other parts start fresh.
+    Returns those, by name."""
+    parts = {"discriminator": model.discriminator}
+    same_head = "electric" not in variant[0] + variant[1] and "'mlm'" not in variant[0]
+    if same_head and model.discriminator_predictions is not None:
+        parts["discriminator_predictions"] = model.discriminator_predictions
+    holder = tf.Module()
+    for part, layer in parts.items():
+        setattr(holder, part, layer)
+    tf.train.Checkpoint(model=holder).read(path).expect_partial(
+    ).assert_existing_objects_matched()
+    return sorted(name for name, child in model._trackable_children().items()  # noqa
+                  if name not in parts and name not in TRAINING_ONLY_PARTS
+                  and child is not model.discriminator)
 
 
 def _part_of(model, required: bool) -> tf.train.Checkpoint:
