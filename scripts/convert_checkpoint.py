@@ -86,16 +86,14 @@ def main(argv):
     # Given only for a source without a generator (the converters refuse it otherwise).
     fraction = (FLAGS.generator_hidden_fraction if FLAGS["generator_hidden_fraction"].present
                 else None)
-    import keras
-    keras.utils.set_random_seed(FLAGS.seed)  # as run_pretraining.py's --seed
     if FLAGS.source == "tf1":
         result = converters.import_tf1(FLAGS.input, FLAGS.output_dir, FLAGS.vocab_file,
                                        FLAGS.lower_case, FLAGS.num_heads, FLAGS.max_seq_length,
-                                       fraction)
+                                       fraction, FLAGS.seed)
     else:
         result = converters.import_hf(FLAGS.input, FLAGS.output_dir, FLAGS.generator_input,
                                       FLAGS.vocab_file, FLAGS.lower_case, FLAGS.max_seq_length,
-                                      fraction)
+                                      fraction, FLAGS.seed)
     info = result["model_info"]
     print(f"wrote {FLAGS.output_dir}: discriminator {info['discriminator_params']:,} "
           f"parameters (hidden {info['discriminator']['hidden_size']}, "

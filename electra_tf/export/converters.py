@@ -31,6 +31,7 @@ import os
 import pickle
 import re
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -210,12 +211,12 @@ def _fraction(generator_hidden_fraction: float | None) -> float:
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
                lower_case: bool | None = None, num_heads: int | None = None,
                max_seq_length: int | None = None,
-               generator_hidden_fraction: float | None = None) -> dict:
+               generator_hidden_fraction: float | None = None, seed: int = 0) -> dict:
     """Imports an official TF1 ELECTRA checkpoint (both networks, any size) into a model
     dir; returns {"model_info", "skipped", "not_imported", "notes"}. A checkpoint without a
     generator or a replaced-token head (a fine-tuned one) gets those parts freshly
-    initialised (a generator of `generator_hidden_fraction`, None: 1/4), listed in
-    `not_imported` as import_hf does; a fraction for a checkpoint with a generator is
+    initialised from `seed` (a generator of `generator_hidden_fraction`, None: 1/4), listed
+    in `not_imported` as import_hf does; a fraction for a checkpoint with a generator is
     refused.
 
     `vocab_file` None: the vocab.txt beside the checkpoint (the released checkpoints ship
@@ -252,6 +253,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
         sharing = "embeddings" if tied else "none"
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
+    keras.utils.set_random_seed(seed)  # the fresh parts' draws
     model = new_pretrainer(disc_config, gen_config, sharing, objective)
     try:
         not_imported = _load_networks(model, discriminator, generator or None)
@@ -415,7 +417,7 @@ def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
 def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None = None,
               vocab_file: str | None = None, lower_case: bool | None = None,
               max_seq_length: int | None = None,
-              generator_hidden_fraction: float | None = None) -> dict:
+              generator_hidden_fraction: float | None = None, seed: int = 0) -> dict:
     """Imports transformers directories into a model dir: an `ElectraForPreTraining` (or
     `ElectraModel`, a fine-tuned `ElectraFor*` or a BERT checkpoint: the encoder only, a
     task head, pooler or BERT's heads skipped and listed) and optionally an
@@ -423,8 +425,8 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     "notes"}.
 
     Without a generator (or a replaced-token head), those parts start from a fresh
-    initialisation (a generator of `generator_hidden_fraction`, None: 1/4; refused with
-    `generator_dir`): random until pre-trained further. They are listed in `not_imported`
+    initialisation drawn from `seed` (a generator of `generator_hidden_fraction`, None:
+    1/4; refused with `generator_dir`): random until pre-trained further. They are listed in `not_imported`
     and in model_info.json, where `saved_model.check_imported` (export, detection) finds
     them.
     """
@@ -483,6 +485,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     else:
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
         sharing = "embeddings"
+    keras.utils.set_random_seed(seed)  # the fresh parts' draws
     model = new_pretrainer(disc_config, gen_config, sharing)
     not_imported = _load_networks(model, disc_state, gen_state)
     notes = []

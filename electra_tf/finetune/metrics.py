@@ -363,7 +363,7 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
     if style not in QA_STYLES:
         raise ValueError(f"style={style!r} is not one of {', '.join(QA_STYLES)}")
     has_answer = [q for q, a in golds.items() if any(a)]
-    no_answer = [q for q in golds if q not in set(has_answer)]
+    no_answer = [q for q, a in golds.items() if not any(a)]
     v2 = no_answer_probs is not None or bool(no_answer)
     em_scores, f1_scores = {}, {}
     for qid, answers in golds.items():
