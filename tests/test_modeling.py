@@ -1012,11 +1012,11 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"tokens with its two-tower cloze generator; uniform_generator has none: use one or the "
      r"other(\n|$)"),
     # Sharing without a generator: trained as the default, recorded as another variant.
-    (dict(objective="mlm", sharing="none"), r"^sharing='none' ties a generator to the "
-     r"discriminator; objective='mlm' trains one network: unbind it \(the default, "
+    (dict(objective="mlm", sharing="none"), r"^sharing='none' sets what a generator shares "
+     r"with the discriminator; objective='mlm' trains one network: unbind it \(the default, "
      r"'embeddings', is the only one these take\)(\n|$)"),
-    (dict(uniform_generator=True, sharing="all"), r"^sharing='all' ties a generator to the "
-     r"discriminator; uniform_generator has none: unbind it"),
+    (dict(uniform_generator=True, sharing="all"), r"^sharing='all' sets what a generator "
+     r"shares with the discriminator; uniform_generator has none: unbind it"),
     (dict(objective="mlm", algorithm="two_stage"),
      r"^algorithm=two_stage is defined for objective='electra'(\n|$)"),
     (dict(objective="electric", temperature=2.0), r"^Electric's noise distribution is the "

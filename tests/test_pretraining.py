@@ -336,17 +336,23 @@ def test_a_run_resumed_behind_its_last_summaries_shows_tensorboard_one_curve(tmp
 
 
 def test_a_resumed_xla_run_loads_its_compiled_step_and_ends_the_same(tmp_path, data):
+    """Loops of 3 steps between checkpoints every 4: each loop is a call of 3 steps (the
+    default steps per call, the loop's) or one of the single step left over, two compiled
+    programs; a resumed run loads both (the single step's was traced when first needed,
+    under a name that depended on what the process had traced before: each resume compiled
+    it again and added it to the cache)."""
     more = ["NUM_TRAIN_STEPS = 8", "pretraining.keep_checkpoints = 10",
-            "pretraining.jit_compile = True"]
+            "pretraining.jit_compile = True", "STEPS_PER_LOOP = 3"]
     args = ("--deterministic", "--seed=7")
     straight = script(*script_args(tmp_path / "straight", data, *more), *args)
     out, err = straight.communicate(timeout=600)
     assert straight.returncode == 0, err
     assert "(0 compiled programs from earlier runs)" in out
-    entries = glob.glob(str(tmp_path / "straight" / "xla_cache" / "tf*" / "*.pb"))
-    assert len(entries) == 1 and f"saved {os.path.basename(entries[0])} for reruns" in out
-    # The same run as if it had been stopped after step 4, resumed: it loads the step
-    # compiled above (a step it compiled would be saved under a new name).
+    entries = sorted(glob.glob(str(tmp_path / "straight" / "xla_cache" / "tf*" / "*.pb")))
+    assert len(entries) == 2 and all(f"saved {os.path.basename(entry)} for reruns" in out
+                                     for entry in entries)
+    # The same run as if it had been stopped after step 4, resumed: it loads the programs
+    # compiled above (a program it compiled would be saved under a new name).
     resumed = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight", resumed)
     for path in glob.glob(str(resumed / "ckpt-[68].*")):
@@ -356,10 +362,10 @@ def test_a_resumed_xla_run_loads_its_compiled_step_and_ends_the_same(tmp_path, d
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     assert f"resuming from {resumed}/ckpt-4 (step 4)" in out
-    assert "(1 compiled program from earlier runs;" in out and "saved xla_" not in out
-    assert re.search(r"^step 6/8 \| loss ", out, re.M)
-    assert [os.path.basename(p) for p in glob.glob(str(resumed / "xla_cache" / "tf*" / "*"))] \
-        == [os.path.basename(entries[0])]
+    assert "(2 compiled programs from earlier runs;" in out and "saved xla_" not in out
+    assert re.search(r"^step 7/8 \| loss ", out, re.M)
+    assert sorted(glob.glob(str(resumed / "xla_cache" / "tf*" / "*"))) == [
+        entry.replace(str(tmp_path / "straight"), str(resumed)) for entry in entries]
     a = checkpoint_values(str(tmp_path / "straight" / "ckpt-8"))
     b = checkpoint_values(str(resumed / "ckpt-8"))
     assert set(a) == set(b)
@@ -525,9 +531,18 @@ def test_checkpoints_and_evaluations_stay_on_their_grid(tmp_path, data):
     assert _checkpoint_steps(b) == [0, 4, 8, 12]
     assert [step for step, _ in summary_tags(b / "eval")["loss/total"]] == [8, 12]
     assert "saved checkpoint to " + str(b / "ckpt-12") + "." in lines
-    _, lines = run(b, data, loops + ["NUM_TRAIN_STEPS = 12"], eval_data=data)  # finished
-    assert [step for step, _ in summary_tags(b / "eval")["loss/total"]] == [8, 12]
-    assert not any(line.startswith(("step ", "eval ", "saved ")) for line in lines), lines
+    events = sorted(os.listdir(b / "train")) + sorted(os.listdir(b / "eval"))
+    written = {name: os.path.getmtime(b / name) for name in ("model_info.json",
+                                                             "operative_config.gin")}
+    result, lines = run(b, data, loops + ["NUM_TRAIN_STEPS = 12"], eval_data=data)  # finished
+    # Said, and nothing written: it added an event file (and the gin config's text again
+    # at step 12) at every rerun.
+    assert lines[-1:] == [f"{b} holds a finished run (step 12 of NUM_TRAIN_STEPS=12): nothing to "
+                     "do; a larger NUM_TRAIN_STEPS extends it"]  # (after a note on the files)
+    assert not any(line.startswith(("step ", "eval ", "saved ", "resuming ")) for line in lines)
+    assert result["step"] == 12 and len(result["weights_sha256"]) == 64
+    assert sorted(os.listdir(b / "train")) + sorted(os.listdir(b / "eval")) == events
+    assert written == {name: os.path.getmtime(b / name) for name in written}
 
 
 @pytest.mark.usefixtures("eager")
@@ -928,18 +943,25 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
 
 @pytest.mark.usefixtures("eager")
 def test_init_checkpoint_of_another_variant_gives_its_encoder(tmp_path, data):
-    """ELECTRA from a BERT-style (mlm) run of this project, BERT from an ELECTRA run, ELECTRA
-    from uniform replacements: the encoder (and, between the two replacing objectives, the
-    replaced-token head) comes from the checkpoint, the parts the other variant lacks or
-    shapes otherwise start fresh, said in a note and model_info.json (it was refused as an
-    architecture that does not fit, and the hint's operative_config.gin trained mlm again)."""
-    run(tmp_path / "mlm", data, files=("tiny.gin", "ablations/mlm.gin"))
-    run(tmp_path / "uniform", data, files=("tiny.gin", "ablations/uniform_generator.gin"))
+    """ELECTRA from a BERT-style (mlm) run of this project, from uniform replacements or
+    from Replace MLM, Electric from mlm, BERT from ELECTRA: the encoder (and, between ELECTRA
+    runs, the replaced-token head) comes from the checkpoint, the parts the other variant
+    lacks or shapes otherwise start fresh, said in a note and model_info.json (it was
+    refused as an architecture that does not fit, and the hint's operative_config.gin
+    trained mlm again)."""
+    for name in ("mlm", "uniform_generator", "replace_mlm"):
+        run(tmp_path / name, data, files=("tiny.gin", f"ablations/{name}.gin"))
+    run(tmp_path / "electra", data)
     for start, files, taken, fresh in (
             ("mlm", ("tiny.gin",), ["discriminator"],
              ["discriminator_predictions", "generator", "generator_predictions"]),
-            ("uniform", ("tiny.gin",), ["discriminator", "discriminator_predictions"],
+            ("uniform_generator", ("tiny.gin",), ["discriminator", "discriminator_predictions"],
              ["generator", "generator_predictions"]),
+            ("electra", ("tiny.gin", "ablations/mlm.gin"), ["discriminator"],
+             ["generator_predictions"]),
+            # Replace MLM's checkpoint has no replaced-token head (its loss is the MLM's).
+            ("replace_mlm", ("tiny.gin",), ["discriminator"],
+             ["discriminator_predictions", "generator", "generator_predictions"]),
             ("mlm", ("tiny.gin", "ablations/electric.gin"), ["discriminator"],
              ["discriminator_predictions", "generator_ltr", "generator_predictions",
               "generator_rtl"])):
@@ -960,6 +982,13 @@ def test_init_checkpoint_of_another_variant_gives_its_encoder(tmp_path, data):
         assert note[0].startswith(f"note: --init_checkpoint={tmp_path / start} was trained "
                                   f"with objective '")
         assert f"; {', '.join(fresh)} start fresh (model_info.json: init_fresh)" in note[0]
+    # A two-stage run would overwrite that encoder at its switch.
+    with pytest.raises(UserInputError, match=r"was trained with objective 'mlm': a two-stage "
+                                             r"run starts its discriminator from its "
+                                             r"generator at the switch, "):
+        run(tmp_path / "two_stage", data, ["pretrainer.generator_hidden_fraction = 1.0",
+                                           "pretrainer.intermediate_size = 128"],
+            files=("tiny.gin", "ablations/two_stage.gin"), init_checkpoint=str(tmp_path / "mlm"))
     # Of another encoder shape, it is still refused, naming its variant.
     with pytest.raises(UserInputError, match=r"'s encoder does not fit this model's \(.*\); it "
                                              r"was trained with objective 'mlm', in the shape "):
@@ -1576,11 +1605,13 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     skip = checkpoint_values(str(tmp_path / "model" / "ckpt-8"))[
         "state/skip_steps/.ATTRIBUTES/VARIABLE_VALUE"]
     assert skip.tolist() == [bad_step] + [-1] * (pretraining.SKIP_CAPACITY - 1)
-    # After the limit, the natural next step: a rerun with more restores resumes the run.
+    # A rerun with more restores finds the run finished.
     result, lines = run(tmp_path / "model", path,
                         ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",
                          "pretraining.max_restores = 5", as_written], vocab_file=UNCASED_VOCAB)
-    assert result["step"] == 8 and lines[1].startswith("resuming from ")
+    assert result["step"] == 8 and lines[1] == (
+        f"{tmp_path / 'model'} holds a finished run (step 8 of NUM_TRAIN_STEPS=8): nothing to "
+        "do; a larger NUM_TRAIN_STEPS extends it")
     with pytest.raises(UserInputError, match=r"max_restores=65 exceeds the 64 skipped batches "
                                              r"this run's checkpoints can record"):
         run(tmp_path / "model", path, ["pretraining.max_restores = 65", "NUM_TRAIN_STEPS = 8",

@@ -317,7 +317,8 @@ class ElectraPretrainer(keras.Model):
         if (self.objective == "mlm" or self.uniform_generator) and self.sharing != "embeddings":
             # It would train as the default does, yet be recorded as another variant.
             raise UserInputError(
-                f"sharing={self.sharing!r} ties a generator to the discriminator; "
+                f"sharing={self.sharing!r} sets what a generator shares with the "
+                "discriminator; "
                 + ("objective='mlm' trains one network" if self.objective == "mlm"
                    else "uniform_generator has none")
                 + ": unbind it (the default, 'embeddings', is the only one these take)")

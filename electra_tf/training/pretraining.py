@@ -350,8 +350,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
             source = _model_info_of(init_checkpoint)
-            read, fresh = _initialise(model, init_checkpoint, source, model_info,
-                                      info["metadata"])
+            read, fresh, _ = _initialise(model, init_checkpoint, source, model_info,
+                                         info["metadata"])
             model_info.update(_lineage(read, source, max_seq_length, fresh))
         elif tf.train.latest_checkpoint(model_dir):  # what the resume keeps
             model_info.update(_kept_lineage(model_dir))
@@ -380,7 +380,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             "when resumed, so it would compile them again anyway")
     elif jit_compile and xla_cache:
         cache = _xla_cache.attach(model_dir, strategy, log)
-    if jit_compile and not two_stage:
+    finished = workers == 1 and _finished(model_dir, num_train_steps, eval_data)
+    if jit_compile and not two_stage and not finished:
         trainer.trace_loop()
 
     # -- checkpoints: restore the latest, or start (from init_checkpoint)
@@ -410,6 +411,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         _restore(checkpoint, latest, model_dir)
         model_info.update(_kept_lineage(model_dir))
         step = int(state.step.numpy())
+        if finished:  # nothing to train, evaluate or write (TensorBoard's events included)
+            log(f"{model_dir} holds a finished run (step {step} of NUM_TRAIN_STEPS="
+                f"{num_train_steps}): nothing to do; a larger NUM_TRAIN_STEPS extends it")
+            return {"train": {}, "eval": {}, "step": step,
+                    "weights_sha256": weights_digest(model)}
         _check_worker_positions(model_dir, workers, step, num_train_steps)
         log(f"resuming from {latest} (step {step})")
         position = _data_position(model_dir, task_id, step)
@@ -419,20 +425,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
         earlier = _model_info_of(init_checkpoint)
-        read, fresh = _initialise(model, init_checkpoint, earlier, model_info,
-                                  info["metadata"])
+        read, fresh, note = _initialise(model, init_checkpoint, earlier, model_info,
+                                        info["metadata"])
         model_info.update(_lineage(read, earlier, max_seq_length, fresh))
         log(f"initialised the model from {model_info['init_checkpoint']}")
-        if fresh:
-            variant = _other_variant(earlier, model)
-            head = ("" if "discriminator_predictions" in fresh
-                    or model.discriminator_predictions is None else " and replaced-token head")
-            log(f"note: --init_checkpoint={init_checkpoint} was trained with {variant[0]}, "
-                f"this run with {variant[1]}: its encoder{head} start{'' if head else 's'} "
-                f"the discriminator; "
-                f"{', '.join(fresh)} start fresh (model_info.json: init_fresh)"
-                + (", but for the embeddings the generator shares"
-                   if model.sharing == "embeddings" and "generator" in fresh else ""))
+        if note:
+            log(f"note: --init_checkpoint={init_checkpoint} {note}")
         # An edited vocab of the same size (e.g. [unused] entries made domain words) is
         # allowed; it is said, as a wrong vocab would look the same.
         if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
@@ -774,6 +772,16 @@ def _loop_lengths(steps_per_loop: int, intervals: list[int], boundary: int | Non
         ends += [boundary] if boundary is not None and step < boundary else []
         return min([steps_per_loop] + [end - step for end in ends])
     return length
+
+
+def _finished(model_dir: str, num_train_steps: int, eval_data) -> bool:
+    """Whether one process's model dir holds a run at its last step, and evaluated there
+    if it evaluates (a run killed during its last evaluation runs that again)."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    if not latest:
+        return False
+    step = int(latest.rsplit("-", 1)[1])
+    return step == num_train_steps and (not eval_data or step in _evaluated_steps(model_dir))
 
 
 def _evaluated_steps(model_dir: str) -> set[int]:
@@ -1329,8 +1337,8 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     are read where it has them. Its vocab and (where the data's `metadata` records it) its
     casing must be this run's: data tokenized otherwise feeds it other tokens. A checkpoint
     of another variant gives its encoder only (`_initialise_encoder`). Returns the
-    checkpoint read (a model dir's newest: a run still training there may save another) and
-    the parts that start fresh."""
+    checkpoint read (a model dir's newest: a run still training there may save another),
+    the parts that start fresh and, for another variant, a note saying what was taken."""
     vocab_size = model_info["vocab_size"]
     if earlier.get("vocab_size", vocab_size) != vocab_size:
         raise UserInputError(
@@ -1346,9 +1354,14 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
     path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
     variant = _other_variant(earlier, model)
+    if variant and model.algorithm == "two_stage":
+        raise UserInputError(
+            f"--init_checkpoint={path} was trained with {variant[0]}: a two-stage run "
+            "starts its discriminator from its generator at the switch, so the encoder it "
+            "would take from there would not last; start a joint run from it")
     try:
         if variant:
-            return path, _initialise_encoder(model, path, variant)
+            return path, *_initialise_encoder(model, path, variant)
         # read(): the checkpoint may come from write() (no save counter) or save().
         _part_of(model, required=True).read(path).expect_partial(
         ).assert_existing_objects_matched()
@@ -1366,42 +1379,59 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
             f"--init_checkpoint={path} does not fit this model ({first}); describe its "
             "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
             "file") from None
-    return path, []
+    return path, [], None
 
 
-def _other_variant(earlier: dict, model) -> tuple[str, str] | None:
-    """(what the checkpoint's model dir trained, this run's) where they differ in the
-    networks they have: objective, or uniform replacements against a generator. None where
-    they are one (or the checkpoint has no model_info.json to say)."""
+# Objectives whose replaced-token head means one thing: the probability that a token was
+# replaced by a generator's sample.
+_REPLACED_TOKEN_HEADS = ("electra", "electra_15")
+
+
+def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
+    """(what the checkpoint's model dir trained, what this run trains, whether its
+    replaced-token head means this run's) where they differ in the networks they have:
+    objective, or uniform replacements against a generator. None where they are one (or
+    the checkpoint has no model_info.json to say)."""
     if "objective" not in earlier:
         return None
-    uniform = earlier.get("options", {}).get("uniform_generator", False)
+    there = (earlier["objective"], earlier.get("options", {}).get("uniform_generator", False))
+    here = (model.objective, model.uniform_generator)
+    if there == here:
+        return None
 
     def name(objective, uniform):
         return f"objective '{objective}'" + (" with uniform replacements" if uniform else "")
 
-    if (earlier["objective"], uniform) == (model.objective, model.uniform_generator):
-        return None
-    return (name(earlier["objective"], uniform), name(model.objective, model.uniform_generator))
+    same_head = there[0] in _REPLACED_TOKEN_HEADS and here[0] in _REPLACED_TOKEN_HEADS
+    return name(*there), name(*here), same_head
 
 
-def _initialise_encoder(model, path: str, variant: tuple[str, str]) -> list[str]:
-    """A run of another variant than its checkpoint's (an ELECTRA run from a BERT-style
-    `mlm` model, say) takes the discriminator's encoder from it and, where both replace
-    tokens with one meaning for it, the replaced-token head; the other parts start fresh.
-    Returns those, by name."""
+def _initialise_encoder(model, path: str, variant) -> tuple[list[str], str]:
+    """A run of another variant than its checkpoint's (`variant`: _other_variant's; an
+    ELECTRA run from a BERT-style `mlm` model, say) takes the discriminator's encoder from
+    it and, where both heads mean one thing, the replaced-token head; the model's other
+    parts start fresh, the checkpoint's other parts are not used. Returns the parts that
+    start fresh, by name, and a note saying so."""
     parts = {"discriminator": model.discriminator}
-    same_head = "electric" not in variant[0] + variant[1] and "'mlm'" not in variant[0]
-    if same_head and model.discriminator_predictions is not None:
+    if variant[2] and model.discriminator_predictions is not None:
         parts["discriminator_predictions"] = model.discriminator_predictions
     holder = tf.Module()
     for part, layer in parts.items():
         setattr(holder, part, layer)
     tf.train.Checkpoint(model=holder).read(path).expect_partial(
     ).assert_existing_objects_matched()
-    return sorted(name for name, child in model._trackable_children().items()  # noqa
-                  if name not in parts and name not in TRAINING_ONLY_PARTS
-                  and child is not model.discriminator)
+    fresh = sorted(name for name, child in model._trackable_children().items()  # noqa
+                   if name not in parts and name not in TRAINING_ONLY_PARTS
+                   and child is not model.discriminator)
+    taken = "its encoder" + (" and replaced-token head start" if len(parts) > 1 else " starts")
+    shared = model.sharing == "embeddings" and any(name.startswith("generator")
+                                                   and name != "generator_predictions"
+                                                   for name in fresh)
+    note = (f"was trained with {variant[0]}, this run with {variant[1]}: {taken} the "
+            "discriminator, the rest of it is not used"
+            + (f"; {', '.join(fresh)} start fresh (model_info.json: init_fresh)" if fresh else "")
+            + (", but for the embeddings the generator shares" if shared else ""))
+    return fresh, note
 
 
 def _part_of(model, required: bool) -> tf.train.Checkpoint:

@@ -176,12 +176,15 @@ class PretrainingTrainer(orbit.StandardTrainer):
         """Trace the loop of `steps_per_loop` steps now, not at the first loop. Two processes
         that trace the same things in the same order give the step the same name, the key
         of XLA's persistent compilation cache; tracing before a checkpoint is restored
-        makes a resumed run's step the first run's."""
+        makes a resumed run's step the first run's. With k steps per call, the one-step loop
+        too, after the k-step one: it runs the steps left over (a loop that k does not
+        divide, a resume from a step off the loops' grid), and traced when first needed its
+        name, and so its cache entry, depended on what the process had traced before (each
+        resume compiled it again and added an entry)."""
         self._set_phase()
         if self.steps_per_call > 1:
             self._block_loop().get_concrete_function(self.train_dataset,
                                                      tf.TensorSpec([], tf.int32))
-            return
         self._single_loop().get_concrete_function(self.train_dataset,
                                                   tf.TensorSpec([], tf.int32))
 
@@ -194,7 +197,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         calls, single = divmod(int(num_steps), self.steps_per_call)
         if self.steps_per_call == 1:
             functions = [self._single_loop()]
-        else:  # (the single step's function is made only if it runs)
+        else:  # (called only where it runs; under XLA trace_loop has traced it)
             functions = (([self._block_loop()] if calls else [])
                          + ([self._single_loop()] if single else []))
         new = [f for f in functions if not any(f is g for g in self._called)]
