@@ -982,6 +982,16 @@ def test_init_checkpoint_of_another_variant_gives_its_encoder(tmp_path, data):
         assert note[0].startswith(f"note: --init_checkpoint={tmp_path / start} was trained "
                                   f"with objective '")
         assert f"; {', '.join(fresh)} start fresh (model_info.json: init_fresh)" in note[0]
+    # ELECTRA 15%'s networks are ELECTRA's: the whole model is taken, as from its own kind.
+    _, lines = run(tmp_path / "electra_15", data, ["NUM_TRAIN_STEPS = 2"],
+                   files=("tiny.gin", "ablations/electra_15.gin"),
+                   init_checkpoint=str(tmp_path / "electra"))
+    before = model_values(str(tmp_path / "electra" / "ckpt-6"))
+    after = model_values(str(tmp_path / "electra_15" / "ckpt-0"))
+    assert after.keys() == before.keys()
+    for key in after:
+        np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+    assert not any(line.startswith("note: --init_checkpoint") for line in lines)
     # A two-stage run would overwrite that encoder at its switch.
     with pytest.raises(UserInputError, match=r"was trained with objective 'mlm': a two-stage "
                                              r"run starts its discriminator from its "

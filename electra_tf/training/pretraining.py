@@ -1336,7 +1336,8 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     (assert_existing_objects_matched fails for one that is not), its TRAINING_ONLY_PARTS
     are read where it has them. Its vocab and (where the data's `metadata` records it) its
     casing must be this run's: data tokenized otherwise feeds it other tokens. A checkpoint
-    of another variant gives its encoder only (`_initialise_encoder`). Returns the
+    of another variant, whose networks differ (an mlm run's for an ELECTRA run), gives its
+    encoder only (`_initialise_encoder`). Returns the
     checkpoint read (a model dir's newest: a run still training there may save another),
     the parts that start fresh and, for another variant, a note saying what was taken."""
     vocab_size = model_info["vocab_size"]
@@ -1360,7 +1361,7 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
             "starts its discriminator from its generator at the switch, so the encoder it "
             "would take from there would not last; start a joint run from it")
     try:
-        if variant:
+        if variant:  # (read alone: a failed read of the whole may have assigned some parts)
             return path, *_initialise_encoder(model, path, variant)
         # read(): the checkpoint may come from write() (no save counter) or save().
         _part_of(model, required=True).read(path).expect_partial(
@@ -1389,14 +1390,15 @@ _REPLACED_TOKEN_HEADS = ("electra", "electra_15")
 
 def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
     """(what the checkpoint's model dir trained, what this run trains, whether its
-    replaced-token head means this run's) where they differ in the networks they have:
-    objective, or uniform replacements against a generator. None where they are one (or
-    the checkpoint has no model_info.json to say)."""
+    replaced-token head means this run's) where their networks differ: objective (but
+    'electra' and 'electra_15', whose networks are one), or uniform replacements against a
+    generator. None where they are one (or the checkpoint has no model_info.json to say)."""
     if "objective" not in earlier:
         return None
     there = (earlier["objective"], earlier.get("options", {}).get("uniform_generator", False))
     here = (model.objective, model.uniform_generator)
-    if there == here:
+    if there[1] == here[1] and (there[0] == here[0]
+                                or {there[0], here[0]} <= set(_REPLACED_TOKEN_HEADS)):
         return None
 
     def name(objective, uniform):
