@@ -253,8 +253,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
         sharing = "embeddings" if tied else "none"
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
-    keras.utils.set_random_seed(seed)  # the fresh parts' draws
-    model = new_pretrainer(disc_config, gen_config, sharing, objective)
+    model = new_pretrainer(disc_config, gen_config, sharing, objective, seed)
     try:
         not_imported = _load_networks(model, discriminator, generator or None)
     except huggingface.TensorMismatch as e:
@@ -485,8 +484,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     else:
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
         sharing = "embeddings"
-    keras.utils.set_random_seed(seed)  # the fresh parts' draws
-    model = new_pretrainer(disc_config, gen_config, sharing)
+    model = new_pretrainer(disc_config, gen_config, sharing, seed=seed)
     not_imported = _load_networks(model, disc_state, gen_state)
     notes = []
     tokenizer = _hf_tokenizer(discriminator_dir, vocab_file, lower_case, notes)
@@ -704,9 +702,13 @@ def _hf_notes(model: ElectraPretrainer) -> list[str]:
 
 
 def new_pretrainer(discriminator: EncoderConfig, generator: EncoderConfig | None,
-                   sharing: str, objective: str = "electra") -> ElectraPretrainer:
+                   sharing: str, objective: str = "electra",
+                   seed: int | None = None) -> ElectraPretrainer:
     """A pretrainer of these shapes (no generator: uniform replacements, unless the
-    objective is 'mlm', BERT's one network), fresh weights."""
+    objective is 'mlm', BERT's one network), fresh weights (drawn from `seed`, which seeds
+    Keras, where given)."""
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
     if generator is not None and sharing == "embeddings":
         generator = dataclasses.replace(generator, embedding_size=discriminator.embedding_width)
     return ElectraPretrainer(discriminator, generator, objective=objective, sharing=sharing,

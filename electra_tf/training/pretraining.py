@@ -50,7 +50,7 @@ from tensorflow.python.util import deprecation
 
 from electra_tf import atomic, tokenization
 from electra_tf.data import masking, pipeline, writer
-from electra_tf.errors import UserInputError
+from electra_tf.errors import UserInputError, first_line
 from electra_tf.modeling import factory, flops
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.training import optimization, strategies, summaries
@@ -505,7 +505,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         # Not twice: a loop ended on the grid and then a SIGTERM; a restore after a
         # non-finite loss puts the step back to the checkpoint it read.
         latest_saved = manager.latest_checkpoint
-        if latest_saved is None or int(latest_saved.rsplit("-", 1)[1]) != step:
+        if latest_saved is None or _step_of(latest_saved) != step:
             try:
                 path = manager.save(checkpoint_number=step, check_interval=False)
             except Exception:
@@ -694,7 +694,7 @@ class _Monitor:
         # bad_step counts steps before it; the console's step N is the one that made N.
         said, said_skipped = bad_step + 1, ", ".join(str(s + 1) for s in self.skipped)
         latest = self.manager.latest_checkpoint
-        restored_step = int(latest.rsplit("-", 1)[1]) if latest else 0
+        restored_step = _step_of(latest) if latest else 0
         if self.on_nonfinite == "stop":
             raise UserInputError(
                 f"the loss was not finite at step {said}; the run stopped and its last "
@@ -774,13 +774,18 @@ def _loop_lengths(steps_per_loop: int, intervals: list[int], boundary: int | Non
     return length
 
 
+def _step_of(checkpoint: str) -> int:
+    """The step a checkpoint prefix (`.../ckpt-N`) was saved at."""
+    return int(checkpoint.rsplit("-", 1)[1])
+
+
 def _finished(model_dir: str, num_train_steps: int, eval_data) -> bool:
     """Whether one process's model dir holds a run at its last step, and evaluated there
     if it evaluates (a run killed during its last evaluation runs that again)."""
     latest = tf.train.latest_checkpoint(model_dir)
     if not latest:
         return False
-    step = int(latest.rsplit("-", 1)[1])
+    step = _step_of(latest)
     return step == num_train_steps and (not eval_data or step in _evaluated_steps(model_dir))
 
 
@@ -989,7 +994,7 @@ def _common_checkpoint(model_dir: str, directory: str, workers: int, log) -> str
         state = tf.train.get_checkpoint_state(directory)
         times = list(state.all_model_checkpoint_timestamps)
         kept = [i for i, path in enumerate(state.all_model_checkpoint_paths)
-                if int(path.rsplit("-", 1)[1]) <= step]
+                if _step_of(path) <= step]
         checkpoint_management.update_checkpoint_state_internal(
             directory, os.path.join(directory, f"ckpt-{step}"),
             [state.all_model_checkpoint_paths[i] for i in kept], save_relative_paths=True,
@@ -1008,7 +1013,7 @@ def _steps_saved(directory: str) -> list[int]:
     checkpoint state lists."""
     state = tf.train.get_checkpoint_state(directory)
     paths = state.all_model_checkpoint_paths if state else []
-    return sorted(int(p.rsplit("-", 1)[1]) for p in paths if tf.io.gfile.exists(p + ".index"))
+    return sorted(_step_of(p) for p in paths if tf.io.gfile.exists(p + ".index"))
 
 
 def _check_worker_positions(model_dir, workers: int, step: int, num_train_steps: int):
@@ -1198,7 +1203,7 @@ def _check_resume(model_dir, model_info, metadata=None):
             "model_info.json): resume it with the gin files and bindings it ran with (its "
             "operative_config.gin), or start a new --model_dir with "
             f"--init_checkpoint={model_dir}")
-    done = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
+    done = _step_of(tf.train.latest_checkpoint(model_dir))
     if done > model_info["num_train_steps"]:
         raise UserInputError(
             f"--model_dir={model_dir} holds a run at step {done}, past this one's "
@@ -1276,7 +1281,7 @@ def _restore(checkpoint, path: str, model_dir: str):
             "resume with the --train_data it was trained with, or start a new --model_dir "
             f"with --init_checkpoint={model_dir}") from None
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
-        first = str(e).strip().splitlines()[0][:200]
+        first = first_line(e)[:200]
         raise UserInputError(
             f"--model_dir={model_dir} holds a checkpoint ({path}) of another model or "
             f"configuration ({first}); use a new --model_dir, or the gin files it was "
@@ -1369,7 +1374,7 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
         _part_of(model, required=False).read(path).expect_partial()
     except (AssertionError, ValueError, tf.errors.NotFoundError,
             tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
-        first = str(e).strip().splitlines()[0][:200]
+        first = first_line(e)[:200]
         if variant:
             raise UserInputError(
                 f"--init_checkpoint={path}'s encoder does not fit this model's ({first}); it "
