@@ -163,8 +163,8 @@ def _flag_choosing(path: str | None) -> str | None:
 class Terminated(BaseException):
     """SIGTERM, raised where the main thread is (as Ctrl-C raises KeyboardInterrupt), so that
     what a script is writing is cleaned up and it ends with one line (`run`'s
-    handles_sigterm). A pre-training run handles SIGTERM itself (it saves a checkpoint
-    first)."""
+    handles_sigterm). A pre-training run's loop handles SIGTERM itself (it saves a
+    checkpoint first); this answers it during the run's start-up."""
 
 
 TERMINATED_LINE = ("terminated (SIGTERM); what was complete is kept: rerun the same command "

@@ -61,7 +61,9 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, trains=True, xla_cache=True, memory_hint=(
+    # handles_sigterm: until the run's loop takes SIGTERM (to save a checkpoint first), it
+    # ends the start-up with one line and exit code 143.
+    cli.run(main, trains=True, xla_cache=True, handles_sigterm=True, memory_hint=(
         "lower the memory a step takes (--gin_bindings=pretraining.gradient_accumulation_steps"
         "=2 or more: the same global batch, TRAIN_BATCH_SIZE, in micro-batches; or a smaller "
         "TRAIN_BATCH_SIZE) or the model's size"))

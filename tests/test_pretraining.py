@@ -272,6 +272,31 @@ def _wait_for(path_glob, process, timeout=240):
     raise AssertionError(f"{path_glob} did not appear")
 
 
+def _catches(pid: int, number: int) -> bool:
+    """Whether process `pid` has a handler for signal `number` (Linux: /proc's SigCgt)."""
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(line for line in f if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) >> (number - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+def test_sigterm_during_the_start_up_ends_with_one_line(tmp_path, data):
+    """SIGTERM before the loop's own handler is in place (importing TensorFlow, building the
+    model: seconds): the start-up's one line and exit code 143, as the other scripts; it
+    ended the process silently."""
+    from electra_tf import cli
+    process = script(*script_args(tmp_path, data))
+    deadline = time.time() + 60
+    while not _catches(process.pid, signal.SIGTERM):
+        assert process.poll() is None and time.time() < deadline, process.communicate()
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert (process.returncode, err.splitlines()[-1:]) == (143, [cli.TERMINATED_LINE]), err
+    assert "Traceback" not in err and "saved checkpoint" not in out, (out, err)
+    assert not glob.glob(str(tmp_path / "ckpt-*"))
+
+
 def test_kill_9_then_rerun_ends_with_the_same_weights(tmp_path, data):
     more = ["NUM_TRAIN_STEPS = 12", "pretraining.keep_checkpoints = 10"]
     straight = script(*script_args(tmp_path / "straight", data, *more), "--deterministic",
@@ -1217,6 +1242,15 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
     assert [re.findall(r"worker \d of 2 reads input pipeline \d", out)
             for _, out, _ in outputs] == [["worker 0 of 2 reads input pipeline 0"],
                                           ["worker 1 of 2 reads input pipeline 1"]]
+    # Rerun as it was, a finished run does nothing on either worker, writing nothing (they
+    # resumed it and ended at once).
+    events = sorted(glob.glob(str(model / "**" / "events.*"), recursive=True))
+    outputs = cluster(model, 4, "--gin_bindings=pretraining.eval_steps = 100000",
+                      f"--eval_data={tmp_path}/held_out_*.tfrecord")
+    assert digests(outputs) == first
+    for _, out, _ in outputs:
+        assert f"{model} holds a finished run (step 4 of NUM_TRAIN_STEPS=4)" in out, out
+    assert sorted(glob.glob(str(model / "**" / "events.*"), recursive=True)) == events
     # A finished run goes on, the worker from its data position; a SIGTERM to the worker
     # makes both save the same step (the save on the grid is not made twice) and exit; the
     # rerun goes on from it, each worker from its own checkpoint.

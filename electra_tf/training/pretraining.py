@@ -193,13 +193,18 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
          max_predictions_per_seq, whole_word_masking, premasked_records,
          gradient_accumulation_steps, clip_norm,
          precision, jit_compile, steps_per_call, xla_cache, on_nonfinite, max_restores,
-         two_stage_steps, device_name, log, held, exit_at_once, **_):
+         two_stage_steps, device_name, log, held, exit_at_once, handlers, **_):
 
     # Multi-worker collectives must be configured before TensorFlow runs any op.
     strategies.check_tpu_node_paths(strategy, tpu, {  # (before connecting: no network)
         "--model_dir": model_dir, "--train_data": train_data, "--eval_data": eval_data,
         "--init_checkpoint": init_checkpoint})
     strategy = strategies.create_strategy(strategy, tpu, log)
+    if threading.current_thread() is threading.main_thread() and callable(
+            handlers[signal.SIGTERM]):
+        # A multi-worker strategy's preemption watcher takes SIGTERM; until the loop's own
+        # handler is installed, the caller's answers it (a script's: one line, exit 143).
+        signal.signal(signal.SIGTERM, handlers[signal.SIGTERM])
     replicas = strategy.num_replicas_in_sync
     if isinstance(strategy, tf.distribute.TPUStrategy) and precision == "mixed_float16":
         raise UserInputError("pretraining.precision='mixed_float16' is for GPUs; TPUs compute "
@@ -380,8 +385,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             "when resumed, so it would compile them again anyway")
     elif jit_compile and xla_cache:
         cache = _xla_cache.attach(model_dir, strategy, log)
-    finished = workers == 1 and _finished(model_dir, num_train_steps, eval_data)
-    if jit_compile and not two_stage and not finished:
+    # (several workers agree on it below, before the first checkpoint could change it)
+    finished = _finished(model_dir, num_train_steps, eval_data)
+    if jit_compile and not two_stage and not (finished and workers == 1):
         trainer.trace_loop()
 
     # -- checkpoints: restore the latest, or start (from init_checkpoint)
@@ -403,8 +409,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     latest = _common_checkpoint(model_dir, directory, workers, log)
     if workers > 1:
         # Every worker has chosen before any saves: the chief's first checkpoint (ckpt-0)
-        # would look to a worker that looked after it like a run to resume.
-        strategies.summed_over_workers(strategy, tf.constant(1.0))
+        # would look to a worker that looked after it like a run to resume. And a finished
+        # run ends only where every worker found it finished: one that went on alone would
+        # wait for the others' collectives.
+        agreed = strategies.summed_over_workers(strategy, tf.constant(float(finished)))
+        finished = int(agreed.numpy()) == replicas
     manager = tf.train.CheckpointManager(
         checkpoint, directory, max_to_keep=keep_checkpoints, step_counter=state.step)
     if latest:
