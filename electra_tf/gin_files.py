@@ -171,6 +171,17 @@ def _check_ablations_agree(paths: list[str]) -> None:
                         f"{bound[key][1]} set to {bound[key][0]}: they are different studies; "
                         "run one, or bind the value you want with --gin_bindings")
                 bound[key] = (value, name)
+    # The generator's size, set by one file, with a file that leaves no generator: trained
+    # without a word as if unset (and recorded so).
+    sized, removed = bound.get("pretrainer.generator_hidden_fraction"), None
+    if bound.get("OBJECTIVE", ("",))[0] == "'mlm'":
+        removed = (bound["OBJECTIVE"][1], "trains no generator (BERT)")
+    elif bound.get("pretrainer.uniform_generator", ("",))[0] == "True":
+        removed = (bound["pretrainer.uniform_generator"][1],
+                   "replaces tokens uniformly at random, without a generator")
+    if sized and removed:
+        raise UserInputError(f"--gin_file={sized[1]} sets the generator's size, but "
+                             f"--gin_file={removed[0]} {removed[1]}: drop --gin_file={sized[1]}")
 
 
 def includes(path: str) -> list[str]:

@@ -60,6 +60,14 @@ def test_an_undefined_macro_is_an_error_naming_it():
      r"which --gin_file=ablations/generator_half.gin set to 0.5"),
     (["tiny.gin", "ablations/two_stage.gin", "ablations/adversarial.gin"],
      r"sets pretrainer.algorithm = 'adversarial', which .*two_stage.gin set to 'two_stage'"),
+    (["tiny.gin", "ablations/mlm.gin", "ablations/generator_half.gin"],
+     r"^--gin_file=ablations/generator_half.gin sets the generator's size, but "
+     r"--gin_file=ablations/mlm.gin trains no generator \(BERT\): drop "
+     r"--gin_file=ablations/generator_half.gin$"),
+    (["tiny.gin", "ablations/generator_half.gin", "ablations/uniform_generator.gin"],
+     r"^--gin_file=ablations/generator_half.gin sets the generator's size, but "
+     r"--gin_file=ablations/uniform_generator.gin replaces tokens uniformly at random, "
+     r"without a generator: drop --gin_file=ablations/generator_half.gin$"),
     (["tiny.gin", "ablations/mlm.gin", "small.gin"],
      r"^--gin_file=small.gin is a size file: after --gin_file=ablations/mlm.gin it would set "
      r"that file's values back; give one size file, before the ablation files$"),
