@@ -234,6 +234,27 @@ def test_mismatches_and_bad_data_fail_before_work(austen_data, tmp_path):
     vocab[2000], vocab[2001] = vocab[2001], vocab[2000]
     swapped.write_text("\n".join(vocab), encoding="utf-8")
     assert "was built with a different vocab than" in _error(directory, vocab_file=str(swapped))
+    # The vocab metadata.json names, edited since the build: said so, with where a copy is.
+    moved = tmp_path / "moved"
+    shutil.copytree(directory, moved)
+    (moved / "metadata.json").write_text(json.dumps(
+        {**json.loads((moved / "metadata.json").read_text()), "vocab_file": str(swapped)}))
+    assert _error(moved, vocab_file=str(swapped)) == (
+        f"{swapped}, which {moved}/metadata.json names, has changed since the build (its "
+        "sha256 differs from the one recorded); put back the vocab the data was built with (a "
+        "model dir trained on it keeps a copy: MODEL_DIR/vocab.txt) and pass it as --vocab_file")
+    # Held-out data built otherwise than the training data: rebuilt as that was.
+    files = pipeline.list_files(directory)
+    for length, vocab_file, said in (
+            (512, UNCASED_VOCAB, f"{directory}/metadata.json says max_seq_length=128 but the "
+                                 "run uses 512 (as --train_data)"),
+            (128, CHINESE_VOCAB, f"{directory}/metadata.json was built with a vocab of 30522 "
+                                 f"tokens but {CHINESE_VOCAB} has 21128")):
+        with pytest.raises(UserInputError) as info:
+            pipeline.validate_data(files, length, vocab_file, data_flag="--eval_data",
+                                   against="--train_data")
+        assert str(info.value) == (f"{said}; rebuild --eval_data as --train_data was built "
+                                   f"(--max_seq_length={length}, --vocab_file={vocab_file})")
     assert _error(tmp_path / "nothing").startswith(f"data {tmp_path}/nothing/*.tfrecord* "
                                                    "matches no file")
     # Two builds' folders in one run: each metadata.json must agree with the first.
@@ -405,6 +426,11 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
     with pytest.raises(UserInputError, match=(
             f"^data {blank}/{first} matches only shards that metadata.json records as empty")):
         pipeline.list_files(f"{blank}/{first}")
+    # The build's metadata.json given as the data (it was read as one empty shard).
+    with pytest.raises(UserInputError, match=(
+            f"^--train_data {blank}/metadata.json names the build's metadata.json, not its "
+            f"TFRecord shards; pass the folder that holds them \\({blank}\\)$")):
+        pipeline.list_files(f"{blank}/metadata.json", "--train_data")
 
 
 def test_full_scan_finds_corruption_past_the_first_record(austen_data, tmp_path):

@@ -809,6 +809,11 @@ def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
                                              r"\(TRAIN_BATCH_SIZE=8\); hold out more"):
         run(tmp_path / "tiny", data, eval_data=tiny)
     assert not os.path.exists(tmp_path / "tiny")
+    # Training data under one batch trains (each batch repeats it), with a note.
+    _, lines = run(tmp_path / "few", tiny, vocab_file=UNCASED_VOCAB, dry_run=True)
+    assert (f"note: --train_data={tiny} holds fewer examples than one batch of 8 "
+            "(TRAIN_BATCH_SIZE=8): each batch repeats them; build more data, or lower "
+            "TRAIN_BATCH_SIZE") in lines
 
 
 def test_an_evaluation_is_the_models_metrics_on_the_held_out_batches(data, mirrored_strategy):

@@ -69,8 +69,15 @@ def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> l
                 f"{data_flag or 'data'} {pattern} matches no file; "
                 + (f"its compressed shards end .tfrecord.gz: pass '{pattern}*'" if longer else
                    "check the path, or build the data with scripts/build_pretraining_data.py"))
-        files.update(m for m in matched
-                     if not m.endswith(".json") and ".tmp-" not in os.path.basename(m))
+        shards = [m for m in matched
+                  if not m.endswith(".json") and ".tmp-" not in os.path.basename(m)]
+        if not shards and any(os.path.basename(m) == METADATA_FILE for m in matched):
+            folder = os.path.dirname(next(m for m in matched
+                                          if os.path.basename(m) == METADATA_FILE))
+            raise UserInputError(
+                f"{data_flag or 'data'} {pattern} names the build's {METADATA_FILE}, not its "
+                f"TFRecord shards; pass the folder that holds them ({folder or '.'})")
+        files.update(shards)
     for directory in sorted({os.path.dirname(f) for f in files}):
         if (tf.io.gfile.exists(os.path.join(directory, STATE_DIR))
                 and not tf.io.gfile.exists(os.path.join(directory, METADATA_FILE))):
@@ -107,7 +114,8 @@ def vocab_file_of(vocab_file: str | None, files: list[str], data: str,
                   data_flag: str = "--train_data") -> str:
     """`vocab_file`, or where it is None the vocab the data's metadata.json names; one that
     is not there is refused in one line."""
-    if vocab_file is None:
+    named = vocab_file is None
+    if named:
         metadata = read_metadata(files)
         if metadata is None or not metadata.get("vocab_file"):
             raise UserInputError(
@@ -115,8 +123,12 @@ def vocab_file_of(vocab_file: str | None, files: list[str], data: str,
                 "(the vocab the data was built with)")
         vocab_file = metadata["vocab_file"]
     if not tf.io.gfile.exists(vocab_file):
-        raise UserInputError(f"vocab file {vocab_file} does not exist; pass --vocab_file with "
-                             "the vocab the data was built with")
+        raise UserInputError(
+            f"vocab file {vocab_file}" + (f", which {data_flag}'s metadata.json names," if named
+                                          else "")
+            + " does not exist; pass --vocab_file with the vocab the data was built with"
+            + (" (a model dir trained on it keeps a copy: MODEL_DIR/vocab.txt)" if named
+               else ""))
     return vocab_file
 
 
@@ -201,7 +213,7 @@ def _first_record(path: str, data_flag: str) -> tf.train.Example:
 
 def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None = None,
                   full_scan: bool = False, *, length_flag: str = "MAX_SEQ_LENGTH",
-                  data_flag: str = "--train_data") -> dict:
+                  data_flag: str = "--train_data", against: str | None = None) -> dict:
     """Checks data against the run's config; returns what it learned.
 
     Checks: the files exist and start with a readable tf.train.Example holding the
@@ -213,7 +225,8 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
 
     The fixes the errors suggest name the caller's settings: `length_flag` for the sequence
     length (a gin macro in training, a flag in scripts/inspect_pretraining_data.py) and
-    `data_flag` for the data.
+    `data_flag` for the data. `against`: the data the run's length and vocab came from
+    (held-out data's are "--train_data"'s): a mismatch is fixed by rebuilding this data.
 
     Returns {"premasked": bool, "max_predictions": int or None, "word_starts": bool,
     "metadata": dict or None}; word_starts says the records carry word boundaries.
@@ -231,22 +244,40 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
                     "and the same build flags")
     metadata = found[0] if found else None
     vocab = tokenization.load_vocab(vocab_file) if vocab_file is not None else None
+    # Held-out data (`against` names the data the run's length and vocab came from) that
+    # differs is rebuilt as that was; changing the run's settings would not fit it.
+    rebuild = (f"rebuild {data_flag} as {against} was built (--max_seq_length="
+               f"{max_seq_length}, --vocab_file={vocab_file})" if against else None)
     if metadata is not None:
         where = metadata["_path"]
         if metadata["max_seq_length"] != max_seq_length:
             raise UserInputError(
                 f"{where} says max_seq_length={metadata['max_seq_length']} but the run uses "
-                f"{max_seq_length}; set {length_flag}={metadata['max_seq_length']} or rebuild "
-                "the data")
+                f"{max_seq_length}" + (f" (as {against}); {rebuild}" if against else
+                                      f"; set {length_flag}={metadata['max_seq_length']} or "
+                                      "rebuild the data"))
         if vocab is not None:
+            same_file = metadata.get("vocab_file") == vocab_file
+
+            def changed(how):
+                return (f"{vocab_file}, which {where} names, has changed since the build "
+                        f"({how}); put back the vocab the data was built with (a model dir "
+                        "trained on it keeps a copy: MODEL_DIR/vocab.txt) and pass it as "
+                        "--vocab_file")
             if metadata["vocab_size"] != len(vocab):
                 raise UserInputError(
+                    changed(f"{metadata['vocab_size']} tokens then, {len(vocab)} now")
+                    if same_file and not against else
                     f"{where} was built with a vocab of {metadata['vocab_size']} tokens but "
-                    f"{vocab_file} has {len(vocab)}; use the vocab the data was built with")
+                    f"{vocab_file} has {len(vocab)}; "
+                    + (rebuild if against else "use the vocab the data was built with"))
             if metadata["vocab_sha256"] != tokenization.vocab_sha256(vocab_file):
                 raise UserInputError(
+                    changed("its sha256 differs from the one recorded")
+                    if same_file and not against else
                     f"{where} was built with a different vocab than {vocab_file} (sha256 "
-                    "differs); use the vocab the data was built with")
+                    "differs); " + (rebuild if against else
+                                    "use the vocab the data was built with"))
     compressed = sorted({_compression_of(f) == "GZIP" for f in files})
     if len(compressed) > 1:
         plain = next(f for f in files if not f.endswith(".gz"))
@@ -278,7 +309,8 @@ def validate_data(files: list[str], max_seq_length: int, vocab_file: str | None 
             if length != max_seq_length:
                 raise UserInputError(
                     f"data file {path} has sequences of length {length} but the run uses "
-                    f"max_seq_length={max_seq_length}; set {length_flag}={length} or rebuild")
+                    f"max_seq_length={max_seq_length}; " + (
+                        rebuild if against else f"set {length_flag}={length} or rebuild"))
             if vocab is not None:  # data without metadata.json: its first record's ids
                 ids = [i for n in ("input_ids", "masked_lm_ids") if n in names
                        for i in example.features.feature[n].int64_list.value]

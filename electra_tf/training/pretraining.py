@@ -223,7 +223,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     if eval_data:
         eval_files = pipeline.list_files(eval_data, "--eval_data")
         eval_info = pipeline.validate_data(eval_files, max_seq_length, vocab_file,
-                                           data_flag="--eval_data")
+                                           data_flag="--eval_data", against="--train_data")
     vocab = tokenization.load_vocab(vocab_file)
     ids = {t: i for i, t in enumerate(vocab)}
     # Before any variable is made: each is the chief's value sent to the others, so workers
@@ -258,6 +258,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             "holds a run, which this one resumes (--init_checkpoint starts a new --model_dir)")
     if eval_data:
         eval_steps = _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log)
+    share = train_batch_size // pipeline.num_workers(strategy)
+    if chief and pipeline.batches_per_worker(train_data, share, pipeline.num_workers(strategy),
+                                             1) == 0:
+        log(f"note: --train_data={train_data} holds fewer examples than one batch of {share}"
+            + (" on a worker" if share != train_batch_size else "") + f" (TRAIN_BATCH_SIZE="
+            f"{train_batch_size}): each batch repeats them; build more data, or lower "
+            "TRAIN_BATCH_SIZE")
 
     with strategy.scope():
         model = factory.build_pretrainer(vocab_size=len(vocab), seed=seed,
@@ -1138,6 +1145,19 @@ def _check_resume(model_dir, model_info, metadata=None):
             f"--init_checkpoint={model_dir}")
     if not earlier.get("train_batch_size"):  # none
         return
+    # The vocab's size and casing before its hash: --init_checkpoint, which the hash's
+    # refusal suggests, refuses another size or casing.
+    if earlier.get("vocab_size", model_info["vocab_size"]) != model_info["vocab_size"]:
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained with a vocab of {earlier['vocab_size']} "
+            f"tokens (model_info.json), this data's has {model_info['vocab_size']}; resume "
+            "with the data (and --vocab_file) it was trained with, or start a new --model_dir")
+    casing = _other_casing(earlier, model_info, metadata)
+    if casing:
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained on data tokenized otherwise "
+            f"({casing[0]}: model_info.json against this data's metadata.json); "
+            f"resume with the data it was trained with, or rebuild this data with {casing[1]}")
     if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
         raise UserInputError(
             f"--model_dir={model_dir} was trained with another vocab ({earlier['vocab_file']} "
@@ -1145,12 +1165,6 @@ def _check_resume(model_dir, model_info, metadata=None):
             f"{model_info['vocab_file']}'s); "
             "resume with the data (and --vocab_file) it was trained with, or start a new "
             f"--model_dir with --init_checkpoint={model_dir}")
-    casing = _other_casing(earlier, model_info, metadata)
-    if casing:
-        raise UserInputError(
-            f"--model_dir={model_dir} was trained on data tokenized otherwise "
-            f"({casing[0]}: model_info.json against this data's metadata.json); "
-            f"resume with the data it was trained with, or rebuild this data with {casing[1]}")
     other = ("train_files" in earlier
              and _other_files(earlier["train_files"], model_info["train_files"]))
     if other:
@@ -1160,11 +1174,6 @@ def _check_resume(model_dir, model_info, metadata=None):
             "train_files), whose data position its checkpoint holds; resume with the "
             "--train_data it was trained with, or start a new --model_dir with "
             f"--init_checkpoint={model_dir}")
-    if earlier.get("vocab_size", model_info["vocab_size"]) != model_info["vocab_size"]:
-        raise UserInputError(
-            f"--model_dir={model_dir} was trained with a vocab of {earlier['vocab_size']} "
-            f"tokens (model_info.json), this data's has {model_info['vocab_size']}; resume "
-            "with the data (and --vocab_file) it was trained with, or start a new --model_dir")
     if "premasked_records" in model_info:
         # A run of pre-masked records from before premasked_records was recorded (before
         # whole_word_masking was too) used them as written.
