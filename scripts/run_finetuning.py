@@ -78,12 +78,14 @@ def main(argv):
     from electra_tf.errors import UserInputError
     from electra_tf.training import strategies
     task = tasks.get_task(FLAGS.task)
-    given = [f"--{name}" for name in ("lower_case", "strip_accents") if FLAGS[name].present]
+    given = [f"--{name}" for name in ("model_size", "lower_case", "strip_accents")
+             if FLAGS[name].present]
     if given and FLAGS.init_checkpoint.lower() not in runner.NO_INIT:
-        raise UserInputError(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} for "
-                             "--init_checkpoint=none; a checkpoint is fine-tuned with the text "
-                             "processing it was trained with (its model_info.json): drop "
-                             f"{'them' if len(given) > 1 else 'it'}")
+        raise UserInputError(f"{', '.join(given[:-1])}{' and ' if len(given) > 1 else ''}"
+                             f"{given[-1]} {'are' if len(given) > 1 else 'is'} for "
+                             "--init_checkpoint=none; a checkpoint is fine-tuned with the shape "
+                             "and text processing it was trained with (its model_info.json): "
+                             f"drop {'them' if len(given) > 1 else 'it'}")
     if strategies.is_tpu_node(FLAGS.strategy, FLAGS.tpu):
         # Once connected, a Node's host runs the eager ops: tokenization's tensorflow-text
         # kernels, which only this process has loaded, among them.

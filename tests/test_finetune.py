@@ -686,14 +686,17 @@ def test_a_random_encoder_on_an_accented_vocab_needs_strip_accents_false(tmp_pat
     assert init.tokenizer().encode(["Café5"]) == [[vocab.index("caf\u00e95")]]
     for flags, named in ((["--lower_case"], "--lower_case is"),
                          (["--nolower_case", "--strip_accents"],
-                          "--lower_case and --strip_accents are")):
+                          "--lower_case and --strip_accents are"),
+                         # (the checkpoint's shape was trained silently)
+                         (["--model_size=large", "--lower_case"],
+                          "--model_size and --lower_case are")):
         result = run_script("run_finetuning.py", "--task=classification",
                             f"--init_checkpoint={tmp_path}/model", f"--model_dir={tmp_path}/out",
                             f"--train_file={tmp_path}/t.csv", f"--dev_file={tmp_path}/d.csv",
                             *flags, cwd=ROOT)
         assert (result.returncode, result.stderr.splitlines()) == (1, [
             f"error: {named} for --init_checkpoint=none; a checkpoint is fine-tuned with the "
-            "text processing it was trained with (its model_info.json): drop "
+            "shape and text processing it was trained with (its model_info.json): drop "
             + ("them" if len(flags) > 1 else "it")])
 
 

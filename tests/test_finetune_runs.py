@@ -267,6 +267,32 @@ def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     assert runner.check_model_dir(str(tmp_path / "new" / "out")) == []
 
 
+@pytest.mark.parametrize("written, message", [
+    (("model_info.json", "checkpoint", "ckpt-60.index"),
+     "holds a pre-trained model (checkpoints, model_info.json), not a fine-tuning run; "
+     "fine-tuning writes its trials to a folder of their own: choose another --model_dir "
+     "(--init_checkpoint={d} fine-tunes that model)"),
+    (("task_info.json", "trial.json", "vocab.txt"),
+     "is a trial of a fine-tuning run (task_info.json), not a folder for a run: choose another "
+     "--model_dir (--init_checkpoint={d} fine-tunes its encoder further)"),
+])
+def test_a_model_dir_of_another_kind_is_refused(tmp_path, written, message):
+    """A pre-training model dir (or a trial) given as --model_dir took the trials beside its
+    checkpoints: an --init_checkpoint of it then took the best trial, and export refused it
+    as a fine-tuning run; --overwrite would not have made it one either."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in written:
+        (model / name).write_text("{}")
+    for overwrite in (False, True):
+        with pytest.raises(UserInputError) as error:
+            runner.check_model_dir(str(model), overwrite)
+        assert str(error.value) == f"--model_dir={model} " + message.format(d=model)
+    assert sorted(os.listdir(model)) == sorted(written)
+
+
 def test_a_disk_without_room_for_a_trial_is_refused_before_it_trains(tmp_path, small_disk):
     """A trial's model is written when it has trained: on a disk without room for it, one
     line before the training (it was a traceback of the failed write after it)."""

@@ -539,11 +539,26 @@ def check_model_dir(model_dir: str, overwrite: bool = False,
     """What an earlier run left in `model_dir` (results.json first, then its trial
     folders), for `overwrite` to delete, or for a rerun to resume (`resumable_trials`).
     Without `overwrite` a finished run (results.json) is an error unless `num_trials`
-    exceeds its trials (the run is extended), as is a `model_dir` that is a file."""
+    exceeds its trials (the run is extended), as is a `model_dir` that is a file, holds a
+    pre-trained model, or is a trial's folder."""
     atomic.check_folder(model_dir)
     if not tf.io.gfile.isdir(model_dir):
         return []
     names = [n.rstrip("/") for n in tf.io.gfile.listdir(model_dir)]
+    # Another command's output: the trials written beside it would change what it is to the
+    # commands that read it (an --init_checkpoint of it would take the best trial).
+    if "model_info.json" in names or any(n == "checkpoint" or n.startswith("ckpt-")
+                                         for n in names):
+        raise UserInputError(
+            f"--model_dir={model_dir} holds a pre-trained model (checkpoints, "
+            "model_info.json), not a fine-tuning run; fine-tuning writes its trials to a "
+            "folder of their own: choose another --model_dir (--init_checkpoint="
+            f"{model_dir} fine-tunes that model)")
+    if TASK_INFO in names or TRIAL_RESULT in names:
+        raise UserInputError(
+            f"--model_dir={model_dir} is a trial of a fine-tuning run ({TASK_INFO}), not a "
+            "folder for a run: choose another --model_dir (--init_checkpoint="
+            f"{model_dir} fine-tunes its encoder further)")
     earlier = ([RESULTS] if RESULTS in names else []) + sorted(
         (n for n in names if _TRIAL_DIR.fullmatch(n)),
         key=lambda n: (int(re.sub(r"\D", "", n)), n))
