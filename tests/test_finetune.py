@@ -1890,6 +1890,14 @@ def test_missing_column_empty_cells_and_unknown_label_name_the_file_and_the_fix(
             readers.read_table(str(tmp_path / path))
         assert str(error.value) == (f"{tmp_path / path} line {line} has no text in column "
                                     "'text'; fill it in or drop the row")
+    # A JSON boolean, array or object is not text missing: said as what it is.
+    for value, kind in (("true", "boolean"), ("[1]", "array"), ('{"a": 1}', "object")):
+        (tmp_path / "typed.jsonl").write_text(f'{{"text": "ok", "label": "x"}}\n'
+                                              f'{{"text": {value}, "label": "y"}}\n')
+        with pytest.raises(UserInputError) as error:
+            readers.read_table(str(tmp_path / "typed.jsonl"))
+        assert str(error.value) == (f"{tmp_path / 'typed.jsonl'} line 2 has a JSON {kind} in "
+                                    "column 'text', not text; write the text as a string")
     conll = tmp_path / "tags.txt"
     conll.write_text("EU\tB-ORG\tx\nrejects\t\tx\n")
     with pytest.raises(UserInputError) as error:
@@ -1946,6 +1954,18 @@ def test_bad_inputs_in_process(tmp_path):
     tags.write_text("Emma B-PER\nsmiled\n")
     with pytest.raises(UserInputError, match="line 2 has no tag column"):
         readers.read_conll(str(tags))
+    # --label_column naming the word column or past the last one: said so.
+    tags.write_text("the NN _ O\nEmma NNP _ B-PER\n")
+    for column, message in ((0, f"{tags}: --label_column=0 is the word column; the tags are in "
+                                "another (-1, the default, is the last)"),
+                            (-4, f"{tags}: --label_column=-4 is the word column; the tags are "
+                                 "in another (-1, the default, is the last)"),
+                            (9, f"{tags} line 1 has 4 columns, no column 9 (--label_column); "
+                                "choose the tag column's index, 1 to 3 (or -1, the last)")):
+        with pytest.raises(UserInputError) as error:
+            readers.read_conll(str(tags), column)
+        assert str(error.value) == message
+    assert [s.tags for s in readers.read_conll(str(tags), 1)] == [["NN", "NNP"]]
     with pytest.raises(UserInputError, match="--task=sst3 is unknown"):
         tasks.get_task("sst3")
     with pytest.raises(UserInputError, match="has no train file"):

@@ -276,6 +276,29 @@ def test_squad_fields_of_the_wrong_type_or_repeated_ids(tmp_path):
     read = squad.read_squad(_squad(qa, [{"id": "q1", "question": "Who?", "answers": [
         {"text": "smiled", "answer_start": "5"}]}]), training=True)
     assert [(e.start_char, e.answer_text) for e in read] == [(5, "smiled")]
+    _refused(f"{qa}: question 'q1' has an empty question; write it, or drop the entry",
+             squad.read_squad, _squad(qa, [{"id": "q1", **emma, "question": " "}]),
+             training=False)
+
+
+def test_squad_files_of_the_wrong_version_for_the_task(tmp_path):
+    """SQuAD 2.0's training file given to --task=squad_v1 trained the answerability head
+    without a word; a v1.1 training file with a v2.0 dev file answers every question."""
+    from electra_tf.finetune import tasks
+    emma = {"question": "Who?", "answers": [{"text": "Emma", "answer_start": 0}]}
+    v1 = _squad(tmp_path / "v1.json", [{"id": "a", **emma}, {"id": "b", **emma}])
+    v2 = _squad(tmp_path / "v2.json", [{"id": "a", **emma}, {"id": "b", "question": "Why?",
+                                                              "answers": [],
+                                                              "is_impossible": True}])
+    _refused(f"--task=squad_v1 is SQuAD 1.1, whose questions all have answers, but {v2} marks "
+             "1 is_impossible (SQuAD 2.0): pass --task=squad_v2 (or --task=qa)",
+             tasks.load, tasks.get_task("squad_v1"), train_file=v2, dev_file=v1)
+    for name in ("qa", "squad_v1", "squad_v2"):
+        lines = []
+        tasks.load(tasks.get_task(name), train_file=v1, dev_file=v2, log=lines.append)
+        assert lines == [f"note: {v2} has 1 unanswerable questions (is_impossible) but {v1} "
+                         "none: the model does not learn to leave a question unanswered, and "
+                         "those score 0"]
 
 
 def test_squad_files_of_another_layout_are_refused_naming_the_part(tmp_path):

@@ -211,10 +211,12 @@ def read_table(path: str, text_column: str = "text", text_b_column: str | None =
                 texts.append(None)
                 continue
             value = row.get(column)
+            if isinstance(value, (bool, list, dict)):
+                kind = {bool: "boolean", list: "array", dict: "object"}[type(value)]
+                raise UserInputError(f"{path} line {number} has a JSON {kind} in column "
+                                     f"'{column}', not text; write the text as a string")
             # (an empty cell, or JSON's null or NaN: a missing value pandas wrote out)
-            if (value is None or isinstance(value, bool)
-                    or not isinstance(value, (str, int, float))
-                    or (isinstance(value, float) and not math.isfinite(value))
+            if (value is None or (isinstance(value, float) and not math.isfinite(value))
                     or not str(value).strip()):
                 raise UserInputError(f"{path} line {number} has no text in column '{column}'; "
                                      "fill it in or drop the row")
@@ -458,7 +460,14 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
         if len(fields) == 1 and not labelled:
             untagged.append(number)
             continue
-        if len(fields) < 2 or not -len(fields) <= tag_column < len(fields) or tag_column == 0:
+        if len(fields) >= 2 and tag_column in (0, -len(fields)):
+            raise UserInputError(f"{path}: --label_column={tag_column} is the word column; "
+                                 "the tags are in another (-1, the default, is the last)")
+        if len(fields) >= 2 and not -len(fields) <= tag_column < len(fields):
+            raise UserInputError(f"{path} line {number} has {len(fields)} columns, no column "
+                                 f"{tag_column} (--label_column); choose the tag column's "
+                                 f"index, 1 to {len(fields) - 1} (or -1, the last)")
+        if len(fields) < 2:
             raise UserInputError(f"{path} line {number} has no tag column ({line.strip()!r}); "
                                  "CoNLL files need 'word ... tag' on every line (choose the "
                                  "column with --label_column=INDEX)")

@@ -84,8 +84,12 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
                     raise UserInputError(f"{path}: {where} has no answers; give it one, or "
                                          "is_impossible: true (SQuAD 2.0)")
                 texts = [_text(a, "text", path, f"an answer of {where}") for a in answers]
+                question = _text(qa, "question", path, where)
+                if not question.strip():
+                    raise UserInputError(f"{path}: {where} has an empty question; write it, "
+                                         "or drop the entry")
                 examples.append(QAExample(
-                    str(qid), _text(qa, "question", path, where), context, texts,
+                    str(qid), question, context, texts,
                     _answer_start(answers[0], path, where) if answers else None,
                     texts[0] if answers else None, impossible))
     if not examples:

@@ -203,6 +203,17 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         dev = squad.read_squad(dev_file, training=False)
         test = (squad.read_squad(test_file, training=False, labelled=False) if test_file
                 else None)
+        impossible = sum(e.is_impossible for e in train)
+        if task.name == "squad_v1" and impossible:
+            raise UserInputError(
+                f"--task=squad_v1 is SQuAD 1.1, whose questions all have answers, but "
+                f"{train_file} marks {impossible} is_impossible (SQuAD 2.0): pass "
+                "--task=squad_v2 (or --task=qa)")
+        unanswerable = sum(e.is_impossible for e in dev)
+        if unanswerable and not impossible:
+            log(f"note: {dev_file} has {unanswerable} unanswerable questions (is_impossible) "
+                f"but {train_file} none: the model does not learn to leave a question "
+                "unanswered, and those score 0")
         return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), None)
     columns = dict(text_column=text_column or "text", text_b_column=text_b_column,
                    label_column=label_column or "label", kind=task.kind)
