@@ -134,7 +134,8 @@ def _batches(texts: Iterable[str], counter: list[int]) -> Iterator[list[str]]:
 
 def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool = True,
                 strip_accents: bool | None = None, num_unused: int = 99,
-                min_frequency: int = 2, max_alphabet: int | None = None) -> list[str]:
+                min_frequency: int = 2, max_alphabet: int | None = None,
+                log=None) -> list[str]:
     """Learns a WordPiece vocabulary of exactly `vocab_size` tokens, in BERT's layout.
 
     Args:
@@ -147,6 +148,7 @@ def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool
       max_alphabet: keep at most this many distinct characters, the most frequent (ties
         broken arbitrarily); a word holding any other encodes as one [UNK]. Default:
         every character seen.
+      log: called with a note when the characters alone do not fit.
 
     Returns:
       The tokens, id order. Every character seen comes with its "##" form (unless it never
@@ -217,6 +219,18 @@ def learn_vocab(texts_iterable: Iterable[str], vocab_size: int, lower_case: bool
         counts = _char_piece_counts(trainer)
         kept = set(sorted(char_pieces, key=lambda t: -counts.get(t, 0))[:budget])
         learned = [t for t in char_pieces if t in kept]
+        whole = len(reserved) + len(char_pieces)
+        if not any(len(t) == 1 for t in kept):  # every word would be one [UNK]
+            raise UserInputError(
+                f"--vocab_size={vocab_size} leaves room for {budget} of the corpus's "
+                f"{len(char_pieces)} characters and their ## forms, none of them a word's "
+                f"first: every word would encode as [UNK]; pass --vocab_size={whole} or more "
+                "(or --max_alphabet to keep fewer characters)")
+        if log is not None:
+            log(f"note: --vocab_size={vocab_size} leaves room for {budget} of the corpus's "
+                f"{len(char_pieces)} characters and their ## forms and none of its longer "
+                f"pieces: a word holding one of the {len(char_pieces) - budget} left out (the "
+                f"rarest) encodes as [UNK]; --vocab_size={whole} keeps them all")
     else:
         learned = char_pieces + merges
     # The trainer never repeats a token, and none of its tokens can be a reserved one ("["

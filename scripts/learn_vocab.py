@@ -50,7 +50,7 @@ def main(argv):
     tokens = vocab_learning.learn_vocab(
         lines, FLAGS.vocab_size, lower_case=FLAGS.lower_case,
         strip_accents=FLAGS.strip_accents, num_unused=FLAGS.num_unused,
-        min_frequency=FLAGS.min_frequency, max_alphabet=FLAGS.max_alphabet)
+        min_frequency=FLAGS.min_frequency, max_alphabet=FLAGS.max_alphabet, log=print)
     vocab_learning.write_vocab(tokens, FLAGS.output, FLAGS.overwrite)
     print(f"wrote {FLAGS.output}: {len(tokens)} tokens learned from {stats.lines} lines "
           f"in {time.time() - start:.1f}s")

@@ -141,7 +141,8 @@ def _char_piece_counts(lines):
 def test_characters_that_do_not_all_fit_keep_the_most_frequent(austen):
     # 53 characters and their "##" forms cannot all fit in 46 learned tokens.
     lines = austen[0][:5000]
-    vocab = vocab_learning.learn_vocab(lines, 150)
+    notes = []
+    vocab = vocab_learning.learn_vocab(lines, 150, log=notes.append)
     learned = vocab[104:]
     assert len(vocab) == 150 and len(set(learned)) == 46
     counts = _char_piece_counts(lines)
@@ -149,6 +150,22 @@ def test_characters_that_do_not_all_fit_keep_the_most_frequent(austen):
     dropped = [t for t in counts if t not in learned]
     assert min(counts[t] for t in learned) >= max(counts[t] for t in dropped)
     assert {"e", "##e", "t", "a", ","} <= set(learned)
+    [note] = notes
+    pieces = int(re.search(r"of the corpus's (\d+) characters", note).group(1))
+    assert note == (f"note: --vocab_size=150 leaves room for 46 of the corpus's {pieces} "
+                    "characters and their ## forms and none of its longer pieces: a word "
+                    f"holding one of the {pieces - 46} left out (the rarest) encodes as [UNK]; "
+                    f"--vocab_size={104 + pieces} keeps them all")
+    # ... as it does: every character the corpus has, its ## form too where one occurs.
+    notes = []
+    whole = vocab_learning.learn_vocab(lines, 104 + pieces, log=notes.append)
+    assert notes == [] and set(counts) <= set(whole)
+    # Room for a few "##" forms alone: every word would be [UNK], so it is refused.
+    with pytest.raises(vocab_learning.UserInputError, match=(
+            r"^--vocab_size=110 leaves room for 6 of the corpus's \d+ characters and their ## "
+            r"forms, none of them a word's first: every word would encode as \[UNK\]; pass "
+            rf"--vocab_size={104 + pieces} or more")):
+        vocab_learning.learn_vocab(lines, 110)
 
 
 def test_alphabet_limit_keeps_the_most_frequent_characters(austen):
