@@ -90,6 +90,7 @@ def main(argv):
     for i, sentence in enumerate(sentences):
         print(sentence)
         mask = out["input_mask"][i].numpy()
+        shown = 0
         for token, probability, real in zip(out["tokens"][i].numpy(),
                                             out["replaced_probability"][i].numpy(), mask):
             token = token.decode()
@@ -97,6 +98,9 @@ def main(argv):
                 continue
             mark = "  <- replaced" if probability > FLAGS.threshold else ""
             print(f"  {token:<16} {probability:.3f}{mark}")
+            shown += 1
+        if not shown:
+            print("  (no tokens: the sentence is empty or only spaces)")
         if "truncated" in out:
             if out["truncated"][i]:
                 print(f"  note: the sentence is longer than the {len(mask)} positions the "

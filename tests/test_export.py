@@ -234,6 +234,9 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served,
     assert [line.split()[0] for line in lines[1:10]] == words
     assert all(line.endswith("<- replaced") for line in lines[1:10])  # threshold 0
     assert lines[10] == "The quick red fox runs" and len(lines) == 16
+    # An empty sentence has no token to show: said so (it printed a blank line alone).
+    assert _detect(f"--saved_model={path}", "", "Fine").splitlines()[:3] == [
+        "", "  (no tokens: the sentence is empty or only spaces)", "Fine"]
     # A model dir moved from its vocab takes its own copy of it; without the copy the error
     # names --vocab_file, which the detector has.
     moved = tmp_path / "moved"

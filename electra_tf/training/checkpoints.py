@@ -98,6 +98,12 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
                              "a pre-trained one; pass the pre-training model dir it was "
                              "fine-tuned from (or, to serve it, export_saved_model.py "
                              "--kind=task)")
+    if (tf.io.gfile.exists(os.path.join(model_dir, MODEL_INFO))
+            and not tf.io.gfile.exists(os.path.join(model_dir, OPERATIVE_CONFIG))
+            and not tf.train.latest_checkpoint(model_dir)):
+        raise UserInputError(f"{model_dir} holds no trained model yet, only {MODEL_INFO} (a "
+                             "--dry_run writes that alone); pre-train into it first "
+                             "(run_pretraining.py without --dry_run)")
     for name in (OPERATIVE_CONFIG, MODEL_INFO):
         if not tf.io.gfile.exists(os.path.join(model_dir, name)):
             if is_hf_folder(model_dir):

@@ -362,9 +362,11 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         next(iter(dataset))  # the pipeline runs
         if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # and it fits
             source = _model_info_of(init_checkpoint)
-            read, fresh, _ = _initialise(model, init_checkpoint, source, model_info,
-                                         info["metadata"])
+            read, fresh, note = _initialise(model, init_checkpoint, source, model_info,
+                                            info["metadata"])
             model_info.update(_lineage(read, source, max_seq_length, fresh))
+            for line in _init_notes(init_checkpoint, note, source, model_info):
+                log(line)
         elif tf.train.latest_checkpoint(model_dir):  # what the resume keeps
             model_info.update(_kept_lineage(model_dir))
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
@@ -445,14 +447,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                         info["metadata"])
         model_info.update(_lineage(read, earlier, max_seq_length, fresh))
         log(f"initialised the model from {model_info['init_checkpoint']}")
-        if note:
-            log(f"note: --init_checkpoint={init_checkpoint} {note}")
-        # An edited vocab of the same size (e.g. [unused] entries made domain words) is
-        # allowed; it is said, as a wrong vocab would look the same.
-        if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
-            log(f"note: --init_checkpoint={init_checkpoint} was trained with another vocab of "
-                "the same size (model_info.json's vocab_sha256 differs): each token id keeps "
-                "the embedding of the token it had there")
+        for line in _init_notes(init_checkpoint, note, earlier, model_info):
+            log(line)
     if chief:
         own_vocab = os.path.join(model_dir, "vocab.txt")
         if not tf.io.gfile.exists(own_vocab):  # the dir stands alone when the data moves
@@ -932,10 +928,18 @@ def _config_dict(config: EncoderConfig | None):
 # ------------------------------------------------------------------------------ helpers
 
 
+# The macros of gin/pretraining.gin that set these: a refusal names what a user binds.
+_MACROS = {"num_train_steps": "NUM_TRAIN_STEPS", "train_batch_size": "TRAIN_BATCH_SIZE",
+           "max_seq_length": "MAX_SEQ_LENGTH", "steps_per_loop": "STEPS_PER_LOOP",
+           "checkpoint_every": "CHECKPOINT_EVERY"}
+
+
 def _check_settings(**values):
     for name, value in values.items():
         if not isinstance(value, int) or value < 1:
-            raise UserInputError(f"pretraining.{name}={value!r} must be a positive integer")
+            setting = (f"{_MACROS[name]}={value!r} (pretraining.{name})" if name in _MACROS
+                       else f"pretraining.{name}={value!r}")
+            raise UserInputError(f"{setting} must be a positive integer")
 
 
 SKIP_CAPACITY = 64  # batches a run's checkpoints can record as skipped (max_restores' bound)
@@ -1122,6 +1126,18 @@ def _check_not_another_output(model_dir: str) -> None:
         if fnmatch.filter(names, pattern):
             raise UserInputError(f"--model_dir={model_dir} holds {what}, not a pre-training "
                                  "run; choose another --model_dir")
+
+
+def _init_notes(init_checkpoint, note, earlier, model_info) -> list[str]:
+    """The notes on what --init_checkpoint gave: `_initialise`'s `note`, and another vocab
+    of the same size (an edited vocab, [unused] entries made domain words, is allowed; it
+    is said, as a wrong vocab would look the same)."""
+    lines = [f"note: --init_checkpoint={init_checkpoint} {note}"] if note else []
+    if earlier.get("vocab_sha256", model_info["vocab_sha256"]) != model_info["vocab_sha256"]:
+        lines.append(f"note: --init_checkpoint={init_checkpoint} was trained with another "
+                     "vocab of the same size (model_info.json's vocab_sha256 differs): each "
+                     "token id keeps the embedding of the token it had there")
+    return lines
 
 
 def _holds_an_import(model_dir: str) -> bool:
