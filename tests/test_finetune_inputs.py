@@ -81,6 +81,12 @@ def test_a_missing_or_numeric_classification_label_is_named(tmp_path):
              "would be two classes; write each class one way", tasks.load,
              tasks.get_task("classification"), train_file=str(table), dev_file=str(table),
              log=noted.append)
+    # A dev label that is a training label's number written otherwise: said so.
+    table.write_text("text,label\nA.,0\nB.,1\n", encoding="utf-8")
+    dev.write_text("text,label\nA.,1.0\n", encoding="utf-8")
+    _refused(f"{dev} line 2: label '1.0' does not occur in the training file (labels: 0, 1); "
+             "it is '1' written otherwise: write it so", tasks.load,
+             tasks.get_task("classification"), train_file=str(table), dev_file=str(dev))
 
 
 def test_a_lone_surrogate_escape_in_json_is_refused_naming_its_line(tmp_path):

@@ -248,10 +248,14 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         for split, path in ((dev, dev_file), (test, test_file)):
             for index, example in enumerate(split or ()):
                 if example.label is not None and example.label not in labels:
+                    # ("1.0" where the training file has "1": one number written otherwise)
+                    alike = [label for label in labels if readers.numeric_labels(
+                        [label, example.label]) and float(label) == float(example.label)]
                     raise UserInputError(
                         f"{_where(path, index, example)}: label {example.label!r} does not "
                         f"occur in the training file (labels: {readers.shown(labels)}); "
-                        + ("the labels are numbers" + regression if scores else
+                        + (f"it is {alike[0]!r} written otherwise: write it so" if alike else
+                           "the labels are numbers" + regression if scores else
                            "fix the label or add training examples with it"))
         if scores:
             log(f"note: the {len(labels)} classes of {train_file} are numbers "
