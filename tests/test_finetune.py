@@ -1112,12 +1112,13 @@ def test_prediction_tables_quote_fields_with_tabs_and_line_ends():
 
 def test_tagging_predictions_are_tab_separated_where_a_word_holds_a_space(tmp_path):
     """CoNLL's columns are space-separated; a word with a space (a tab-separated file's
-    "New York") would add a column, so such a split's predictions are tab-separated."""
+    "New York", a Chinese file's U+3000, which Python's str.split splits at) would add a
+    column, so such a split's predictions are tab-separated."""
     from electra_tf.finetune import readers, runner
     task = object.__new__(runner._TaggingTask)
     task.labels, task.tag_scheme, task.fallback = ["B-LOC", "O"], None, "O"
     for words, sep in ((["New York", "sleeps"], "\t"), (["Emma", "sleeps"], " "),
-                       (["\u3000", "sleeps"], " ")):  # (an ideographic space is a word)
+                       (["\u3000", "sleeps"], "\t")):  # (an ideographic space is a word)
         split = runner._Split("dev", "dev.txt", [readers.TaggedSentence(words, ["B-LOC", "O"],
                                                                         "1")],
                               {}, None, {"positions": np.array([[1, 3]])})

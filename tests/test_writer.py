@@ -70,6 +70,7 @@ def test_build_writes_official_records_and_true_metadata(austen_data):
     # of these novels' tokens at 128 (measured), recorded, and below the note's threshold.
     read = on_disk["num_tokens"] - 2 * on_disk["num_examples"] + on_disk["cut_tokens"]
     assert 0.1 < on_disk["cut_tokens"] / read < 0.25
+    assert on_disk["unknown_tokens"] < 1e-3 * read  # [UNK]s (recorded, under the note's)
 
 
 def test_same_bytes_for_any_worker_count_and_different_for_another_seed(tmp_path, austen_data):
@@ -314,6 +315,23 @@ def test_chinese_corpus_builds_with_chinese_vocab(tmp_path):
     vocab = open(CHINESE_VOCAB, encoding="utf-8").read().split("\n")
     assert vocab[ids[0, 1]] == chinese_reviews()[0][0]  # first character of the first review
     assert (ids == 100).mean() < 0.01  # [UNK]
+    own = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    # (curly quotes and dashes, which this vocab lacks: [UNK] in transformers' BertTokenizer)
+    assert 0 < own["unknown_tokens"] < 0.02 * own["num_tokens"]
+    # With an English vocab most of it is [UNK]: counted, and said (it built without a word).
+    done = build(f"--input={tmp_path}/zh.txt", f"--output_dir={tmp_path}/en",
+                 "--max_seq_length=64")
+    from electra_tf.tokenization import Tokenizer
+    english = Tokenizer(UNCASED_VOCAB)
+    tokens = [t for line in chinese_reviews() for t in english.encode([line])[0]]
+    unknown = tokens.count(english.unk_id)
+    metadata = json.loads((tmp_path / "en" / "metadata.json").read_text())
+    assert metadata["unknown_tokens"] == unknown > 0.5 * len(tokens)
+    read = metadata["num_tokens"] - 2 * metadata["num_examples"] + metadata["cut_tokens"]
+    assert (f"note: {unknown / read:.0%} of the text's tokens are [UNK]: {UNCASED_VOCAB} does "
+            "not cover the text (its characters or script: a Chinese text needs a Chinese "
+            "vocab); check --vocab_file, or learn one from the corpus with "
+            "scripts/learn_vocab.py") in done.stdout.splitlines()
 
 
 def test_remote_filesystem_paths_build_the_same_bytes(tmp_path):

@@ -29,6 +29,7 @@ import threading
 import time
 import unicodedata
 
+import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic, tokenization
@@ -39,6 +40,7 @@ from electra_tf.errors import UserInputError
 
 METADATA_FILE = "metadata.json"
 CUT_NOTE_FRACTION = 0.25  # a build that cuts more of its text than this says so
+UNKNOWN_NOTE_FRACTION = 0.05  # ... or whose tokens are [UNK] more often (BERT's English: 0.1%)
 STATE_DIR = ".build"
 FORMAT_VERSION = 1
 COMPRESSIONS = {"": "", "none": "", "gzip": "GZIP"}
@@ -125,9 +127,15 @@ def _jieba_segmenter():
     return jieba.lcut
 
 
-def _tokenize_plain(tokenizer, sentences):
-    flat, splits = tokenizer.encode_flat(sentences)
-    flat, splits = flat.tolist(), splits.tolist()
+def _encode_counted(tokenizer, texts, unknown: list[int]):
+    """tokenizer.encode_flat, adding the [UNK]s among the ids to unknown[0]."""
+    flat, splits = tokenizer.encode_flat(texts)
+    unknown[0] += int(np.count_nonzero(flat == tokenizer.unk_id))
+    return flat.tolist(), splits.tolist()
+
+
+def _tokenize_plain(tokenizer, sentences, unknown: list[int]):
+    flat, splits = _encode_counted(tokenizer, sentences, unknown)
     return [flat[splits[i]:splits[i + 1]] for i in range(len(sentences))]
 
 
@@ -151,7 +159,7 @@ def _bert_words(pieces: list[str]) -> list[str]:
     return words
 
 
-def _tokenize_segmented(tokenizer, segment, sentences):
+def _tokenize_segmented(tokenizer, segment, sentences, unknown: list[int]):
     """Token ids packed as id * 2 + (1 if the token starts a word), words from `segment`.
 
     Each word is tokenized on its own, after joining the pieces BERT's tokenizer would not
@@ -159,8 +167,7 @@ def _tokenize_segmented(tokenizer, segment, sentences):
     either way).
     """
     words = [_bert_words(segment(s)) for s in sentences]
-    flat, splits = tokenizer.encode_flat([w for ws in words for w in ws])
-    flat, splits = flat.tolist(), splits.tolist()
+    flat, splits = _encode_counted(tokenizer, [w for ws in words for w in ws], unknown)
     out, k = [], 0
     for ws in words:
         packed = []
@@ -228,6 +235,7 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
     tmp = atomic.temporary_name(path)
     stats = corpus.ReadStats()
     num_examples = num_tokens = 0
+    unknown = [0]  # [UNK]s among the text's tokens
     reported = (0, 0)
     last_report = time.monotonic()
     options = tf.io.TFRecordOptions(compression_type=config.compression)
@@ -239,8 +247,8 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
                                                max_lines=_TOKENIZE_LINES)
             for batch in _batches(parts, _TOKENIZE_LINES):
                 lines = [s for part, _ in batch for s in part]
-                tokenized = (_tokenize_segmented(tokenizer, segment, lines) if segment
-                             else _tokenize_plain(tokenizer, lines))
+                tokenized = (_tokenize_segmented(tokenizer, segment, lines, unknown) if segment
+                             else _tokenize_plain(tokenizer, lines, unknown))
                 k = 0
                 for part, last in batch:
                     sentences = tokenized[k:k + len(part)]
@@ -265,7 +273,8 @@ def _write_shard(index: int, pieces: list[corpus.Piece], output_dir: str) -> dic
     if _worker.get("parent") not in (None, os.getppid()):  # orphaned: see _exit_with_parent
         os._exit(1)
     shard_stats = {"file": name, "num_examples": num_examples, "num_tokens": num_tokens,
-                   "cut_tokens": builder.cut_tokens, **dataclasses.asdict(stats)}
+                   "cut_tokens": builder.cut_tokens, "unknown_tokens": unknown[0],
+                   **dataclasses.asdict(stats)}
     atomic.write_text(os.path.join(output_dir, STATE_DIR, name + ".json"),
                       json.dumps(shard_stats))
     tf.io.gfile.rename(tmp, path, overwrite=True)
@@ -652,6 +661,11 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
             "ends of examples (a sentence or line that overflows an example loses its tail, as "
             "in the official builder; the Austen sample loses 17-18% at 128, 5% at 512): put "
             "one sentence per line, or raise --max_seq_length")
+    if metadata["unknown_tokens"] > UNKNOWN_NOTE_FRACTION * read:
+        share = metadata["unknown_tokens"] / read
+        log(f"note: {share:.0%} of the text's tokens are [UNK]: {config.vocab_file} does not "
+            "cover the text (its characters or script: a Chinese text needs a Chinese vocab); "
+            "check --vocab_file, or learn one from the corpus with scripts/learn_vocab.py")
     if metadata["long_lines"]:
         long = metadata["long_lines"]
         log(f"note: {long} line{'s were' if long != 1 else ' was'} longer than "
@@ -727,6 +741,7 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "num_examples": num_examples,
         "num_tokens": sum(s["num_tokens"] for s in shards),
         "cut_tokens": sum(s.get("cut_tokens", 0) for s in shards),
+        "unknown_tokens": sum(s.get("unknown_tokens", 0) for s in shards),
         "text_bytes": sum(s["text_bytes"] for s in shards),
         "invalid_utf8_lines": sum(s["invalid_utf8_lines"] for s in shards),
         "bad_json_lines": sum(s["bad_json_lines"] for s in shards),

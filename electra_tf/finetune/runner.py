@@ -1169,11 +1169,12 @@ class _TaggingTask:
         return metrics.span_scores([s.tags for s in split.examples], self.tags(split, outputs))
 
     def write(self, folder, split, outputs, test=False, **_):
-        # Columns as CoNLL's, space-separated, or tab-separated where a word holds an ASCII
-        # space (a tab-separated file's "New York"), which the reader would split at (it
-        # splits at ASCII whitespace only: a Chinese file's U+3000 word stays a word).
+        # Columns as CoNLL's, space-separated, or tab-separated where a word holds a space
+        # (a tab-separated file's "New York"), which a reader would split at: ours splits
+        # at ASCII whitespace only, others (Python's str.split) at a Chinese file's U+3000
+        # word too.
         sep = " "
-        if any(c in readers.ASCII_SPACE for s in split.examples for w in s.words for c in w):
+        if any(c.isspace() for s in split.examples for w in s.words for c in w):
             sep = "\t"
         lines = []
         for sentence, tags in zip(split.examples, self.tags(split, outputs)):
