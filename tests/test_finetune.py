@@ -1777,6 +1777,18 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
     assert results["median"]["accuracy"] == 1.0
     table = read_tsv(out / "trial_0" / "dev_predictions.tsv")
     assert [r[2] for r in table[1:]] == [names[label] for label, _ in picked]
+    assert "[UNK]" not in result.stdout
+    # With the English vocab most characters are [UNK]: said (it trained without a word).
+    english = [a.replace(CHINESE_VOCAB, UNCASED_VOCAB).replace(str(out), str(out) + "_en")
+               for a in args] + ["--gin_bindings=finetuning.max_train_steps=1"]
+    result = run_script("run_finetuning.py", *english, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    noted = [line for line in result.stdout.splitlines() if "[UNK]" in line]
+    assert len(noted) == 1 and re.fullmatch(
+        rf"note: [6-9]\d% of {re.escape(str(train))}'s tokens are \[UNK\]: the model's vocab "
+        rf"\({re.escape(UNCASED_VOCAB)}\) does not cover the text \(its characters or script: "
+        r"a Chinese text needs a Chinese vocab\); check --init_checkpoint or --vocab_file",
+        noted[0]), noted
     # The same command again is refused before anything is loaded: the run stays whole.
     before = (out / "results.json").read_bytes()
     again = run_script("run_finetuning.py", *args, cwd=ROOT)

@@ -333,6 +333,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     n_train = len(train["input_ids"])
     if n_train == 0:
         raise UserInputError(f"{task_data.train.path} gave no training examples; check it")
+    unknown = _unknown_share(train, tokenizer)
+    if unknown > writer.UNKNOWN_NOTE_FRACTION:
+        log(f"note: {unknown:.0%} of {task_data.train.path}'s tokens are [UNK]: the model's "
+            f"vocab ({init.vocab_file}) does not cover the text (its characters or script: a "
+            "Chinese text needs a Chinese vocab); check --init_checkpoint or --vocab_file")
     steps = max(1, math.ceil(n_train * epochs / train_batch_size))
     span = f"{epochs:g} epoch{'s' * (epochs != 1)}"
     if max_train_steps and int(max_train_steps) < steps:
@@ -532,6 +537,14 @@ def input_digests(task_data: tasks.TaskData, init: Initialization) -> dict:
     if init.weights is not None and tf.io.gfile.exists(init.source + ".index"):
         digests["init_checkpoint"] = file_sha256(init.source + ".index")
     return digests
+
+
+def _unknown_share(features: dict, tokenizer) -> float:
+    """The share of [UNK] among the text's tokens in `features` ([CLS], [SEP] and padding
+    left out)."""
+    ids = np.asarray(features["input_ids"])[np.asarray(features["input_mask"]) > 0]
+    text = ids[~np.isin(ids, [tokenizer.cls_id, tokenizer.sep_id])]
+    return float(np.mean(text == tokenizer.unk_id)) if text.size else 0.0
 
 
 def check_model_dir(model_dir: str, overwrite: bool = False,
