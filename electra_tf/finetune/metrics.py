@@ -17,8 +17,9 @@ no-answer threshold, in one of two styles, picked for each dev set by `qa_style`
     answered questions have a gold answer holding a CJK ideograph: lower case; Unicode
     punctuation removed (the script removes a list of 33 Chinese and ASCII marks); every
     CJK character a token (BERT's CJK blocks; the script's are U+4E00-U+9FA5 alone), other
-    text split on whitespace (the script uses NLTK's English tokenizer); F1 of the longest run of tokens both answers hold; exact match of the
-    lower-cased text without punctuation (spaces count, as in the script).
+    text split on whitespace (the script uses NLTK's English tokenizer); F1 of the longest
+    run of tokens both answers hold; exact match of the lower-cased text without
+    punctuation (spaces count, as in the script).
 """
 
 import collections
