@@ -1696,6 +1696,46 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
                 dry_run=True)
 
 
+def test_a_restore_to_step_0_replays_the_batches_and_reruns_the_evaluations(
+        tmp_path, data, monkeypatch):
+    """A non-finite loss before the first checkpoint after step 0: the restore of ckpt-0
+    (its input iterator not yet started) gave other batches (tf.data's file shuffle drew
+    the next epoch's seeds), so the batch skipped was not the bad one; and the evaluations
+    between step 0 and the loop's target were dropped, not run again."""
+    from electra_tf.data import pipeline
+    from electra_tf.training.trainer import PretrainingTrainer
+    assert len(pipeline.list_files(data)) >= 2  # (one file replayed already)
+    seen, poisoned = [], tf.Variable(False)
+    step_of = PretrainingTrainer._replica_step
+
+    def replica_step(self, batch):  # records (step, the batch's sum), poisons step 5 once
+        tf.py_function(lambda s, f: seen.append((int(s), int(f))),
+                       [self.state.step, tf.reduce_sum(batch["input_ids"])], [])
+        poison = tf.logical_and(tf.equal(self.state.step, 5), tf.logical_not(poisoned))
+        poisoned.assign(tf.logical_or(poisoned, poison))
+        weights = batch["masked_lm_weights"]
+        return step_of(self, {**batch, "masked_lm_weights": tf.where(
+            poison, weights * np.nan, weights)})
+
+    monkeypatch.setattr(PretrainingTrainer, "_replica_step", replica_step)
+    held_out = _write_records(tmp_path / "held_out.tfrecord",
+                              tf.data.TFRecordDataset(pipeline.list_files(data)[0]).take(16))
+    result, lines = run(tmp_path / "model", data,
+                        ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",
+                         "CHECKPOINT_EVERY = 100", "pretraining.eval_every = 2",
+                         "pretraining.eval_steps = 1"], eval_data=held_out)
+    assert ("the loss was not finite at step 6: restored step 0 and will skip that batch "
+            "(1/3)") in lines
+    first, again = seen[:6], seen[6:]
+    assert [s for s, _ in first] == list(range(6)) and [s for s, _ in again] == list(range(8))
+    assert again[:6] == first  # the same batches, the bad one (step 5) among them, skipped
+    assert result["step"] == 8
+    evaluated = [line.split(" |")[0] for line in lines if line.startswith("eval at step")]
+    assert evaluated == ["eval at step 2", "eval at step 4", "eval at step 2",
+                         "eval at step 4", "eval at step 6", "eval at step 8"]
+    assert pretraining._evaluated_steps(str(tmp_path / "model")) == {2, 4, 6, 8}
+
+
 def test_a_stop_right_after_a_restore_says_the_skip_was_not_saved():
     """SIGTERM after a restore but before another step: no checkpoint can be written (the
     one restored is at this step), and the line says so; it said 'saved a checkpoint'."""

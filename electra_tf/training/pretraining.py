@@ -562,11 +562,31 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         eval_actions=[monitor.after_eval], summary_dir=None)
     if not latest:
         save(0)  # for a non-finite loss
+
+    def fresh_iterator():
+        iterator = iter(pipeline.worker_dataset(strategy, train_batch_size, train_data,
+                                                worker_index=task_id, data_info=info,
+                                                **data_options)[0])
+        checkpoint.iterator = iterator
+        trainer.train_dataset = iterator
+    monitor.fresh_iterator = fresh_iterator
+
+    def train_to(target: int) -> bool:
+        """The controller's loops up to `target`; False where a restore past a non-finite
+        loss ended them early (the steps to the target are run again, and the
+        evaluations on the way, by the caller's next call)."""
+        try:
+            controller.train(target, checkpoint_at_completion=False)
+        except _Restored:
+            return False
+        return True
+
     if chief:
         monitor.write_text("config/operative_config", gin.operative_config_str())
     step = int(state.step.numpy())
     if evaluator is None:
-        controller.train(num_train_steps, checkpoint_at_completion=False)
+        while not train_to(num_train_steps):
+            pass  # (a restore: on from the step restored)
     elif (0 < step and (step % eval_every == 0 or step == num_train_steps)
           or step == 0 and init_checkpoint) and step not in _evaluated_steps(model_dir):
         # An evaluation killed (kill -9) after its step's checkpoint was saved runs again;
@@ -574,14 +594,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         controller.evaluate(eval_steps)
         save_if_preempted(None)
     while evaluator is not None and step < num_train_steps:
-        controller.train(min(num_train_steps, (step // eval_every + 1) * eval_every),
-                         checkpoint_at_completion=False)
-        controller.evaluate(eval_steps)
-        save_if_preempted(None)  # a SIGTERM that came during the evaluation
+        if train_to(min(num_train_steps, (step // eval_every + 1) * eval_every)):
+            controller.evaluate(eval_steps)
+            save_if_preempted(None)  # a SIGTERM that came during the evaluation
         step = int(state.step.numpy())
     if not chief:  # its checkpoints copy the chief's but for the data position: keep that
         tf.io.gfile.rmtree(manager.directory)
-        tf.train.Checkpoint(iterator=iterator).write(
+        tf.train.Checkpoint(iterator=checkpoint.iterator).write(
             _data_position(model_dir, task_id, int(state.step.numpy())))
     return {"train": trainer.last_loop.get("values", {}),
             "eval": evaluator.last_eval if evaluator else {}, "step": int(state.step.numpy()),
@@ -600,6 +619,12 @@ def weights_digest(model) -> str:
 # ------------------------------------------------------------------------------ the loop's eyes
 
 
+class _Restored(Exception):
+    """A restore past a non-finite loss happened in a loop: the controller's call ends
+    there (it would go on to its target, past the evaluations the restore went back
+    before)."""
+
+
 class _Monitor:
     """After every loop: TensorBoard scalars, the console line, the health check; after an
     evaluation, its scalars and line; the two-stage switch; the preemption exit."""
@@ -607,6 +632,7 @@ class _Monitor:
     def __init__(self, checkpoint, manager, state, num_train_steps, summary_root, on_nonfinite,
                  max_restores, log):
         self.trainer = self.evaluator = self.stop = None
+        self.fresh_iterator = None  # puts a new input pipeline in (before a restore)
         self.checkpoint, self.manager, self.state = checkpoint, manager, state
         self.num_train_steps, self.on_nonfinite, self.max_restores = (
             num_train_steps, on_nonfinite, max_restores)
@@ -718,6 +744,11 @@ class _Monitor:
                 f"restores (steps {said_skipped}); the run stopped: lower "
                 "LEARNING_RATE or raise WARMUP_STEPS")
         self.skipped.append(bad_step)
+        # Into a new input pipeline: the one that ran on restored step 0's checkpoint (its
+        # iterator not yet started) to other batches (its file shuffle drew the next
+        # epoch's seeds), so the skip missed the bad batch; a new one replays them.
+        if self.fresh_iterator is not None:
+            self.fresh_iterator()
         self.checkpoint.restore(latest).expect_partial()
         self.start_step = restored_step
         self.clock = None
@@ -728,6 +759,7 @@ class _Monitor:
         self.skips_unsaved = True
         self.log(f"the loss was not finite at step {said}: restored step {restored_step} "
                  f"and will skip that batch ({len(self.skipped)}/{self.max_restores})")
+        raise _Restored  # the controller's call ends: its target may lie past evaluations
 
     def stage_switched(self, step: int):
         self.log(f"step {step}: generator stage done; the discriminator starts from the "
