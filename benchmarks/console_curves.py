@@ -64,6 +64,25 @@ def value_at(points: dict, step: int, key: str) -> float | None:
     return points[step][key] if step in points else None
 
 
+def table_steps(runs: dict, at_steps: list[str]) -> list[int]:
+    """The table's steps: `at_steps` (integers), or by default ten evenly spaced, each the
+    last logged step (of any run) at or before its place, so that rows fall on the loops'
+    steps."""
+    if at_steps:
+        try:
+            return [int(s) for s in at_steps]
+        except ValueError:
+            raise SystemExit(f"--at_steps={','.join(at_steps)}: pass whole step numbers, e.g. "
+                             "--at_steps=1000,2000") from None
+    logged = sorted(set().union(*(run["points"] for run in runs.values())))
+    last = logged[-1]
+    picked = []
+    for i in range(1, 11):
+        before = [step for step in logged if step <= round(last * i / 10)]
+        picked.append(before[-1] if before else logged[0])
+    return sorted(set(picked))
+
+
 def plot(runs: dict, path: str, title: str):
     lines = [(label, "-", None, {key: [(step, values[key]) for step, values in
                                        run["points"].items() if values[key] is not None]
@@ -81,15 +100,15 @@ def main(argv):
     for spec in specs:
         label, path = spec.split("=", 1)
         if not os.path.isfile(path):
-            raise SystemExit(f"{path}: no such file; pass the console log of a pre-training run")
+            raise SystemExit(f"{path}: " + ("a folder, not a file" if os.path.isdir(path)
+                                             else "no such file")
+                             + "; pass the console log of a pre-training run")
         with open(path, encoding="utf-8", errors="replace") as f:
             try:
                 runs[label] = parse(f.read(), path) | {"log": os.path.relpath(path, common.REPO)}
             except ValueError as e:
                 raise SystemExit(str(e))
-    last = max(max(run["points"]) for run in runs.values())
-    steps = ([int(s) for s in FLAGS.at_steps] if FLAGS.at_steps
-             else sorted({round(last * i / 10) for i in range(1, 11)}))
+    steps = table_steps(runs, FLAGS.at_steps)
     rows = []
     for step in steps:
         row = [f"{step:,}"]

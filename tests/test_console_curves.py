@@ -37,6 +37,14 @@ def test_parse_reads_every_step_and_a_resumed_step_keeps_its_last_line():
                                   "examples_per_second": 450.2}}
 
 
+def test_the_tables_default_steps_are_logged_steps():
+    """Ten evenly spaced steps, each moved back to a step some run logged: a 120-step log
+    of 20-step loops showed '-' in 8 of its 10 rows."""
+    run = {"points": {step: {} for step in range(20, 121, 20)}}
+    assert console_curves.table_steps({"a": run}, []) == [20, 40, 60, 80, 100, 120]
+    assert console_curves.table_steps({"a": run}, ["30", "120"]) == [30, 120]
+
+
 def test_parse_names_a_log_without_step_lines():
     with pytest.raises(ValueError, match=r"^train\.log: no 'step N/T \| loss \.\.\.' lines"):
         console_curves.parse("pretraining exit 1 after 3 s\n", "train.log")
@@ -46,17 +54,21 @@ def test_parse_names_a_log_without_step_lines():
     ([], "pass LABEL=LOG for each run"),
     (["run=/nonexistent/train.log"], "/nonexistent/train.log: no such file"),
     (["run={empty}"], "{empty}: no 'step N/T | loss ...' lines"),
+    (["run={folder}"], "{folder}: a folder, not a file; pass the console log"),
+    (["--at_steps=abc", "run={log}"], "--at_steps=abc: pass whole step numbers"),
 ])
 def test_bad_arguments_give_one_line_and_write_nothing(tmp_path, args, message):
     empty = tmp_path / "empty.log"
     empty.write_text("nothing here\n")
-    args = [a.format(empty=empty) for a in args]
+    (tmp_path / "log.txt").write_text(LOG)
+    places = dict(empty=empty, folder=tmp_path, log=tmp_path / "log.txt")
+    args = [a.format(**places) for a in args]
     name = "console_curves_test_never_written"
     done = subprocess.run([sys.executable, "benchmarks/console_curves.py",
                            f"--results_name={name}"] + args,
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and message.format(empty=empty) in lines[0], done.stderr
+    assert len(lines) == 1 and message.format(**places) in lines[0], done.stderr
     assert not [f for f in os.listdir(os.path.join(ROOT, "benchmarks", "results"))
                 if f.startswith(name)]
