@@ -1629,6 +1629,17 @@ def test_the_run_counts_the_qa_questions_it_trains_on(tmp_path, init):
     n = len(questions)
     assert any(line.startswith(f"{train}: 1 of {n} questions skipped") for line in lines)
     assert any(line.startswith(f"qa: {n - 1} training examples (") for line in lines), lines
+    # Over half of them off (offsets in bytes, say): refused, not trained on the rest.
+    from electra_tf.errors import UserInputError
+    for question in questions[1:n // 2 + 1]:
+        question["answers"][0]["answer_start"] += 1
+    (tmp_path / "train.json").write_text(json.dumps(data))
+    with pytest.raises(UserInputError, match=(
+            rf"^{re.escape(train)}: {n // 2 + 1} of {n} questions would be skipped: their "
+            r"answer text is not at answer_start .*; that is over half the file: fix its "
+            r"answer_start values\n")):
+        finetune("qa", tmp_path / "half", init, ["finetuning.max_train_steps = 1"],
+                 train_file=train, dev_file=train)
 
 
 def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):

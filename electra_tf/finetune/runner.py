@@ -1214,7 +1214,13 @@ class _QATask:
         train, _, dropped = squad.encode(tokenizer, data.train.examples, training=True,
                                          **encode_options)
         if dropped:
-            log(squad.dropped_note(data.train.path, dropped, len(data.train.examples)))
+            note = squad.dropped_note(data.train.path, dropped, len(data.train.examples))
+            if 2 * len(dropped) > len(data.train.examples):  # the offsets, not a few answers
+                raise UserInputError(note.replace(" questions skipped: ", " questions would "
+                                                  "be skipped: ", 1)
+                                     + "; that is over half the file: fix its answer_start "
+                                     "values")
+            log(note)
         self.train_examples = len(data.train.examples) - len(dropped)  # those trained on
         self.train_features = train
 
