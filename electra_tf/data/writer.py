@@ -127,14 +127,15 @@ def _jieba_segmenter():
     return jieba.lcut
 
 
-def _encode_counted(tokenizer, texts, unknown: list[int]):
-    """tokenizer.encode_flat, adding the [UNK]s among the ids to unknown[0]."""
+def _encode_counted(tokenizer, texts, unknown: list[int] | None):
+    """tokenizer.encode_flat, adding the [UNK]s among the ids to unknown[0] (if given)."""
     flat, splits = tokenizer.encode_flat(texts)
-    unknown[0] += int(np.count_nonzero(flat == tokenizer.unk_id))
+    if unknown is not None:
+        unknown[0] += int(np.count_nonzero(flat == tokenizer.unk_id))
     return flat.tolist(), splits.tolist()
 
 
-def _tokenize_plain(tokenizer, sentences, unknown: list[int]):
+def _tokenize_plain(tokenizer, sentences, unknown: list[int] | None = None):
     flat, splits = _encode_counted(tokenizer, sentences, unknown)
     return [flat[splits[i]:splits[i + 1]] for i in range(len(sentences))]
 
@@ -159,7 +160,7 @@ def _bert_words(pieces: list[str]) -> list[str]:
     return words
 
 
-def _tokenize_segmented(tokenizer, segment, sentences, unknown: list[int]):
+def _tokenize_segmented(tokenizer, segment, sentences, unknown: list[int] | None = None):
     """Token ids packed as id * 2 + (1 if the token starts a word), words from `segment`.
 
     Each word is tokenized on its own, after joining the pieces BERT's tokenizer would not
