@@ -8,6 +8,7 @@ Prints each token with its replaced probability; tokens above --threshold are ma
 
 import os
 import sys
+import unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -97,7 +98,9 @@ def main(argv):
             if not real or token in ("[CLS]", "[SEP]"):
                 continue
             mark = "  <- replaced" if probability > FLAGS.threshold else ""
-            print(f"  {token:<16} {probability:.3f}{mark}")
+            # (padded by display width: a CJK character takes two columns)
+            width = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in token)
+            print(f"  {token}{' ' * max(16 - width, 0)} {probability:.3f}{mark}")
             shown += 1
         if not shown:
             print("  (no tokens: the sentence is empty or only spaces)")
