@@ -252,6 +252,15 @@ def test_a_save_that_fails_after_its_checkpoint_is_recorded_keeps_it(tmp_path, d
     assert tf.io.gfile.glob(str(tmp_path / "m" / "ckpt-4.*"))  # kept
 
 
+@pytest.mark.parametrize("keep, kept", [("1", [6]), ("None", [0, 4, 6])])
+def test_keep_checkpoints_keeps_the_newest_or_every_one(tmp_path, data, keep, kept):
+    """None keeps every checkpoint (the study fine-tunes its curve's after the run, and a
+    count let those an interruption saved off the grid push them out)."""
+    run(tmp_path / "m", data, [f"pretraining.keep_checkpoints = {keep}"], eager=True)
+    assert sorted(int(p.split("-")[-1].split(".")[0])
+                  for p in glob.glob(str(tmp_path / "m" / "ckpt-*.index"))) == kept
+
+
 def test_a_model_or_step_too_big_for_memory_stops_in_one_line(tmp_path, data):
     """TensorFlow's out-of-memory error (a traceback, and on a GPU a page of allocator
     statistics) is one line naming the tensor and what to lower."""

@@ -79,7 +79,7 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                     dry_run: bool = False, init_checkpoint: str | None = None, *,
                     num_train_steps: int = 1_000_000, train_batch_size: int = 128,
                     max_seq_length: int = 128, steps_per_loop: int = 100,
-                    checkpoint_every: int = 5000, keep_checkpoints: int = 5,
+                    checkpoint_every: int = 5000, keep_checkpoints: int | None = 5,
                     eval_every: int | None = None, eval_steps: int = 100,
                     mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
                     whole_word_masking: bool = False, premasked_records: str = "remask",
@@ -110,8 +110,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
         imported checkpoint) when the model dir has no checkpoint yet.
       num_train_steps, train_batch_size (global), max_seq_length, steps_per_loop (steps
         per tf.function call and per console line; a loop ends early at a multiple of
-        checkpoint_every or eval_every), checkpoint_every, keep_checkpoints, eval_every
-        (default: checkpoint_every), eval_steps: the loop.
+        checkpoint_every or eval_every), checkpoint_every, keep_checkpoints (None: every
+        one), eval_every (default: checkpoint_every), eval_steps: the loop.
       mask_prob, max_predictions_per_seq, whole_word_masking: the input pipeline's masking.
       premasked_records: for pre-masked BERT records, "remask" (their original tokens
         masked again as any record's) or "as_written" (BERT's static masks as they are);
@@ -142,7 +142,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
     """
     _check_settings(num_train_steps=num_train_steps, train_batch_size=train_batch_size,
                     max_seq_length=max_seq_length, steps_per_loop=steps_per_loop,
-                    checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
+                    checkpoint_every=checkpoint_every,
+                    **({} if keep_checkpoints is None else {"keep_checkpoints": keep_checkpoints}),
                     eval_steps=eval_steps, gradient_accumulation_steps=gradient_accumulation_steps,
                     max_restores=max_restores,
                     **({} if eval_every is None else {"eval_every": eval_every}))
@@ -232,8 +233,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     strategies.check_same_settings(strategy, {
         "gin configs": gin.config_str(), "--seed": seed, "--deterministic": deterministic,
         "--dry_run": dry_run,
-        "--train_data files": sorted(os.path.basename(f) for f in train_files),
-        "--eval_data files": sorted(os.path.basename(f) for f in eval_files),
+        # (names with their examples: same-named shards of another build differ)
+        "--train_data files": _train_files(train_files),
+        "--eval_data files": _train_files(eval_files),
         "vocabs": tokenization.vocab_sha256(vocab_file),
         "--init_checkpoint": init_checkpoint and os.path.basename(init_checkpoint.rstrip("/"))})
 
