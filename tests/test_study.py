@@ -567,7 +567,29 @@ assert refused("--scale=cpu", "--configs=" + ",".join([*rs.CONFIGS, rs.RANDOM_IN
     "--flops_budget=1e+14 --num_trials=2 makes another study than --scale=cpu's: its "
     "results would replace benchmarks/results/study.{{json,md}}; pass --results_dir, e.g. "
     "--results_dir=benchmarks/results/study_flops_budget")
+# A configuration named twice (its two jobs wrote one model dir at once); the scale's own
+# results dir named: as if not given.
+assert refused("--scale=toy", "--configs=electra,electra,random_init") == (
+    "--configs names electra twice; name each configuration once")
+assert refused("--scale=cpu", "--results_dir=benchmarks/results").startswith(
+    "--configs=electra,random_init is part of the grid")
 assert not os.path.exists(os.path.join(tmp, "work", "data32")), os.listdir(tmp + "/work")
+# gin's own subclass of the error, which a worker process could not send back (pickle):
+# a job's error is the plain one, its first line.
+import gin, pickle
+@gin.configurable
+def fails():
+    raise UserInputError("a bad binding")
+job = rs.Job("scripts/run_pretraining.py", [])
+rs.IN_PROCESS["scripts/run_pretraining.py"] = (lambda job: fails(), set())
+record = os.path.join(tmp, "record", "study_job.json")
+rs._write_json(record, {{}})
+try:
+    rs.run_timed(job, True, record, "abc")
+    raise AssertionError("not raised")
+except UserInputError as e:
+    assert type(e) is UserInputError and str(e) == "a bad binding", (type(e), str(e))
+    pickle.loads(pickle.dumps(e))
 # How the runs compute (precision, XLA), more seeds, and a 0 meaning the scale's value
 # keep the scale's study; other bindings, or seeds without 0, make another.
 cpu, grid = rs.SCALES["cpu"], list(rs.CONFIGS)

@@ -136,7 +136,8 @@ from absl import flags  # noqa: E402
 import common  # noqa: E402
 import corpora  # noqa: E402
 from electra_tf import choices  # noqa: E402
-from electra_tf.errors import UserInputError  # noqa: E402
+from electra_tf.errors import UserInputError, first_line  # noqa: E402
+from electra_tf.training import signals  # noqa: E402  (the standard library's only)
 
 # The grid (CONFIGS, GROUPS) is in grid.py, shared with benchmarks/zh_pos_study.py.
 import grid  # noqa: E402
@@ -331,7 +332,12 @@ def execute(job: Job, in_process: bool) -> float:
         function(job)
     else:
         import subprocess
-        if subprocess.run(job.command(), cwd=common.REPO, env=_job_environment).returncode:
+        code = subprocess.run(job.command(), cwd=common.REPO, env=_job_environment).returncode
+        if code == signals.INTERRUPTED_EXIT_CODE:  # Ctrl-C: it saved what it could
+            raise KeyboardInterrupt
+        if code == cli.TERMINATED_EXIT_CODE:  # SIGTERM (a preempted run saved a checkpoint)
+            raise cli.Terminated
+        if code:
             raise UserInputError(f"this command failed (its output is above): "
                              f"{common.shown(job.command())}")
     return time.time() - started
@@ -375,10 +381,14 @@ def run_timed(job: Job, in_process: bool, record_path: str, commit: str | None =
     clock.start()
     try:
         took = execute(job, in_process)
-    except BaseException:
+    except BaseException as e:
         stop.set()
         clock.join()
         _write_json(record_path, so_far())
+        if isinstance(e, UserInputError) and type(e) is not UserInputError:
+            # gin's subclass of it, which a worker process cannot send back (pickle): the
+            # plain error, its one line
+            raise UserInputError(first_line(e)) from None
         raise
     stop.set()
     clock.join()
@@ -431,8 +441,11 @@ class Runner:
                         JOB_RECORD, JOB_RECORD + ".tmp"}):
                 record = {}
             if record and record["command"] != shown:
+                made = job.value("output_dir") or job.value("model_dir")
                 raise UserInputError(f"{job_dir} holds a run of another command "
-                                 f"({record['command']}); delete it or pass another --work_dir")
+                                 f"({record['command']}); delete it"
+                                 + (f" and {made}, which that run wrote," if made and made
+                                    != job_dir else "") + " or pass another --work_dir")
             digests = {common.shown([p]): _sha256(p) for p in (inputs[0] if inputs else ())}
             changed = [p for p, d in record.get("inputs", {}).items() if digests.get(p) != d]
             if changed:
@@ -497,8 +510,16 @@ class Runner:
         if self.jobs > 1 and self.in_process:
             self._executor()
 
-    def close(self):
-        if self._pool is not None:
+    def close(self, abort: bool = False):
+        """Ends the workers: once their jobs are done, or (abort) at once."""
+        if self._pool is None:
+            return
+        if abort:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            workers = getattr(self._pool, "_processes", None) or {}  # (a process pool's)
+            for process in list(workers.values()):
+                process.terminate()
+        else:
             self._pool.shutdown()
 
 
@@ -693,6 +714,9 @@ def pretraining_health(model_dir: str) -> dict:
 def selected_configs() -> tuple[list[str], bool]:
     names = FLAGS.configs or [*CONFIGS, RANDOM_INIT]
     unknown = [n for n in names if n not in CONFIGS and n != RANDOM_INIT]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # (its two jobs would write one model dir at once)
+        raise UserInputError(f"--configs names {twice[0]} twice; name each configuration once")
     if unknown:
         raise UserInputError(f"--configs: unknown {', '.join(unknown)}; choose from "
                          f"{', '.join([*CONFIGS, RANDOM_INIT])}")
@@ -789,7 +813,9 @@ def pretraining_job(scale: Scale, config: Config, p: dict, data_dir: str,
     files, bindings = pretraining_gin(scale, config)
     bindings += [f"NUM_TRAIN_STEPS={p['steps']}", f"STEPS_PER_LOOP={p['steps_per_loop']}",
                  f"CHECKPOINT_EVERY={p['checkpoint_every']}",
-                 f"pretraining.keep_checkpoints={p['saved_checkpoints'] + 2}"]
+                 # every one: the curve's are fine-tuned after the run, and a count would
+                 # let those an interruption saves off the grid push them out
+                 "pretraining.keep_checkpoints=None"]
     job_flags = [("gin_file", f) for f in files] + [("gin_bindings", b) for b in bindings]
     job_flags += [("model_dir", model_dir), ("train_data", f"{data_dir}/*.tfrecord"),
                   ("seed", str(seed))]
@@ -898,7 +924,9 @@ def check_results_dir(names: list[str], with_random: bool, stem: str, scale: Sca
     data, curve or number of trials, would write over the scale's results in
     benchmarks/results/: refused unless --results_dir says where its go (--plan and
     --estimate write none; more --pretrain_seeds extend the scale's study)."""
-    if FLAGS.results_dir or FLAGS.scale == "toy" or FLAGS.plan or FLAGS.estimate:
+    elsewhere = FLAGS.results_dir and (os.path.realpath(FLAGS.results_dir)
+                                       != os.path.realpath(common.RESULTS_DIR))
+    if elsewhere or FLAGS.scale == "toy" or FLAGS.plan or FLAGS.estimate:
         return
     if set(names) != set(CONFIGS) or not with_random:
         raise UserInputError(
@@ -1019,7 +1047,11 @@ def main(argv):
                runs.index(("electra", seed) if name == RANDOM_INIT else (name, seed)),
                gin_inputs([scale.finetune_gin]))
               for name, seed, _, init, out in targets]
-    seconds = runner.run_all(items)
+    try:
+        seconds = runner.run_all(items)
+    except BaseException:
+        runner.close(abort=True)  # (an idle worker process would outlive this one)
+        raise
     runner.close()
     # The commit each job ran on (None: a job finished before records kept it).
     commits = [_read_json(os.path.join(job_dir, JOB_RECORD)).get("commit")
