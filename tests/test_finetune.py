@@ -1636,8 +1636,8 @@ def test_the_run_counts_the_qa_questions_it_trains_on(tmp_path, init):
     (tmp_path / "train.json").write_text(json.dumps(data))
     with pytest.raises(UserInputError, match=(
             rf"^{re.escape(train)}: {n // 2 + 1} of {n} questions would be skipped: their "
-            r"answer text is not at answer_start .*; that is over half the file: fix its "
-            r"answer_start values\n")):
+            r"answer text is not at answer_start .*; that is over half the file: fix those "
+            r"answers \(their answer_start, or their text\)\n")):
         finetune("qa", tmp_path / "half", init, ["finetuning.max_train_steps = 1"],
                  train_file=train, dev_file=train)
 

@@ -228,7 +228,7 @@ import run_study as rs
 from electra_tf import tokenization
 from electra_tf.errors import UserInputError
 
-# Checkpoints: none next to the end (the run still saves it: keep_checkpoints counts it).
+# Checkpoints: none next to the end (the run still saves it).
 plan = rs.checkpoint_plan(1001, 4, 500)
 assert plan["checkpoints"] == [500, 1001] and plan["saved_checkpoints"] == 3, plan
 plan = rs.checkpoint_plan(3021, 4, 100)  # the cpu grid's ELECTRA: unchanged
@@ -574,6 +574,12 @@ assert refused("--scale=toy", "--configs=electra,electra,random_init") == (
 assert refused("--scale=cpu", "--results_dir=benchmarks/results").startswith(
     "--configs=electra,random_init is part of the grid")
 assert not os.path.exists(os.path.join(tmp, "work", "data32")), os.listdir(tmp + "/work")
+# A study's runs made when jobs kept a count of checkpoints are reused (keep_checkpoints
+# changes what a run keeps, not what it computes); other bindings are other runs.
+kept = ("--gin_bindings=CHECKPOINT_EVERY=800 --gin_bindings=pretraining.keep_checkpoints={{}} "
+        "--seed=0")
+assert rs._comparable(kept.format(6)) == rs._comparable(kept.format("None"))
+assert rs._comparable(kept.format(6)) != rs._comparable(kept.replace("800", "900").format(6))
 # gin's own subclass of the error, which a worker process could not send back (pickle):
 # a job's error is the plain one, its first line.
 import gin, pickle

@@ -121,6 +121,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -436,11 +437,11 @@ class Runner:
             record = _read_json(record_path) if os.path.exists(record_path) else {}
             # A job that failed before it made anything (a bad flag, a missing file) is
             # not a run: its command may change.
-            if record and record["command"] != shown and not (
+            if record and _comparable(record["command"]) != _comparable(shown) and not (
                     "seconds" in record or set(os.listdir(job_dir)) - {
                         JOB_RECORD, JOB_RECORD + ".tmp"}):
                 record = {}
-            if record and record["command"] != shown:
+            if record and _comparable(record["command"]) != _comparable(shown):
                 made = job.value("output_dir") or job.value("model_dir")
                 raise UserInputError(f"{job_dir} holds a run of another command "
                                  f"({record['command']}); delete it"
@@ -515,12 +516,19 @@ class Runner:
         if self._pool is None:
             return
         if abort:
+            # (a process pool's, taken first: shutdown forgets them)
+            workers = dict(getattr(self._pool, "_processes", None) or {})
             self._pool.shutdown(wait=False, cancel_futures=True)
-            workers = getattr(self._pool, "_processes", None) or {}  # (a process pool's)
-            for process in list(workers.values()):
+            for process in workers.values():
                 process.terminate()
         else:
             self._pool.shutdown()
+
+
+def _comparable(command: str) -> str:
+    """A job's command less its keep_checkpoints binding, which changes what a run keeps,
+    not what it computes (study runs made before it kept every checkpoint are reused)."""
+    return re.sub(r" '?--gin_bindings=pretraining\.keep_checkpoints=[^ ']*'?", "", command)
 
 
 def _write_json(path: str, value):

@@ -1218,8 +1218,8 @@ class _QATask:
             if 2 * len(dropped) > len(data.train.examples):  # the offsets, not a few answers
                 raise UserInputError(note.replace(" questions skipped: ", " questions would "
                                                   "be skipped: ", 1)
-                                     + "; that is over half the file: fix its answer_start "
-                                     "values")
+                                     + "; that is over half the file: fix those answers "
+                                     "(their answer_start, or their text)")
             log(note)
         self.train_examples = len(data.train.examples) - len(dropped)  # those trained on
         self.train_features = train

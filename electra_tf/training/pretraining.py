@@ -396,7 +396,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             "when resumed, so it would compile them again anyway")
     elif jit_compile and xla_cache:
         cache = _xla_cache.attach(model_dir, strategy, log)
-    # (several workers agree on it below, before the first checkpoint could change it)
+    # (several workers agree on it below, once the step they go on from is known)
     finished = _finished(model_dir, num_train_steps, eval_data)
     if jit_compile and not two_stage and not (finished and workers == 1):
         trainer.trace_loop()
@@ -423,6 +423,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         # would look to a worker that looked after it like a run to resume. And a finished
         # run ends only where every worker found it finished: one that went on alone would
         # wait for the others' collectives.
+        # (and at the step every worker saved: a worker killed during its last save sets
+        # the chief's last checkpoint aside, and the run goes on from an earlier one)
+        finished = finished and latest is not None and _step_of(latest) == num_train_steps
         agreed = strategies.summed_over_workers(strategy, tf.constant(float(finished)))
         finished = int(agreed.numpy()) == replicas
     manager = tf.train.CheckpointManager(
