@@ -571,6 +571,14 @@ assert refused("--scale=cpu", "--configs=" + ",".join([*rs.CONFIGS, rs.RANDOM_IN
 # results dir named: as if not given.
 assert refused("--scale=toy", "--configs=electra,electra,random_init") == (
     "--configs names electra twice; name each configuration once")
+assert refused("--scale=toy", "--configs=") == (
+    "--configs is empty; name configurations, e.g. --configs=electra,mlm,random_init, or "
+    "leave it out for the grid")
+assert refused("--scale=toy", "--num_trials=-1") == (
+    "--num_trials=-1 is negative; give a positive number, or leave it out for the scale's "
+    f"({{rs.SCALES['toy'].num_trials}})")
+assert refused("--scale=toy", "--plan", "--estimate=10") == (
+    "--plan and --estimate each stop early, at different points; pass one of them")
 assert refused("--scale=cpu", "--results_dir=benchmarks/results").startswith(
     "--configs=electra,random_init is part of the grid")
 assert not os.path.exists(os.path.join(tmp, "work", "data32")), os.listdir(tmp + "/work")

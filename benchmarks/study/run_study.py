@@ -720,6 +720,9 @@ def pretraining_health(model_dir: str) -> dict:
 
 
 def selected_configs() -> tuple[list[str], bool]:
+    if FLAGS["configs"].present and not FLAGS.configs:  # "--configs=": not the whole grid
+        raise UserInputError("--configs is empty; name configurations, e.g. "
+                             "--configs=electra,mlm,random_init, or leave it out for the grid")
     names = FLAGS.configs or [*CONFIGS, RANDOM_INIT]
     unknown = [n for n in names if n not in CONFIGS and n != RANDOM_INIT]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -977,6 +980,14 @@ def main(argv):
     if budget <= 0:
         raise UserInputError(f"--flops_budget={FLAGS.flops_budget:g}: give a positive number "
                              f"of FLOPs (the scale's: {scale.flops_budget:.3g})")
+    for name in ("curve_points", "num_trials"):  # (0: the scale's; before any work)
+        if (FLAGS[name].value or 0) < 0:
+            raise UserInputError(f"--{name}={FLAGS[name].value} is negative; give a positive "
+                                 "number, or leave it out for the scale's "
+                                 f"({getattr(scale, name)})")
+    if FLAGS.plan and FLAGS.estimate:
+        raise UserInputError("--plan and --estimate each stop early, at different points; "
+                             "pass one of them")
     curve_points = FLAGS.curve_points or scale.curve_points
     num_trials = FLAGS.num_trials or scale.num_trials
     seeds = pretrain_seeds()
