@@ -260,9 +260,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             "holds a run, which this one resumes (--init_checkpoint starts a new --model_dir)")
     if eval_data:
         eval_steps = _eval_steps(eval_data, train_batch_size, strategy, eval_steps, chief, log)
-    share = train_batch_size // pipeline.num_workers(strategy)
-    if chief and pipeline.batches_per_worker(train_data, share, pipeline.num_workers(strategy),
-                                             1) == 0:
+    workers = pipeline.num_workers(strategy)
+    share = train_batch_size // workers
+    if chief and pipeline.batches_per_worker(train_files, share, workers, 1) == 0:
         log(f"note: --train_data={train_data} holds fewer examples than one batch of {share}"
             + (" on a worker" if share != train_batch_size else "") + f" (TRAIN_BATCH_SIZE="
             f"{train_batch_size}): each batch repeats them; build more data, or lower "
@@ -312,7 +312,6 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     dataset, local_replicas = pipeline.worker_dataset(strategy, train_batch_size, train_data,
                                                       worker_index=task_id, data_info=info,
                                                       **data_options)
-    workers = pipeline.num_workers(strategy)
     if workers > 1:
         log(f"worker {task_id} of {workers} reads input pipeline {task_id}")
         note = pipeline.uneven_shares_note(train_files, workers)
