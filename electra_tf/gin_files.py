@@ -111,8 +111,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
             hint = _set_elsewhere(e)
             if hint:
                 raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None
-            raise UserInputError(f"--gin_bindings={binding!r}: {message}; check the name "
-                                 f"against the gin files (e.g. {example})") from None
+            raise UserInputError(f"--gin_bindings={binding!r}: {message.rstrip('.')}; check "
+                                 f"the name against the gin files (e.g. {example})") from None
     _check_macros_used(bindings, example)
     _check_macros_defined(example)
 

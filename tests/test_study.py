@@ -122,6 +122,30 @@ def test_plots_are_pngs(study):
         assert width > 300 and height > 200
 
 
+def test_a_smaller_grid_removes_the_plots_it_does_not_make(study, tmp_path):
+    """A results folder that held the whole grid's plots, written again with two
+    configurations: the plots this grid does not make go (they belonged to the old
+    study.{json,md}); other files stay."""
+    import shutil
+    sys.path.insert(0, os.path.dirname(RUNNER))
+    try:
+        import grid
+        import plots
+    finally:
+        sys.path.remove(os.path.dirname(RUNNER))
+    for p in PLOTS:
+        shutil.copy(study["results"] / f"study_toy_{p}.png", tmp_path)
+    (tmp_path / "notes.png").write_bytes(b"kept")
+    record = study["record"]
+    configs = {n: record["configs"][n] for n in ("sharing_none", "sharing_all")}
+    paths = plots.write_plots(configs, record["random_init"], str(tmp_path), "study_toy",
+                              grid.GROUPS, ("electra", "mlm"),
+                              record["settings"]["flops_budget"])
+    assert paths == [str(tmp_path / "study_toy_sharing.png")]
+    assert sorted(os.listdir(tmp_path)) == ["notes.png", "study_toy_sharing.png"]
+    assert _png_size(paths[0])[0] > 300
+
+
 def test_commands_recorded(study):
     commands = study["record"]["commands"]
     assert commands[0].startswith(".venv/bin/python scripts/build_pretraining_data.py ")
@@ -620,6 +644,24 @@ for flag in ("--pretrain_bindings=LEARNING_RATE=3e-4", "--pretrain_seeds=1,2"):
         raise AssertionError(f"not refused: {{flag}}")
     except UserInputError as e:
         assert str(e).startswith(f"{{flag}} makes another study than --scale=cpu's"), e
+# A binding the study overrides, or one gin cannot read, is refused naming the study's flag.
+toy = rs.SCALES["toy"]
+for binding, expected in (
+        ("NUM_TRAIN_STEPS=5", "--pretrain_bindings='NUM_TRAIN_STEPS=5': the budget"),
+        ("pretraining.keep_checkpoints=3", "--pretrain_bindings='pretraining.keep_checkpoints=3"
+         "': the study keeps every checkpoint"),
+        ("pretraining.nosuch=1", "--pretrain_bindings='pretraining.nosuch=1': Configurable "
+         "'pretraining' doesn't have a parameter named 'nosuch'; check the name")):
+    rs.FLAGS.unparse_flags()
+    rs.FLAGS(["run_study", "--scale=toy", f"--pretrain_bindings={{binding}}"])
+    try:
+        rs.check_pretrain_bindings(toy)
+        raise AssertionError(f"not refused: {{binding}}")
+    except UserInputError as e:
+        assert str(e).startswith(expected), e
+rs.FLAGS.unparse_flags()
+rs.FLAGS(["run_study", "--scale=toy", "--pretrain_bindings=LEARNING_RATE=3e-4"])
+rs.check_pretrain_bindings(toy)
 print("ok")
 """
 

@@ -100,14 +100,20 @@ def bar_plot(configs: dict, baseline: dict | None, title: str, members, budget: 
 def write_plots(configs: dict, baseline: dict | None, results_dir: str, stem: str,
                 groups: dict, curve_configs, budget: float) -> list[str]:
     """Writes <stem>_curve.png (when a curve configuration ran) and <stem>_<study>.png for
-    each study with a configuration that ran; returns the paths."""
+    each study with a configuration that ran; returns the paths. A plot of these names
+    that this grid does not make (left by another grid written to the same folder) is
+    removed, so that the folder's plots are those of its study.{json,md}."""
     os.makedirs(results_dir, exist_ok=True)
     paths = []
+    curve = os.path.join(results_dir, f"{stem}_curve.png")
     if any(name in configs for name in curve_configs):
-        paths.append(os.path.join(results_dir, f"{stem}_curve.png"))
+        paths.append(curve)
         curve_plot(configs, baseline, curve_configs, paths[-1])
     for study, (title, members) in groups.items():
         if any(name in configs for name, _ in members):
             paths.append(os.path.join(results_dir, f"{stem}_{study}.png"))
             bar_plot(configs, baseline, title, members, budget, paths[-1])
+    for stale in [curve] + [os.path.join(results_dir, f"{stem}_{s}.png") for s in groups]:
+        if stale not in paths and os.path.exists(stale):
+            os.remove(stale)
     return paths

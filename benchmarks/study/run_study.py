@@ -576,6 +576,37 @@ def pretraining_gin(scale: Scale, config: Config) -> tuple[list[str], list[str]]
     return [scale.size_gin, *config.gin_files], bindings
 
 
+# Macros the study binds after --pretrain_bindings (a run's length and checkpoints, from its
+# budget), or builds its data for (the sequence length): a --pretrain_bindings of one would
+# be overridden, or would not match the data.
+STUDY_MACROS = {"NUM_TRAIN_STEPS": "the budget (--flops_budget) sets each run's steps",
+                "STEPS_PER_LOOP": "the study sets it from each run's steps",
+                "CHECKPOINT_EVERY": "the study checkpoints at the curve's points "
+                                    "(--curve_points)",
+                "MAX_SEQ_LENGTH": "the scale's data is built for its sequence length",
+                "pretraining.keep_checkpoints": "the study keeps every checkpoint"}
+
+
+def check_pretrain_bindings(scale: Scale) -> None:
+    """Refuses a --pretrain_bindings the study would override (STUDY_MACROS), and one that
+    gin cannot read, naming the flag given (the parse names run_pretraining.py's
+    --gin_bindings)."""
+    from electra_tf import gin_files
+    from electra_tf.training import optimization, pretraining  # noqa: F401  (registers gin)
+    for binding in FLAGS.pretrain_bindings:
+        name = binding.split("=", 1)[0].strip()
+        if name in STUDY_MACROS:
+            raise UserInputError(f"--pretrain_bindings={binding!r}: {STUDY_MACROS[name]}, so "
+                                 "this binding would be overridden; leave it out")
+    try:
+        gin_files.parse(*pretraining_gin(scale, CONFIGS["electra"]))
+    except UserInputError as e:
+        raise UserInputError(str(e).replace("--gin_bindings=", "--pretrain_bindings=")) from None
+    finally:
+        import gin
+        gin.clear_config()
+
+
 def describe_config(scale: Scale, config: Config, vocab_size: int) -> dict:
     """The configuration's shapes and training FLOPs per example: what model_info.json
     will report (`reported_flops_per_example`; the pretrainer is built from the same gin,
@@ -697,8 +728,8 @@ def write_splits(rows, num_train: int, num_dev: int, work: str) -> tuple[str, st
     corpora.write_labelled_csv(paths[1], dev)
     labels = sorted({label for label, _ in dev})
     return (*paths, {"num_train": len(train), "num_dev": len(dev),
-                     "dev_label_fractions": {l: sum(r[0] == l for r in dev) / len(dev)
-                                             for l in labels}})
+                     "dev_label_fractions": {label: sum(r[0] == label for r in dev) / len(dev)
+                                             for label in labels}})
 
 
 def pretraining_health(model_dir: str) -> dict:
@@ -998,7 +1029,7 @@ def main(argv):
     results_dir = FLAGS.results_dir or (work if FLAGS.scale == "toy" else common.RESULTS_DIR)
     stem = "study" if FLAGS.scale == "cpu" else f"study_{FLAGS.scale}"
     check_results_dir(names, with_random, stem, scale)
-    os.makedirs(work, exist_ok=True)
+    check_pretrain_bindings(scale)
     if not in_process and FLAGS.strategy == "tpu":
         keep_off_the_tpu()
     if not in_process and not FLAGS.estimate:
@@ -1012,6 +1043,7 @@ def main(argv):
     print_plan(plan, budget)
     if FLAGS.plan:
         return 0
+    os.makedirs(work, exist_ok=True)
 
     # -- data: the labelled splits, pre-training TFRecords
     rows, labelled_source = labelled_rows(scale, runner.commands)
