@@ -935,6 +935,14 @@ def test_served_tags_are_re_encoded_as_fine_tuning_writes_them():
         assert got.tolist() == expected, scheme
     assert sum(metrics.retag(r, "BIO") != [t.replace("S-", "B-").replace("E-", "I-")
                                            for t in r] for r in rows) > 100  # not renames
+    # And in a file's own spelling (BILOU with '_', IOE): respell in the graph = metrics'.
+    for spelling in ({"separator": "_", "end": "L", "single": "U", "begins": True},
+                     {"separator": "-", "end": "E", "single": "S", "begins": False}):
+        retagged = saved_model.retag_bioes(tf.constant(padded), "BIOES")
+        got = saved_model.respell(retagged, spelling).numpy().astype(str)
+        expected = [metrics.respell(metrics.retag(r, "BIOES"), spelling) + [""] * (8 - len(r))
+                    for r in rows]
+        assert got.tolist() == expected, spelling
 
 
 def test_the_detector_refuses_a_task_export_in_one_line(task_exports):

@@ -179,6 +179,24 @@ def test_tags_re_encode_with_the_same_chunks():
     assert metrics.tag_scheme([["S-X"], ["NR", "B-X"]]) is None  # token-level, wherever it is
 
 
+@pytest.mark.parametrize("gold", [
+    "B-PER L-PER U-LOC O B-ORG I-ORG L-ORG".split(),             # BILOU
+    "B_PER I_PER O B_LOC O B_PER".split(),                       # BIO with '_'
+    "I-PER E-PER O E-LOC I-ORG I-ORG E-ORG E-ORG".split(),       # IOE2
+    "B-PER I-PER O B-LOC".split(), "B-X M-X E-X S-Y".split()])  # as retag spells them
+def test_predictions_keep_the_files_spelling(gold):
+    """A perfect model's tags, as fine-tuning writes them (the file's scheme, then its
+    spelling), are the file's tags: token accuracy 1 (it was 0.5 for BILOU, 0.25 for '_'),
+    and the predictions file compares with the gold column token by token."""
+    from electra_tf.finetune import metrics
+    scheme, spelling = metrics.tag_scheme([gold]), metrics.tag_spelling([gold])
+    written = metrics.respell(metrics.retag(metrics.retag(gold, "BIOES"), scheme), spelling)
+    assert written == gold
+    assert metrics.span_scores([gold], [written]) == {"f1": 1.0, "precision": 1.0,
+                                                      "recall": 1.0, "accuracy": 1.0}
+    assert (spelling is None) == (gold[-1] in ("B-LOC", "S-Y"))  # the last two: as retag's
+
+
 def test_squad_metrics_official_definitions():
     from electra_tf.finetune import metrics
     assert metrics.normalize_answer("The  Eiffel-Tower, in PARIS!") == "eiffeltower in paris"
@@ -713,7 +731,11 @@ def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
             ("finetuning.tag_encoding = 'IOB'", r"^finetuning.tag_encoding='IOB' is not "
                                                 r"'BIOES' or 'file'"),
             ("finetuning.qa_head = 'xlnet'", r"^finetuning.qa_head='xlnet' is not one of "
-                                             r"electra, bert")):
+                                             r"electra, bert"),
+            # the official qa_na_threshold is a logit; ours a probability
+            ("finetuning.no_answer_threshold = -2.75",
+             r"^finetuning.no_answer_threshold=-2.75 is not a probability: .* \(the official "
+             r"qa_na_threshold, -2.75, is a logit: 0.0601, the default for qa_head='electra'\)")):
         with pytest.raises(UserInputError, match=message):
             finetune("classification", tmp_path / "out", init, [binding], train_file=train,
                      dev_file=train, text_column="review", label_column="sentiment")
@@ -1154,6 +1176,7 @@ def test_tagging_notes_the_words_cut_off_as_untrained_or_predicted(tmp_path, ini
            for s in (data.train, data.dev[0])]
     assert min(cut) > 0
     assert notes == [
+        f"{data.train.path}: 3 tags, learnt as written (finetuning.tag_encoding='file')",
         f"{data.train.path}: {cut[0]} words do not fit in 16 tokens; they are not trained on "
         "(raise MAX_SEQ_LENGTH to avoid it)",
         f"{data.dev[0].path}: {cut[1]} words do not fit in 16 tokens; they are predicted 'O' "
@@ -1172,7 +1195,10 @@ def test_tagging_span_f1_on_written_predictions(tmp_path, init):
     # Learnt as BIOES (the official encoding), written and scored in the file's BIO.
     assert results["hyperparameters"]["tag_scheme"] == "BIO"
     info = json.loads((tmp_path / "out" / "trial_0" / "task_info.json").read_text())
-    assert (info["labels"], info["tag_scheme"]) == (["B-PER", "E-PER", "O", "S-PER"], "BIO")
+    # Every chunk shape of the type, I-PER too (the training file's names are all two words
+    # long: none is B-PER I-PER E-PER, which a dev name of three words needs).
+    assert (info["labels"], info["tag_scheme"]) == (["B-PER", "E-PER", "I-PER", "O", "S-PER"],
+                                                    "BIO")
     gold, pred, sentence = [], [], ([], [])
     for line in (tmp_path / "out" / "trial_0" / "dev_predictions.txt").read_text().split("\n"):
         if not line:
@@ -1261,7 +1287,7 @@ def test_summed_loss_steps_on_count_times_the_mean_gradients(tmp_path, init):
     for task, train in (("classification", sentences), ("tagging", tagging)):
         data = tasks.load(tasks.get_task(task), train_file=train, dev_file=train,
                           log=lambda *_: None)
-        adapter = runner._ADAPTERS[task](data, quiet.tokenizer(), options, None)
+        adapter = runner._ADAPTERS[task](data, quiet.tokenizer(), options, lambda *_: None)
         features, seen = adapter.train_features, {}
         for summed in (False, True):
             model, _ = runner.build_trial(quiet, adapter.head, adapter.num_outputs, 0, 1, 1e-3,
@@ -1325,8 +1351,9 @@ def test_multi_worker_fine_tuning_trains_one_devices_weights_and_the_chief_write
     processes = workers(str(tmp_path / "seeds_"), [], ["--seed=1"])
     for p, (_, err) in zip(processes, [p.communicate(timeout=600) for p in processes]):
         assert p.returncode == 1 and err.strip().splitlines()[-1] == (
-            "error: the workers were given different --seed; run the same command on every "
-            "worker (the same gin files and bindings, data and flags)"), err[-3000:]
+            "error: the workers were given different --seed (worker 1: '1'; worker 0: '0'); "
+            "run the same command on every worker (the same gin files and bindings, data and "
+            "flags)"), err[-3000:]
     assert not os.path.exists(tmp_path / "seeds_0")  # made for the run, removed empty
     processes = workers(out, [], [])
     outputs = [p.communicate(timeout=600) for p in processes]

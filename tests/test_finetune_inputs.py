@@ -307,6 +307,44 @@ def test_squad_files_of_the_wrong_version_for_the_task(tmp_path):
                          "those score 0"]
 
 
+def test_a_squad_v1_dev_question_without_answers_is_refused(tmp_path):
+    """SQuAD 1.1 scoring has no unanswerable questions: a dev question with "answers": []
+    (and no is_impossible) turned the whole set's scores into SQuAD 2.0's, scoring it 0."""
+    emma = {"question": "Who?", "answers": [{"text": "Emma", "answer_start": 0}]}
+    v1 = _squad(tmp_path / "v1.json", [{"id": "a", **emma}, {"id": "b", **emma}])
+    dev = _squad(tmp_path / "dev.json", [{"id": "a", **emma},
+                                         {"id": "b", "question": "Why?", "answers": []},
+                                         {"id": "c", "question": "How?", "answers": []}])
+    _refused(f"{dev}: question 'b' (and 1 more) has no answers; --task=squad_v1 (SQuAD 1.1) "
+             "scores each question against its answers: give it one, or pass "
+             "--task=squad_v2 if some questions are unanswerable",
+             tasks.load, tasks.get_task("squad_v1"), train_file=v1, dev_file=dev)
+    lines = []  # SQuAD 2.0 scores such a question as the official script does: unanswerable
+    tasks.load(tasks.get_task("squad_v2"), train_file=v1, dev_file=dev, log=lines.append)
+    assert lines == []
+
+
+def test_a_tagging_file_of_one_tag_is_refused_and_stray_bare_tags_are_noted(tmp_path):
+    """One tag everywhere (a --label_column at the POS column of a one-tag file) trained
+    and scored f1 1.0; a chunk file with a few tags lacking their prefix is read as
+    token-level tags: said."""
+    from electra_tf.finetune import runner
+    conll = tmp_path / "train.txt"
+    conll.write_text("Emma NNP\nWoodhouse NNP\n\nHarriet NNP\n", encoding="utf-8")
+    _refused(f"{conll} has a single tag ('NNP') in its tag column; tagging needs at least two "
+             "(or pick the right --label_column)", tasks.load, tasks.get_task("tagging"),
+             train_file=str(conll), dev_file=str(conll))
+    tags = [["B-PER", "I-PER", "O"]] * 10 + [["PER", "O"]]
+    notes = []
+    runner._note_unprefixed("train.txt", tags, notes.append)
+    assert notes == ["note: train.txt: 1 of its 21 tags other than O have no chunk prefix (B-, "
+                     "I-, E-, S-; e.g. 'PER'), so every tag is learnt and scored as a "
+                     "one-token chunk; give those tags a prefix to learn chunks"]
+    notes.clear()
+    runner._note_unprefixed("pos.txt", [["NN", "VB", "O"], ["B-X"]], notes.append)
+    assert notes == []  # token-level tags (POS) with one stray chunk tag: as they are
+
+
 def test_squad_files_of_another_layout_are_refused_naming_the_part(tmp_path):
     qa = tmp_path / "train.json"
     layout = ('the layout is {"data": [{"paragraphs": [{"context": ..., "qas": [{"id", '

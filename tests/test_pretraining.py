@@ -1866,9 +1866,10 @@ def test_workers_told_apart_or_lost_stop_in_one_line(tmp_path, data):
 
     model = tmp_path / "model"
     refused = last_lines([worker(0, model), worker(1, model, "TRAIN_BATCH_SIZE = 16")])
-    assert refused == [(1, "error: the workers were given different gin configs; run the same "
-                           "command on every worker (the same gin files and bindings, data "
-                           "and flags)")] * 2
+    assert refused == [(1, "error: the workers were given different gin configs (worker 1: "
+                           "'TRAIN_BATCH_SIZE = 16'; worker 0: 'TRAIN_BATCH_SIZE = 8'); run the "
+                           "same command on every worker (the same gin files and bindings, "
+                           "data and flags)")] * 2
     assert not os.path.exists(model)
     alone = worker(1, model)
     line = alone.stdout.readline()

@@ -341,6 +341,7 @@ class TaskServingModule(_TextModule):
         self.no_answer_threshold = info.get("no_answer_threshold", 0.5)
         self.target_scale = info.get("target_scale", 1.0)  # regression: what training divided by
         self.tag_scheme = info.get("tag_scheme")  # tagging: the file's, the labels are BIOES
+        self.tag_spelling = info.get("tag_spelling")  # and how it spells them (None: B-...)
         strings = tf.TensorSpec([None], tf.string, name="text")
         if pair:
             self.serving_default = tf.function(self._serve_pair, input_signature=[
@@ -403,7 +404,7 @@ class TaskServingModule(_TextModule):
         word_tags = tf.ragged.boolean_mask(tags, word_start > 0).to_tensor(
             default_value="", shape=tf.shape(words, out_type=tf.int64))
         if self.tag_scheme:
-            word_tags = retag_bioes(word_tags, self.tag_scheme)
+            word_tags = respell(retag_bioes(word_tags, self.tag_scheme), self.tag_spelling)
         return {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
                 "word_start": word_start, "tag_probabilities": tf.nn.softmax(logits),
                 "tag_ids": tag_ids, "tags": tags, "words": words, "word_tags": word_tags}
@@ -678,6 +679,22 @@ def retag_bioes(tags, scheme: str):
         after_same = ~tf.equal(prev_prefix, "O") & tf.equal(prev_type, type_)
         mark = tf.where(starts & after_same, "B", "I")
     return tf.where(outside, tags, tf.strings.join([mark, "-", type_]))
+
+
+def respell(tags, spelling: dict | None):
+    """metrics.respell in the graph: retag_bioes's tags [b, W] in a file's spelling."""
+    if spelling is None:
+        return tags
+    outside = tf.equal(tags, "O") | tf.equal(tags, "")
+    prefix = tf.strings.substr(tags, 0, 1)
+    if not spelling["begins"]:
+        prefix = tf.where(tf.equal(prefix, "B"), "I", tf.where(tf.equal(prefix, "S"), "E",
+                                                                 prefix))
+    prefix = tf.where(tf.equal(prefix, "E"), spelling["end"],
+                      tf.where(tf.equal(prefix, "S"), spelling["single"], prefix))
+    spelt = tf.strings.join([prefix, spelling["separator"],
+                             tf.strings.regex_replace(tags, "^..", "")])
+    return tf.where(outside, tags, spelt)
 
 
 def _kept(per_word, keep):

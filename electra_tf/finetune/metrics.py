@@ -207,6 +207,43 @@ def retag(tags: list[str], scheme: str) -> list[str]:
     return out
 
 
+def tag_spelling(sentences_tags) -> dict | None:
+    """How a file spells the prefixes that retag writes as B-/E-/S- with '-', where it
+    spells them otherwise (None: as retag does): its separator ('_' when every prefixed tag
+    has it), BILOU's L and U for E and S, and IOE's chunks (E- ends them; no B- or S-), whose
+    B and S are written I and E. Predictions are written in it (`respell`), so that they
+    compare with the file's tags token by token."""
+    letters, separators = set(), set()
+    for tags in sentences_tags:
+        for tag in tags:
+            if tag != "O" and _has_prefix(tag):
+                letters.add(tag[0])
+                separators.add(tag[1])
+    spelling = {"separator": "_" if separators == {"_"} else "-",
+                "end": "L" if "L" in letters and "E" not in letters else "E",
+                "single": "U" if "U" in letters and "S" not in letters else "S",
+                "begins": not letters or bool(letters & set("BSU"))}
+    return None if spelling == {"separator": "-", "end": "E", "single": "S",
+                                "begins": True} else spelling
+
+
+def respell(tags: list[str], spelling: dict | None) -> list[str]:
+    """retag's B-/I-/E-/S-/M- tags in a file's `spelling` (tag_spelling; None: as they are)."""
+    if spelling is None:
+        return list(tags)
+    out = []
+    for tag in tags:
+        if tag == "O":
+            out.append(tag)
+            continue
+        prefix = tag[0]
+        if not spelling["begins"]:
+            prefix = {"B": "I", "S": "E"}.get(prefix, prefix)
+        prefix = {"E": spelling["end"], "S": spelling["single"]}.get(prefix, prefix)
+        out.append(f"{prefix}{spelling['separator']}{tag[2:]}")
+    return out
+
+
 def chunks(tags: list[str]) -> set[tuple[str, int, int]]:
     """The chunks (type, first, last token index) of one sentence's tags, as conlleval reads
     them (so IOB1, where a chunk may start with I-, works too)."""

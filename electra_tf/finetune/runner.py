@@ -282,6 +282,12 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              f"{', '.join(QA_HEADS)}")
     if no_answer_threshold is None:
         no_answer_threshold = ELECTRA_NO_ANSWER_THRESHOLD if qa_head == "electra" else 0.5
+    if not 0.0 <= no_answer_threshold <= 1.0:
+        raise UserInputError(
+            f"finetuning.no_answer_threshold={no_answer_threshold:g} is not a probability: it "
+            "is the chance of no answer above which a question is left unanswered, 0 to 1 "
+            f"(the official qa_na_threshold, -2.75, is a logit: "
+            f"{ELECTRA_NO_ANSWER_THRESHOLD:.4f}, the default for qa_head='electra')")
     if beam_size < 1 or doc_stride < 1:
         raise UserInputError(f"finetuning.beam_size={beam_size} and doc_stride={doc_stride} "
                              "must be at least 1")
@@ -1112,6 +1118,17 @@ class _SentenceTask:
         atomic.write_text(os.path.join(folder, f"{split.name}_predictions.tsv"), _tsv(rows))
 
 
+def _note_unprefixed(path: str, sentences_tags, log) -> None:
+    """Notes a tag file whose tags are mostly chunk tags (B-PER) but some not (PER): the
+    file is then read as token-level tags, each tag its own one-token chunk."""
+    tags = [t for tags in sentences_tags for t in tags if t != "O"]
+    bare = [t for t in tags if not metrics._has_prefix(t)]
+    if bare and len(bare) < len(tags) / 2:
+        log(f"note: {path}: {len(bare)} of its {len(tags)} tags other than O have no chunk "
+            f"prefix (B-, I-, E-, S-; e.g. {bare[0]!r}), so every tag is learnt and scored as "
+            "a one-token chunk; give those tags a prefix to learn chunks")
+
+
 class _TaggingTask:
     """Tagging. Span tags are learnt as BIOES (`tag_scheme`: the file's scheme, that
     predictions are written and scored in; None: the file's tags are learnt as they are)."""
@@ -1119,13 +1136,32 @@ class _TaggingTask:
     answerability = False
 
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
-        self.tag_scheme = None
+        self.tag_scheme = self.tag_spelling = None
+        train_tags = [s.tags for s in data.train.examples]
         if options.get("tag_encoding", "BIOES") == "BIOES":
-            self.tag_scheme = metrics.tag_scheme(s.tags for s in data.train.examples)
+            self.tag_scheme = metrics.tag_scheme(train_tags)
+            self.tag_spelling = self.tag_scheme and metrics.tag_spelling(train_tags)
         learnt = lambda s: s if self.tag_scheme is None or not s.tags else (  # noqa: E731
             dataclasses.replace(s, tags=metrics.retag(s.tags, "BIOES")))
-        self.labels = data.labels if self.tag_scheme is None else readers.sorted_labels(
-            t for s in data.train.examples for t in learnt(s).tags)
+        if self.tag_scheme is None:
+            self.labels = data.labels
+            _note_unprefixed(data.train.path, train_tags, log)
+        else:
+            # Every chunk shape of every type the training file has, as the official code's
+            # label set from all splits: a one-word name in dev is S-PER even where training
+            # has only two-word names (B-PER E-PER).
+            seen = {t for s in data.train.examples for t in learnt(s).tags}
+            types = {t[2:] for t in seen if t != "O"}
+            self.labels = readers.sorted_labels(seen | {f"{p}-{t}" for t in types
+                                                        for p in "BIES"})
+        if self.tag_scheme:
+            log(f"{data.train.path}: {self.tag_scheme} chunks of {len(types)} types, learnt as "
+                f"BIOES ({len(self.labels)} tags)")
+        else:
+            log(f"{data.train.path}: {len(self.labels)} tags, learnt as written ("
+                + ("finetuning.tag_encoding='file')"
+                   if options.get("tag_encoding", "BIOES") != "BIOES" else
+                   "token-level: no chunk prefixes)"))
         self.num_outputs = len(self.labels)
         # Words cut off by the sequence length are predicted as the commonest tag.
         counts = {}
@@ -1174,7 +1210,7 @@ class _TaggingTask:
         for n, s in enumerate(split.examples):
             kept = [self.labels[ids[n, p]] for p in positions[n, :len(s.words)] if p >= 0]
             if self.tag_scheme is not None:
-                kept = metrics.retag(kept, self.tag_scheme)
+                kept = metrics.respell(metrics.retag(kept, self.tag_scheme), self.tag_spelling)
             out.append(kept + [self.fallback] * (len(s.words) - len(kept)))
         return out
 
@@ -1342,6 +1378,7 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
             "labels": adapter.labels, "tag_scheme": adapter.tag_scheme,
+            "tag_spelling": getattr(adapter, "tag_spelling", None),
             "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,

@@ -188,6 +188,11 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         dev = readers.read_conll(dev_file, column)
         test = readers.read_conll(test_file, column, labelled=False) if test_file else None
         labels = readers.sorted_labels(t for s in train for t in s.tags)
+        if len(labels) < 2:
+            raise UserInputError(f"{train_file} has a single tag ({labels[0]!r}) in its tag "
+                                 "column; tagging needs at least two (or pick the right "
+                                 "--label_column)" if labels else
+                                 f"{train_file} has no tagged words; check the file")
         for split, path in ((dev, dev_file), (test, test_file)):
             for sentence in split or ():
                 for tag in sentence.tags or ():
@@ -209,6 +214,14 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                 f"--task=squad_v1 is SQuAD 1.1, whose questions all have answers, but "
                 f"{train_file} marks {impossible} is_impossible (SQuAD 2.0): pass "
                 "--task=squad_v2 (or --task=qa)")
+        answerless = [e.qid for e in dev if not e.is_impossible and not e.answers]
+        if task.name == "squad_v1" and answerless:
+            raise UserInputError(
+                f"{dev_file}: question {answerless[0]!r}"
+                + (f" (and {len(answerless) - 1} more)" if len(answerless) > 1 else "")
+                + " has no answers; --task=squad_v1 (SQuAD 1.1) scores each question against "
+                "its answers: give it one, or pass --task=squad_v2 if some questions are "
+                "unanswerable")
         unanswerable = sum(e.is_impossible for e in dev)
         if unanswerable and not impossible:
             log(f"note: {dev_file} has {unanswerable} unanswerable questions (is_impossible) "

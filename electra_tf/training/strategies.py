@@ -209,9 +209,70 @@ def check_same_settings(strategy: tf.distribute.Strategy, settings: dict) -> Non
                       tf.float64)
     found = [n for n, d in zip(names, summed_over_workers(strategy, differs).numpy()) if d > 0]
     if found:
-        raise UserInputError(f"the workers were given different {', '.join(found)}; run the "
-                             "same command on every worker (the same gin files and bindings, "
-                             "data and flags)")
+        # Which worker, and where: the first setting's text from every worker (every one
+        # found the same settings, so every one takes part in this exchange).
+        value = settings[found[0]]
+        texts = _texts_of_workers(strategy, value if isinstance(value, str) else json.dumps(
+            value, sort_keys=True, indent=1, default=str))
+        where = ""
+        for task, text in enumerate(texts[1:], 1):
+            if text != texts[0]:
+                theirs, chiefs = _first_difference(text, texts[0])
+                label = _task_label(strategy)
+                where = f" ({label(task)}: {theirs}; {label(0)}: {chiefs})"
+                break
+        raise UserInputError(f"the workers were given different {', '.join(found)}{where}; run "
+                             "the same command on every worker (the same gin files and "
+                             "bindings, data and flags)")
+
+
+def _task_label(strategy: tf.distribute.Strategy):
+    """A training task's name in TF_CONFIG's terms, from its index (task_index)."""
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    if "chief" in cluster:
+        return lambda i: "the chief" if i == 0 else f"worker {i - 1}"
+    return lambda i: f"worker {i}"
+
+
+def _texts_of_workers(strategy: tf.distribute.Strategy, text: str) -> list[str]:
+    """Every training task's `text`, in task_index order (each worker calls this with its
+    own, at the same point: two all-reduces, of the lengths, then of the bytes, each
+    worker's in its own row)."""
+    import numpy as np
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    tasks = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    local = strategy.num_replicas_in_sync // tasks  # (every worker has as many replicas)
+    me = worker_info(strategy)[0]
+    data = np.frombuffer(text.encode("utf-8"), np.uint8)
+    lengths = np.zeros(tasks)
+    lengths[me] = len(data)
+    lengths = np.rint(summed_over_workers(strategy, tf.constant(lengths)).numpy() / local)
+    rows = np.zeros((tasks, int(lengths.max())))
+    rows[me, :len(data)] = data
+    rows = np.rint(summed_over_workers(strategy, tf.constant(rows)).numpy() / local)
+    return [bytes(row[:int(n)].astype(np.uint8)).decode("utf-8", "replace")
+            for row, n in zip(rows, lengths)]
+
+
+def _first_difference(text: str, other: str, width: int = 80) -> tuple[str, str]:
+    """The first line of `text` that `other` lacks and the line of `other` in its place
+    (blank and comment lines left out), each quoted and cut to `width` characters;
+    "nothing" where one has no line there."""
+    import difflib
+
+    def lines(t):
+        return [line.strip() for line in t.splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+
+    def shown(line):
+        return repr(line if len(line) <= width else line[:width - 3] + "...")
+
+    a, b = lines(text), lines(other)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            return (shown(a[i1]) if i1 < i2 else "nothing",
+                    shown(b[j1]) if j1 < j2 else "nothing")
+    return "the same lines in another order", "these"
 
 
 def summed_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
