@@ -24,7 +24,8 @@ from absl import flags  # noqa: E402
 from electra_tf import choices  # noqa: E402
 
 flags.DEFINE_string("model_dir", None, "A pre-training model dir (run_pretraining.py or "
-                    "convert_checkpoint.py wrote it) or, with --kind=task, a fine-tuning "
+                    "convert_checkpoint.py wrote it; its latest checkpoint) or one of its "
+                    "checkpoints (MODEL_DIR/ckpt-N) or, with --kind=task, a fine-tuning "
                     "output dir (run_finetuning.py's) or one of its trial_K dirs.")
 flags.DEFINE_string("export_dir", None, "Where EXPORT_DIR/MODEL_NAME/VERSION goes.")
 flags.DEFINE_string("model_name", "electra", "The model's name in TF Serving: ASCII letters, "

@@ -4,6 +4,7 @@ in-memory model; saved_model_cli's listing; the warmup records; models.config; t
 detector CLI; bad input."""
 
 import csv
+import glob
 import json
 import os
 import re
@@ -368,6 +369,67 @@ def test_sigterm_stops_an_export_with_one_line_and_nothing_written(model_dir, tm
         ".tmp-1-"]
 
 
+def test_an_export_names_its_checkpoint_and_exports_one_asked_for(model_dir, tmp_path,
+                                                                   monkeypatch):
+    """The export says which checkpoint it serves (it did not: a run's ckpt-0 went out as
+    the model); a ckpt-N prefix (or its .index) exports that one (refused: "does not exist
+    or is not a folder"); a checkpoint a running run removes while it is read gives way to
+    its newer one (it was "truncated or corrupt; copy them again"); a model's own folder as
+    --export_dir is refused (the version nested under it, unseen by TF Serving)."""
+    from electra_tf.training import checkpoints
+    latest = tf.train.latest_checkpoint(model_dir)
+    first = os.path.join(model_dir, "ckpt-0")
+    assert latest != first and os.path.exists(first + ".index")
+    lines = []
+    saved_model.export(model_dir, str(tmp_path), "latest", "discriminator", log=lines.append)
+    assert lines == [f"discriminator: the weights of {latest}"]
+    lines = []
+    saved_model.export(first + ".index", str(tmp_path), "first", "discriminator",
+                       log=lines.append)
+    assert lines == [f"discriminator: the weights of {first}",
+                     f"note: {first} holds the weights before the first training step (the run "
+                     "has saved no later checkpoint yet): they are untrained"]
+    served = [tf.saved_model.load(str(tmp_path / name / "1")).signatures["serving_default"](
+        text=tf.constant(["Emma smiled at Harriet."]))["replaced_probability"].numpy()
+        for name in ("latest", "first")]
+    assert np.abs(served[0] - served[1]).max() > 1e-6  # other weights
+    for given, what, parent in ((tmp_path / "latest", "a model's folder (it holds its "
+                                 "versions)", tmp_path),
+                                (tmp_path / "latest" / "1", "a version of a model", tmp_path)):
+        with pytest.raises(UserInputError) as error:
+            saved_model.export(model_dir, str(given), "latest", "discriminator", version=2)
+        assert str(error.value) == (
+            f"--export_dir={given} is {what}; pass the folder above the model's, "
+            f"--export_dir={parent}, with --model_name=the model's folder name (it writes "
+            "EXPORT_DIR/MODEL_NAME/VERSION)")
+    # A run saves ckpt-9 and removes the latest while the model is read.
+    copy = tmp_path / "running"
+    shutil.copytree(model_dir, copy)
+    read = checkpoints.read_weights
+    calls = []
+
+    def run_moves_on(model, checkpoint, described_by):
+        calls.append(os.path.basename(checkpoint))
+        if len(calls) == 1:
+            for f in glob.glob(checkpoint + ".*"):
+                os.rename(f, f.replace(os.path.basename(checkpoint), "ckpt-9"))
+            tf.compat.v1.train.update_checkpoint_state(str(copy), str(copy / "ckpt-9"))
+        return read(model, checkpoint, described_by)
+
+    monkeypatch.setattr(checkpoints, "read_weights", run_moves_on)
+    loaded = checkpoints.load_pretrainer(str(copy))
+    assert calls == [os.path.basename(latest), "ckpt-9"]
+    assert loaded.checkpoint == str(copy / "ckpt-9")
+    calls.clear()  # one asked for and removed: said
+    with pytest.raises(UserInputError) as error:
+        checkpoints.load_pretrainer(str(copy / "ckpt-0"))
+    assert str(error.value) == (
+        f"{copy}/ckpt-0 was removed while it was read: a run writing {copy} keeps only its "
+        "newest checkpoints (pretraining.keep_checkpoints); pass one it keeps, or the model "
+        "dir for its latest")
+    assert calls == ["ckpt-0"]
+
+
 def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
     with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=2"):
@@ -410,8 +472,10 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     lines = []
     saved_model.export(model_dir, str(tmp_path), "grown", "discriminator", version=2,
                        log=lines.append)
+    latest = tf.train.latest_checkpoint(model_dir)
     assert lines == [f"note: added grown to {tmp_path}/models.config, which did not name it "
                      "though its versions were there (an export stopped before writing it?)",
+                     f"discriminator: the weights of {latest}",
                      "note: grown/2 adds the outputs replaced_probability, truncated to those of "
                      "grown/1"]
     # Written below an earlier release's version, which lacks an output: said, not refused.
@@ -459,7 +523,8 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path / "low")) == sorted(["3"] + stale[1:])
     saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=2,
                        log=lines.append)
-    assert lines == ["note: low/3 is a higher version: TF Serving serves that one, not 2"]
+    assert lines == [f"discriminator: the weights of {latest}",
+                     "note: low/3 is a higher version: TF Serving serves that one, not 2"]
     # A version that an export killed while replacing it had moved aside is put back (with
     # the version in place, the copy is removed), and a version that no models.config entry
     # names (an export killed between its rename and the config) gets one, by a refused
@@ -1148,6 +1213,13 @@ def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
             features).items()}, tok, max_answer_length=30)
         expected = [answers[e.qid] for e in examples]
         assert [a.decode() for a in out["answer"]] == expected, vocab
+        if piece == "195":  # bytes that are not UTF-8 are one U+FFFD character each
+            bad = {k: v.numpy() for k, v in module.serving_default(
+                text=tf.constant(["how heavy?"]),
+                text_b=tf.constant([b"\xe9\xff It weighs 195g \xc3."])).items()}
+            read = "\ufffd\ufffd It weighs 195g \ufffd."
+            assert (bad["answer"][0].decode(), bad["answer_char_start"][0],
+                    bad["answer_char_end"][0]) == ("195", read.index("195"), read.index("195") + 3)
         starts, ends = out["answer_char_start"], out["answer_char_end"]
         assert [c[a:b] if b >= 0 else "" for c, a, b in zip(contexts, starts, ends)] == expected
         assert expected[24:] == [""] + list(fixed.values())
@@ -1161,6 +1233,35 @@ def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
                 held = ([t.encode() for t in tok.convert_ids_to_tokens(tok.encode([answer])[0])]
                         if answer == "cafe\u0301s" else [piece.encode()])
                 assert out["tokens"][n][first:last + 1].tolist() == held, n
+
+
+def test_inputs_of_another_rank_are_refused_naming_the_input(task_exports):
+    """A bare string for a list of one (REST's {"inputs": {"text": "hi"}}), a list of lists,
+    or ids without their batch dimension: an error naming the input and its shape (they
+    failed deep inside, each with another message: "Invalid reduction dimension", "input
+    must be a vector", "slice index 1 of dimension 0 out of bounds")."""
+    text_error = (r"text must be a list of strings, \[batch\]: one text is a list of one \(in "
+                  r"the REST API of TF Serving, instances: \[...\] or inputs: \{text: \[...\]\}\)")
+    for name in ("classification", "tagging", "qa", "pair"):
+        served = tf.saved_model.load(task_exports["paths"][name])
+        default = served.signatures["serving_default"]
+        pair = name in ("qa", "pair")
+        for bad in (tf.constant("Emma smiled."), tf.constant([["Emma smiled."]])):
+            args = {"text": bad, **({"text_b": tf.constant(["Emma."])} if pair else {})}
+            with pytest.raises(tf.errors.InvalidArgumentError, match=text_error):
+                default(**args)
+        if pair:
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"text_b must be a list"):
+                default(text=tf.constant(["Who?"]), text_b=tf.constant("Emma."))
+        ids = tf.constant([101, 102], tf.int32)
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"predict_ids: input_ids must be \[batch, length\]: a batch of "
+                                 r"one is \[\[...\]\]"):
+            served.signatures["predict_ids"](input_ids=ids, input_mask=tf.ones_like(ids),
+                                             segment_ids=tf.zeros_like(ids))
+        out = default(text=tf.constant(["Who?"] * 2), **(
+            {"text_b": tf.constant(["Emma."] * 2)} if pair else {}))
+        assert {v.shape[0] for v in out.values()} == {2}
 
 
 def test_qa_span_choice_is_fine_tunings_decode():

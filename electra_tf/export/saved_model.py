@@ -104,6 +104,27 @@ IDS_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name=name)
                  for name in ("input_ids", "input_mask", "segment_ids")]
 
 
+def _with_rank(value, rank: int, message: str):
+    """`value`, once seen at run time to have `rank` dimensions (an error with `message`
+    otherwise: the signatures' inputs have static ranks, so a request of another rank, a
+    REST client's bare string for a list of one, failed deep inside with a message that
+    named no input). The check reads the shape's values, which TensorFlow's shape
+    inference cannot fold as it folds tf.rank to the signature's rank."""
+    padded = tf.concat([tf.shape(value), tf.fill([rank + 1], -1)], 0)
+    check = tf.debugging.assert_equal(
+        tf.stack([padded[rank - 1] >= 0 if rank else True, padded[rank] < 0]), True,
+        message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
+
+
+def _text_vector(value, name: str):
+    # (no quotes: TensorFlow's error escapes them)
+    return _with_rank(value, 1, f"{name} must be a list of strings, [batch]: one text is a "
+                                f"list of one (in the REST API of TF Serving, instances: [...] "
+                                f"or inputs: {{{name}: [...]}})")
+
+
 def _dense(values):
     """Ragged int [b, (t)] -> int32 [b, L], at least [CLS] [SEP]'s 2 columns: an empty batch
     is [0, 2], not [0, 0], whose [CLS] column no head could take."""
@@ -133,6 +154,11 @@ class _TextModule(tf.Module):
         columns than the model has positions and values in range (an error naming the input
         otherwise: TensorFlow's kernels might read past a short mask, and a CPU gather wraps
         a negative id round to another token's embedding)."""
+        input_ids, input_mask, segment_ids = (
+            _with_rank(value, 2, f"predict_ids: {name} must be [batch, length]: a batch of "
+                                 "one is [[...]]")
+            for name, value in (("input_ids", input_ids), ("input_mask", input_mask),
+                                ("segment_ids", segment_ids)))
         shape = tf.shape(input_ids)
         config = self.encoder_config()
         positions = config.max_position_embeddings
@@ -283,6 +309,7 @@ class ServingModule(_TextModule):
             input_ids, input_mask, segment_ids, training=False), tf.float32)}
 
     def _serve_text(self, text):
+        text = _text_vector(text, "text")
         input_ids, input_mask, segment_ids, truncated = self.encode(text)
         out = {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
                "truncated": truncated}
@@ -354,6 +381,7 @@ class TaskServingModule(_TextModule):
                            "segment_ids": segment_ids}, training=False)
 
     def _serve_text(self, text):
+        text = _text_vector(text, "text")
         if self.kind == "tagging":
             return self._tagging(text)
         pieces = self._tokenizer.tokenize(text)
@@ -364,7 +392,7 @@ class TaskServingModule(_TextModule):
         return self.model.config
 
     def _serve_pair(self, text, text_b):
-        text, text_b = self.same_batch(text, text_b)
+        text, text_b = self.same_batch(_text_vector(text, "text"), _text_vector(text_b, "text_b"))
         if self.kind == "qa":
             return self._qa(text, text_b)
         a, b = self._tokenizer.tokenize(text), self._tokenizer.tokenize(text_b)
@@ -411,6 +439,11 @@ class TaskServingModule(_TextModule):
 
     def _qa(self, question, context):
         tok = self._tokenizer
+        # Bytes that are not UTF-8 (gRPC sends any) as U+FFFD, a character each: the answer
+        # is quoted from the context's bytes, by offsets its characters give.
+        question, context = (tf.strings.unicode_transcode(
+            x, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+            for x in (question, context))
         # Every window of the context, as squad.encode makes them: [CLS] question [SEP]
         # window [SEP], the question cut to max_query_length pieces (and so that a context
         # piece fits), windows of what is left, doc_stride pieces apart.
@@ -884,6 +917,21 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
                       (os.path.join(export_dir, model_name), "choose another --model_name")):
         if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
             raise UserInputError(f"{path} is a file, not a directory; {fix}")
+    # A model's own folder (its versions, or one of them) given as --export_dir: the new
+    # version would nest under it, where TF Serving's config does not look.
+    held = [n.rstrip("/") for n in (tf.io.gfile.listdir(export_dir)
+                                    if tf.io.gfile.isdir(export_dir) else [])]
+    if "saved_model.pb" in held or any(n.isdigit() and tf.io.gfile.exists(
+            os.path.join(export_dir, n, "saved_model.pb")) for n in held):
+        one = "saved_model.pb" in held
+        parent = os.path.dirname(os.path.normpath(export_dir))
+        if one:
+            parent = os.path.dirname(parent)
+        raise UserInputError(
+            f"--export_dir={export_dir} is " + ("a version of a model" if one else
+                                                 "a model's folder (it holds its versions)")
+            + f"; pass the folder above the model's, --export_dir={parent or '.'}, with "
+            f"--model_name=the model's folder name (it writes EXPORT_DIR/MODEL_NAME/VERSION)")
     models_config_text(export_dir, model_name)  # a bad models.config stops us here
     # What killed exports left (before the check below: one may put a version back), and
     # a config entry an export killed after its rename did not write.
@@ -901,6 +949,10 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     else:
         loaded = load_pretrainer(model_dir, vocab_file)
         check_imported(loaded, model_dir, kind)
+        log(f"{kind}: the weights of {loaded.checkpoint}")
+        if os.path.basename(loaded.checkpoint) == "ckpt-0":
+            log(f"note: {loaded.checkpoint} holds the weights before the first training step "
+                "(the run has saved no later checkpoint yet): they are untrained")
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
     # Hidden names, which TF Serving (numeric version folders) does not take for versions:

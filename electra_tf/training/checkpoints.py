@@ -86,9 +86,16 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     """The pretrainer described by `model_dir`'s operative_config.gin and model_info.json,
     with the weights of its latest checkpoint (float32, whatever it was trained in).
 
-    `vocab_file` overrides the vocab recorded in model_info.json (e.g. the run's data was
-    built elsewhere). Raises UserInputError naming what is missing or does not fit.
+    `model_dir` may also be one of its checkpoints (a ckpt-N prefix, or its .index or .data
+    file): that checkpoint's weights. `vocab_file` overrides the vocab recorded in
+    model_info.json (e.g. the run's data was built elsewhere). Raises UserInputError naming
+    what is missing or does not fit.
     """
+    chosen = None
+    if not tf.io.gfile.isdir(model_dir) and tf.io.gfile.exists(
+            checkpoint_prefix(model_dir) + ".index"):
+        chosen = checkpoint_prefix(model_dir)
+        model_dir = os.path.dirname(chosen) or "."
     if not tf.io.gfile.isdir(model_dir):
         raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
                              "written by run_pretraining.py or convert_checkpoint.py")
@@ -123,7 +130,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
                              "dir written by run_pretraining.py or convert_checkpoint.py")
     with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG)) as f:
         config = f.read()
-    checkpoint = latest_checkpoint(model_dir, flag=None)
+    checkpoint = chosen or latest_checkpoint(model_dir, flag=None)
     own = os.path.join(model_dir, "vocab.txt")  # the copy an import or a run keeps
     recorded = info.get("vocab_file")
     if not vocab_file and tf.io.gfile.exists(own) and not (
@@ -155,7 +162,22 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
                     sep_id=ids[tokenization.SEP_TOKEN])
         finally:
             gin.clear_config()
-    read_weights(model, checkpoint, "operative_config.gin")
+    while True:
+        try:
+            read_weights(model, checkpoint, "operative_config.gin")
+            break
+        except UserInputError:
+            if tf.io.gfile.exists(checkpoint + ".index"):
+                raise
+            # Removed while it was read: a run still writing the model dir keeps only its
+            # newest checkpoints. Its latest, or (one asked for) a clear line.
+            newer = None if chosen else tf.train.latest_checkpoint(model_dir)
+            if newer is None or newer == checkpoint:
+                raise UserInputError(
+                    f"{checkpoint} was removed while it was read: a run writing {model_dir} "
+                    "keeps only its newest checkpoints (pretraining.keep_checkpoints); pass "
+                    "one it keeps, or the model dir for its latest") from None
+            checkpoint = newer
     return LoadedModel(model=model, checkpoint=checkpoint, vocab_file=vocab_file,
                        lower_case=info.get("lower_case", True),
                        strip_accents=info.get("strip_accents", info.get("lower_case", True)),
