@@ -272,8 +272,26 @@ def reclaim_sigterm():
         _WATCH.reclaim()
 
 
+def stray_argument(argv: list[str], raw: list[str]) -> str | None:
+    """The refusal of a word left after the flags (`argv[1:]`, absl's remainder; `raw`, the
+    command line) for a script that takes only flags, or None: a stray word was ignored,
+    and `--lower_case false` (absl reads `--lower_case`, true, and a stray 'false') did the
+    opposite of what it says."""
+    if len(argv) < 2:
+        return None
+    stray = argv[1]
+    where = raw.index(stray) if stray in raw else -1
+    before = raw[where - 1] if where > 0 else ""
+    if (before.startswith("--") and "=" not in before
+            and stray.lower() in ("true", "false", "yes", "no", "0", "1")):
+        return (f"'{before} {stray}' reads as {before} and a stray word '{stray}'; write "
+                f"{before}={stray.lower()}")
+    return (f"{stray!r} is not a flag and this script takes only flags; write each as "
+            "--name=value")
+
+
 def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None,
-        handles_sigterm: bool = False):
+        handles_sigterm: bool = False, positional: bool = False):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
     Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
@@ -288,7 +306,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
     up; for a script whose main thread is back in Python often (the data builder waits on
     its workers; fine-tuning steps and predicts a batch at a time): a handler runs only
     between TensorFlow calls, so a main thread inside a long one is not waited for
-    (`_SigtermWatch`).
+    (`_SigtermWatch`). `positional`: the script reads words after its flags (else one is
+    refused: `stray_argument`).
     """
     if xla_cache:
         from electra_tf.training import xla_scratch
@@ -307,6 +326,9 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         try:
             if sigterm is not None:
                 sigterm.start()
+            stray = None if positional else stray_argument(argv, sys.argv)
+            if stray:
+                raise UserInputError(stray)
             _expand_home()
             empty = _empty_required_flag()
             if empty:

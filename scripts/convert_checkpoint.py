@@ -48,8 +48,10 @@ flags.DEFINE_integer("num_heads", None, "TF1: attention heads (default hidden / 
 flags.DEFINE_integer("max_seq_length", None, "The longest input the model dir will accept "
                      "(default: the checkpoint's positions, 512 for the released models).")
 flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a generator gets a "
-                   "fresh one this fraction of the discriminator's hidden size (the released "
-                   "models': small and large 1/4, base 1/3); refused for one with a generator.")
+                   "fresh one this fraction of the discriminator's hidden size (the paper's "
+                   "small and large 1/4, base 1/3; the released ELECTRA-Small, Small++, has "
+                   "one as wide as its discriminator, 1.0); refused for one with a "
+                   "generator.")
 flags.DEFINE_integer("seed", 0, "Seeds the parts the source does not hold, freshly "
                      "initialised: one conversion run twice with one seed writes the same "
                      "weights.")

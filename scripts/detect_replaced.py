@@ -120,4 +120,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, positional=True)

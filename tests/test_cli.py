@@ -80,6 +80,33 @@ def test_a_script_refuses_a_missing_flag_and_prints_help_without_tensorflow(scri
     assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
 
 
+REQUIRED = {  # each script's required flags, given (the refusal comes first)
+    "build_pretraining_data.py": ["--input=x", "--vocab_file=x", "--output_dir=x"],
+    "convert_checkpoint.py": ["--source=tf1", "--input=x", "--output_dir=x"],
+    "export_saved_model.py": ["--model_dir=x", "--export_dir=x"],
+    "inspect_pretraining_data.py": ["--data=x"],
+    "learn_vocab.py": ["--input=x", "--output=x", "--vocab_size=100"],
+    "run_finetuning.py": ["--task=classification", "--init_checkpoint=x", "--model_dir=x"],
+    "run_pretraining.py": ["--gin_file=tiny.gin", "--model_dir=x", "--train_data=x"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(REQUIRED))
+def test_a_word_after_the_flags_is_refused_without_tensorflow(script):
+    """A script that takes only flags ignored a stray word, exit 0 after its work; and
+    `--lower_case false`, which absl reads as --lower_case (true) and the word 'false', did
+    the opposite of what it says. (detect_replaced.py reads its sentences there.)"""
+    assert sorted(REQUIRED) == sorted(set(SCRIPTS) - {"detect_replaced.py"})
+    code, said, _, modules = _imports(script, *REQUIRED[script], "extra")
+    assert (code, said) == (1, "error: 'extra' is not a flag and this script takes only "
+                               "flags; write each as --name=value")
+    assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
+    code, said, _, _ = _imports(script, *REQUIRED[script], "--showprefixforinfo", "False")
+    assert (code, said) == (1, "error: '--showprefixforinfo False' reads as "
+                               "--showprefixforinfo and a stray word 'False'; write "
+                               "--showprefixforinfo=false")
+
+
 @pytest.mark.parametrize("script, flag, choices", [
     ("run_pretraining.py", "--strategy=tpus", "default|mirrored|multi_worker_mirrored|tpu"),
     ("build_pretraining_data.py", "--input_format=json", "text|jsonl"),
@@ -389,7 +416,7 @@ def main(argv):
     finally:
         print("cleaned up", flush=True)
     return 0
-cli.run(main, handles_sigterm=True)
+cli.run(main, handles_sigterm=True, positional=True)  # (the mode)
 """
 
 

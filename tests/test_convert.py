@@ -7,6 +7,7 @@ import dataclasses
 import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -1115,6 +1116,79 @@ def test_a_huggingface_folder_where_a_model_dir_belongs_names_the_conversion(tmp
         f"error: --input={source} is a HuggingFace model folder already: nothing to convert "
         "(--target=hf converts a model dir of this project)")
     assert not os.path.exists(tmp_path / "serving") and not os.path.exists(tmp_path / "out")
+
+
+def test_an_official_tf1_checkpoint_where_a_model_dir_belongs_names_the_conversion(tmp_path):
+    """The released zip's folder (or its prefix) as --init_checkpoint got TensorFlow's
+    name-based restore notice and "does not fit this model ... describe its architecture",
+    and as a model dir "has no operative_config.gin"; the converter refused the folder and
+    the .meta file the zip also holds."""
+    folder = tmp_path / "electra_small"
+    prefix = str(folder / "electra_small")
+    _official_checkpoint(prefix, np.random.default_rng(0))
+    assert os.path.exists(folder / "checkpoint") and os.path.exists(prefix + ".meta")
+    fix = ("is an official TF1 ELECTRA checkpoint, not a model dir of this project; convert it "
+           f"first (convert_checkpoint.py --source=tf1 --input={prefix} --output_dir=OUT), "
+           "then pass OUT")
+    for given in (prefix, str(folder)):
+        assert _init_checkpoint_errors(given, tmp_path) == [
+            f"error: --init_checkpoint={given} {fix}"] * 2
+    done = run_script("export_saved_model.py", f"--model_dir={folder}",
+                      f"--export_dir={tmp_path}/serving")
+    assert done.returncode == 1 and done.stderr.strip() == f"error: {folder} {fix}"
+    _vocab(folder / "vocab.txt", 120)
+    expected = None
+    for n, given in enumerate((prefix, str(folder), f"{folder}/", prefix + ".meta")):
+        out = str(tmp_path / f"out{n}")
+        converters.import_tf1(given, out, num_heads=1)
+        weights = [w.numpy() for w in load_pretrainer(out).model.weights]
+        expected = expected or weights
+        assert all(np.array_equal(a, b) for a, b in zip(weights, expected)), given
+
+
+def test_a_sharded_huggingface_checkpoint_imports_as_the_whole_one(tmp_path):
+    """save_pretrained(max_shard_size=...) writes model-0000K-of-0000N.safetensors and an
+    index (the hub's large models): refused as "neither model.safetensors nor
+    pytorch_model.bin"."""
+    whole = _tiny_electra(tmp_path / "whole")
+    _vocab(tmp_path / "whole" / "vocab.txt", 120)
+    model = transformers.ElectraForPreTraining.from_pretrained(whole)
+    for safe in (True, False):
+        sharded = tmp_path / f"sharded_{safe}"
+        model.save_pretrained(sharded, max_shard_size="20KB", safe_serialization=safe)
+        shards = [n for n in os.listdir(sharded) if n.startswith(("model-", "pytorch_model-"))]
+        assert len(shards) >= 2, shards
+        shutil.copy(tmp_path / "whole" / "vocab.txt", sharded)
+        converters.import_hf(str(sharded), str(tmp_path / f"from_{safe}"))
+    converters.import_hf(whole, str(tmp_path / "from_whole"))
+    expected = [w.numpy() for w in load_pretrainer(str(tmp_path / "from_whole")).model.weights]
+    for safe in (True, False):
+        got = [w.numpy() for w in load_pretrainer(str(tmp_path / f"from_{safe}")).model.weights]
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    first = sorted(n for n in os.listdir(tmp_path / "sharded_True") if n.startswith("model-"))[0]
+    os.remove(tmp_path / "sharded_True" / first)
+    with pytest.raises(UserInputError, match=r"a shard .*model.safetensors.index.json names, "
+                                             r"is missing; download every shard$"):
+        converters.import_hf(str(tmp_path / "sharded_True"), str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("file, setting", [
+    ("tokenizer_config.json", {"tokenize_chinese_chars": False}),
+    ("tokenizer_config.json", {"do_basic_tokenize": False}),
+    ("tokenizer_config.json", {"never_split": ["[NEW]"]})])
+def test_a_tokenizer_that_splits_otherwise_than_berts_default_is_refused(tmp_path, file,
+                                                                         setting):
+    """transformers kept 東京 whole with tokenize_chinese_chars=false; the import split it
+    (this project's tokenizer is BERT's default), exit 0 and no word."""
+    source = _tiny_electra(tmp_path / "hf")
+    _vocab(tmp_path / "hf" / "vocab.txt", 120)
+    (tmp_path / "hf" / file).write_text(json.dumps({"do_lower_case": True, **setting}))
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(source, str(tmp_path / "out"))
+    key = next(iter(setting))
+    message = str(error.value)
+    assert message.startswith(f"{source}/{file} sets {key}"), message
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_a_model_dir_of_this_project_as_a_source_needs_no_conversion(tmp_path):

@@ -204,7 +204,8 @@ def config_from_state_dict(state: dict, num_heads: int | None = None,
 
 
 def _fraction(generator_hidden_fraction: float | None) -> float:
-    """A fresh generator's hidden fraction: 1/4 (small's and large's) unless given."""
+    """A fresh generator's hidden fraction: 1/4 (the paper's small and large; the released
+    Small++'s is 1.0, base's 1/3) unless given."""
     return 0.25 if generator_hidden_fraction is None else generator_hidden_fraction
 
 
@@ -223,7 +224,11 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     one), else DEFAULT_VOCAB, said in `notes`. `lower_case` None: as the vocab is (cased
     or not, see writer.check_case)."""
     check_new_model_dir(output_dir)
-    checkpoint = checkpoint_prefix(checkpoint)  # (one of its files given)
+    checkpoint = checkpoint_prefix(checkpoint.rstrip("/"))  # (one of its files given)
+    if (tf.io.gfile.isdir(checkpoint)
+            and not tf.io.gfile.exists(os.path.join(checkpoint, OPERATIVE_CONFIG))):
+        # The released zip's folder: its `checkpoint` file names the prefix.
+        checkpoint = tf.train.latest_checkpoint(checkpoint) or checkpoint
     notes = []
     if vocab_file is None:
         beside = os.path.join(os.path.dirname(checkpoint), "vocab.txt")
@@ -356,29 +361,15 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     safetensors_path = os.path.join(directory, "model.safetensors")
     bin_path = os.path.join(directory, "pytorch_model.bin")
     if tf.io.gfile.exists(safetensors_path):
-        from safetensors import SafetensorError
-        try:
-            state = _read_safetensors(safetensors_path)
-        except SafetensorError as e:
-            raise UserInputError(f"{safetensors_path} could not be read ({first_line(e)}): it "
-                                 "is truncated or corrupt; re-download it") from None
+        state = _read_one(safetensors_path)
     elif tf.io.gfile.exists(bin_path):
-        try:
-            import torch
-        except ImportError:
-            raise UserInputError(f"{bin_path} is a PyTorch file and torch is not installed; "
-                                 "pip install torch, or save the model as safetensors") from None
-        try:
-            with tf.io.gfile.GFile(bin_path, "rb") as f:  # gs:// too (torch reads local files)
-                state = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
-        except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
-            raise UserInputError(f"{bin_path} could not be read ({first_line(e)}): it is "
-                                 "truncated or corrupt; re-download it") from None
-        state = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
-                 for k, v in state.items()}
+        state = _read_one(bin_path)
+    elif any(tf.io.gfile.exists(os.path.join(directory, name + ".index.json"))
+             for name in ("model.safetensors", "pytorch_model.bin")):
+        state = _read_sharded(directory)
     else:
         raise UserInputError(f"{directory} has neither model.safetensors nor "
-                             "pytorch_model.bin")
+                             "pytorch_model.bin (nor a sharded one's .index.json)")
     # Older checkpoints (the hub's bert-base-uncased among them) name LayerNorm's scale and
     # offset gamma and beta; transformers renames them when it loads, and so do we.
     state = {_LEGACY_NORM.sub(lambda m: ".weight" if m.group(1) == "gamma" else ".bias", k): v
@@ -387,6 +378,57 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
 
 
 _LEGACY_NORM = re.compile(r"(?<=LayerNorm)\.(gamma|beta)$")
+
+
+def _read_one(path: str) -> dict:
+    """The numpy arrays of one safetensors file or (torch) PyTorch .bin file."""
+    if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        try:
+            return _read_safetensors(path)
+        except SafetensorError as e:
+            raise UserInputError(f"{path} could not be read ({first_line(e)}): it is "
+                                 "truncated or corrupt; re-download it") from None
+    try:
+        import torch
+    except ImportError:
+        raise UserInputError(f"{path} is a PyTorch file and torch is not installed; "
+                             "pip install torch, or save the model as safetensors") from None
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:  # gs:// too (torch reads local files)
+            state = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise UserInputError(f"{path} could not be read ({first_line(e)}): it is "
+                             "truncated or corrupt; re-download it") from None
+    return {k: v.float().numpy() if v.is_floating_point() else v.numpy()
+            for k, v in state.items()}
+
+
+def _read_sharded(directory: str) -> dict:
+    """The state dict of a checkpoint saved in shards (save_pretrained's max_shard_size):
+    model.safetensors.index.json (or pytorch_model.bin.index.json) names each tensor's
+    file."""
+    name = ("model.safetensors" if tf.io.gfile.exists(
+        os.path.join(directory, "model.safetensors.index.json")) else "pytorch_model.bin")
+    index_path = os.path.join(directory, name + ".index.json")
+    index = _read_json(index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UserInputError(f"{index_path} has no weight_map (tensor -> file); re-download "
+                             "the model's index")
+    state = {}
+    for shard in sorted(set(weight_map.values())):
+        path = os.path.join(directory, shard)
+        if not tf.io.gfile.exists(path):
+            raise UserInputError(f"{path}, a shard {index_path} names, is missing; download "
+                                 "every shard")
+        single = _read_one(path)
+        state.update({k: v for k, v in single.items() if weight_map.get(k) == shard})
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise UserInputError(f"{index_path} names {missing[0]} in {weight_map[missing[0]]}, "
+                             "which does not hold it; re-download the model")
+    return state
 
 
 # Top-level names of ELECTRA's pre-training networks (an ElectraModel's without "electra.");
@@ -505,6 +547,7 @@ def _hf_tokenizer(directory: str, vocab_file: str | None, lower_case: bool | Non
     config_path = os.path.join(directory, "tokenizer_config.json")
     config = _read_json(config_path) if tf.io.gfile.exists(config_path) else {}
     fast_path = os.path.join(directory, "tokenizer.json")
+    _check_basic_tokenization(config_path, config, fast_path)
     vocab, normalizer = None, {}
     if vocab_file is None:
         if tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
@@ -524,6 +567,35 @@ def _hf_tokenizer(directory: str, vocab_file: str | None, lower_case: bool | Non
     return dict(vocab_file=vocab_file, vocab=vocab, lower_case=lower_case,
                 strip_accents=None if strip_accents is None else bool(strip_accents),
                 case_from=case_from)
+
+
+def _check_basic_tokenization(config_path: str, config: dict, fast_path: str) -> None:
+    """Refuses a tokenizer that splits text otherwise than BERT's default, which is the
+    only one this project's tokenizer has (the model would read other tokens than it was
+    trained on): tokenize_chinese_chars / handle_chinese_chars off (CJK characters kept
+    in words), no basic tokenization (no splitting at punctuation), never_split words."""
+    normalizer = {}
+    if tf.io.gfile.exists(fast_path):
+        data = _read_json(fast_path)
+        normalizers = (data.get("normalizer") or {}) if isinstance(data, dict) else {}
+        normalizers = normalizers.get("normalizers", [normalizers])
+        normalizer = next((n for n in normalizers if isinstance(n, dict)
+                           and n.get("type") == "BertNormalizer"), {})
+    for path, settings, key, what in (
+            (config_path, config, "tokenize_chinese_chars", "keeps CJK characters inside words"),
+            (fast_path, normalizer, "handle_chinese_chars", "keeps CJK characters inside words"),
+            (config_path, config, "do_basic_tokenize", "does not split text at spaces and "
+                                                       "punctuation before WordPiece")):
+        if settings.get(key) is False:
+            raise UserInputError(
+                f"{path} sets {key}=false: its tokenizer {what}, and this project's tokenizer "
+                "is BERT's default only (it would read other tokens than the model was "
+                "trained on); this model cannot be imported")
+    if config.get("never_split"):
+        raise UserInputError(
+            f"{config_path} sets never_split ({', '.join(map(str, config['never_split'][:3]))}"
+            "...): words its tokenizer keeps whole, which this project's tokenizer splits as "
+            "BERT's default does; remove the setting if the model was not trained with it")
 
 
 def _wordpiece_of(path: str) -> tuple[list[str], dict]:

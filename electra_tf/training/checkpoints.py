@@ -38,7 +38,7 @@ class LoadedModel:
 
 _RENAME = "rename it, or pass a symlink to it, without * ? ["
 # A checkpoint's files: PREFIX.index and PREFIX.data-00000-of-00001, each naming PREFIX.
-_CHECKPOINT_FILE = re.compile(r"\.(index|data-\d{5}-of-\d{5})$")
+_CHECKPOINT_FILE = re.compile(r"\.(index|meta|data-\d{5}-of-\d{5})$")
 
 
 def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
@@ -49,6 +49,9 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     given = f"{flag}={path}" if flag else path
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
+        if latest is not None and is_tf1_checkpoint(latest) and not tf.io.gfile.exists(
+                os.path.join(path, OPERATIVE_CONFIG)):
+            raise convert_tf1_first(given, latest)
         if latest is None:
             if is_hf_folder(path):
                 raise convert_hf_first(given, path)
@@ -56,6 +59,8 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
                                  "run_pretraining.py (or convert_checkpoint.py) wrote")
         return latest
     prefix = checkpoint_prefix(path)
+    if is_tf1_checkpoint(prefix):
+        raise convert_tf1_first(given, prefix)
     if not tf.io.gfile.exists(prefix + ".index"):
         raise UserInputError(f"{given} is neither a model dir nor a checkpoint prefix (no "
                              f"{prefix}.index); pass a model dir or a ckpt-N prefix")
@@ -63,7 +68,8 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
 
 
 def checkpoint_prefix(path: str) -> str:
-    """The checkpoint prefix `path` names: itself, or that of its .index or .data file."""
+    """The checkpoint prefix `path` names: itself, or that of its .index, .data or (a TF1
+    checkpoint's) .meta file."""
     return _CHECKPOINT_FILE.sub("", path)
 
 
@@ -71,7 +77,28 @@ def is_hf_folder(path: str) -> bool:
     """Whether `path` is a HuggingFace model folder: config.json and the weights."""
     return tf.io.gfile.exists(os.path.join(path, "config.json")) and any(
         tf.io.gfile.exists(os.path.join(path, name))
-        for name in ("model.safetensors", "pytorch_model.bin"))
+        for name in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                     "pytorch_model.bin.index.json"))
+
+
+def is_tf1_checkpoint(prefix: str) -> bool:
+    """Whether `prefix` is an official (TF1, name-based) ELECTRA checkpoint: its variables
+    are named electra/... (a model dir's are object-based: model/...)."""
+    if not tf.io.gfile.exists(prefix + ".index"):
+        return False
+    try:
+        names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError):
+        return False
+    return any(n.startswith("electra/") for n in names) and not any(
+        n.startswith("model/") for n in names)
+
+
+def convert_tf1_first(given: str, prefix: str) -> UserInputError:
+    """The refusal of an official TF1 checkpoint `prefix` where a model dir belongs."""
+    return UserInputError(f"{given} is an official TF1 ELECTRA checkpoint, not a model dir of "
+                          "this project; convert it first (convert_checkpoint.py --source=tf1 "
+                          f"--input={prefix} --output_dir=OUT), then pass OUT")
 
 
 def convert_hf_first(given: str, path: str) -> UserInputError:
@@ -115,6 +142,9 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         if not tf.io.gfile.exists(os.path.join(model_dir, name)):
             if is_hf_folder(model_dir):
                 raise convert_hf_first(model_dir, model_dir)
+            tf1 = tf.train.latest_checkpoint(model_dir)
+            if tf1 and is_tf1_checkpoint(tf1):
+                raise convert_tf1_first(model_dir, tf1)
             raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
                                  "run_pretraining.py or convert_checkpoint.py")
     with tf.io.gfile.GFile(os.path.join(model_dir, MODEL_INFO)) as f:
