@@ -165,6 +165,20 @@ def test_electric_towers_share_the_discriminators_embeddings_or_have_their_own()
                       "generator_rtl/embeddings/word_embeddings"}
 
 
+def test_the_reported_generator_loss_is_the_one_that_trains_it():
+    """loss = generator loss + 50 x discriminator loss, adversarial training too: its
+    generator loss is REINFORCE's (it was the masked-LM loss, weight 0 there, flat at
+    about ln V in the console while the total held another)."""
+    batch, _ = _batch()
+    for kwargs in ({}, dict(algorithm="adversarial")):
+        model = _model(**kwargs)
+        out = model(batch, step=0)
+        assert float(out["loss"]) == pytest.approx(
+            float(out["generator_loss"]) + 50.0 * float(out["discriminator_loss"]), rel=1e-5)
+    mlm = masked_lm_loss(out["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"])
+    assert abs(float(out["generator_loss"]) - float(mlm)) > 0.1
+
+
 def test_adversarial_reward_is_the_discriminators_loss_on_each_slot():
     """The paper's appendix F: R = -log P(replaced) where the sample differs from the
     original, -log P(original) where it equals it (not 0); baseline b = -log sigmoid(w.h)
@@ -807,10 +821,30 @@ def test_metrics_report_every_tag(real_batches):
     assert result["discriminator/accuracy"] == pytest.approx(accuracy, rel=1e-5)
     assert result["loss/total"] == pytest.approx(float(out["loss"]), rel=1e-6)
     metrics.reset()
+    # Only the losses and metrics a variant has (they were written as 0, or as the
+    # constant ln V of a uniform generator's zero logits).
+    mlm = _model(objective="mlm", generator=None)
     mlm_only = PretrainingMetrics()
-    mlm_only.update(_model(objective="mlm", generator=None)(batch))
-    assert set(mlm_only.result()) == {"loss/total", "loss/generator", "loss/discriminator",
-                                      "generator/mlm_accuracy"}
+    mlm_only.update(mlm(batch), parts=mlm.loss_parts())
+    assert set(mlm_only.result()) == {"loss/total", "loss/generator", "generator/mlm_accuracy"}
+    uniform = _model(uniform_generator=True, generator=None)
+    assert uniform.loss_parts() == (False, True)
+    no_generator = PretrainingMetrics()
+    no_generator.update(uniform(batch, step=0), parts=uniform.loss_parts())
+    assert set(no_generator.result()) == {"loss/total", "loss/discriminator",
+                                          "discriminator/accuracy", "discriminator/auc",
+                                          "discriminator/precision", "discriminator/recall",
+                                          "discriminator/replaced_fraction"}
+    assert model.loss_parts("generator") == (True, False)  # two-stage's generator stage
+    # The AUC is left out until both replaced and original tokens are seen (ELECTRA 15%
+    # early in a run: every masked slot replaced; Keras' AUC read 0).
+    replaced = PretrainingMetrics()
+    replaced.update_predictions({**out, "discriminator_labels": tf.ones_like(labels),
+                                 "discriminator_weights": tf.ones_like(labels, tf.float32)})
+    assert "discriminator/auc" not in replaced.result()
+    assert replaced.result()["discriminator/replaced_fraction"] == 1.0
+    replaced.update_predictions(out)
+    assert 0.0 < replaced.result()["discriminator/auc"] < 1.0
 
 
 @pytest.mark.parametrize("center", [0.0, -12.0], ids=["electra", "electric_nce"])

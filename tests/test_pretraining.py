@@ -102,13 +102,22 @@ def test_an_mlm_runs_console_line_has_no_discriminator_loss(tmp_path, data):
     """BERT's objective trains no discriminator: its line shows the generator's loss alone
     (it showed 'discriminator 0.0000'); Replace MLM's discriminator loss, that of the network
     it trains, with no AUC, is shown."""
-    for objective, shown in (("mlm", r"\(generator \1\)"),
-                             ("replace_mlm", r"\(generator [\d.]+, discriminator [\d.]+\)")):
+    for objective, shown, files in (
+            ("mlm", r"\(generator \1\)", ()),
+            ("replace_mlm", r"\(generator [\d.]+, discriminator [\d.]+\)", ()),
+            # a uniform generator's loss was the constant ln V (zero logits), in the total
+            ("electra", r"\(discriminator [\d.]+\)", ("ablations/uniform_generator.gin",))):
         result, lines = run(tmp_path / objective, data,
-                            ["NUM_TRAIN_STEPS = 2", f"OBJECTIVE = '{objective}'"])
+                            ["NUM_TRAIN_STEPS = 2", f"OBJECTIVE = '{objective}'"],
+                            files=("tiny.gin", *files))
         loops = [line for line in lines if line.startswith("step ")]
         assert result["step"] == 2 and len(loops) == 1
         assert re.match(r"step 2/2 \| loss ([\d.]+) " + shown + r" \| ", loops[0]), loops
+        # TensorBoard too has only the losses and metrics the variant has (they were 0)
+        tags = set(summary_tags(tmp_path / objective / "train"))
+        assert ("loss/discriminator" in tags) == (objective != "mlm"), tags
+        assert ("loss/generator" in tags) == (not files), tags
+        assert ("generator/mlm_accuracy" in tags) == (not files), tags
 
 
 def test_a_short_run_writes_checkpoints_tags_config_and_model_info(tmp_path, data):
@@ -1409,9 +1418,25 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
                                          "STEPS_PER_LOOP = 1",
                                          "pretrainer.generator_hidden_fraction = 1.0",
                                          "pretrainer.intermediate_size = 128",
-                                         "pretraining.device_name = 'NVIDIA H100 80GB HBM3'"],
-                        files=("tiny.gin", "ablations/two_stage.gin"))
+                                         "pretraining.device_name = 'NVIDIA H100 80GB HBM3'",
+                                         "pretraining.eval_steps = 2"],
+                        files=("tiny.gin", "ablations/two_stage.gin"), eval_data=data)
     assert "step 2: generator stage done" in " ".join(lines)
+    # Each stage evaluated as it trains (the evaluation was joint: 50 x an untrained
+    # discriminator's loss in the generator stage's total, the frozen generator's MLM loss
+    # in the discriminator stage's), and logged its losses alone.
+    evals = {tag: dict(values) for tag, values in summary_tags(tmp_path / "eval").items()}
+    trains = {tag: dict(values) for tag, values in summary_tags(tmp_path / "train").items()}
+    assert sorted(evals["loss/total"]) == [2, 4] and sorted(evals["loss/discriminator"]) == [4]
+    assert evals["loss/total"][2] == pytest.approx(evals["loss/generator"][2], rel=1e-5)
+    assert evals["loss/total"][4] == pytest.approx(50 * evals["loss/discriminator"][4],
+                                                   rel=1e-5)
+    assert sorted(trains["loss/discriminator"]) == [3, 4]  # (loops of one step)
+    shown = [m.groups() for m in (re.match(r"step (\d+)/4 \| loss [\d.]+ \(([^)]*)\)", line)
+                                  for line in lines) if m]
+    assert [(int(n), re.sub(r"[\d.]+", "X", parts)) for n, parts in shown] == [
+        (1, "generator X"), (2, "generator X"), (3, "generator X, discriminator X"),
+        (4, "generator X, discriminator X")]
     assert [int(n) for n in written] == [0, 2, 4]
     before, switch, after = (model_values(str(tmp_path / f"ckpt-{s}")) for s in (0, 2, 4))
     generator = [k for k in before if k.startswith("model/generator/layer_")]

@@ -35,38 +35,46 @@ class PretrainingMetrics:
     def variables(self):
         return [v for m in self.metrics.values() for v in m.variables]
 
-    def update(self, outputs: dict):
-        """Both updates from one call's outputs (one batch, not split into pieces)."""
+    def update(self, outputs: dict, parts=(True, True)):
+        """Both updates from one call's outputs (one batch, not split into pieces); `parts`
+        as in update_losses."""
         self.update_losses(outputs["loss"], outputs["generator_loss"],
-                           outputs["discriminator_loss"])
+                           outputs["discriminator_loss"], parts=parts)
         self.update_predictions(outputs)
 
-    def update_losses(self, total, generator, discriminator, keep=None):
+    def update_losses(self, total, generator, discriminator, keep=None,
+                      parts=(True, True)):
         """The step's losses, once per step (a trainer that splits the batch over replicas or
         micro-batches sums the pieces' losses first).
 
         keep: optional scalar bool tensor; where False the update adds nothing, even if the
         values are not finite. A weight of 0 instead of a `tf.cond`: under XLA on a GPU
         every conditional makes the host wait for the device to read its predicate.
+        parts: whether the generator's and the discriminator's losses exist
+        (`ElectraPretrainer.loss_parts`): a loss the objective or phase lacks (BERT's
+        discriminator, a uniform generator's) is not recorded, rather than as a constant.
         """
         m = self.metrics
-        self._updated.update(["loss/total", "loss/generator", "loss/discriminator"])
         weight = None if keep is None else tf.cast(keep, tf.float32)
-        for tag, value in (("loss/total", total), ("loss/generator", generator),
-                           ("loss/discriminator", discriminator)):
-            m[tag].update_state(*_kept(keep, value), sample_weight=weight)
+        for tag, value, present in (("loss/total", total, True),
+                                    ("loss/generator", generator, parts[0]),
+                                    ("loss/discriminator", discriminator, parts[1])):
+            if present:
+                self._updated.add(tag)
+                m[tag].update_state(*_kept(keep, value), sample_weight=weight)
 
     def update_predictions(self, outputs: dict, keep=None):
         """Accuracies, AUC, precision, recall and replaced fraction of one batch or piece of
         one (weighted by its real masked slots or tokens); `keep` as in update_losses."""
         m = self.metrics
-        self._updated.add("generator/mlm_accuracy")
-        ids = outputs["masked_lm_ids"]
-        weights, = _kept(keep, outputs["masked_lm_weights"])
-        predicted = tf.argmax(outputs["mlm_logits"], -1, output_type=ids.dtype)
-        m["generator/mlm_accuracy"].update_state(tf.cast(predicted == ids, tf.float32),
-                                                 sample_weight=weights)
-        if "sampled_ids" in outputs:
+        if "mlm_logits" in outputs:  # (not a uniform generator's: it has none)
+            self._updated.add("generator/mlm_accuracy")
+            ids = outputs["masked_lm_ids"]
+            weights, = _kept(keep, outputs["masked_lm_weights"])
+            predicted = tf.argmax(outputs["mlm_logits"], -1, output_type=ids.dtype)
+            m["generator/mlm_accuracy"].update_state(tf.cast(predicted == ids, tf.float32),
+                                                     sample_weight=weights)
+        if "sampled_ids" in outputs and "mlm_logits" in outputs:
             self._updated.add("generator/sampled_accuracy")
             m["generator/sampled_accuracy"].update_state(
                 tf.cast(tf.cast(outputs["sampled_ids"], ids.dtype) == ids, tf.float32),
@@ -88,9 +96,19 @@ class PretrainingMetrics:
                 m["discriminator/" + name].update_state(labels, probs, sample_weight=weights)
 
     def result(self) -> dict:
-        """{tag: float} of the metrics the objective's outputs feed."""
-        return {tag: float(metric.result()) for tag, metric in self.metrics.items()
-                if tag in self._updated}
+        """{tag: float} of the metrics the objective's outputs feed; the AUC only where it is
+        defined, both replaced and original tokens seen (ELECTRA 15% scores only masked
+        positions, all of which an early generator replaces: Keras' AUC then reads 0, as
+        if the discriminator ranked every token backwards)."""
+        out = {tag: float(metric.result()) for tag, metric in self.metrics.items()
+               if tag in self._updated}
+        if "discriminator/auc" in out:
+            auc = self.metrics["discriminator/auc"]
+            positives = float(auc.true_positives[0] + auc.false_negatives[0])
+            negatives = float(auc.false_positives[0] + auc.true_negatives[0])
+            if not (positives > 0 and negatives > 0):
+                del out["discriminator/auc"]
+        return out
 
     def reset(self):
         for metric in self.metrics.values():

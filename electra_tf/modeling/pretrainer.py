@@ -243,6 +243,13 @@ class ElectraPretrainer(keras.Model):
                 name="loss_log_scales", autocast=False)
         self.built = True
 
+    def loss_parts(self, phase: str = "joint") -> tuple[bool, bool]:
+        """Whether a call in `phase` has a generator loss and a discriminator loss (BERT's
+        masked LM is its generator loss; a uniform generator has none; two-stage training's
+        generator phase trains no discriminator)."""
+        return (not self.uniform_generator,
+                self.objective != "mlm" and phase != "generator")
+
     # -- pieces the objectives share
 
     def original_ids(self, batch):
@@ -440,6 +447,8 @@ def electra(model: ElectraPretrainer, batch, step, training, phase, norms, maske
 
     generator_loss = mlm
     if model.algorithm == "adversarial":
+        # (what trains the generator, and what loss/generator reports: its masked-LM loss
+        # has weight adversarial_mle_weight, 0 by default; mlm_accuracy still shows it)
         generator_loss = (_policy_gradient_loss(model, logits, gen_hidden, sampled, disc_logits,
                                                 labels, batch, norms)
                           + model.adversarial_mle_weight * mlm)
@@ -447,9 +456,9 @@ def electra(model: ElectraPretrainer, batch, step, training, phase, norms, maske
         total = model.discriminator_weight * disc
     else:
         total = model.combine(generator_loss, disc, norms)
-    return {"loss": total, "generator_loss": mlm, "discriminator_loss": disc,
-            **_mlm_outputs(batch, logits, sampled),
-            **_discriminator_outputs(disc_logits, labels, weights)}
+    generated = {} if model.uniform_generator else _mlm_outputs(batch, logits, sampled)
+    return {"loss": total, "generator_loss": generator_loss, "discriminator_loss": disc,
+            **generated, **_discriminator_outputs(disc_logits, labels, weights)}
 
 
 def electra_15(model, batch, step, training, phase, norms):

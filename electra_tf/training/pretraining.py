@@ -465,13 +465,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     # -- the loop
     monitor = _Monitor(checkpoint, manager, state, num_train_steps,
                        model_dir if chief else None, on_nonfinite, max_restores, log)
-    monitor.discriminator_loss = model.objective != "mlm"  # (BERT's: always 0)
     evaluator = None
     if eval_data:
         eval_dataset, _ = pipeline.worker_dataset(strategy, train_batch_size, eval_data,
                                                   worker_index=task_id, is_training=False,
                                                   data_info=eval_info, **data_options)
-        evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas)
+        evaluator = PretrainingEvaluator(model, strategy, eval_dataset, state, local_replicas,
+                                         two_stage=two_stage)
     monitor.trainer, monitor.evaluator = trainer, evaluator
     # SIGTERM (and Ctrl-C) sets a flag; this process handles it itself, since TensorFlow's
     # PreemptionCheckpointHandler does nothing on Google Cloud's TPU and CPU VMs and watches
@@ -650,7 +650,6 @@ class _Monitor:
         # A restore's skipped batch, until a checkpoint holds it (the one restored cannot
         # be written again at its step: a kill during that write would corrupt it)
         self.skips_unsaved = False
-        self.discriminator_loss = True  # the console line shows it (not for MLM)
 
     def _writer(self, run: str):
         if run not in self.writers:
@@ -699,11 +698,12 @@ class _Monitor:
             mfu = values.get("throughput/mfu")
             speed += ((f" | MFU {100 * mfu:.1f}%" if mfu is not None else "")
                       + f" | ETA {_duration((self.num_train_steps - step) * per_step)}")
-        discriminator = (f", discriminator {values['loss/discriminator']:.4f}"
-                         if self.discriminator_loss else "")
-        self.log(
-            f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
-            f"(generator {values['loss/generator']:.4f}{discriminator}) | {speed}")
+        # (the losses the objective and phase have: BERT's is its generator's alone, a
+        # uniform generator's its discriminator's)
+        parts = ", ".join(f"{name} {values[f'loss/{name}']:.4f}"
+                          for name in ("generator", "discriminator") if f"loss/{name}" in values)
+        self.log(f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
+                 f"({parts}) | {speed}")
         self._check_discriminator(values.get("discriminator/auc"), step, loop["steps"])
 
     def _check_discriminator(self, auc, step: int, loop_steps: int):

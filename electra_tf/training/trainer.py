@@ -335,7 +335,8 @@ class PretrainingTrainer(orbit.StandardTrainer):
         grads, losses = self._gradients_fn()(batch, normalizers, record)
         grads = sum_over_replicas(context, grads)
         losses = sum_over_replicas(context, losses)
-        self.metrics.update_losses(*losses, keep=record)
+        self.metrics.update_losses(*losses, keep=record,
+                                   parts=self.model.loss_parts(self.phase))
 
         scale = None if self.loss_scale is None else self.loss_scale.scale
         if scale is not None:
@@ -407,17 +408,25 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
     call from the host per evaluation, not one per step."""
 
     def __init__(self, model: ElectraPretrainer, strategy, eval_dataset, state: TrainState,
-                 local_replicas: int = 1):
+                 local_replicas: int = 1, two_stage: bool = False):
         super().__init__(eval_dataset, orbit.StandardEvaluatorOptions(
             use_tf_function=True, use_tf_while_loop=True))
         self.model, self.strategy, self.state = model, strategy, state
-        self.local_replicas = local_replicas
+        self.local_replicas, self.two_stage = local_replicas, two_stage
+        self.phase = "joint"
         with strategy.scope():
             self.metrics = PretrainingMetrics()
         self.last_eval = {}
 
     def eval_begin(self):
+        """Two-stage training evaluates the stage that made the weights (as it trains:
+        joint, it added 50 x an untrained discriminator's loss to the generator stage's)."""
         self.metrics.reset()
+        if self.two_stage:
+            phase = "discriminator" if int(self.state.stage.numpy()) else "generator"
+            if phase != self.phase:
+                self.phase = phase
+                self._eval_loop_fn = None  # orbit traces the loop again for the phase
 
     def eval_step(self, iterator):
         self.strategy.run(self._replica_step, args=(next(iterator),))
@@ -426,11 +435,11 @@ class PretrainingEvaluator(orbit.StandardEvaluator):
         context = tf.distribute.get_replica_context()
         batch = _replica_slice(batch, context, self.local_replicas)
         normalizers = sum_over_replicas(context, self.model.loss_normalizers(batch))
-        outputs = self.model(batch, step=self.state.step, training=False,
+        outputs = self.model(batch, step=self.state.step, training=False, phase=self.phase,
                              normalizers=call_counts(normalizers))
         losses = sum_over_replicas(context, [outputs["loss"], outputs["generator_loss"],
                                              outputs["discriminator_loss"]])
-        self.metrics.update_losses(*losses)
+        self.metrics.update_losses(*losses, parts=self.model.loss_parts(self.phase))
         self.metrics.update_predictions(outputs)
 
     def eval_end(self):
