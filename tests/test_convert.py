@@ -7,6 +7,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -906,8 +907,23 @@ def test_hf_import_takes_the_vocab_and_case_of_a_tokenizer_json(tmp_path):
     expected = transformers.AutoTokenizer.from_pretrained(source)(text)["input_ids"]
     assert expected == [2, 5, 7, 8, 9, 3]
     assert [2] + loaded.tokenizer().encode([text])[0] + [3] == expected
-    # A tokenizer.json that is not WordPiece is refused, naming the file and the fix.
+    # Its normalizer's lowercase against the vocab's case: refused, naming the setting by
+    # its name there (it said do_lower_case, which tokenizer.json does not have).
     data = json.load(open(os.path.join(source, "tokenizer.json")))
+    normalizer = data["normalizer"]
+    assert normalizer["type"] == "BertNormalizer" and normalizer["lowercase"] is False
+    normalizer["lowercase"] = True
+    json.dump(data, open(os.path.join(source, "tokenizer.json"), "w"))
+    config_path = os.path.join(source, "tokenizer_config.json")
+    tokenizer_config = json.load(open(config_path))
+    assert tokenizer_config.pop("do_lower_case") is False  # (read first, where it is)
+    json.dump(tokenizer_config, open(config_path, "w"))
+    with pytest.raises(UserInputError, match=r"^" + re.escape(
+            f"{source}/tokenizer.json has lowercase=true, but the vocab {source}/tokenizer.json "
+            "is cased")):
+        converters.import_hf(source, str(tmp_path / "o1"))
+    normalizer["lowercase"] = False
+    # A tokenizer.json that is not WordPiece is refused, naming the file and the fix.
     data["model"]["type"] = "BPE"
     json.dump(data, open(os.path.join(source, "tokenizer.json"), "w"))
     with pytest.raises(UserInputError) as error:
@@ -1170,6 +1186,70 @@ def test_a_sharded_huggingface_checkpoint_imports_as_the_whole_one(tmp_path):
     with pytest.raises(UserInputError, match=r"a shard .*model.safetensors.index.json names, "
                                              r"is missing; download every shard$"):
         converters.import_hf(str(tmp_path / "sharded_True"), str(tmp_path / "missing"))
+
+
+def test_hf_import_messages_name_what_is_wrong(tmp_path):
+    """A discriminator as --generator_input ("the state dict has no
+    'generator_predictions.dense.weight'"), a generator of another vocab ("word embeddings
+    of its own ... 128 wide"), a weights file as --input ("has no config.json"), a default
+    vocab that does not fit (named without saying it was the default), and an ELECTRA
+    config.json without embedding_size (transformers' default, 128; it was taken as
+    hidden_size and refused)."""
+    disc = _tiny_electra(tmp_path / "disc")
+    _vocab(tmp_path / "disc" / "vocab.txt", 120)
+    other = _tiny_electra(tmp_path / "other")
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(disc, str(tmp_path / "o1"), generator_dir=other)
+    assert str(error.value) == (
+        f"--generator_input={other} is a discriminator (ElectraForPreTraining: it has "
+        "discriminator_predictions and no generator_predictions); pass the generator "
+        "(ElectraForMaskedLM) trained with --input's discriminator")
+    torch.manual_seed(0)
+    gen = str(tmp_path / "gen")
+    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        vocab_size=130, embedding_size=16, hidden_size=8, num_hidden_layers=1,
+        num_attention_heads=1, intermediate_size=16,
+        max_position_embeddings=64)).save_pretrained(gen)
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(disc, str(tmp_path / "o2"), generator_dir=gen)
+    assert str(error.value) == (
+        f"--generator_input={gen} has a vocab of 130 tokens, --input's discriminator 120: the "
+        "two networks of one ELECTRA share a vocab; pass the generator trained with this "
+        "discriminator (or import the discriminator alone)")
+    weights = os.path.join(disc, "model.safetensors")
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(weights, str(tmp_path / "o3"))
+    assert str(error.value) == (f"{weights} is a file; pass the folder that holds it and its "
+                                "config.json (a transformers model directory)")
+    bare = _tiny_electra(tmp_path / "bare")  # no vocab of its own
+    with pytest.raises(UserInputError, match=r"bert_uncased.txt has 30522 tokens but the "
+                                             r"checkpoint's embeddings have 120 \(the source has "
+                                             r"no vocab of its own, so the default was taken\); "
+                                             r"pass --vocab_file"):
+        converters.import_hf(bare, str(tmp_path / "o4"))
+    config = json.load(open(os.path.join(disc, "config.json")))
+    assert config["embedding_size"] == 16
+    for source, embed in ((disc, 16), (str(tmp_path / "default"), 128)):
+        if embed == 128:
+            torch.manual_seed(0)
+            hf = transformers.ElectraConfig(vocab_size=120, hidden_size=16, num_hidden_layers=1,
+                                            num_attention_heads=1, intermediate_size=32,
+                                            max_position_embeddings=64)
+            transformers.ElectraForPreTraining(hf).save_pretrained(source)
+            saved = json.load(open(os.path.join(source, "config.json")))
+            saved.pop("embedding_size", None)  # as configs written without it have it
+            json.dump(saved, open(os.path.join(source, "config.json"), "w"))
+            _vocab(tmp_path / "default" / "vocab.txt", 120)
+        out = str(tmp_path / f"embed{embed}")
+        converters.import_hf(source, out)
+        assert load_pretrainer(out).model.discriminator_config.embedding_size == embed
+    # An import's --max_seq_length caps what it serves; its source's positions are trained
+    # (fine-tuning at 64 said positions 32-63 "start untrained").
+    from electra_tf.finetune import runner
+    capped = str(tmp_path / "capped")
+    converters.import_hf(disc, capped, max_seq_length=32)
+    assert load_pretrainer(capped).max_seq_length == 32
+    assert runner.load_initialization(capped).trained_seq_length is None
 
 
 @pytest.mark.parametrize("file, setting", [

@@ -1061,6 +1061,17 @@ def test_init_checkpoint_of_another_variant_gives_its_encoder(tmp_path, data):
         run(tmp_path / "two_stage", data, ["pretrainer.generator_hidden_fraction = 1.0",
                                            "pretrainer.intermediate_size = 128"],
             files=("tiny.gin", "ablations/two_stage.gin"), init_checkpoint=str(tmp_path / "mlm"))
+    # So would it a joint ELECTRA run's discriminator (it was read, then overwritten; or,
+    # of a smaller generator, "does not fit ... describe its architecture", which did not).
+    with pytest.raises(UserInputError, match=r"was trained with algorithm 'joint' \(its "
+                                             r"model_info.json\): a two-stage run trains its "
+                                             r"generator, then starts its discriminator from "
+                                             r"it, so the checkpoint's discriminator would be "
+                                             r"overwritten; start a joint run from it"):
+        run(tmp_path / "two_stage", data, ["pretrainer.generator_hidden_fraction = 1.0",
+                                           "pretrainer.intermediate_size = 128"],
+            files=("tiny.gin", "ablations/two_stage.gin"),
+            init_checkpoint=str(tmp_path / "electra"))
     # Of another encoder shape, it is still refused, naming its variant.
     with pytest.raises(UserInputError, match=r"'s encoder does not fit this model's \(.*\); it "
                                              r"was trained with objective 'mlm', in the shape "):

@@ -349,6 +349,9 @@ def read_hf_dir(directory: str) -> tuple[dict, dict]:
     """(config.json, state dict of numpy arrays) of a transformers model directory
     (model.safetensors, or pytorch_model.bin, which needs torch)."""
     config_path = os.path.join(directory, "config.json")
+    if tf.io.gfile.exists(directory) and not tf.io.gfile.isdir(directory):
+        raise UserInputError(f"{directory} is a file; pass the folder that holds it and its "
+                             "config.json (a transformers model directory)")
     if not tf.io.gfile.exists(config_path):
         if tf.io.gfile.exists(os.path.join(directory, OPERATIVE_CONFIG)):
             raise _needs_no_conversion(directory, "a HuggingFace folder")
@@ -495,9 +498,22 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     gen_state = None
     if generator_dir:
         gen_hf, gen_state = read_hf_dir(generator_dir)
+        if (any(k.startswith("discriminator_predictions.") for k in gen_state)
+                and not any(k.startswith(("generator_predictions.", "generator_lm_head."))
+                            for k in gen_state)):
+            raise UserInputError(
+                f"--generator_input={generator_dir} is a discriminator (ElectraForPreTraining: "
+                "it has discriminator_predictions and no generator_predictions); pass the "
+                "generator (ElectraForMaskedLM) trained with --input's discriminator")
         gen_state, _ = _as_electra(gen_hf, gen_state)
         gen_config = huggingface.config_from_hf(gen_hf,
                                                 os.path.join(generator_dir, "config.json"))
+        if gen_config.vocab_size != disc_config.vocab_size:
+            raise UserInputError(
+                f"--generator_input={generator_dir} has a vocab of {gen_config.vocab_size} "
+                f"tokens, --input's discriminator {disc_config.vocab_size}: the two networks of "
+                "one ELECTRA share a vocab; pass the generator trained with this discriminator "
+                "(or import the discriminator alone)")
         table = huggingface.WORD_EMBEDDINGS
         disc_table = disc_state.get(table, disc_state.get(table[len("electra."):]))
         tied = (table in gen_state and disc_table is not None
@@ -883,14 +899,17 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
     NOT_IMPORTED: freshly initialised) and `imported_checkpoint`, the checkpoint they are
     random in: a later checkpoint of continued pre-training has trained them.
     """
+    defaulted = not vocab_file
     vocab_file = vocab_file or DEFAULT_VOCAB
     tokens_given = vocab is not None
     if not tokens_given:
         vocab = tokenization.load_vocab(vocab_file)
     if len(vocab) != model.discriminator_config.vocab_size:
         raise UserInputError(f"{vocab_file} has {len(vocab)} tokens but the checkpoint's "
-                             f"embeddings have {model.discriminator_config.vocab_size}; pass "
-                             "--vocab_file with the model's vocab")
+                             f"embeddings have {model.discriminator_config.vocab_size}"
+                             + (" (the source has no vocab of its own, so the default was "
+                                "taken)" if defaulted or vocab_file == DEFAULT_VOCAB else "")
+                             + "; pass --vocab_file with the model's vocab")
     lower_case = _checked_case(vocab, vocab_file, lower_case, case_from)
     check_new_model_dir(output_dir)
     positions = model.discriminator_config.max_position_embeddings
@@ -938,8 +957,9 @@ def _checked_case(vocab: list[str], vocab_file: str, lower_case: bool | None,
     except UserInputError:
         if case_from is None:
             raise
+        key = "lowercase" if case_from.endswith("tokenizer.json") else "do_lower_case"
         raise UserInputError(
-            f"{case_from} has do_lower_case={str(lower_case).lower()}, but the vocab "
+            f"{case_from} has {key}={str(lower_case).lower()}, but the vocab "
             f"{vocab_file} is {'cased' if writer.vocab_is_cased(vocab) else 'uncased'}; pass "
             "--lower_case=true or false as the model was trained") from None
     return lower_case

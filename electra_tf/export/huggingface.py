@@ -147,7 +147,9 @@ def config_from_hf(hf: dict, source: str = "the transformers config") -> Encoder
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
         num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
         intermediate_size=hf["intermediate_size"],
-        embedding_size=hf.get("embedding_size", hf["hidden_size"]),
+        # (transformers' ElectraConfig defaults it to 128; a BERT's embeds at its width)
+        embedding_size=hf.get("embedding_size", 128 if hf.get("model_type") == "electra"
+                              else hf["hidden_size"]),
         max_position_embeddings=hf.get("max_position_embeddings", 512),
         type_vocab_size=hf.get("type_vocab_size", 2),
         dropout_rate=hf.get("hidden_dropout_prob", 0.1),

@@ -130,7 +130,9 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
                           loaded.lower_case, loaded.strip_accents,
                           ("random, shaped as " if random_init else "") + checkpoint,
-                          None if random_init else loaded.max_seq_length)
+                          # (an import's cap is not what its source was trained on)
+                          None if random_init or loaded.info.get("source")
+                          else loaded.max_seq_length)
 
 
 def _fine_tuned_dir(path: str) -> str | None:

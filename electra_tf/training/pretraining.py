@@ -1430,6 +1430,13 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
     path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
     variant = _other_variant(earlier, model)
+    if (model.algorithm == "two_stage" and not variant
+            and earlier.get("algorithm", "two_stage") != "two_stage"):
+        raise UserInputError(
+            f"--init_checkpoint={path} was trained with algorithm '{earlier['algorithm']}' "
+            "(its model_info.json): a two-stage run trains its generator, then starts its "
+            "discriminator from it, so the checkpoint's discriminator would be overwritten; "
+            "start a joint run from it (without ablations/two_stage.gin)")
     if variant and model.algorithm == "two_stage":
         raise UserInputError(
             f"--init_checkpoint={path} was trained with {variant[0]}: a two-stage run "
