@@ -326,6 +326,15 @@ def test_detector_and_export_refuse_a_model_without_a_replaced_token_head(austen
                                              "--kind=generator or encoder$"):
         saved_model.export(str(tmp_path / "mlm"), str(tmp_path / "serving"), "x")
     assert not os.path.exists(tmp_path / "serving")
+    # Replace MLM trains the encoder; its generator is the small one (it was offered as
+    # the first choice).
+    pretrain(tmp_path / "replace", os.path.join(austen_data[0], "*.tfrecord"),
+             ["NUM_TRAIN_STEPS = 2", "OBJECTIVE = 'replace_mlm'"], eager=True)
+    with pytest.raises(UserInputError, match=r"^objective replace_mlm trains no replaced-token "
+                                             r"head; use --kind=encoder \(the network this "
+                                             r"objective trains; --kind=generator would serve "
+                                             r"its small generator\)$"):
+        saved_model.export(str(tmp_path / "replace"), str(tmp_path / "serving"), "x")
     # A generator export asked of a model without one says why (it named the objective,
     # 'electra', as if that were the reason).
     from electra_tf.modeling.config import EncoderConfig, generator_config

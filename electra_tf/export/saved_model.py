@@ -259,7 +259,12 @@ class ServingModule(_TextModule):
             raise UserInputError(f"this model has no masked-LM generator to export ({why}); "
                                  "use --kind=discriminator or encoder")
         if kind == "discriminator" and model.discriminator_predictions is None:
-            others = "generator or encoder" if model.generator is not None else "encoder"
+            # (BERT's generator is its masked LM; Replace and All-Tokens MLM train the
+            # encoder, beside a small generator that --kind=generator would serve)
+            others = ("generator or encoder" if model.objective == "mlm" else
+                      "encoder (the network this objective trains; --kind=generator would "
+                      "serve its small generator)" if model.generator is not None else
+                      "encoder")
             raise UserInputError(f"objective {model.objective} trains no replaced-token head; "
                                  f"use --kind={others}")
         super().__init__(f"electra_{kind}", vocab_file, max_seq_length, lower_case,
