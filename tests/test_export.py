@@ -411,6 +411,17 @@ def test_an_export_names_its_checkpoint_and_exports_one_asked_for(model_dir, tmp
             f"--export_dir={given} is {what}; pass the folder above the model's, "
             f"--export_dir={parent}, with --model_name=the model's folder name (it writes "
             "EXPORT_DIR/MODEL_NAME/VERSION)")
+    # A models.config that pins the versions TF Serving serves: an export of another says so
+    # (it said nothing, and TF Serving never served it).
+    config = tmp_path / "models.config"
+    config.write_text(config.read_text().replace(
+        'name: "latest"', 'name: "latest"\n    model_version_policy { specific { versions: 1 } }'))
+    lines = []
+    saved_model.export(model_dir, str(tmp_path), "latest", "discriminator", version=2,
+                       log=lines.append)
+    assert lines[-1] == ("note: models.config has TF Serving serve latest's versions 1 only "
+                         "(model_version_policy specific): add 2 there to serve this one")
+    assert "versions: 1" in config.read_text()  # kept as the user wrote it
     # A run saves ckpt-9 and removes the latest while the model is read.
     copy = tmp_path / "running"
     shutil.copytree(model_dir, copy)

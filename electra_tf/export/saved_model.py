@@ -979,6 +979,14 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         raise UserInputError(f"{target} was written by another export while this one ran; "
                              f"it is kept: pass --version={version + 1} or --overwrite") from None
     write_models_config(export_dir, model_name)
+    policy = next(e for e in _read_config(export_dir).model_config_list.config
+                  if e.name == model_name).model_version_policy
+    if (policy.WhichOneof("policy_choice") == "specific"
+            and version not in policy.specific.versions):
+        pinned = ", ".join(str(v) for v in policy.specific.versions)
+        log(f"note: {MODELS_CONFIG} has TF Serving serve {model_name}'s versions {pinned} only "
+            f"(model_version_policy specific): add {version} there to serve this one")
+        return target
     higher = [v for v in _versions(export_dir, model_name) if v > version]
     if higher:
         log(f"note: {model_name}/{max(higher)} is a higher version: TF Serving serves that one, "
