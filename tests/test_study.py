@@ -360,6 +360,56 @@ def _snippet(code: str, timeout: int = 300) -> str:
     return result.stdout
 
 
+_SIGTERM_PASSED_ON = r"""
+import signal, threading, time
+from electra_tf import cli
+tmp = {tmp!r}
+job_script = os.path.join(tmp, "job.py")
+with open(job_script, "w") as f:
+    f.write(chr(10).join([
+        "import signal, sys, time",
+        "def stop(*_):",
+        "    open(sys.argv[1][6:], 'w').write('saved')",
+        "    sys.exit(143)",
+        "signal.signal(signal.SIGTERM, stop)",
+        "open(sys.argv[1][6:] + '.started', 'w').close()",
+        "time.sleep(60)", ""]))
+saved = os.path.join(tmp, "saved")
+
+
+def terminate(*_):
+    raise cli.Terminated
+
+
+signal.signal(signal.SIGTERM, terminate)
+
+
+def send_when_started():
+    while not os.path.exists(saved + ".started"):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)  # this process alone, as `kill PID` does
+
+
+threading.Thread(target=send_when_started, daemon=True).start()
+started = time.time()
+try:
+    rs.execute(rs.Job(job_script, [("out", saved)]), in_process=False)
+    raise AssertionError("not stopped")
+except cli.Terminated:
+    pass
+assert open(saved).read() == "saved"  # the job got SIGTERM and saved (it was SIGKILLed)
+assert time.time() - started < 30
+print("ok")
+"""
+
+
+def test_a_sigterm_to_the_study_reaches_its_running_job(tmp_path):
+    """A study stopped by SIGTERM passes it on to the job it waits for, which saves and
+    exits as it does on its own SIGTERM, and the study then stops (subprocess.run killed
+    the job with SIGKILL, mid-save; the study's own process had no handler)."""
+    _snippet(_SIGTERM_PASSED_ON.format(tmp=str(tmp_path)), timeout=120)
+
+
 _JOB_SECONDS = r"""
 import re
 import time

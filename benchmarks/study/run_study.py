@@ -108,7 +108,9 @@ configuration pre-trained again, another --labelled_data); a job dir holding ano
 command, or a pre-training run on data rebuilt since, is an error (use another
 --work_dir), found before anything is written. A job's seconds (job_dir/study_job.json)
 are those of the run that completed it plus those of attempts killed before it (kept while
-it runs). Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
+it runs). Ctrl-C or SIGTERM (to the study alone or its process group) stops the jobs running
+as each stops on its own, a checkpoint saved, and the study with one line; a rerun goes
+on. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
 study_small.* (`small`); a part of the grid (--configs) is refused there unless
 --results_dir says where its results go; the
 labelled data: the VADER movie-review snippets (benchmarks/corpora.py; fetched with `pip
@@ -333,7 +335,22 @@ def execute(job: Job, in_process: bool) -> float:
         function(job)
     else:
         import subprocess
-        code = subprocess.run(job.command(), cwd=common.REPO, env=_job_environment).returncode
+        process = subprocess.Popen(job.command(), cwd=common.REPO, env=_job_environment)
+        try:
+            code = process.wait()
+        except BaseException as stopped:
+            # This process was stopped. The job saves a checkpoint and exits on SIGTERM or
+            # Ctrl-C (subprocess.run killed it, mid-save): a SIGTERM sent to this process
+            # alone is passed on (Ctrl-C reached the job's process group itself), and the
+            # job waited for, a minute at most.
+            if isinstance(stopped, cli.Terminated) and process.poll() is None:
+                process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            raise
         if code == signals.INTERRUPTED_EXIT_CODE:  # Ctrl-C: it saved what it could
             raise KeyboardInterrupt
         if code == cli.TERMINATED_EXIT_CODE:  # SIGTERM (a preempted run saved a checkpoint)
@@ -1333,4 +1350,6 @@ def markdown(record: dict, budget: float) -> str:
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    # SIGTERM: the jobs running stop as they do (a checkpoint saved), idle worker
+    # processes too (they outlived this one by 90 s), and the study exits with one line.
+    cli.run(main, handles_sigterm=True)
