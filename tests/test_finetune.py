@@ -1656,6 +1656,18 @@ def test_the_run_counts_the_qa_questions_it_trains_on(tmp_path, init):
     n = len(questions)
     assert any(line.startswith(f"{train}: 1 of {n} questions skipped") for line in lines)
     assert any(line.startswith(f"qa: {n - 1} training examples (") for line in lines), lines
+    # Questions longer than max_query_length are cut: said per file (it was silent).
+    lines = []
+    finetune("qa", tmp_path / "short", init, ["finetuning.max_train_steps = 1",
+                                              "finetuning.max_query_length = 3"],
+             train_file=train, dev_file=train, log=lines.append)
+    from electra_tf import tokenization
+    tok = tokenization.Tokenizer(UNCASED_VOCAB)
+    long = sum(len(q) > 3 for q in tok.encode([q["question"] for q in questions]))
+    assert 0 < long
+    assert lines.count(f"{train}: {long} of {n} questions have more than 3 word pieces; they "
+                       "are cut to their first 3 (raise finetuning.max_query_length to keep "
+                       "more)") == 2  # as training and as dev
     # Over half of them off (offsets in bytes, say): refused, not trained on the rest.
     from electra_tf.errors import UserInputError
     for question in questions[1:n // 2 + 1]:

@@ -1261,6 +1261,14 @@ class _QATask:
             log(note)
         self.train_examples = len(data.train.examples) - len(dropped)  # those trained on
         self.train_features = train
+        for s in (data.train, *data.dev, *data.test):  # questions cut, as tagging's words
+            lengths = [len(q) for q in tokenizer.encode([e.question for e in s.examples])]
+            cut = sum(n > options["max_query_length"] for n in lengths)
+            if cut:
+                log(f"{s.path}: {cut} of {len(lengths)} questions have more than "
+                    f"{options['max_query_length']} word pieces; they are cut to their first "
+                    f"{options['max_query_length']} (raise finetuning.max_query_length to keep "
+                    "more)")
 
         def split(s):
             features, windows, _ = squad.encode(tokenizer, s.examples, training=False,
