@@ -279,11 +279,17 @@ def stray_argument(argv: list[str], raw: list[str]) -> str | None:
     opposite of what it says."""
     if len(argv) < 2:
         return None
+    from absl import flags
     stray = argv[1]
-    where = raw.index(stray) if stray in raw else -1
-    before = raw[where - 1] if where > 0 else ""
-    if (before.startswith("--") and "=" not in before
-            and stray.lower() in ("true", "false", "yes", "no", "0", "1")):
+
+    def boolean(word):  # a boolean flag given without a value
+        name = word[2:] if word.startswith("--") and "=" not in word else None
+        return name in flags.FLAGS and flags.FLAGS[name].boolean
+
+    # (the stray word's place: the occurrence after a boolean flag, where one is)
+    after = [i for i, word in enumerate(raw) if word == stray and i and boolean(raw[i - 1])]
+    if after and stray.lower() in ("true", "false", "yes", "no", "0", "1"):
+        before = raw[after[0] - 1]
         return (f"'{before} {stray}' reads as {before} and a stray word '{stray}'; write "
                 f"{before}={stray.lower()}")
     return (f"{stray!r} is not a flag and this script takes only flags; write each as "

@@ -107,6 +107,25 @@ def test_a_word_after_the_flags_is_refused_without_tensorflow(script):
                                "--showprefixforinfo=false")
 
 
+def test_a_stray_word_is_named_after_the_boolean_flag_it_follows():
+    """'--flag value' is absl's form for a flag that takes a value: only after a boolean flag
+    is the word stray, and that flag is the one named (the first flag before a same word was,
+    '--num_layers 1 --lower_case 1' blamed --num_layers)."""
+    from absl import flags
+
+    from electra_tf import cli
+    if "stray_test_bool" not in flags.FLAGS:
+        flags.DEFINE_boolean("stray_test_bool", False, "")
+        flags.DEFINE_integer("stray_test_int", 0, "")
+    raw = ["prog", "--stray_test_int", "1", "--stray_test_bool", "1"]
+    assert cli.stray_argument(["prog", "1"], raw) == (
+        "'--stray_test_bool 1' reads as --stray_test_bool and a stray word '1'; write "
+        "--stray_test_bool=1")
+    assert cli.stray_argument(["prog", "1"], ["prog", "--stray_test_int=1", "1"]) == (
+        "'1' is not a flag and this script takes only flags; write each as --name=value")
+    assert cli.stray_argument(["prog"], raw) is None
+
+
 @pytest.mark.parametrize("script, flag, choices", [
     ("run_pretraining.py", "--strategy=tpus", "default|mirrored|multi_worker_mirrored|tpu"),
     ("build_pretraining_data.py", "--input_format=json", "text|jsonl"),

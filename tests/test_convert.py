@@ -1152,8 +1152,13 @@ def test_an_official_tf1_checkpoint_where_a_model_dir_belongs_names_the_conversi
     done = run_script("export_saved_model.py", f"--model_dir={folder}",
                       f"--export_dir={tmp_path}/serving")
     assert done.returncode == 1 and done.stderr.strip() == f"error: {folder} {fix}"
+    os.remove(folder / "checkpoint")  # the prefix alone, as a folder of only its files
+    with pytest.raises(UserInputError) as error:
+        load_pretrainer(prefix)
+    assert str(error.value) == f"{prefix} {fix}"
     _vocab(folder / "vocab.txt", 120)
     expected = None
+    tf.compat.v1.train.update_checkpoint_state(str(folder), prefix)  # (removed above)
     for n, given in enumerate((prefix, str(folder), f"{folder}/", prefix + ".meta")):
         out = str(tmp_path / f"out{n}")
         converters.import_tf1(given, out, num_heads=1)
@@ -1269,6 +1274,11 @@ def test_a_tokenizer_that_splits_otherwise_than_berts_default_is_refused(tmp_pat
     message = str(error.value)
     assert message.startswith(f"{source}/{file} sets {key}"), message
     assert not os.path.exists(tmp_path / "out")
+    # never_split of the special tokens alone (real configs have it) splits nothing otherwise
+    (tmp_path / "hf" / file).write_text(json.dumps(
+        {"do_lower_case": True, "never_split": ["[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"],
+         "unk_token": "[UNK]"}))
+    converters.import_hf(source, str(tmp_path / "out"))
 
 
 def test_a_model_dir_of_this_project_as_a_source_needs_no_conversion(tmp_path):

@@ -379,7 +379,7 @@ def test_sigterm_stops_an_export_with_one_line_and_nothing_written(model_dir, tm
 
 
 def test_an_export_names_its_checkpoint_and_exports_one_asked_for(model_dir, tmp_path,
-                                                                   monkeypatch):
+                                                                   monkeypatch, austen_data):
     """The export says which checkpoint it serves (it did not: a run's ckpt-0 went out as
     the model); a ckpt-N prefix (or its .index) exports that one (refused: "does not exist
     or is not a folder"); a checkpoint a running run removes while it is read gives way to
@@ -398,6 +398,15 @@ def test_an_export_names_its_checkpoint_and_exports_one_asked_for(model_dir, tmp
     assert lines == [f"discriminator: the weights of {first}",
                      f"note: {first} holds the weights before the first training step (the run "
                      "has saved no later checkpoint yet): they are untrained"]
+    # A run started from a checkpoint saved those weights as its ckpt-0: said so.
+    pretrain(tmp_path / "continued", os.path.join(austen_data[0], "*.tfrecord"),
+             ["NUM_TRAIN_STEPS = 2"], eager=True, init_checkpoint=model_dir)
+    lines = []
+    saved_model.export(str(tmp_path / "continued" / "ckpt-0"), str(tmp_path), "continued",
+                       "discriminator", log=lines.append)
+    assert lines[-1] == (f"note: {tmp_path}/continued/ckpt-0 holds the weights before the "
+                         "first training step (the run has saved no later checkpoint yet): "
+                         f"those it started from, {latest}")
     served = [tf.saved_model.load(str(tmp_path / name / "1")).signatures["serving_default"](
         text=tf.constant(["Emma smiled at Harriet."]))["replaced_probability"].numpy()
         for name in ("latest", "first")]

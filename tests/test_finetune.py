@@ -197,6 +197,19 @@ def test_predictions_keep_the_files_spelling(gold):
     assert (spelling is None) == (gold[-1] in ("B-LOC", "S-Y"))  # the last two: as retag's
 
 
+def test_iob1_predictions_keep_neighbouring_chunks_apart():
+    """An IOB1 file of I- tags alone (no B-: none of its chunks follows one of its type)
+    is not IOE: the B- that keeps two predicted neighbouring chunks of a type apart stays
+    (respelt as I-, they merged into one and F1 fell)."""
+    from electra_tf.finetune import metrics
+    train = [["I-PER", "I-PER", "O", "I-LOC"], ["O", "I-ORG"]]
+    scheme, spelling = metrics.tag_scheme(train), metrics.tag_spelling(train)
+    assert (scheme, spelling) == ("IOB1", None)
+    written = metrics.respell(metrics.retag(["S-PER", "S-PER", "O"], scheme), spelling)
+    assert written == ["I-PER", "B-PER", "O"]
+    assert metrics.chunks(written) == {("PER", 0, 0), ("PER", 1, 1)}
+
+
 def test_squad_metrics_official_definitions():
     from electra_tf.finetune import metrics
     assert metrics.normalize_answer("The  Eiffel-Tower, in PARIS!") == "eiffeltower in paris"
@@ -1698,7 +1711,8 @@ def test_qa_loss_and_heads_follow_the_official_ones(tmp_path, init):
     data = tasks.load(tasks.get_task("squad_v2"), train_file=train, dev_file=train,
                       log=lambda *_: None)
     adapter = runner._QATask(data, init.tokenizer(), dict(
-        max_seq_length=64, doc_stride=32, max_query_length=24, double_unordered=True), None)
+        max_seq_length=64, doc_stride=32, max_query_length=24, double_unordered=True),
+        lambda *_: None)
     batch = {k: tf.constant(v[:8]) for k, v in adapter.train_features.items()}
     rng = np.random.default_rng(0)
     outputs = {k: tf.constant(rng.normal(size=(8, 64)).astype(np.float32))

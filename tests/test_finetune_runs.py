@@ -408,6 +408,7 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
     # trial_0 as a run before trained_seq_length was recorded wrote it: still resumed.
     recorded = json.loads((out / "trial_0" / "task_info.json").read_text())
     del recorded["trained_seq_length"]
+    assert "tag_spelling" not in recorded  # (tagging's only: a sentence trial's is as before)
     (out / "trial_0" / "task_info.json").write_text(json.dumps(recorded))
     (out / "trial_1.partial").mkdir()  # killed while writing trial_1
     (out / "trial_1.partial" / "task_info.json").write_text("{")

@@ -697,7 +697,12 @@ for flag in ("--pretrain_bindings=LEARNING_RATE=3e-4", "--pretrain_seeds=1,2"):
 # A binding the study overrides, or one gin cannot read, is refused naming the study's flag.
 toy = rs.SCALES["toy"]
 for binding, expected in (
-        ("NUM_TRAIN_STEPS=5", "--pretrain_bindings='NUM_TRAIN_STEPS=5': the budget"),
+        ("NUM_TRAIN_STEPS=5", "--pretrain_bindings='NUM_TRAIN_STEPS=5': the study sets each "
+         "run's steps from the budget (--flops_budget); leave it out"),
+        ("pretraining.num_train_steps=5", "--pretrain_bindings='pretraining.num_train_steps=5'"
+         ": the study sets each run's steps"),
+        ("MAX_SEQ_LENGTH=64", "--pretrain_bindings='MAX_SEQ_LENGTH=64': the study builds its "
+         "data at the scale's sequence length, which a run must match; leave it out"),
         ("pretraining.keep_checkpoints=3", "--pretrain_bindings='pretraining.keep_checkpoints=3"
          "': the study keeps every checkpoint"),
         ("pretraining.nosuch=1", "--pretrain_bindings='pretraining.nosuch=1': Configurable "

@@ -593,14 +593,18 @@ def pretraining_gin(scale: Scale, config: Config) -> tuple[list[str], list[str]]
     return [scale.size_gin, *config.gin_files], bindings
 
 
-# Macros the study binds after --pretrain_bindings (a run's length and checkpoints, from its
-# budget), or builds its data for (the sequence length): a --pretrain_bindings of one would
-# be overridden, or would not match the data.
-STUDY_MACROS = {"NUM_TRAIN_STEPS": "the budget (--flops_budget) sets each run's steps",
-                "STEPS_PER_LOOP": "the study sets it from each run's steps",
-                "CHECKPOINT_EVERY": "the study checkpoints at the curve's points "
-                                    "(--curve_points)",
-                "MAX_SEQ_LENGTH": "the scale's data is built for its sequence length",
+# Macros (and the parameters they set) the study binds after --pretrain_bindings (a run's
+# length and checkpoints, from its budget), or builds its data for (the sequence length):
+# a --pretrain_bindings of one would be overridden, would change the planned budget, or
+# would not match the data.
+_STEPS = "the study sets each run's steps from the budget (--flops_budget)"
+_LOOP = "the study sets it from each run's steps"
+_CURVE = "the study checkpoints at the curve's points (--curve_points)"
+_LENGTH = "the study builds its data at the scale's sequence length, which a run must match"
+STUDY_MACROS = {"NUM_TRAIN_STEPS": _STEPS, "pretraining.num_train_steps": _STEPS,
+                "STEPS_PER_LOOP": _LOOP, "pretraining.steps_per_loop": _LOOP,
+                "CHECKPOINT_EVERY": _CURVE, "pretraining.checkpoint_every": _CURVE,
+                "MAX_SEQ_LENGTH": _LENGTH, "pretraining.max_seq_length": _LENGTH,
                 "pretraining.keep_checkpoints": "the study keeps every checkpoint"}
 
 
@@ -613,8 +617,8 @@ def check_pretrain_bindings(scale: Scale) -> None:
     for binding in FLAGS.pretrain_bindings:
         name = binding.split("=", 1)[0].strip()
         if name in STUDY_MACROS:
-            raise UserInputError(f"--pretrain_bindings={binding!r}: {STUDY_MACROS[name]}, so "
-                                 "this binding would be overridden; leave it out")
+            raise UserInputError(f"--pretrain_bindings={binding!r}: {STUDY_MACROS[name]}; "
+                                 "leave it out")
     try:
         gin_files.parse(*pretraining_gin(scale, CONFIGS["electra"]))
     except UserInputError as e:

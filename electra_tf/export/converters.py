@@ -607,11 +607,16 @@ def _check_basic_tokenization(config_path: str, config: dict, fast_path: str) ->
                 f"{path} sets {key}=false: its tokenizer {what}, and this project's tokenizer "
                 "is BERT's default only (it would read other tokens than the model was "
                 "trained on); this model cannot be imported")
-    if config.get("never_split"):
+    # (special tokens there change nothing: the tokenizer keeps them whole anyway)
+    specials = set(tokenization.SPECIAL_TOKENS) | {
+        v for k, v in config.items() if k.endswith("_token") and isinstance(v, str)}
+    kept = [w for w in config.get("never_split") or () if w not in specials]
+    if kept:
+        shown = ", ".join(map(str, kept[:3])) + (", ..." if len(kept) > 3 else "")
         raise UserInputError(
-            f"{config_path} sets never_split ({', '.join(map(str, config['never_split'][:3]))}"
-            "...): words its tokenizer keeps whole, which this project's tokenizer splits as "
-            "BERT's default does; remove the setting if the model was not trained with it")
+            f"{config_path} sets never_split ({shown}): words its tokenizer keeps whole, "
+            "which this project's tokenizer splits as BERT's default does; remove the "
+            "setting if the model was not trained with it")
 
 
 def _wordpiece_of(path: str) -> tuple[list[str], dict]:

@@ -929,7 +929,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     if "saved_model.pb" in held or any(n.isdigit() and tf.io.gfile.exists(
             os.path.join(export_dir, n, "saved_model.pb")) for n in held):
         one = "saved_model.pb" in held
-        parent = os.path.dirname(os.path.normpath(export_dir))
+        parent = os.path.dirname(export_dir.rstrip("/"))  # (gs:// kept: no normpath)
         if one:
             parent = os.path.dirname(parent)
         raise UserInputError(
@@ -957,7 +957,9 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         log(f"{kind}: the weights of {loaded.checkpoint}")
         if os.path.basename(loaded.checkpoint) == "ckpt-0":
             log(f"note: {loaded.checkpoint} holds the weights before the first training step "
-                "(the run has saved no later checkpoint yet): they are untrained")
+                "(the run has saved no later checkpoint yet): "
+                + (f"those it started from, {loaded.info['init_checkpoint']}"
+                   if loaded.info.get("init_checkpoint") else "they are untrained"))
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
     # Hidden names, which TF Serving (numeric version folders) does not take for versions:

@@ -222,7 +222,9 @@ def tag_spelling(sentences_tags) -> dict | None:
     spelling = {"separator": "_" if separators == {"_"} else "-",
                 "end": "L" if "L" in letters and "E" not in letters else "E",
                 "single": "U" if "U" in letters and "S" not in letters else "S",
-                "begins": not letters or bool(letters & set("BSU"))}
+                # (IOE: chunks marked by their ends; a file of I- alone is IOB1's, whose B-
+                # between two chunks of a type must stay)
+                "begins": bool(letters & set("BSU")) or not letters & set("EL")}
     return None if spelling == {"separator": "-", "end": "E", "single": "S",
                                 "begins": True} else spelling
 

@@ -641,6 +641,8 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
         for key in _RECORDED_SINCE:  # a trial written before the key was recorded
             if key not in recorded:
                 expected.pop(key, None)
+        if "tag_spelling" not in recorded and expected.get("tag_spelling") is None:
+            expected.pop("tag_spelling", None)  # (recorded since; None: as it was written)
         if "vocab_sha256" in recorded:  # the vocab is its contents, wherever it now lies
             recorded.pop("vocab_file", None)
             expected.pop("vocab_file", None)
@@ -1388,7 +1390,7 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
     return {"task": task_data.task.name, "kind": task_data.task.kind, "head": adapter.head,
             # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
             "labels": adapter.labels, "tag_scheme": adapter.tag_scheme,
-            "tag_spelling": getattr(adapter, "tag_spelling", None),
+            **({"tag_spelling": adapter.tag_spelling} if adapter.head == "token" else {}),
             "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,

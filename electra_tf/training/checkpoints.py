@@ -122,6 +122,8 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
     if not tf.io.gfile.isdir(model_dir) and tf.io.gfile.exists(
             checkpoint_prefix(model_dir) + ".index"):
         chosen = checkpoint_prefix(model_dir)
+        if is_tf1_checkpoint(chosen):
+            raise convert_tf1_first(model_dir, chosen)
         model_dir = os.path.dirname(chosen) or "."
     if not tf.io.gfile.isdir(model_dir):
         raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
