@@ -61,7 +61,16 @@ def debian_package(name: str, deb_dir: str = DEB_DIR) -> tuple[str, str]:
     os.makedirs(deb_dir, exist_ok=True)
     debs = glob.glob(os.path.join(deb_dir, f"{name}_*.deb"))
     if not debs:
-        subprocess.run(["apt-get", "download", name], cwd=deb_dir, check=True)
+        try:
+            subprocess.run(["apt-get", "download", name], cwd=deb_dir, check=True)
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            from electra_tf.errors import UserInputError
+            why = ("no apt-get here" if isinstance(e, FileNotFoundError) else
+                   f"apt-get download exited with {e.returncode}")
+            raise UserInputError(
+                f"the Debian package {name} could not be downloaded ({why}: a Debian or "
+                f"Ubuntu host with its package sources reachable is needed); or put "
+                f"{name}_*.deb in {deb_dir} and run this again") from None
         debs = glob.glob(os.path.join(deb_dir, f"{name}_*.deb"))
     deb = sorted(debs)[-1]
     version = os.path.basename(deb)[len(name) + 1:].rsplit("_", 1)[0].replace("%3a", ":")

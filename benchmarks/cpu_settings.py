@@ -1,9 +1,10 @@
-"""Pre-training on a CPU with mixed_bfloat16 and with XLA against float32: the same run (size,
+r"""Pre-training on a CPU with mixed_bfloat16 and with XLA against float32: the same run (size,
 seed, data, schedule) under each setting, its whole-run examples/s and what it learned.
 
     .venv/bin/python benchmarks/cpu_settings.py          # about 20 minutes on 2 cores
     .venv/bin/python benchmarks/cpu_settings.py --variants=float32,mixed_bfloat16,xla
-    .venv/bin/python benchmarks/cpu_settings.py --sizes=tiny --tiny_steps=100   # a check
+    .venv/bin/python benchmarks/cpu_settings.py --sizes=tiny --tiny_steps=100 \
+        --results_name=cpu_settings_check   # a check
 
 CPUs with a bfloat16 matrix unit (Intel's AMX, `amx_bf16` in /proc/cpuinfo) multiply
 bfloat16 matrices several times faster than float32 ones, and XLA compiles the step for the

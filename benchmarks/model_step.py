@@ -1,11 +1,12 @@
-"""Pre-training step throughput on CPU or a GPU: examples/s (and MFU on a GPU) of one
+r"""Pre-training step throughput on CPU or a GPU: examples/s (and MFU on a GPU) of one
 ELECTRA train step (generator MLM, sampling, discriminator, both losses, backward, AdamW
 update) at seq 128, ours against transformers' PyTorch ELECTRA and TF Model Garden's
 ELECTRA, measured in the same run.
 
     .venv/bin/python benchmarks/model_step.py --sizes=small     # about 10 minutes
     .venv/bin/python benchmarks/model_step.py                   # small and base (base: far longer)
-    .venv/bin/python benchmarks/model_step.py --sizes=small --steps=3 --repeats=1   # a check
+    .venv/bin/python benchmarks/model_step.py --sizes=small --steps=3 --repeats=1 \
+        --results_name=model_step_check   # a check
 
 Implementations (all with the paper's shapes: discriminator small H 256 / E 128 or base
 H 768 / E 768, generator 1/4 (small) or 1/3 (base) of the hidden size, FFN and heads, with

@@ -24,6 +24,7 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 import model_step  # noqa: E402  (its flags, shapes and AdamW settings)
+flags.adopt_module_key_flags(model_step)  # (--helpshort lists them)
 
 FLAGS = flags.FLAGS
 

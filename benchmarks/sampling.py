@@ -25,6 +25,7 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 import model_step  # noqa: E402  (its flags, batch and shapes)
+flags.adopt_module_key_flags(model_step)  # (--helpshort lists them)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("vocab_sizes", ["30522", "21128"], "Vocabularies of the sampler-alone "

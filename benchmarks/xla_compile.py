@@ -48,6 +48,7 @@ from absl import app, flags  # noqa: E402
 
 import common  # noqa: E402
 import model_step  # noqa: E402  (the steps, the batch and their flags)
+flags.adopt_module_key_flags(model_step)  # (--helpshort lists them)
 
 flags.DEFINE_string("compile_worker", None, "Internal: the implementation a worker compiles.")
 flags.DEFINE_enum("dropout", "library", ["library", "hashed"], "Our steps' dropout: the "

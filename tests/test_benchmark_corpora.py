@@ -81,3 +81,23 @@ def test_lookup_tags_is_each_characters_commonest_training_tag():
     # 好 is unseen: the commonest tag overall (B-r, 2 of 6).
     assert corpora.lookup_tags(train, [[("们我", "r"), ("好京", "a")]]) == [
         ["I-r", "B-r", "B-r", "I-n"]]
+
+
+def test_a_debian_package_that_cannot_be_downloaded_is_one_line(tmp_path, monkeypatch):
+    """No apt-get, or apt-get failing (no package sources, no network): one line naming the
+    package and the way round (it was a CalledProcessError or FileNotFoundError traceback)."""
+    from electra_tf.errors import UserInputError
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no apt-get to find
+    with pytest.raises(UserInputError) as error:
+        corpora.debian_package("dict-gcide", str(tmp_path / "debs"))
+    assert str(error.value) == (
+        "the Debian package dict-gcide could not be downloaded (no apt-get here: a Debian or "
+        "Ubuntu host with its package sources reachable is needed); or put dict-gcide_*.deb "
+        f"in {tmp_path / 'debs'} and run this again")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text("#!/bin/sh\nexit 100\n")
+    (fake / "apt-get").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    with pytest.raises(UserInputError, match=r"\(apt-get download exited with 100: "):
+        corpora.debian_package("dict-gcide", str(tmp_path / "debs"))

@@ -11,6 +11,11 @@
 # (export_weights.py --all), not only the latest; XLA_EXTRA: appended to XLA_FLAGS (the runs
 # recorded used --xla_gpu_autotune_level=0: half the compile time, 35% fewer examples/s).
 # Rerunning the same command resumes the run (its log is appended to).
+if [ $# -lt 4 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: bash benchmarks/gpu/pretrain_and_export.sh NAME LIMIT_S 'DATA_GLOB' OUT_DIR" \
+       "[BINDING...] (see the comment at its top)" >&2
+  exit 2
+fi
 name=$1; limit=$2; data=$3; out=$4; shift 4
 bindings=()
 for b in "$@"; do bindings+=(--gin_bindings="$b"); done

@@ -11,6 +11,11 @@
 #   cat /work/.device/N/electra_oi.tar.zst.* | zstd -dc | tar x      (here, once every piece
 #                                                                  is in one folder)
 set -euo pipefail
+if [ $# -lt 1 ] || [ ! -d "$1" ] || [ -z "${OUT:-}" ]; then
+  echo "usage: OUT=folder bash benchmarks/gpu/send_back.sh FOLDER [FIRST] (a device call," \
+       "whose \$OUT is set; FOLDER must exist)" >&2
+  exit 2
+fi
 dir=$(realpath "$1"); name=$(basename "$dir"); first=${2:-0}
 archive=/tmp/send_back/$name.tar.zst
 # Made once per folder: a .done file naming another folder (of the same name) makes it anew.
