@@ -21,6 +21,32 @@ CACHE_DIR = os.path.join(REPO, "benchmarks", ".cache")
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results")
 
 
+def run(main):
+    """absl's app.run for a benchmark, with the project scripts' endings: Ctrl-C one line
+    (exit 130; what was written is whole, each result file atomically), a UserInputError
+    its `error:` line (exit 1), and a command the benchmark ran that failed after printing
+    its own error, one line naming it (each was a traceback)."""
+    from absl import app
+
+    def guarded(argv):
+        from electra_tf.errors import UserInputError
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("interrupted (Ctrl-C)", file=sys.stderr)
+            return 130
+        except UserInputError as e:
+            print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 1
+        except subprocess.CalledProcessError as e:
+            command = e.cmd if isinstance(e.cmd, str) else shown(list(map(str, e.cmd)))
+            print(f"error: this command failed (its output is above): {command}",
+                  file=sys.stderr)
+            return 1
+
+    app.run(guarded)
+
+
 def _git(*args) -> str:
     try:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,

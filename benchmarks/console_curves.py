@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 
@@ -137,4 +137,4 @@ if __name__ == "__main__":
     # common.run_info imports TensorFlow, whose start-up lines are of no use here.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define_flags()
-    app.run(main)
+    common.run(main)

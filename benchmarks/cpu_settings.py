@@ -28,7 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 import reference_curves  # noqa: E402  (its train() and flags: steps, batch, evaluations)
@@ -136,4 +136,4 @@ if __name__ == "__main__":
     FLAGS.set_default("small_steps", 200)
     FLAGS.set_default("evaluations", 4)
     FLAGS.set_default("work_dir", os.path.join(common.CACHE_DIR, "cpu_settings"))
-    app.run(main)
+    common.run(main)

@@ -195,7 +195,7 @@ def main(argv):
 
 if __name__ == "__main__":
     import model_step  # defines the step's flags (batch, precision, seed, results_name)
-    from absl import app, flags
+    from absl import flags
 
     flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA (as on a GPU or TPU).")
@@ -204,4 +204,4 @@ if __name__ == "__main__":
     flags.DEFINE_integer("steps_per_round", 3, "Steps of a variant per round.")
     flags.FLAGS.set_default("results_name", "dropout_cost")
     del model_step
-    app.run(main)
+    common.run(main)

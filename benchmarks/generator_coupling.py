@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 import reference_curves  # noqa: E402  (the data and the runner)
@@ -97,4 +97,4 @@ def plot(runs, path):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    common.run(main)

@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import model_step  # noqa: E402  (its flags and workers)
 flags.adopt_module_key_flags(model_step)  # (--helpshort lists them)
@@ -29,4 +29,4 @@ if __name__ == "__main__":
     model_step.FLAGS.set_default("sizes", ["tiny", "small", "base"])
     model_step.FLAGS.set_default("frameworks", ["ours_run", "pytorch", "model_garden"])
     model_step.FLAGS.set_default("results_name", "pretrain_throughput")
-    app.run(model_step.main)
+    model_step.common.run(model_step.main)

@@ -445,4 +445,4 @@ def main(argv):
 
 if __name__ == "__main__":
     xla_cache.stage()  # before app.run: TensorFlow reads its cache flag when it starts
-    app.run(main)
+    common.run(main)

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 import model_step  # noqa: E402  (its flags, batch and shapes)
@@ -168,4 +168,4 @@ if __name__ == "__main__":
     FLAGS.set_default("sizes", ["tiny", "small"])
     FLAGS.set_default("min_seconds", 5.0)
     FLAGS.set_default("results_name", "sampling")
-    app.run(main)
+    common.run(main)

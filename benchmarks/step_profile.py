@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 import model_step  # noqa: E402  (its batch, shapes, FLOPs and matmul timing)
@@ -154,4 +154,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    common.run(main)

@@ -251,4 +251,4 @@ def plot(runs, by_seed, steps, path):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    common.run(main)

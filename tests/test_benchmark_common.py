@@ -6,7 +6,10 @@ checkpoint as the run read. On made-up model dirs and results.json files."""
 import hashlib
 import json
 import os
+import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -146,3 +149,25 @@ def test_finetuning_rows_print_undefined_scores():
     assert common.points_text(0.75, 0.5) == "+25.0"
     assert common.points_text(0.75, None) == "undefined"
     assert common.score_text(float("nan")) == "undefined"
+
+
+@pytest.mark.parametrize("raised, code, line", [
+    ("KeyboardInterrupt", 130, "interrupted (Ctrl-C)"),
+    ("UserInputError('unknown model size \\'huge\\'')", 1,
+     "error: unknown model size 'huge'"),
+    ("subprocess.CalledProcessError(2, ['python', 'scripts/run_pretraining.py', '--x=1'])", 1,
+     "error: this command failed (its output is above): python scripts/run_pretraining.py "
+     "--x=1")])
+def test_a_benchmark_ends_in_one_line(raised, code, line):
+    """Ctrl-C, a refused input and a failed child command end a benchmark (common.run) as
+    they end the project's scripts: one line on stderr, no traceback."""
+    script = ("import os, subprocess, sys\n"
+              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+              "import common\n"
+              "from electra_tf.errors import UserInputError\n"
+              "def main(argv):\n"
+              f"    raise {raised}\n"
+              "common.run(main)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (code, line)
