@@ -197,7 +197,8 @@ if __name__ == "__main__":
     import model_step  # defines the step's flags (batch, precision, seed, results_name)
     from absl import flags
 
-    flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
+    from electra_tf import choices
+    flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA (as on a GPU or TPU).")
     flags.DEFINE_list("variants", list(VARIANTS), "Dropouts to time: " + ", ".join(VARIANTS))
     flags.DEFINE_integer("rounds", 8, "Rounds of each variant's steps in turn.")

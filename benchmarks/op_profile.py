@@ -34,7 +34,8 @@ from absl import flags  # noqa: E402
 import common  # noqa: E402
 import model_step  # noqa: E402  (its batch, shapes and step)
 
-flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
+from electra_tf import choices  # noqa: E402
+flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
 flags.DEFINE_integer("profile_steps", 5, "Steps traced by the profiler (after 3 warm-up "
                      "steps); the figures are per step.")
 flags.DEFINE_integer("top", 40, "Ops listed (the op types are all listed).")

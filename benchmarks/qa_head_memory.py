@@ -31,10 +31,12 @@ import common  # noqa: E402
 
 WAYS = ("at_once", "one_start_at_a_time")
 
+from electra_tf import choices  # noqa: E402
 flags.DEFINE_enum("way", None, WAYS, "Internal: measure one way in this process.")
 flags.DEFINE_string("output", None, "Internal: where the one-way process writes.")
-flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
-flags.DEFINE_integer("windows", 16, "Windows (examples) in the measured call.")
+flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
+flags.DEFINE_integer("windows", 16, "Windows (examples) in the measured call.",
+                     lower_bound=1)
 flags.DEFINE_integer("seq_length", 512, "Tokens per window.")
 flags.DEFINE_integer("beam_size", 20, "The head's beam.")
 flags.DEFINE_float("seconds", 10.0, "Timed seconds per repeat.")

@@ -28,9 +28,10 @@ from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 
+from electra_tf import choices  # noqa: E402
 flags.DEFINE_list("batch_sizes", ["1", "32"], "Batch sizes to time.")
 flags.DEFINE_integer("calls", 300, "Timed calls at batch 1 (fewer for larger batches).")
-flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
+flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
 FLAGS = flags.FLAGS
 
 

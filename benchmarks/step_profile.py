@@ -34,7 +34,8 @@ from absl import flags  # noqa: E402
 import common  # noqa: E402
 import model_step  # noqa: E402  (its batch, shapes, FLOPs and matmul timing)
 
-flags.DEFINE_string("size", "small", "Model size (electra_tf.modeling.config.SIZES).")
+from electra_tf import choices  # noqa: E402
+flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
 flags.DEFINE_float("seconds", 15.0, "Each timed run lasts at least this long.")
 flags.DEFINE_integer("profile_repeats", 3, "Timed runs per variant (median reported).")
 flags.DEFINE_string("profile_results_name", "step_profile",

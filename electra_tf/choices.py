@@ -20,3 +20,6 @@ WORD_SEGMENTERS = ("none", "jieba")
 
 # The networks a SavedModel serves (electra_tf.export.saved_model).
 EXPORT_KINDS = ("discriminator", "generator", "encoder", "task")
+
+# Model sizes (electra_tf.modeling.config.SIZES, whose keys a test checks against these).
+MODEL_SIZES = ("tiny", "small", "base", "large")

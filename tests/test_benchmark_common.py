@@ -171,3 +171,12 @@ def test_a_benchmark_ends_in_one_line(raised, code, line):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert (done.returncode, done.stderr.strip()) == (code, line)
+
+
+def test_the_benchmarks_size_choices_are_the_models():
+    """The --size flags' choices (electra_tf.choices, no TensorFlow: a bad size is refused
+    at parsing, before step_profile measured the matmul rate for 40 s) are the sizes the
+    library builds."""
+    from electra_tf import choices
+    from electra_tf.modeling import config
+    assert choices.MODEL_SIZES == tuple(config.SIZES)
