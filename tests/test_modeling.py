@@ -829,6 +829,9 @@ def test_metrics_report_every_tag(real_batches):
     assert set(mlm_only.result()) == {"loss/total", "loss/generator", "generator/mlm_accuracy"}
     uniform = _model(uniform_generator=True, generator=None)
     assert uniform.loss_parts() == (False, True)
+    alone = uniform(batch, step=0)  # the total is the discriminator's (it added ln V)
+    assert float(alone["generator_loss"]) == 0.0
+    assert float(alone["loss"]) == pytest.approx(50.0 * float(alone["discriminator_loss"]))
     no_generator = PretrainingMetrics()
     no_generator.update(uniform(batch, step=0), parts=uniform.loss_parts())
     assert set(no_generator.result()) == {"loss/total", "loss/discriminator",
@@ -1060,6 +1063,9 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"^learn_loss_weights balances .*: objective='mlm' has one loss; unbind it(\n|$)"),
     (dict(algorithm="adversarial", learn_loss_weights=True),
      r"policy-gradient loss can be negative, .* without bound; unbind it(\n|$)"),
+    (dict(uniform_generator=True, learn_loss_weights=True),  # a weight on no loss
+     r"^learn_loss_weights balances .*: uniform_generator has no generator loss; unbind "
+     r"it(\n|$)"),
     (dict(algorithm="two_stage", learn_loss_weights=True),  # it would never be trained
      r"^learn_loss_weights balances .*: algorithm='two_stage' trains one of them at a time; "
      r"unbind it(\n|$)"),

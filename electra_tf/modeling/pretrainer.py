@@ -334,10 +334,12 @@ class ElectraPretrainer(keras.Model):
                 "Electric's noise distribution is the generator's softmax, whose log enters "
                 "its loss: pretrainer.temperature must be 1.0 and disallow_correct False")
         if self.loss_log_scales is not None and (
-                self.objective == "mlm" or self.algorithm in ("adversarial", "two_stage")):
+                self.objective == "mlm" or self.uniform_generator
+                or self.algorithm in ("adversarial", "two_stage")):
             raise UserInputError(
                 "learn_loss_weights balances the generator's and discriminator's losses: "
                 + ("objective='mlm' has one loss" if self.objective == "mlm" else
+                   "uniform_generator has no generator loss" if self.uniform_generator else
                    "algorithm='two_stage' trains one of them at a time" if
                    self.algorithm == "two_stage" else
                    "the adversarial generator's policy-gradient loss can be negative, which "
@@ -433,8 +435,9 @@ def _check_choice(name, value, choices):
 def electra(model: ElectraPretrainer, batch, step, training, phase, norms, masked_only=False):
     """Replaced token detection (the paper's method); `masked_only` is ELECTRA 15%."""
     logits, gen_hidden = model.generator_logits(batch, training)
-    mlm = masked_lm_loss(logits, batch["masked_lm_ids"], batch["masked_lm_weights"],
-                         norms["masked"])
+    # (uniform replacements: no generator, no loss; its zero logits' would add ln V)
+    mlm = tf.constant(0.0) if model.uniform_generator else masked_lm_loss(
+        logits, batch["masked_lm_ids"], batch["masked_lm_weights"], norms["masked"])
     if phase == "generator":
         return {"loss": model.generator_weight * mlm, "generator_loss": mlm,
                 "discriminator_loss": tf.constant(0.0), **_mlm_outputs(batch, logits)}
