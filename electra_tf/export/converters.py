@@ -590,13 +590,7 @@ def _check_basic_tokenization(config_path: str, config: dict, fast_path: str) ->
     only one this project's tokenizer has (the model would read other tokens than it was
     trained on): tokenize_chinese_chars / handle_chinese_chars off (CJK characters kept
     in words), no basic tokenization (no splitting at punctuation), never_split words."""
-    normalizer = {}
-    if tf.io.gfile.exists(fast_path):
-        data = _read_json(fast_path)
-        normalizers = (data.get("normalizer") or {}) if isinstance(data, dict) else {}
-        normalizers = normalizers.get("normalizers", [normalizers])
-        normalizer = next((n for n in normalizers if isinstance(n, dict)
-                           and n.get("type") == "BertNormalizer"), {})
+    normalizer = _bert_normalizer(_read_json(fast_path)) if tf.io.gfile.exists(fast_path) else {}
     for path, settings, key, what in (
             (config_path, config, "tokenize_chinese_chars", "keeps CJK characters inside words"),
             (fast_path, normalizer, "handle_chinese_chars", "keeps CJK characters inside words"),
@@ -639,10 +633,16 @@ def _wordpiece_of(path: str) -> tuple[list[str], dict]:
     if missing:
         raise UserInputError(f"{path}'s WordPiece vocab lacks the special tokens "
                              f"{', '.join(missing)}; pass --vocab_file with a BERT-style vocab")
-    normalizers = data.get("normalizer") or {}
-    normalizers = normalizers.get("normalizers", [normalizers])
-    normalizer = next((n for n in normalizers if n.get("type") == "BertNormalizer"), {})
+    normalizer = _bert_normalizer(data)
     return vocab, {k: normalizer[k] for k in ("lowercase", "strip_accents") if k in normalizer}
+
+
+def _bert_normalizer(data) -> dict:
+    """The BertNormalizer of a tokenizer.json's contents (alone or in a Sequence), or {}."""
+    normalizers = (data.get("normalizer") or {}) if isinstance(data, dict) else {}
+    normalizers = normalizers.get("normalizers", [normalizers])
+    return next((n for n in normalizers if isinstance(n, dict)
+                 and n.get("type") == "BertNormalizer"), {})
 
 
 def _read_json(path: str):
