@@ -81,11 +81,18 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True,
     may be replaced) is renamed aside first (to `aside`, default a temporary_name) and
     deleted only once the new one is in place: if that fails, it is put back (a process
     killed between the renames leaves it at `aside`, for the caller's next run to find).
+    The default temporary is named for this machine's process (PATH.tmp-PID-HEX-OWNER): one
+    a killed process of this machine left for `path` is removed by the next staged_dir.
     With replace=False a folder found at `path` when the block ends (another process wrote
     it meanwhile) is left as it is and FileExistsError (filename `path`) is raised. (On
     object stores such as gs:// a folder's rename copies it object by object, so there a
     reader may see it partly written.)"""
     path = path.rstrip("/")
+    if temporary is None and "://" not in path:
+        # Named for this machine, so that a later run here can tell the one a killed
+        # process left (hundreds of MB for a converted model) and remove it.
+        _remove_abandoned_staging(path)
+        temporary = f"{temporary_name(path)}-{owner()}"
     temporary = temporary or temporary_name(path)
     if tf.io.gfile.exists(temporary):  # a given name, left by a killed run
         tf.io.gfile.rmtree(temporary)
@@ -124,6 +131,19 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True,
                 os.rmdir(folder)  # (local: only if still empty)
             except OSError:
                 break
+
+
+def _remove_abandoned_staging(path: str) -> None:
+    """Removes the folders staged_dir staged for `path` (PATH.tmp-PID-HEX-OWNER) in
+    processes of this machine that no longer run (killed: SIGKILL runs no clean-up). One of
+    another machine or container, or whose PID runs (its own, or one reusing it), is left."""
+    folder, name = os.path.split(path)
+    pattern = re.compile(re.escape(name) + r"\.tmp-(\d+)-[0-9a-f]{8}-" + re.escape(owner()))
+    from electra_tf.training import xla_scratch
+    for other in os.listdir(folder or ".") if os.path.isdir(folder or ".") else ():
+        found = pattern.fullmatch(other)
+        if found and not xla_scratch.alive(int(found.group(1))):
+            tf.io.gfile.rmtree(os.path.join(folder, other))
 
 
 RUNNING = ".running.json"  # in a model dir: the run writing it (`hold`)

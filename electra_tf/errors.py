@@ -35,10 +35,12 @@ _TF_FILE_ERROR = re.compile(r"(?:\}\}\s*)?([^{};]+?); (" + "|".join(_TF_REASONS)
 # The names an output is staged under before it is renamed into place, and what each stands
 # for: a save's ckpt-N_temp/ (variables_temp/ in a SavedModel) and its .tempstate files,
 # TensorFlow's atomic writes' NAME.tmp<32 hex> (the `checkpoint` file, saved_model.pb),
-# atomic.temporary_name's NAME.tmp-PID-HEX, an export's .tmp-VERSION-OWNER-PID, a
-# fine-tuning trial's trial_K.partial. A user's own "run_temp" is none of them.
+# atomic.temporary_name's NAME.tmp-PID-HEX (staged_dir's with -OWNER after it), an export's
+# .tmp-VERSION-OWNER-PID, a fine-tuning trial's trial_K.partial. A user's own "run_temp" is
+# none of them.
 _STAGED = re.compile(r"(ckpt(?:-\d+)?|variables)_temp|(.*)\.tempstate\d+"
-                     r"|(.*)\.tmp[0-9a-f]{32}|(.*)\.tmp-\d+-[0-9a-f]{8}|\.tmp-(\d+)-.*|\.tmp-.*"
+                     r"|(.*)\.tmp[0-9a-f]{32}|(.*)\.tmp-\d+-[0-9a-f]{8}(?:-.+)?"
+                     r"|\.tmp-(\d+)-.*|\.tmp-.*"
                      r"|(trial_\d+)\.partial")
 
 

@@ -64,6 +64,39 @@ def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
     assert sorted(os.listdir(tmp_path / "exports")) == ["notes.txt"]
 
 
+def test_staged_dir_removes_what_a_killed_process_of_this_machine_staged(tmp_path):
+    """SIGKILL runs no clean-up: the folder a killed conversion was filling stayed beside
+    its output (85 MB for ELECTRA-Small). The next staging of that output removes it, not
+    another output's, nor one of a process that runs, nor one another machine staged."""
+    target = str(tmp_path / "model")
+    code = ("import os, sys, time; from electra_tf import atomic\n"
+            "with atomic.staged_dir(sys.argv[1]) as t:\n"
+            "    open(os.path.join(t, 'half.bin'), 'w').write('x'); print(t, flush=True)\n"
+            "    time.sleep(600)\n")
+    running = subprocess.Popen([sys.executable, "-c", code, target], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        in_use = running.stdout.readline().strip()
+        killed = subprocess.Popen([sys.executable, "-c", code, target],
+                                  stdout=subprocess.PIPE, text=True)
+        left = killed.stdout.readline().strip()
+        killed.kill()
+        killed.wait()
+        others = [target + ".tmp-1234-0123abcd-another_host_42",  # another machine's
+                  str(tmp_path / "modelx") + left[len(target):]]  # another output's
+        for folder in others:
+            os.mkdir(folder)
+        assert os.path.basename(left).startswith("model.tmp-") and os.path.isdir(left)
+        with atomic.staged_dir(target) as temporary:
+            open(os.path.join(temporary, "whole.bin"), "w").write("x")
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            ["model", os.path.basename(in_use)] + [os.path.basename(f) for f in others])
+        assert os.listdir(target) == ["whole.bin"]
+    finally:
+        running.kill()
+        running.wait()
+
+
 def test_staged_dir_without_replace_keeps_a_folder_written_meanwhile(tmp_path):
     target = tmp_path / "1"
     with pytest.raises(FileExistsError) as error:

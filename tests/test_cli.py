@@ -231,6 +231,8 @@ def test_a_write_the_disk_refuses_is_named_by_the_output_it_was_for():
                   "/m/checkpoint",
               "/f/trial_0.partial/model/ckpt_temp/part-0; No space left on device": "/f/trial_0",
               "/g/out.tmp-5406-ab12cd34/ckpt-1_temp/x; No space left on device": "/g/out",
+              "/g/hf.tmp-5406-ab12cd34-my_host.lan_3d1219c7c4c5_4026531836/generator/x; No "
+              "space left on device": "/g/hf",
               # a user's names that look like ours are theirs
               "/scratch/run_temp/ckpt-20_temp/part-0; No space left on device":
                   "/scratch/run_temp/ckpt-20",
