@@ -59,6 +59,7 @@ flags.DEFINE_integer("repeats", 3, "Runs of each full-corpus build (the median i
 flags.DEFINE_integer("min_corpus_mb", 20, "Fail if the cleaned corpus is smaller than this.")
 flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timing, wait up to this long for "
                    "other processes to leave the CPUs idle (the machine is shared).")
+common.define_results_name("build_data")
 FLAGS = flags.FLAGS
 
 PREFIX_TXT = os.path.join(common.CACHE_DIR, "gcide_prefix.txt")
@@ -465,7 +466,7 @@ def main(argv):
             for r in full},
     }
     body = table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    paths = common.write_results("build_data", record, body)
+    paths = common.write_results(FLAGS.results_name, record, body)
     print(table)
     print("\n".join(notes))
     print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))

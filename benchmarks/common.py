@@ -47,6 +47,19 @@ def run(main):
     app.run(guarded)
 
 
+def define_results_name(default: str) -> None:
+    """Defines --results_name, the name of a script's results files (called by the script,
+    not at this module's import: flags defined at import clash between benchmarks), as the
+    caller's own flag (--helpshort lists it)."""
+    from absl import flags
+    caller = sys._getframe(1).f_globals.get("__name__")
+    flags.DEFINE_string("results_name", default,
+                        f"benchmarks/results/<name>.{{json,md}} (default {default}); to check "
+                        f"an install or try a small size, {default}_check, which git ignores "
+                        "(the default writes over the committed results).",
+                        module_name=sys.argv[0] if caller == "__main__" else caller)
+
+
 def _git(*args) -> str:
     try:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,

@@ -33,6 +33,7 @@ flags.DEFINE_integer("steps", 500, "Training steps of each run (loops of 50).")
 flags.DEFINE_integer("batch_size", 32, "Batch of each run.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "cpu_threads"),
                     "Where the data and the (deleted afterwards) model dirs go.")
+common.define_results_name("cpu_threads")
 FLAGS = flags.FLAGS
 
 LINE = re.compile(r"^step (\d+)/\d+ \| loss ([0-9.]+) .*\| ([0-9.]+) examples/s")
@@ -115,7 +116,7 @@ def main(argv):
              "sums).\n")
     record = {"title": "One run with every core vs runs side by side with a thread each (CPU)",
               "run": common.run_info(), "results": results}
-    common.write_results("cpu_threads", record, body)
+    common.write_results(FLAGS.results_name, record, body)
     print(body)
 
 

@@ -67,6 +67,7 @@ flags.DEFINE_bool("refinetune", False, "Fine-tune again even where an earlier ru
                   "left results.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "finetune_study"),
                     "Where downloads, data and model dirs go (reruns reuse them).")
+common.define_results_name("finetune_study")
 FLAGS = flags.FLAGS
 
 OTHER_SNIPPETS = tuple(f"hutto_ICWSM_2014/{n}_GroundTruth.txt" for n in (
@@ -245,7 +246,7 @@ def main(argv):
             "status", "--porcelain", "--", "electra_tf/finetune", "scripts/run_finetuning.py")
            else "") + ". Commands (from the repository root):\n\n```\n"
         + "\n".join(commands) + "\n```\n")
-    json_path, md_path = common.write_results("finetune_study", record, body)
+    json_path, md_path = common.write_results(FLAGS.results_name, record, body)
     print(body)
     print(f"wrote {json_path} and {md_path}")
 

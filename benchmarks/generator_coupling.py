@@ -27,6 +27,7 @@ import common  # noqa: E402
 import reference_curves  # noqa: E402  (the data and the runner)
 
 flags.DEFINE_integer("steps", 1500, "Training steps of each run.")
+common.define_results_name("generator_coupling")
 FLAGS = flags.FLAGS
 
 RUNS = [("joint (paper: embeddings shared, 1 : 50)", "joint", []),
@@ -63,7 +64,7 @@ def main(argv):
                 cells.append("-" if value is None or untrained else f"{value:.3f}")
             rows.append([label, step, *cells])
     body = (common.markdown_table(["run", "step", *[f"eval {t}" for _, t in COMPARED]], rows)
-            + f"\n\n![generator coupling](generator_coupling.png)\n\n- tiny.gin (2 layers, "
+            + f"\n\n![generator coupling]({FLAGS.results_name}.png)\n\n- tiny.gin (2 layers, "
             "hidden 128; generator 1/4 wide), LR 2e-4, warmup 100, Adam with bias "
             f"correction, batch {FLAGS.batch_size} x seq 128, {FLAGS.steps} steps, seed 0; "
             "evaluation on the "
@@ -71,8 +72,8 @@ def main(argv):
             "alone run are left out: its discriminator is not trained.\n")
     record = {"title": "Joint training and the generator (tiny, Austen corpus)",
               "run": common.run_info(), "runs": runs}
-    common.write_results("generator_coupling", record, body)
-    plot(runs, os.path.join(common.RESULTS_DIR, "generator_coupling.png"))
+    common.write_results(FLAGS.results_name, record, body)
+    plot(runs, os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}.png"))
     print(body)
 
 

@@ -44,6 +44,7 @@ flags.DEFINE_float("min_seconds", 3.0, "Each timed run also lasts at least this 
 flags.DEFINE_integer("repeats", 3, "Runs per pipeline (median reported).")
 flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timing, wait up to this long for "
                    "other processes to leave the CPUs idle (the machine is shared).")
+common.define_results_name("input_pipeline")
 FLAGS = flags.FLAGS
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -247,7 +248,7 @@ def main(argv):
         "results": results,
     }
     body = table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    paths = common.write_results("input_pipeline", record, body)
+    paths = common.write_results(FLAGS.results_name, record, body)
     print(table)
     print("\n".join(notes))
     print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))

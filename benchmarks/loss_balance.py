@@ -23,6 +23,7 @@ import common  # noqa: E402
 import reference_curves  # noqa: E402  (the data and the runner)
 
 flags.DEFINE_integer("steps", 1500, "Training steps of each run.")
+common.define_results_name("loss_balance")
 FLAGS = flags.FLAGS
 COMPARED = [("loss/discriminator", "discriminator loss"),
             ("discriminator/auc", "discriminator AUC"),
@@ -55,13 +56,13 @@ def main(argv):
             + common.markdown_table(["step", "generator weight", "discriminator weight",
                                      "discriminator : generator", "L_gen / L_disc"],
                                     trajectory)
-            + f"\n\n![loss balance](loss_balance.png)\n\n- tiny.gin (LR 2e-4, Adam with bias "
-            f"correction), batch 32, {FLAGS.steps} steps, warmup 100; evaluation on the "
+            + f"\n\n![loss balance]({FLAGS.results_name}.png)\n\n- tiny.gin (LR 2e-4, Adam "
+            f"with bias correction), batch 32, {FLAGS.steps} steps, warmup 100; evaluation on the "
             "held-out sixth shard.\n")
     record = {"title": "Learned loss balance vs the fixed 1 : 50 (tiny, Austen corpus)",
               "run": common.run_info(), "runs": runs}
-    common.write_results("loss_balance", record, body)
-    plot(runs, os.path.join(common.RESULTS_DIR, "loss_balance.png"))
+    common.write_results(FLAGS.results_name, record, body)
+    plot(runs, os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}.png"))
     print(body)
 
 

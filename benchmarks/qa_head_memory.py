@@ -40,6 +40,7 @@ flags.DEFINE_integer("windows", 16, "Windows (examples) in the measured call.",
 flags.DEFINE_integer("seq_length", 512, "Tokens per window.")
 flags.DEFINE_integer("beam_size", 20, "The head's beam.")
 flags.DEFINE_float("seconds", 10.0, "Timed seconds per repeat.")
+common.define_results_name("qa_head_memory")
 FLAGS = flags.FLAGS
 
 
@@ -144,7 +145,7 @@ def main(_):
             f"(largest log-probability difference {max(differences.values()):.1e}, "
             "the same indices).\n")
     print(body)
-    common.write_results("qa_head_memory", record, body)
+    common.write_results(FLAGS.results_name, record, body)
 
 
 if __name__ == "__main__":

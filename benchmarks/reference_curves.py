@@ -97,17 +97,18 @@ def main(argv):
     body = common.markdown_table(
         ["config", "steps", "discriminator params", "time",
          *[f"eval {title}" for _, title in SHOWN]], rows)
-    body += ("\n\n![curves](reference_curves.png)\n\n"
+    body += (f"\n\n![curves]({FLAGS.results_name}.png)\n\n"
              f"- Batch {FLAGS.batch_size} x seq 128, warmup 100 steps, LR 2e-4, Adam with bias "
              "correction (tiny.gin's short-run settings, for both); evaluation on the held-out "
              "sixth shard (20 batches).\n"
              "- The discriminator loss starts near the entropy of the replaced fraction "
              "(about 0.39 for 13.5% replaced) and the AUC near 0.5: it first learns the prior, "
              "then to use the context.\n")
-    common.write_results("reference_curves", record, body)
-    plot(runs, os.path.join(common.RESULTS_DIR, "reference_curves.png"))
+    common.write_results(FLAGS.results_name, record, body)
+    plot(runs, os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}.png"))
     print(body)
 
 
 if __name__ == "__main__":
+    common.define_results_name("reference_curves")  # (not at import: cpu_settings has its own)
     common.run(main)

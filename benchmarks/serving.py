@@ -32,6 +32,7 @@ from electra_tf import choices  # noqa: E402
 flags.DEFINE_list("batch_sizes", ["1", "32"], "Batch sizes to time.")
 flags.DEFINE_integer("calls", 300, "Timed calls at batch 1 (fewer for larger batches).")
 flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
+common.define_results_name("serving")
 FLAGS = flags.FLAGS
 
 
@@ -120,7 +121,7 @@ def main(argv):
              "(same lengths), so the difference is the tokenization inside the graph.\n"
              "- Latency per call after 5 warm-up calls; runs during which other processes "
              "used more than 0.25 cores are discarded and redone.\n")
-    common.write_results("serving", {"title": "Serving latency: raw-string vs token-id "
+    common.write_results(FLAGS.results_name, {"title": "Serving latency: raw-string vs token-id "
                                               "signature (CPU)",
                                      "run": common.run_info(), "results": results}, body)
     print(body)

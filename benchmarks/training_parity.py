@@ -40,6 +40,7 @@ flags.DEFINE_float("learning_rate", 2e-4, "Peak learning rate of all runs.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds to run both frameworks with.")
 flags.DEFINE_string("work_dir", os.path.join(common.CACHE_DIR, "training_parity"),
                     "Where data and model dirs go.")
+common.define_results_name("training_parity")
 FLAGS = flags.FLAGS
 VOCAB = common.AUSTEN_VOCAB
 WARMUP = 100
@@ -189,7 +190,7 @@ def main(argv):
     if len(seeds) > 1:
         body += (f"\n\nOver seeds {', '.join(map(str, seeds))}: mean [min, max] of each "
                  "framework, and the gap between their means:\n\n" + spread_table(by_seed, steps))
-    body += (f"\n\n![training parity](training_parity.png)\n\n- tiny.gin shapes, batch 32 x "
+    body += (f"\n\n![training parity]({FLAGS.results_name}.png)\n\n- tiny.gin shapes, batch 32 x "
              f"seq 128, the same batches (our pipeline, keyed by the seed) for both frameworks, "
              f"LR {FLAGS.learning_rate:g}, warmup {WARMUP}, linear decay to {FLAGS.steps}, "
              f"clip 1.0; each point is over {FLAGS.window} steps (AUC over the window's real "
@@ -201,9 +202,9 @@ def main(argv):
               "run": common.run_info(), "steps": steps, "seeds": seeds, "runs": runs,
               "runs_by_seed": {name: {str(k): v for k, v in curves.items()}
                                for name, curves in by_seed.items()}}
-    common.write_results("training_parity", record, body)
+    common.write_results(FLAGS.results_name, record, body)
     plot(runs, by_seed if len(seeds) > 1 else None, steps,
-         os.path.join(common.RESULTS_DIR, "training_parity.png"))
+         os.path.join(common.RESULTS_DIR, f"{FLAGS.results_name}.png"))
     print(body)
 
 

@@ -180,3 +180,50 @@ def test_the_benchmarks_size_choices_are_the_models():
     from electra_tf import choices
     from electra_tf.modeling import config
     assert choices.MODEL_SIZES == tuple(config.SIZES)
+
+
+def test_every_benchmark_names_its_results_by_results_name():
+    """`--results_name=<name>_check` (git-ignored) is how a user checks a script without
+    writing over the committed results; ten scripts wrote theirs under a fixed name. Each
+    script that writes results names them by the flag, which it defines."""
+    import re
+    folder = os.path.join(ROOT, "benchmarks")
+    writers = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py") or name == "common.py":
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            text = f.read()
+        calls = re.findall(r"common\.write_results\(\s*([^,]+),", text)
+        if not calls:
+            continue
+        writers.append(name)
+        for call in calls:  # (op_profile's and step_profile's flag is its own: see there)
+            variable = re.search(r"^\s*" + re.escape(call.strip()) + r" = (FLAGS\.\w+)", text,
+                                 re.M)
+            flag = variable.group(1) if variable else call.strip()
+            assert re.fullmatch(r"FLAGS\.(\w+_)?results_name", flag), (name, call)
+            defined = flag.split(".")[1]
+            assert re.search(f'DEFINE_string\\(\\s*"{defined}"', text) or (
+                defined == "results_name" and re.search(
+                    r"define_results_name\(|import model_step", text)), name
+        assert not re.search(r'RESULTS_DIR, "\w+\.png"', text), name  # plots too
+    assert len(writers) >= 20, writers
+
+
+def test_define_results_name_makes_the_callers_flag(tmp_path):
+    script = ("import os, sys\n"
+              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+              "import common\n"
+              "from absl import app, flags\n"
+              "common.define_results_name('probe')\n"
+              "app.run(lambda argv: print(flags.FLAGS.results_name))\n")
+    path = tmp_path / "probe.py"
+    path.write_text(script)
+    shown = subprocess.run([sys.executable, str(path), "--helpshort"], capture_output=True,
+                           text=True, timeout=120)
+    assert "--results_name: benchmarks/results/<name>.{json,md} (default probe)" in " ".join(
+        shown.stdout.split()), shown.stdout
+    done = subprocess.run([sys.executable, str(path), "--results_name=probe_check"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "probe_check", done.stderr[-500:]
