@@ -142,6 +142,32 @@ def test_span_f1_by_hand_and_against_seqeval():
     assert scores["recall"] == pytest.approx(seqeval.recall_score(gold, pred))
 
 
+def test_typeless_chunk_tags_are_scored_as_chunks_as_conlleval_and_seqeval_do():
+    """Chinese word segmentation's B/M/E/S and a chunker's bare B/I carry no type:
+    conlleval (and seqeval) read them as chunks of an empty type. They were scored as
+    one-token chunks of types 'B', 'I'..., which is token accuracy, not word F1. A tagset's
+    M (CTB's measure word) among other tags stays a tag of its own."""
+    from seqeval import metrics as seqeval
+
+    from electra_tf.finetune import metrics
+    gold, pred = [["B", "I", "O", "B", "I"]], [["B", "B", "O", "B", "I"]]
+    assert metrics.span_scores(gold, pred)["f1"] == pytest.approx(0.4)
+    rng = np.random.default_rng(3)
+    gold = [[str(t) for t in rng.choice(["O", "B", "I"], 10)] for _ in range(60)]
+    pred = [[str(t) for t in rng.choice(["O", "B", "I"], 10)] for _ in range(60)]
+    assert metrics.typeless(gold) and not metrics.typeless([["B-X", "I-X"]])
+    assert metrics.span_scores(gold, pred)["f1"] == pytest.approx(seqeval.f1_score(gold, pred))
+    # Segmentation: the same words as the typed file's, whose F1 was right.
+    words, guess = ["B", "E", "S", "B", "M", "E"], ["B", "M", "E", "S", "B", "E"]
+    typed = [[f"{t}-W" for t in words]], [[f"{t}-W" for t in guess]]
+    assert metrics.span_scores([words], [guess]) == metrics.span_scores(*typed)
+    assert metrics.span_scores([words], [guess])["f1"] == 0.0  # no word right
+    assert metrics.span_scores([words], [words])["f1"] == 1.0
+    ctb = [["NN", "M", "M", "VV"]]
+    assert not metrics.typeless(ctb)
+    assert metrics.span_scores(ctb, [["NN", "M", "VV", "VV"]])["f1"] == pytest.approx(0.75)
+
+
 def test_tags_re_encode_with_the_same_chunks():
     """retag: span tags in BIO, IOB1 or BIOES hold the chunks conlleval reads in them, for
     any sequence, well-formed or not; a well-formed sentence's BIOES chunks are seqeval's

@@ -89,6 +89,29 @@ def test_a_missing_or_numeric_classification_label_is_named(tmp_path):
              tasks.get_task("classification"), train_file=str(table), dev_file=str(dev))
 
 
+def test_a_dev_chunk_tag_of_a_type_training_has_is_taken(tmp_path):
+    """The model has every B-/I-/E-/S- tag of each type training has, so a dev chunk of a
+    length training lacks (S-LOC where training has only B-LOC E-LOC; BMES's M-LOC) can be
+    predicted and is scored: it was refused. A type training lacks, or a token-level tag
+    it lacks, is still refused."""
+    train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    train.write_text("我 O\n在 O\n北 B-LOC\n京 E-LOC\n", encoding="utf-8")
+    dev.write_text("在 O\n石 B-LOC\n家 M-LOC\n庄 E-LOC\n\n京 S-LOC\n", encoding="utf-8")
+    data = tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
+    assert data.labels == ["B-LOC", "E-LOC", "O"]
+    dev.write_text("在 O\n京 S-ORG\n", encoding="utf-8")
+    _refused(f"{dev} (sentence at line 1): tag 'S-ORG' does not occur in the training file "
+             "(tags: B-LOC, E-LOC, O)", tasks.load, tasks.get_task("tagging"),
+             train_file=str(train), dev_file=str(dev))
+    train.write_text("我 r\n在 p\n北京 ns\n", encoding="utf-8")  # POS: tags as they are
+    dev.write_text("在 p\n北京 nt\n", encoding="utf-8")
+    _refused(f"{dev} (sentence at line 1): tag 'nt' does not occur", tasks.load,
+             tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
+    train.write_text("北 B\n京 E\n在 S\n", encoding="utf-8")  # segmentation: typeless
+    dev.write_text("石 B\n家 M\n庄 E\n", encoding="utf-8")
+    tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
+
+
 def test_a_lone_surrogate_escape_in_json_is_refused_naming_its_line(tmp_path):
     """JSON may escape half of an emoji's surrogate pair (cut text); json.loads makes it a
     str that no UTF-8 encodes, which TensorFlow refused with a traceback."""

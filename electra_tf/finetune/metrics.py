@@ -120,6 +120,11 @@ def _has_prefix(tag: str) -> bool:
     return len(tag) > 2 and tag[1] in "-_" and tag[0] in _PREFIXES
 
 
+def chunk_type(tag: str) -> str | None:
+    """The type of a prefixed chunk tag ('PER' of B-PER, I_PER, M-PER, U-PER), else None."""
+    return tag[2:] if _has_prefix(tag) else None
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
     """('B', 'PER') from 'B-PER'; ('O', '') for 'O'; a tag with no prefix is its own type."""
     if tag == "O":
@@ -262,14 +267,32 @@ def chunks(tags: list[str]) -> set[tuple[str, int, int]]:
     return found
 
 
+def typeless(sentences_tags) -> bool:
+    """Whether tags are chunk prefixes without a type: every tag but O a bare B, I, E, S,
+    L, U or M (Chinese word segmentation's B/M/E/S, a chunker's B/I/O). conlleval reads a
+    bare prefix as a chunk of an empty type; they are scored as such (span_scores). Only a
+    whole file of them is: a POS tagset's M (CTB's measure word) among its other tags is
+    a tag of its own."""
+    tags = {t for tags in sentences_tags for t in tags} - {"O"}
+    return bool(tags) and all(len(t) == 1 and t in _PREFIXES for t in tags)
+
+
+def _typed(tags: list[str]) -> list[str]:
+    """Typeless chunk tags (`typeless`) as prefixed tags of one type."""
+    return [t if t == "O" or len(t) != 1 or t not in _PREFIXES else f"{t}-*" for t in tags]
+
+
 def span_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict:
-    """Span-level precision, recall and F1 (micro, over all chunks) and token accuracy."""
+    """Span-level precision, recall and F1 (micro, over all chunks) and token accuracy.
+    Chunks are read as conlleval reads them (`chunks`), also where the gold tags are
+    `typeless` (B/M/E/S word segmentation: words, not tokens, are scored)."""
     correct = n_gold = n_pred = 0
     right_tokens = total_tokens = 0
+    read = _typed if typeless(gold) else list
     for g, p in zip(gold, predicted):
         if len(g) != len(p):
             raise ValueError(f"a sentence has {len(g)} gold tags but {len(p)} predicted")
-        gold_chunks, pred_chunks = chunks(g), chunks(p)
+        gold_chunks, pred_chunks = chunks(read(g)), chunks(read(p))
         correct += len(gold_chunks & pred_chunks)
         n_gold += len(gold_chunks)
         n_pred += len(pred_chunks)

@@ -1165,6 +1165,8 @@ class _TaggingTask:
             log(f"{data.train.path}: {len(self.labels)} tags, learnt as written ("
                 + ("finetuning.tag_encoding='file')"
                    if options.get("tag_encoding", "BIOES") != "BIOES" else
+                   "bare chunk prefixes, as word segmentation's B/M/E/S: scored as chunks)"
+                   if metrics.typeless(train_tags) else
                    "token-level: no chunk prefixes)"))
         self.num_outputs = len(self.labels)
         # Words cut off by the sequence length are predicted as the commonest tag.

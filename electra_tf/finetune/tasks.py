@@ -20,7 +20,7 @@ import os
 import tensorflow as tf
 
 from electra_tf.errors import UserInputError
-from electra_tf.finetune import readers
+from electra_tf.finetune import metrics, readers
 from electra_tf.finetune.readers import GlueFormat
 
 KINDS = ("classification", "regression", "tagging", "qa")
@@ -193,10 +193,17 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                                  "column; tagging needs at least two (or pick the right "
                                  "--label_column)" if labels else
                                  f"{train_file} has no tagged words; check the file")
+        # A chunk tag of a type training has is one the model can predict: it has every
+        # B-/I-/E-/S- of each type (runner._TaggingTask), and a BMES file's M- is its I-.
+        train_tags = [s.tags for s in train]
+        types = ({metrics.chunk_type(t) for t in labels} - {None}
+                 if metrics.tag_scheme(train_tags) else set())
+        bare = metrics.typeless(train_tags)
         for split, path in ((dev, dev_file), (test, test_file)):
             for sentence in split or ():
                 for tag in sentence.tags or ():
-                    if tag not in labels:
+                    if tag not in labels and metrics.chunk_type(tag) not in types and not (
+                            bare and metrics.typeless([[tag]])):
                         raise UserInputError(
                             f"{path} (sentence at line {sentence.guid}): tag {tag!r} does not "
                             f"occur in the training file (tags: {', '.join(labels)}); fix the "
