@@ -741,6 +741,10 @@ def main(argv):
                       f"(runs {r['all_examples_per_s']}; first loss {_loss(r['first_loss'])}; "
                       f"{r['parameters']:,} parameters; other processes "
                       f"{r['other_cores_during']:.2f} cores)", flush=True)
+        if not results:  # (nothing to record: the committed results are kept)
+            print(f"error: none of --frameworks={','.join(FLAGS.frameworks)} ran (see the "
+                  "errors above); nothing was written", file=sys.stderr)
+            return 1
         on_cpu = any((r.get("device") or "cpu") == "cpu" for r in results)
         gemm = measure_cpu_peak(workdir) if on_cpu else None
     cpu_peak = gemm and gemm["flop_per_s"]

@@ -117,6 +117,14 @@ def load_vocab(vocab_file: str) -> list[str]:
                     f"vocab file {vocab_file} line {number} repeats line {seen[token]} "
                     f"({token!r}); a vocab holds each token once, one per line")
             seen[token] = number
+    spaced = next((n for n, token in enumerate(vocab, 1) if " " in token), None)
+    if spaced:
+        # (BERT splits text at spaces before WordPiece, so no token holds one; tensorflow-text
+        # matched 'the ' across two words: 'the page' became 'the ' + '##page', silently.)
+        raise UserInputError(
+            f"vocab file {vocab_file} line {spaced} ({vocab[spaced - 1]!r}) holds a space, "
+            "which no WordPiece token does (text is split at spaces first) and which would "
+            "join words; remove the space (or the line)")
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise UserInputError(

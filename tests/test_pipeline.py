@@ -343,6 +343,13 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
     with pytest.raises(UserInputError, match=r"twice.txt line 6 repeats line 3 \('the'\); a vocab "
                                              r"holds each token once"):
         tokenization.load_vocab(str(twice))
+    # A token with a space (a hand-added domain word 'the ' or 'hello world') was matched
+    # across words by tensorflow-text: 'the page' became 'the ' + '##page', silently.
+    spaced = tmp_path / "spaced.txt"
+    spaced.write_bytes(open(UNCASED_VOCAB, "rb").read() + b"the \n")
+    with pytest.raises(UserInputError, match=r"spaced.txt line 30523 \('the '\) holds a space, "
+                                             r"which no WordPiece token does"):
+        tokenization.load_vocab(str(spaced))
     marked = tmp_path / "marked.txt"
     marked.write_bytes(b"\xef\xbb\xbf" + open(UNCASED_VOCAB, "rb").read())
     with pytest.raises(UserInputError, match=r"marked.txt starts with a UTF-8 byte-order mark "
