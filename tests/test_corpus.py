@@ -236,6 +236,14 @@ def test_pieces_of_a_file_without_blank_lines_start_at_line_ends(tmp_path, monke
     per_piece = [list(corpus.read_documents(p)) for p in pieces]
     assert all(len(documents) == 1 for documents in per_piece)  # a document per piece
     assert [line for documents in per_piece for d in documents for line in d] == lines
+    # A file smaller than the window (a 70 MB file, 4 MB pieces: the last 4 MB): the end of
+    # the file was taken for the boundary, so the first piece read everything and the
+    # others nothing (one busy worker, empty shards "of blank files").
+    monkeypatch.setattr(corpus, "_BOUNDARY_WINDOW", 1 << 20)
+    pieces = corpus.plan_pieces([str(path)], 4096)
+    per_piece = [list(corpus.read_documents(p)) for p in pieces]
+    assert len(pieces) > 10 and all(len(documents) == 1 for documents in per_piece)
+    assert [line for documents in per_piece for d in documents for line in d] == lines
 
 
 def test_document_parts_hold_at_most_max_lines_and_rebuild_the_documents(tmp_path):

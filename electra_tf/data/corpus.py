@@ -151,7 +151,18 @@ def _find_boundary(f, offset: int, separator: bytes) -> int:
         return 0
     if separator != b"\n\n":
         return _find_separator(f, offset, (separator,))
-    found = _find_separator(f, offset, (separator, b"\n\r\n"), _BOUNDARY_WINDOW)
+    blank = (separator, b"\n\r\n")
+    found = _find_separator(f, offset, blank, _BOUNDARY_WINDOW)
+    f.seek(0, os.SEEK_END)  # (tf.io.gfile's seek returns nothing: tell)
+    if found is not None and found == f.tell():
+        # The end of the file ends the last document, where the file has blank lines; one
+        # without any near (less than the window left after the cut) is cut at a line, as
+        # further in (else its first piece read all that was left, the others nothing).
+        start = max(0, offset - _BOUNDARY_WINDOW)
+        f.seek(start)
+        before = f.read(offset - start)
+        if not any(b in before for b in blank):
+            found = None
     return found if found is not None else _find_separator(f, offset, (b"\n",))
 
 
