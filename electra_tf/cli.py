@@ -28,7 +28,7 @@ _HIDE_INFO = os.environ["TF_CPP_MIN_LOG_LEVEL"].strip() not in ("", "0")
 from absl import app  # noqa: E402
 
 from electra_tf.errors import (  # noqa: E402
-    UserInputError, lost_worker, out_of_memory, storage_failure, storage_message)
+    UserInputError, lost_worker, out_of_memory, path_failure, storage_failure, storage_message)
 from electra_tf.training import signals  # noqa: E402  (the standard library's only)
 
 
@@ -104,16 +104,21 @@ def mark_required(names):
 
 
 def _empty_required_flag() -> str | None:
-    """The first flag marked by mark_required that was given an empty value."""
+    """The error for the first flag marked by mark_required that was given an empty value
+    (or an empty item of a list: a stray comma), else None."""
     from absl import flags
     for name in flags.FLAGS:
         flag = flags.FLAGS[name]
         if not getattr(flag, "electra_nonempty", False):
             continue
         values = flag.value if isinstance(flag.value, list) else [flag.value]
+        blank = [isinstance(v, str) and not v.strip() for v in values]
+        if any(blank) and not all(blank):  # "--input=a.txt," or "a.txt,,b.txt"
+            return (f"--{name} has an empty item (a comma with nothing after it, or two "
+                    "together?); pass the items without it")
         # (a list flag given as "--input=" is [])
-        if not values or any(isinstance(v, str) and not v.strip() for v in values):
-            return name
+        if not values or any(blank):
+            return f"--{name} is empty (is a shell variable in it unset?); pass it a value"
     return None
 
 
@@ -338,8 +343,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             _expand_home()
             empty = _empty_required_flag()
             if empty:
-                raise UserInputError(f"--{empty} is empty (is a shell variable in it unset?); "
-                                     "pass it a value")
+                raise UserInputError(empty)
             if trains and _HIDE_INFO:
                 _absorb_first_xla_log()
             if trains:
@@ -374,6 +378,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
                 print(TERMINATED_LINE, file=sys.stderr)
                 return TERMINATED_EXIT_CODE
             failure, memory, peer = storage_failure(e), out_of_memory(e), lost_worker(e)
+            unreachable = path_failure(e)
             if failure:
                 reason, path = failure
                 print(f"error: {storage_message(reason, path, _flag_choosing(path))}",
@@ -381,6 +386,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             elif memory:
                 print(f"error: out of memory allocating {memory}; "
                       f"{memory_hint or 'make the batch smaller'}", file=sys.stderr)
+            elif unreachable:
+                print(f"error: {unreachable}", file=sys.stderr)
             elif peer:  # another worker died or cannot be reached
                 print(f"error: lost contact with another worker of the cluster ({peer}); what "
                       "was saved is kept: rerun the command on every worker", file=sys.stderr)

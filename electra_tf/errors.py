@@ -84,6 +84,37 @@ def storage_message(reason: str, path: str | None, flag: str | None) -> str:
     return f"permission denied for {where}; choose {elsewhere} or change its permissions"
 
 
+_TF_NOT_FOUND = re.compile(r"(?:\}\}\s*)?([^{};]+?); No such file or directory")
+_SCHEME = re.compile(r"File system scheme '([^']+)' not implemented(?: \(file: '([^']*)'\))?")
+
+
+def path_failure(error: BaseException) -> str | None:
+    """The one line for a path no file system here can reach, else None: one under a
+    broken link (a folder link whose target was removed; TensorFlow's or the OS's "No such
+    file or directory" named no link), or one of a scheme this TensorFlow has no file system
+    for (s3://, hdfs://: its UnimplementedError)."""
+    text = first_line(error)
+    scheme = _SCHEME.search(text)
+    if scheme and any(c.__name__ == "OpError" for c in type(error).__mro__):
+        where = f" ({scheme.group(2)})" if scheme.group(2) else ""
+        return (f"this TensorFlow cannot read or write {scheme.group(1)}:// paths{where}; use "
+                "a local path or gs:// (copy the files, or mount the bucket)")
+    if isinstance(error, OSError) and error.errno == errno.ENOENT:
+        path = error.filename
+    elif any(c.__name__ == "NotFoundError" for c in type(error).__mro__):
+        found = _TF_NOT_FOUND.search(text)
+        path = found and found.group(1).strip()
+    else:
+        return None
+    path = os.fspath(path) if path else ""
+    while path and "://" not in path and path not in ("/", "."):
+        if os.path.islink(path) and not os.path.exists(path):
+            return (f"{path} is a broken link (to {os.readlink(path)}); create what it "
+                    "points to, or choose another path")
+        path = os.path.dirname(path)
+    return None
+
+
 # ---------------------------------------------------------------- memory
 
 _OOM = re.compile(r"OOM when allocating tensor with shape\[([^\]]*)\] and type (\w+) on "

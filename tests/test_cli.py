@@ -201,6 +201,49 @@ def test_a_refusal_after_tensorflow_starts_is_the_one_line_on_stderr(script, tmp
 # ------------------------------------------------------------------------------ full disks
 
 
+def test_a_path_under_a_broken_link_or_of_an_unknown_scheme_is_one_line(tmp_path):
+    """An --output_dir or --model_dir that is a link to a removed folder (or under one), and
+    s3:// paths, which this TensorFlow has no file system for, ended in tracebacks
+    (NotFoundError naming a temporary file; UnimplementedError); the errors TensorFlow and
+    the OS raise are named by the link, or the scheme."""
+    import tensorflow as tf
+
+    from electra_tf.data import corpus
+    from electra_tf.errors import UserInputError, path_failure
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "removed")
+    expected = (f"{link} is a broken link (to {tmp_path}/removed); create what it points to, "
+                "or choose another path")
+    for path in (str(link / ".running.json.tmp-17106-7b73740d"), str(link / "x" / "y")):
+        with pytest.raises(tf.errors.NotFoundError) as raised:
+            with tf.io.gfile.GFile(path, "w") as f:
+                f.write("x")
+        assert path_failure(raised.value) == expected
+        with pytest.raises(OSError) as raised:
+            open(path, "w")
+        assert path_failure(raised.value) == expected
+    with pytest.raises(tf.errors.UnimplementedError) as raised:
+        tf.io.gfile.makedirs("s3://bucket/run")
+    assert path_failure(raised.value) == (
+        "this TensorFlow cannot read or write s3:// paths (s3://bucket/run); use a local path "
+        "or gs:// (copy the files, or mount the bucket)")
+    with pytest.raises(OSError) as raised:  # a missing file under no link: not this error
+        open(tmp_path / "none" / "x")
+    assert path_failure(raised.value) is None
+    # A link to nothing in an input folder: named (it was a traceback from open()).
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text("A line.\n")
+    (tmp_path / "texts" / "b.txt").symlink_to(tmp_path / "texts" / "a.txt")  # read once
+    (tmp_path / "texts" / "./c.txt").symlink_to("/nonexistent/c.txt")
+    with pytest.raises(UserInputError, match=f"input {tmp_path}/texts/c.txt is a broken link "
+                                             r"\(to /nonexistent/c.txt\); fix it or take it "
+                                             "out of --input's folder"):
+        corpus.expand_inputs(str(tmp_path / "texts"))
+    (tmp_path / "texts" / "c.txt").unlink()
+    assert corpus.expand_inputs(f"{tmp_path}/texts,{tmp_path}/texts/../texts/a.txt") == [
+        f"{tmp_path}/texts/a.txt"]
+
+
 def test_a_write_the_disk_refuses_is_named_by_the_output_it_was_for():
     """A full, read-only or forbidden disk, as the OS and TensorFlow's file system report it,
     named by the output being written rather than the temporary name it is staged under."""

@@ -338,6 +338,11 @@ def test_script_checks_the_output_before_reading_the_input(tmp_path):
         result = _run_script(f"--input={unread}", f"--output={output}", "--vocab_size=200")
         assert result.returncode == 1
         assert result.stderr.strip().splitlines() == [expected]
+    # A stray comma in a list flag: said so (it read "--input is empty").
+    result = _run_script(f"--input={unread},", f"--output={tmp_path}/v.txt", "--vocab_size=200")
+    assert (result.returncode, result.stderr.strip()) == (
+        1, "error: --input has an empty item (a comma with nothing after it, or two "
+           "together?); pass the items without it")
     # A folder no file can be created in (/proc, even for root) is refused before too.
     result = _run_script(f"--input={unread}", "--output=/proc/vocab.txt", "--vocab_size=200")
     assert result.returncode == 1
