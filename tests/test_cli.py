@@ -240,6 +240,10 @@ def test_a_path_under_a_broken_link_or_of_an_unknown_scheme_is_one_line(tmp_path
                                              "out of --input's folder"):
         corpus.expand_inputs(str(tmp_path / "texts"))
     (tmp_path / "texts" / "c.txt").unlink()
+    os.mkfifo(tmp_path / "pipe")  # as /dev/stdin or <(zcat x.gz) are: it was "empty (0 bytes)"
+    with pytest.raises(UserInputError, match=f"input {tmp_path}/pipe is a pipe or device, not "
+                                             "a file; write it to a file and pass that"):
+        corpus.expand_inputs(str(tmp_path / "pipe"))
     assert corpus.expand_inputs(f"{tmp_path}/texts,{tmp_path}/texts/../texts/a.txt") == [
         f"{tmp_path}/texts/a.txt"]
 

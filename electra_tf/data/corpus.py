@@ -120,6 +120,10 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
     if broken:  # a link to nothing, listed in a folder
         raise UserInputError(f"input {broken} is a broken link (to {os.readlink(broken)}); "
                              "fix it or take it out of --input's folder")
+    stream = next((f for f in local if not os.path.isfile(f)), None)
+    if stream:  # /dev/stdin, <(zcat ...): read in pieces and resumed by offset, it cannot be
+        raise UserInputError(f"input {stream} is a pipe or device, not a file; write it to a "
+                             "file and pass that")
     # One file named twice ("./a.txt,a.txt", a link to it in a folder) is read once, as a
     # name given twice is.
     seen = {}
