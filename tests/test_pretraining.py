@@ -630,7 +630,10 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     with pytest.raises(UserInputError, match=r"otherwise \(pretrainer\.temperature 1\.0 -> "
                                              r"2\.0; model_info"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretrainer.temperature = 2.0"])
-    # Other masks mid-run, as another MASK_PROB would give.
+    # Other masks mid-run, as another MASK_PROB would give; named as MASK_PROB (it named
+    # max_predictions_per_seq, derived from it, whose advice led to a second refusal).
+    with pytest.raises(UserInputError, match=r"otherwise \(mask_prob 0\.15 -> 0\.2; model_info"):
+        run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "MASK_PROB = 0.2"])
     with pytest.raises(UserInputError, match=r"otherwise \(whole_word_masking False -> True; "
                                              r"model_info"):
         run(tmp_path, data, ["NUM_TRAIN_STEPS = 4", "pretraining.whole_word_masking = True"])

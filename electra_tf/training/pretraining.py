@@ -1241,6 +1241,9 @@ def _check_resume(model_dir, model_info, metadata=None):
     for key, setting in (("train_batch_size", "TRAIN_BATCH_SIZE"),
                          ("max_seq_length", "MAX_SEQ_LENGTH"),
                          ("masked_positions", "pretraining.max_predictions_per_seq")):
+        if key == "masked_positions" and earlier.get("mask_prob", model_info["mask_prob"]) != (
+                model_info["mask_prob"]):
+            continue  # derived from MASK_PROB: the check below names what was changed
         if key in earlier and earlier[key] != model_info[key]:
             raise UserInputError(
                 f"--model_dir={model_dir} holds a run with {setting}={earlier[key]} "
