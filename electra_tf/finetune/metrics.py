@@ -269,17 +269,18 @@ def chunks(tags: list[str]) -> set[tuple[str, int, int]]:
 
 def typeless(sentences_tags) -> bool:
     """Whether tags are chunk prefixes without a type: every tag but O a bare B, I, E, S,
-    L, U or M (Chinese word segmentation's B/M/E/S, a chunker's B/I/O). conlleval reads a
-    bare prefix as a chunk of an empty type; they are scored as such (span_scores). Only a
-    whole file of them is: a POS tagset's M (CTB's measure word) among its other tags is
-    a tag of its own."""
+    L, U or M (Chinese word segmentation's B/M/E/S, or b/m/e/s as snownlp writes them; a
+    chunker's B/I/O). conlleval reads a bare prefix as a chunk of an empty type; they are
+    scored as such (span_scores). Only a whole file of them is: a POS tagset's M (CTB's
+    measure word) among its other tags is a tag of its own."""
     tags = {t for tags in sentences_tags for t in tags} - {"O"}
-    return bool(tags) and all(len(t) == 1 and t in _PREFIXES for t in tags)
+    return bool(tags) and (tags <= set(_PREFIXES) or tags <= set(_PREFIXES.lower()))
 
 
 def _typed(tags: list[str]) -> list[str]:
     """Typeless chunk tags (`typeless`) as prefixed tags of one type."""
-    return [t if t == "O" or len(t) != 1 or t not in _PREFIXES else f"{t}-*" for t in tags]
+    return [f"{t.upper()}-*" if len(t) == 1 and t.upper() in _PREFIXES and t != "O" else t
+            for t in tags]
 
 
 def span_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict:
