@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import uuid
 
 import tensorflow as tf
@@ -143,7 +144,8 @@ def _remove_abandoned_staging(path: str) -> None:
     for other in os.listdir(folder or ".") if os.path.isdir(folder or ".") else ():
         found = pattern.fullmatch(other)
         if found and not xla_scratch.alive(int(found.group(1))):
-            tf.io.gfile.rmtree(os.path.join(folder, other))
+            # (another run may be removing it too)
+            shutil.rmtree(os.path.join(folder, other), ignore_errors=True)
 
 
 RUNNING = ".running.json"  # in a model dir: the run writing it (`hold`)

@@ -233,7 +233,6 @@ def test_a_path_under_a_broken_link_or_of_an_unknown_scheme_is_one_line(tmp_path
     # A link to nothing in an input folder: named (it was a traceback from open()).
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "a.txt").write_text("A line.\n")
-    (tmp_path / "texts" / "b.txt").symlink_to(tmp_path / "texts" / "a.txt")  # read once
     (tmp_path / "texts" / "./c.txt").symlink_to("/nonexistent/c.txt")
     with pytest.raises(UserInputError, match=f"input {tmp_path}/texts/c.txt is a broken link "
                                              r"\(to /nonexistent/c.txt\); fix it or take it "
@@ -244,8 +243,6 @@ def test_a_path_under_a_broken_link_or_of_an_unknown_scheme_is_one_line(tmp_path
     with pytest.raises(UserInputError, match=f"input {tmp_path}/pipe is a pipe or device, not "
                                              "a file; write it to a file and pass that"):
         corpus.expand_inputs(str(tmp_path / "pipe"))
-    assert corpus.expand_inputs(f"{tmp_path}/texts,{tmp_path}/texts/../texts/a.txt") == [
-        f"{tmp_path}/texts/a.txt"]
 
 
 def test_a_write_the_disk_refuses_is_named_by_the_output_it_was_for():

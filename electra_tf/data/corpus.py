@@ -94,9 +94,9 @@ def split_patterns(patterns: str) -> list[str]:
 
 
 def expand_inputs(patterns: str | list[str]) -> list[str]:
-    """Comma-separated globs and folders -> sorted list of files, each once (by its real
-    path). Raises if none match, or for a broken link in a folder. A file or folder that
-    exists is read as named, though its name has a comma or a wildcard."""
+    """Comma-separated globs and folders -> sorted list of files. Raises if none match, or
+    for a broken link or a pipe. A file or folder that exists is read as named, though its
+    name has a comma or a wildcard."""
     if isinstance(patterns, str):
         patterns = split_patterns(patterns)
     files = set()
@@ -124,14 +124,7 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
     if stream:  # /dev/stdin, <(zcat ...): read in pieces and resumed by offset, it cannot be
         raise UserInputError(f"input {stream} is a pipe or device, not a file; write it to a "
                              "file and pass that")
-    # One file named twice ("./a.txt,a.txt", a link to it in a folder) is read once, as a
-    # name given twice is.
-    seen = {}
-    for path in sorted(files):
-        seen.setdefault(path if _is_remote(path) else os.path.realpath(path), []).append(path)
-    # The name kept is the file's own, where given: not a link's, not one with "..".
-    return sorted(min(names, key=lambda p: (os.path.islink(p) or os.path.normpath(p) != p, p))
-                  for names in seen.values())
+    return sorted(files)
 
 
 def plan_pieces(files: list[str], piece_bytes: int = PIECE_BYTES) -> list[Piece]:
