@@ -14,7 +14,8 @@ parts of the step by leaving them out, this names the kernels: what to fuse or r
 CPU only: it reads the host's op events, and a GPU's kernels run elsewhere (there, use
 step_profile.py or TensorBoard's profile plugin).
 
-Results: benchmarks/results/op_profile_<size>_<precision>.{json,md} (or --op_results_name).
+Results: benchmarks/results/op_profile_<size>_<precision>.{json,md} (or --op_results_name,
+or --results_name).
 """
 
 import collections
@@ -130,7 +131,9 @@ def main(argv):
         + common.markdown_table(["site", "ms/step", "share"], rows(by_site, FLAGS.top))
         + f"\n\nThe {FLAGS.top} costliest ops:\n\n"
         + common.markdown_table(["op", "ms/step", "share"], rows(by_op, FLAGS.top)) + "\n")
-    name = FLAGS.op_results_name or f"op_profile_{FLAGS.size}_{FLAGS.precision}"
+    name = FLAGS.op_results_name or (  # (--results_name: model_step's flag, given)
+        FLAGS.results_name if FLAGS["results_name"].present
+        else f"op_profile_{FLAGS.size}_{FLAGS.precision}")
     record = {"title": f"The train step's time by TensorFlow op ({FLAGS.size}, "
                        f"{FLAGS.precision}, {facts['device']})",
               "run": common.run_info(),

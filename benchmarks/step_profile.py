@@ -19,7 +19,8 @@ an accelerator its published peak for --precision, flops.peak_flops_per_second, 
 The FLOPs of the step (electra_tf.modeling.flops, backward = 2 x forward, lookups as
 gathers) at that peak give the time the step could take if nothing but its matmuls ran, at
 full speed.
-Results: benchmarks/results/step_profile.{json,md} (or --results_name).
+Results: benchmarks/results/step_profile.{json,md} (or --profile_results_name, or
+--results_name).
 """
 
 import os
@@ -148,7 +149,9 @@ def main(argv):
                            "jit_compile": FLAGS.profile_jit_compile},
               "seconds_per_step": seconds, "gemm": gemm, "peak_flop_per_s": peak,
               "parts": {name: s for name, s in parts}}
-    paths = common.write_results(FLAGS.profile_results_name, record, body)
+    # (--results_name is model_step's flag too; given, it names these results as well)
+    name = FLAGS.results_name if FLAGS["results_name"].present else FLAGS.profile_results_name
+    paths = common.write_results(name, record, body)
     print(body)
     print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))
     return 0
