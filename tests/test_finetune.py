@@ -1203,6 +1203,31 @@ def test_tagging_word_positions_hold_only_the_words_that_can_fit(uncased_tokeniz
     assert positions.tolist() == [list(range(1, 15)), [1, 2] + [-1] * 12]
 
 
+def test_a_dev_chunk_tag_training_lacks_is_predicted_in_the_files_scheme(tmp_path, init):
+    """A dev S-PER beside a BIO training file: the model (BIOES) has S-PER, and its
+    predictions are written in the files' scheme read together (BIOES), so that a perfect
+    model's tags are dev's (in BIO its accuracy was 1/3). finetuning.tag_encoding='file'
+    learns the training file's tags only: such a dev tag is refused there."""
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import metrics, runner, tasks
+    train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    train.write_text("Emma B-PER\nWoodhouse I-PER\nof O\nHighbury B-LOC\n", encoding="utf-8")
+    dev.write_text("Emma S-PER\nat O\nHartfield S-LOC\n", encoding="utf-8")
+    data = tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
+    task = runner._TaggingTask(data, init.tokenizer(), {"max_seq_length": 16},
+                               lambda *_: None)
+    assert task.tag_scheme == "BIOES" and {"S-PER", "S-LOC"} <= set(task.labels)
+    gold = data.dev[0].examples[0].tags
+    written = metrics.respell(metrics.retag(metrics.retag(gold, "BIOES"), task.tag_scheme),
+                              task.tag_spelling)
+    assert metrics.span_scores([gold], [written])["accuracy"] == 1.0
+    with pytest.raises(UserInputError, match=f"{dev} \\(sentence at line 1\\): tag 'S-PER' "
+                                             "does not occur in the training file, and "
+                                             "finetuning.tag_encoding='file' learns only"):
+        runner._TaggingTask(data, init.tokenizer(), {"max_seq_length": 16,
+                                                     "tag_encoding": "file"}, lambda *_: None)
+
+
 def test_tagging_notes_the_words_cut_off_as_untrained_or_predicted(tmp_path, init):
     """Words beyond MAX_SEQ_LENGTH are noted per file: the training file's are not trained
     on (the note said they were predicted, as it says of the dev file's)."""

@@ -99,6 +99,10 @@ def test_a_dev_chunk_tag_of_a_type_training_has_is_taken(tmp_path):
     dev.write_text("在 O\n石 B-LOC\n家 M-LOC\n庄 E-LOC\n\n京 S-LOC\n", encoding="utf-8")
     data = tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
     assert data.labels == ["B-LOC", "E-LOC", "O"]
+    # The scheme is the files' together: BMES (dev's M-), in which predictions are written.
+    from electra_tf.finetune import metrics
+    assert metrics.tag_scheme([s.tags for s in data.train.examples + data.dev[0].examples]) == (
+        "BMES")
     dev.write_text("在 O\n京 S-ORG\n", encoding="utf-8")
     _refused(f"{dev} (sentence at line 1): tag 'S-ORG' does not occur in the training file "
              "(tags: B-LOC, E-LOC, O)", tasks.load, tasks.get_task("tagging"),
@@ -107,9 +111,17 @@ def test_a_dev_chunk_tag_of_a_type_training_has_is_taken(tmp_path):
     dev.write_text("在 p\n北京 nt\n", encoding="utf-8")
     _refused(f"{dev} (sentence at line 1): tag 'nt' does not occur", tasks.load,
              tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
-    train.write_text("北 B\n京 E\n在 S\n", encoding="utf-8")  # segmentation: typeless
+    # Bare prefixes (segmentation) are learnt as written: an M training lacks cannot be
+    # predicted (its best F1 was 0).
+    train.write_text("北 B\n京 E\n在 S\n", encoding="utf-8")
     dev.write_text("石 B\n家 M\n庄 E\n", encoding="utf-8")
-    tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
+    _refused(f"{dev} (sentence at line 1): tag 'M' does not occur", tasks.load,
+             tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
+    # A tag that is no chunk tag of training's types (X- is no prefix): refused.
+    train.write_text("Emma B-PER\nWood I-PER\nsaid O\n", encoding="utf-8")
+    dev.write_text("Emma B-PER\nWood I-PER\nsaid O\nMr X-PER\n", encoding="utf-8")
+    _refused(f"{dev} (sentence at line 1): tag 'X-PER' does not occur", tasks.load,
+             tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
 
 
 def test_a_lone_surrogate_escape_in_json_is_refused_naming_its_line(tmp_path):

@@ -234,6 +234,14 @@ def tag_spelling(sentences_tags) -> dict | None:
                                 "begins": True} else spelling
 
 
+def scheme_prefixes(scheme: str, spelling: dict | None) -> tuple[set, str]:
+    """The prefix letters and separator a file of `scheme` (TAG_SCHEMES) spelt so
+    (`tag_spelling`) writes its chunk tags with: predictions come out in them."""
+    letters = {"BIO": "BI", "IOB1": "BI", "BIOES": "BIES", "BMES": "BMES"}[scheme]
+    spelt = respell([f"{c}-X" for c in letters], spelling)
+    return {t[0] for t in spelt}, spelt[0][1]
+
+
 def respell(tags: list[str], spelling: dict | None) -> list[str]:
     """retag's B-/I-/E-/S-/M- tags in a file's `spelling` (tag_spelling; None: as they are)."""
     if spelling is None:

@@ -1142,9 +1142,24 @@ class _TaggingTask:
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
         self.tag_scheme = self.tag_spelling = None
         train_tags = [s.tags for s in data.train.examples]
+        dev_tags = [s.tags for split in data.dev for s in split.examples if s.tags]
         if options.get("tag_encoding", "BIOES") == "BIOES":
-            self.tag_scheme = metrics.tag_scheme(train_tags)
-            self.tag_spelling = self.tag_scheme and metrics.tag_spelling(train_tags)
+            # The files' scheme, from dev's tags too (tasks.chunk_tags: a dev S- or M-
+            # shows what training's B- E- leave open), in which predictions are written.
+            self.tag_scheme = metrics.tag_scheme(train_tags) and metrics.tag_scheme(
+                train_tags + dev_tags)
+            self.tag_spelling = self.tag_scheme and metrics.tag_spelling(train_tags + dev_tags)
+        else:  # the training file's tags, as written: a dev tag it lacks cannot be predicted
+            for split in data.dev:
+                for sentence in split.examples:
+                    unknown = next((t for t in sentence.tags or () if t not in data.labels),
+                                   None)
+                    if unknown:
+                        raise UserInputError(
+                            f"{split.path} (sentence at line {sentence.guid}): tag {unknown!r} "
+                            "does not occur in the training file, and "
+                            "finetuning.tag_encoding='file' learns only its tags; use the "
+                            "default 'BIOES', or fix the tag")
         learnt = lambda s: s if self.tag_scheme is None or not s.tags else (  # noqa: E731
             dataclasses.replace(s, tags=metrics.retag(s.tags, "BIOES")))
         if self.tag_scheme is None:

@@ -157,6 +157,18 @@ def _glue_dir(data_dir: str, fmt: GlueFormat) -> str:
     return data_dir
 
 
+def chunk_tags(train_tags, dev_tags, labels) -> tuple[set, str, set]:
+    """(prefix letters, separator, types) of the chunk tags a model of span tags learnt as
+    BIOES predicts, in the scheme and spelling of the training and dev files' tags (a list
+    per sentence) read together; no letters where the training file's are not chunk tags."""
+    both = train_tags + dev_tags
+    scheme = metrics.tag_scheme(both)
+    if scheme is None or metrics.tag_scheme(train_tags) is None:
+        return set(), "", set()
+    letters, separator = metrics.scheme_prefixes(scheme, metrics.tag_spelling(both))
+    return letters, separator, {metrics.chunk_type(t) for t in labels} - {None}
+
+
 def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
          dev_file: str | None = None, test_file: str | None = None,
          text_column: str | None = None, text_b_column: str | None = None,
@@ -193,17 +205,16 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                                  "column; tagging needs at least two (or pick the right "
                                  "--label_column)" if labels else
                                  f"{train_file} has no tagged words; check the file")
-        # A chunk tag of a type training has is one the model can predict: it has every
-        # B-/I-/E-/S- of each type (runner._TaggingTask), and a BMES file's M- is its I-.
-        train_tags = [s.tags for s in train]
-        types = ({metrics.chunk_type(t) for t in labels} - {None}
-                 if metrics.tag_scheme(train_tags) else set())
-        bare = metrics.typeless(train_tags)
+        # A chunk tag of a type training has, in the files' scheme (read from train and dev
+        # together: a dev S- or M- shows it), is one the model learnt as BIOES can predict
+        # (finetuning.tag_encoding='file' learns only the training file's: runner checks).
+        letters, separator, types = chunk_tags([s.tags for s in train],
+                                               [s.tags for s in dev if s.tags], labels)
         for split, path in ((dev, dev_file), (test, test_file)):
             for sentence in split or ():
                 for tag in sentence.tags or ():
-                    if tag not in labels and metrics.chunk_type(tag) not in types and not (
-                            bare and metrics.typeless([[tag]])):
+                    if tag not in labels and not (tag[:1] in letters and tag[1:2] == separator
+                                                  and metrics.chunk_type(tag) in types):
                         raise UserInputError(
                             f"{path} (sentence at line {sentence.guid}): tag {tag!r} does not "
                             f"occur in the training file (tags: {', '.join(labels)}); fix the "
