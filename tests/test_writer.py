@@ -607,3 +607,56 @@ def test_metadata_names_the_vocab_by_its_absolute_path(tmp_path, monkeypatch):
     assert metadata["vocab_file"] == str(tmp_path / "vocab.txt")
     saved = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert saved["vocab_file"] == str(tmp_path / "vocab.txt")
+
+
+def test_a_build_begun_before_the_piece_rule_changed_is_resumed_only_where_it_is_safe(
+        tmp_path, monkeypatch):
+    """Pieces of a plain file without blank lines start elsewhere since BuildConfig's
+    piece_rule 2: an unfinished build begun before it (its config has no piece_rule) whose
+    files are cut in pieces is refused (its done shards and the rest would read some lines
+    twice or not at all); a finished one still says nothing to do, and one whose files are
+    whole resumes."""
+    from electra_tf.data import writer
+    flat = tmp_path / "flat.txt"
+    flat.write_text("".join(f"Sentence number {i} of a flat file.\n" for i in range(3000)))
+    other = tmp_path / "other.txt"
+    other.write_text("Another small file.\n\nOf two documents.\n")
+    out = tmp_path / "out"
+
+    def build_it(piece_bytes, inputs=f"{flat}"):
+        return writer.build_pretraining_data(inputs, UNCASED_VOCAB, str(out), num_workers=1,
+                                             piece_bytes=piece_bytes, show_progress=False,
+                                             log=lambda *_: None)
+
+    def stopped(piece_bytes, inputs=f"{flat}"):  # after its first shard, by an earlier version
+        write, calls = writer._write_shard, []
+
+        def first_only(*args):
+            if calls:
+                raise KeyboardInterrupt
+            calls.append(args)
+            return write(*args)
+        monkeypatch.setattr(writer, "_write_shard", first_only)
+        with pytest.raises(KeyboardInterrupt):
+            build_it(piece_bytes, inputs)
+        monkeypatch.setattr(writer, "_write_shard", write)
+        config = json.loads((out / ".build" / "config.json").read_text())
+        del config["piece_rule"]
+        (out / ".build" / "config.json").write_text(json.dumps(config))
+
+    built = build_it(20_000)
+    assert built["build_config"]["piece_rule"] == 2 and built["build_config"]["num_shards"] > 1
+    record = json.loads((out / "metadata.json").read_text())
+    del record["build_config"]["piece_rule"]
+    (out / "metadata.json").write_text(json.dumps(record))
+    assert build_it(20_000)["num_examples"] == built["num_examples"]  # finished: kept
+    shutil.rmtree(out)
+    stopped(20_000)
+    with pytest.raises(UserInputError, match=f"--output_dir={out} holds an unfinished build "
+                                             "begun by an earlier electra-tf, which cut files "
+                                             "without blank lines into pieces otherwise"):
+        build_it(20_000)
+    shutil.rmtree(out)
+    both = f"{flat},{other}"  # two whole files: nothing differs
+    stopped(1 << 20, both)
+    assert build_it(1 << 20, both)["num_examples"] > 0

@@ -77,6 +77,9 @@ class BuildConfig:
     compression: str
     piece_bytes: int
     word_segmenter: str = "none"
+    # Where pieces of a plain file without blank lines start (corpus._find_boundary): 2 cuts
+    # at a line's end also within 4 MB of the file's end (before, its end: no record says 1).
+    piece_rule: int = 2
 
 
 def shard_name(index: int, num_shards: int, compression: str) -> str:
@@ -488,6 +491,19 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
         return False
     current = json.loads(json.dumps(dataclasses.asdict(config)))
     changed = sorted(k for k in current if not _same_setting(k, saved.get(k), current[k]))
+    finished = tf.io.gfile.exists(metadata_path)
+    if "piece_rule" in changed and (
+            finished or config.input_format != corpus.TEXT or config.one_document_per_line
+            or all(len(corpus.plan_pieces([p], config.piece_bytes)) == 1
+                   for p in config.inputs)):
+        # (its shards are whole, or no file is cut where documents end at blank lines)
+        changed.remove("piece_rule")
+    if "piece_rule" in changed:
+        raise UserInputError(
+            f"--output_dir={output_dir} holds an unfinished build begun by an earlier "
+            "electra-tf, which cut files without blank lines into pieces otherwise: resuming "
+            "it would read some lines twice or not at all; delete the folder (or use a new "
+            "--output_dir) to build afresh")
     if changed and not tf.io.gfile.exists(metadata_path):
         raise UserInputError(
             f"--output_dir={output_dir} holds an unfinished build with other settings "
