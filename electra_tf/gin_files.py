@@ -10,6 +10,7 @@ import difflib
 import os
 import re
 import tokenize
+from numbers import Integral, Real
 
 import gin
 from absl import logging as absl_logging
@@ -17,6 +18,28 @@ from absl import logging as absl_logging
 from electra_tf.errors import UserInputError
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
+
+
+def check_types(scope: str, values: dict, integers=(), numbers=(), flags=(), strings=(),
+                may_be_none=()) -> None:
+    """gin passes a binding's value as written: 'False' (a string, so true), 2.0 or '3'
+    where a count is meant would run wrong (pretraining.jit_compile='False' compiled with
+    XLA) or fail deep in Keras. Each of `values` ({parameter: value}) named in a kind must
+    be of it: a UserInputError naming `scope`.parameter otherwise."""
+    for name, value in values.items():
+        if value is None and name in may_be_none:
+            continue
+        wanted = ("an integer" if name in integers and (
+                      isinstance(value, bool) or not isinstance(value, Integral))
+                  else "a number" if name in numbers and (
+                      isinstance(value, bool) or not isinstance(value, Real))
+                  else "True or False" if name in flags and not isinstance(value, bool)
+                  else "a string" if name in strings and not isinstance(value, str)
+                  else None)
+        if wanted:
+            raise UserInputError(f"{scope}.{name}={value!r} must be {wanted}"
+                                 + (" or None" if name in may_be_none else "")
+                                 + (" (no quotes)" if isinstance(value, str) else ""))
 
 
 # Parameters the scripts set (gin's denylist) and where a user sets them instead.

@@ -760,7 +760,8 @@ def test_a_random_encoder_on_an_accented_vocab_needs_strip_accents_false(tmp_pat
             + ("them" if len(flags) > 1 else "it")])
 
 
-def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
+def test_an_unknown_precision_or_qa_head_or_a_wrong_type_fails_before_training(tmp_path,
+                                                                            init):
     from electra_tf.errors import UserInputError
     rows = movie_rows()[:8]
     train = write_csv(tmp_path / "train.csv", ["sentiment", "review"],
@@ -774,6 +775,13 @@ def test_an_unknown_precision_or_qa_head_fails_before_training(tmp_path, init):
                                                 r"'BIOES' or 'file'"),
             ("finetuning.qa_head = 'xlnet'", r"^finetuning.qa_head='xlnet' is not one of "
                                              r"electra, bert"),
+            # a string 'False' is true: it would have compiled with XLA
+            ("finetuning.jit_compile = 'False'", r"^finetuning.jit_compile='False' must be "
+                                                 r"True or False \(no quotes\)"),
+            ("finetuning.learning_rate = '3e-4'", r"^finetuning.learning_rate='3e-4' must be "
+                                                  r"a number \(no quotes\)"),
+            ("finetuning.clip_norm = 0.0", r"^finetuning.clip_norm=0.0 must be a positive "
+                                           r"number, or None for no clipping"),
             # the official qa_na_threshold is a logit; ours a probability
             ("finetuning.no_answer_threshold = -2.75",
              r"^finetuning.no_answer_threshold=-2.75 is not a probability: .* \(the official "

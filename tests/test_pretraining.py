@@ -1228,6 +1228,11 @@ def test_mfu_peak_counts_chips_and_follows_the_tf32_switch(tmp_path, data):
         info = json.loads((tmp_path / str(tf32) / "model_info.json").read_text())
         peaks.append(info["peak_flops_per_second"])
     assert peaks == [494.5e12, 67e12]
+    # A device named but not known: no MFU, said so (it was silent).
+    _, lines = run(tmp_path / "rtx", data, ["pretraining.device_name = 'NVIDIA RTX 4090'"],
+                   dry_run=True)
+    assert ("note: pretraining.device_name='NVIDIA RTX 4090' has no known peak for float32 "
+            "(electra_tf.modeling.flops.PEAK_FLOPS): throughput/mfu is not written") in lines
 
 
 @ONE_BIG_BATCH
@@ -2004,6 +2009,19 @@ def test_bindings_that_would_train_wrongly_are_refused_before_anything_is_writte
     for bindings, message in (
             (["pretrainer.uniform_generator = 'False'"],  # a string: true, the uniform one
              r"pretrainer.uniform_generator='False' must be True or False \(no quotes\)"),
+            # Those of pretraining.* and optimizer.* too ('False' turned XLA on).
+            (["pretraining.jit_compile = 'False'"],
+             r"^pretraining.jit_compile='False' must be True or False \(no quotes\)(\n|$)"),
+            (["optimizer.bias_correction = 'False'"],
+             r"^optimizer.bias_correction='False' must be True or False \(no quotes\)(\n|$)"),
+            (["pretraining.clip_norm = '1.0'"],
+             r"^pretraining.clip_norm='1.0' must be a number or None \(no quotes\)(\n|$)"),
+            (["pretraining.clip_norm = -1.0"],  # (it clipped nothing)
+             r"^pretraining.clip_norm=-1.0 must be a positive number, or None for no clipping(\n|$)"),
+            (["pretraining.device_name = 4"], r"^pretraining.device_name=4 must be a string or "
+             r"None(\n|$)"),
+            (["STEPS_PER_LOOP = True"], r"^STEPS_PER_LOOP=True \(pretraining.steps_per_loop\) "
+             r"must be a positive integer(\n|$)"),
             (["pretraining.mask_prob = 0.25"], r"^pretraining.mask_prob=0.25 \(the data's "
              r"masking\) and pretrainer.mask_prob=0.15 differ; bind MASK_PROB, which sets both"),
             (["OBJECTIVE = 'mlm'", "pretrainer.learn_loss_weights = True"],

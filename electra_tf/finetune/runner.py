@@ -41,7 +41,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import atomic, tokenization
+from electra_tf import atomic, gin_files, tokenization
 from electra_tf.data import writer
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
@@ -180,6 +180,15 @@ def default_gin_file(config: EncoderConfig) -> str:
 # ------------------------------------------------------------------------------ the run
 
 
+# The gin parameters whose type run_finetuning checks (a string 'False' is true).
+_TYPED = ("learning_rate", "train_batch_size", "num_epochs", "max_seq_length",
+          "layerwise_lr_decay", "official_layerwise_decay", "warmup_proportion", "clip_norm",
+          "head_dropout", "eval_batch_size", "max_train_steps", "doc_stride",
+          "max_query_length", "max_answer_length", "n_best_size", "no_answer_threshold",
+          "beam_size", "double_unordered", "log_every", "save_model", "jit_compile",
+          "static_shapes")
+
+
 @gin.configurable("finetuning", denylist=["task_data", "init", "model_dir", "num_trials",
                                           "seed", "log", "overwrite"])
 def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: str,
@@ -275,6 +284,20 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         if name in bound:
             raise UserInputError(f"optimizer.{name} is not read by fine-tuning, which sets it "
                                  f"from its own settings; bind {instead} instead")
+    gin_files.check_types(
+        "finetuning", {k: v for k, v in locals().items() if k in _TYPED},
+        integers=("train_batch_size", "max_seq_length", "eval_batch_size", "max_train_steps",
+                  "doc_stride", "max_query_length", "max_answer_length", "n_best_size",
+                  "beam_size", "log_every"),
+        numbers=("learning_rate", "num_epochs", "layerwise_lr_decay", "warmup_proportion",
+                 "clip_norm", "head_dropout", "no_answer_threshold"),
+        flags=("official_layerwise_decay", "double_unordered", "save_model", "jit_compile",
+               "static_shapes"),
+        may_be_none=("num_epochs", "max_seq_length", "clip_norm", "max_train_steps",
+                     "no_answer_threshold", "log_every", "static_shapes"))
+    if clip_norm is not None and not clip_norm > 0:
+        raise UserInputError(f"finetuning.clip_norm={clip_norm!r} must be a positive number, "
+                             "or None for no clipping")
     earlier = check_model_dir(model_dir, overwrite, num_trials)
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "

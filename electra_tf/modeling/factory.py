@@ -4,7 +4,7 @@ option, and a custom size is a few bindings."""
 
 import gin
 
-from electra_tf.errors import UserInputError
+from electra_tf import gin_files
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 
@@ -58,18 +58,5 @@ _MAY_BE_NONE = ("embedding_size", "discriminator_weight")
 
 
 def _check_types(values: dict):
-    """gin passes a binding's value as written: 'False' (a string, so true), 2.0 or '3'
-    where a count is meant would run wrong or fail deep in Keras."""
-    for name, value in values.items():
-        if value is None and name in _MAY_BE_NONE:
-            continue
-        wanted = ("an integer" if name in _INTEGERS and (
-                      isinstance(value, bool) or not isinstance(value, int))
-                  else "a number" if name in _NUMBERS and (
-                      isinstance(value, bool) or not isinstance(value, (int, float)))
-                  else "True or False" if name in _FLAGS and not isinstance(value, bool)
-                  else None)
-        if wanted:
-            raise UserInputError(f"pretrainer.{name}={value!r} must be {wanted}"
-                                 + (" or None" if name in _MAY_BE_NONE else "")
-                                 + (" (no quotes)" if isinstance(value, str) else ""))
+    gin_files.check_types("pretrainer", values, integers=_INTEGERS, numbers=_NUMBERS,
+                          flags=_FLAGS, may_be_none=_MAY_BE_NONE)

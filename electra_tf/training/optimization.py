@@ -27,6 +27,7 @@ import gin
 import keras
 import tensorflow as tf
 
+from electra_tf import gin_files
 from electra_tf.errors import UserInputError
 
 try:  # whether a graph is compiled with XLA (jit_compile, TPUs); TensorFlow has no public API
@@ -515,6 +516,15 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
     (a warmup of over half the run, with linear decay: a short continued pre-training with a
     size preset's 10,000 warmup steps barely trained).
     """
+    gin_files.check_types(
+        "optimizer", {"learning_rate": learning_rate, "num_train_steps": num_train_steps,
+                      "warmup_steps": warmup_steps, "decay_power": decay_power,
+                      "weight_decay_rate": weight_decay_rate, "beta_1": beta_1,
+                      "beta_2": beta_2, "epsilon": epsilon, "bias_correction": bias_correction,
+                      "aggregate_gradients": aggregate_gradients},
+        integers=("num_train_steps", "warmup_steps"),
+        numbers=("learning_rate", "decay_power", "weight_decay_rate", "beta_1", "beta_2",
+                 "epsilon"), flags=("bias_correction", "aggregate_gradients"))
     if name not in OPTIMIZERS:
         raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
                              f"{', '.join(OPTIMIZERS)}")

@@ -48,7 +48,7 @@ from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.framework import config as _determinism
 from tensorflow.python.util import deprecation
 
-from electra_tf import atomic, tokenization
+from electra_tf import atomic, gin_files, tokenization
 from electra_tf.data import masking, pipeline, writer
 from electra_tf.errors import UserInputError, first_line
 from electra_tf.modeling import factory, flops
@@ -140,6 +140,21 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
       exit_at_once: a second Ctrl-C ends the process at once (a script's), rather than by
         KeyboardInterrupt once TensorFlow's call returns (a notebook's kernel lives on).
     """
+    gin_files.check_types(
+        "pretraining", {"mask_prob": mask_prob, "clip_norm": clip_norm,
+                        "whole_word_masking": whole_word_masking, "jit_compile": jit_compile,
+                        "xla_cache": xla_cache, "device_name": device_name,
+                        "max_predictions_per_seq": max_predictions_per_seq,
+                        "steps_per_call": steps_per_call, "two_stage_steps": two_stage_steps},
+        integers=("max_predictions_per_seq", "steps_per_call", "two_stage_steps"),
+        numbers=("mask_prob", "clip_norm"), flags=("whole_word_masking", "jit_compile",
+                                                   "xla_cache"),
+        strings=("device_name",), may_be_none=("clip_norm", "device_name",
+                                               "max_predictions_per_seq", "steps_per_call",
+                                               "two_stage_steps"))
+    if clip_norm is not None and not clip_norm > 0:  # (a negative norm clipped nothing)
+        raise UserInputError(f"pretraining.clip_norm={clip_norm!r} must be a positive number, "
+                             "or None for no clipping")
     _check_settings(num_train_steps=num_train_steps, train_batch_size=train_batch_size,
                     max_seq_length=max_seq_length, steps_per_loop=steps_per_loop,
                     checkpoint_every=checkpoint_every,
@@ -338,6 +353,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     peak = flops.peak_flops_per_second(
         device, precision, tf.config.experimental.tensor_float_32_execution_enabled()
     ) if device else None
+    if device_name and peak is None and chief:
+        log(f"note: pretraining.device_name={device_name!r} has no known peak for {precision} "
+            "(electra_tf.modeling.flops.PEAK_FLOPS): throughput/mfu is not written")
     metadata = info["metadata"] or {}
     cased = "lower_case" not in metadata and writer.vocab_is_cased(vocab)
     model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
@@ -972,7 +990,7 @@ _MACROS = {"num_train_steps": "NUM_TRAIN_STEPS", "train_batch_size": "TRAIN_BATC
 
 def _check_settings(**values):
     for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             setting = (f"{_MACROS[name]}={value!r} (pretraining.{name})" if name in _MACROS
                        else f"pretraining.{name}={value!r}")
             raise UserInputError(f"{setting} must be a positive integer")
