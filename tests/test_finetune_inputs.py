@@ -99,10 +99,16 @@ def test_a_dev_chunk_tag_of_a_type_training_has_is_taken(tmp_path):
     dev.write_text("在 O\n石 B-LOC\n家 M-LOC\n庄 E-LOC\n\n京 S-LOC\n", encoding="utf-8")
     data = tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev))
     assert data.labels == ["B-LOC", "E-LOC", "O"]
-    # The scheme is the files' together: BMES (dev's M-), in which predictions are written.
+    # The scheme predictions are written in: training's B- E- widened by dev's M- (BMES).
     from electra_tf.finetune import metrics
-    assert metrics.tag_scheme([s.tags for s in data.train.examples + data.dev[0].examples]) == (
-        "BMES")
+    assert metrics.files_scheme([s.tags for s in data.train.examples],
+                                [s.tags for s in data.dev[0].examples]) == ("BMES", None)
+    # A test file's tags are not scored: those of training's types are taken.
+    test = tmp_path / "test.txt"
+    test.write_text("去 O\n京 S-LOC\n", encoding="utf-8")
+    dev.write_text("在 O\n北 B-LOC\n京 E-LOC\n", encoding="utf-8")
+    tasks.load(tasks.get_task("tagging"), train_file=str(train), dev_file=str(dev),
+               test_file=str(test))
     dev.write_text("在 O\n京 S-ORG\n", encoding="utf-8")
     _refused(f"{dev} (sentence at line 1): tag 'S-ORG' does not occur in the training file "
              "(tags: B-LOC, E-LOC, O)", tasks.load, tasks.get_task("tagging"),

@@ -234,6 +234,23 @@ def tag_spelling(sentences_tags) -> dict | None:
                                 "begins": True} else spelling
 
 
+def files_scheme(train_tags, dev_tags) -> tuple[str | None, dict | None]:
+    """(scheme, spelling) predictions of span tags are written in: the training file's
+    (`tag_scheme`, `tag_spelling`), widened only where dev's tags show what training leaves
+    open: BIO/IOB1 training with ends or singles (E-, S-) in dev is BIOES (or BMES), and
+    BIOES training without I- whose dev has M- is BMES. Anything else in dev (a stray I- beside
+    BMES) changes nothing. (None, None): training's tags are not chunk tags."""
+    scheme = tag_scheme(train_tags)
+    if scheme is None:
+        return None, None
+    both = train_tags + dev_tags
+    widened = tag_scheme(both)
+    if (scheme in ("BIO", "IOB1") and widened in ("BIOES", "BMES")) or (
+            scheme == "BIOES" and widened == "BMES"):
+        return widened, tag_spelling(both)
+    return scheme, tag_spelling(train_tags)
+
+
 def scheme_prefixes(scheme: str, spelling: dict | None) -> tuple[set, str]:
     """The prefix letters and separator a file of `scheme` (TAG_SCHEMES) spelt so
     (`tag_spelling`) writes its chunk tags with: predictions come out in them."""

@@ -676,6 +676,11 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
             key, was, now = difference
             again = ("rerun with its settings to extend the run" if RESULTS in earlier
                      else "rerun its command to resume it")
+            if "tag_scheme" in key or "tag_spelling" in key:  # no setting chooses it
+                raise UserInputError(
+                    f"{trial_dir} was fine-tuned with {key}={was}, not {now} as this run "
+                    "would be: the scheme is now read from the training and dev files "
+                    "together (a dev S- or M- widens training's); " + fix)
             raise UserInputError(f"{trial_dir} was fine-tuned with {key}={was}, not {now} as "
                                  f"this run would be; {again}, or " + fix)
         kept[k] = True
@@ -1167,11 +1172,9 @@ class _TaggingTask:
         train_tags = [s.tags for s in data.train.examples]
         dev_tags = [s.tags for split in data.dev for s in split.examples if s.tags]
         if options.get("tag_encoding", "BIOES") == "BIOES":
-            # The files' scheme, from dev's tags too (tasks.chunk_tags: a dev S- or M-
-            # shows what training's B- E- leave open), in which predictions are written.
-            self.tag_scheme = metrics.tag_scheme(train_tags) and metrics.tag_scheme(
-                train_tags + dev_tags)
-            self.tag_spelling = self.tag_scheme and metrics.tag_spelling(train_tags + dev_tags)
+            # The scheme predictions are written in: training's, widened where dev's tags
+            # show what it leaves open (a dev S- beside BIO training; M- beside B- E-).
+            self.tag_scheme, self.tag_spelling = metrics.files_scheme(train_tags, dev_tags)
         else:  # the training file's tags, as written: a dev tag it lacks cannot be predicted
             for split in data.dev:
                 for sentence in split.examples:

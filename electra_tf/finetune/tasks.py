@@ -159,13 +159,13 @@ def _glue_dir(data_dir: str, fmt: GlueFormat) -> str:
 
 def chunk_tags(train_tags, dev_tags, labels) -> tuple[set, str, set]:
     """(prefix letters, separator, types) of the chunk tags a model of span tags learnt as
-    BIOES predicts, in the scheme and spelling of the training and dev files' tags (a list
-    per sentence) read together; no letters where the training file's are not chunk tags."""
-    both = train_tags + dev_tags
-    scheme = metrics.tag_scheme(both)
-    if scheme is None or metrics.tag_scheme(train_tags) is None:
+    BIOES predicts, in the scheme and spelling predictions are written in
+    (`metrics.files_scheme` of the training and dev files' tags, a list per sentence); no
+    letters where the training file's are not chunk tags."""
+    scheme, spelling = metrics.files_scheme(train_tags, dev_tags)
+    if scheme is None:
         return set(), "", set()
-    letters, separator = metrics.scheme_prefixes(scheme, metrics.tag_spelling(both))
+    letters, separator = metrics.scheme_prefixes(scheme, spelling)
     return letters, separator, {metrics.chunk_type(t) for t in labels} - {None}
 
 
@@ -205,16 +205,18 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                                  "column; tagging needs at least two (or pick the right "
                                  "--label_column)" if labels else
                                  f"{train_file} has no tagged words; check the file")
-        # A chunk tag of a type training has, in the files' scheme (read from train and dev
-        # together: a dev S- or M- shows it), is one the model learnt as BIOES can predict
+        # A chunk tag of a type training has, in the scheme predictions are written in (a
+        # dev S- or M- may widen training's), is one the model learnt as BIOES can predict
         # (finetuning.tag_encoding='file' learns only the training file's: runner checks).
+        # A test file's tags are not scored: its types are checked.
         letters, separator, types = chunk_tags([s.tags for s in train],
                                                [s.tags for s in dev if s.tags], labels)
         for split, path in ((dev, dev_file), (test, test_file)):
             for sentence in split or ():
                 for tag in sentence.tags or ():
-                    if tag not in labels and not (tag[:1] in letters and tag[1:2] == separator
-                                                  and metrics.chunk_type(tag) in types):
+                    if tag not in labels and not (
+                            (split is test or (tag[:1] in letters and tag[1:2] == separator))
+                            and metrics.chunk_type(tag) in types):
                         raise UserInputError(
                             f"{path} (sentence at line {sentence.guid}): tag {tag!r} does not "
                             f"occur in the training file (tags: {', '.join(labels)}); fix the "
