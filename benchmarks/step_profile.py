@@ -150,7 +150,8 @@ def main(argv):
               "seconds_per_step": seconds, "gemm": gemm, "peak_flop_per_s": peak,
               "parts": {name: s for name, s in parts}}
     # (--results_name is model_step's flag too; given, it names these results as well)
-    name = FLAGS.results_name if FLAGS["results_name"].present else FLAGS.profile_results_name
+    name = (FLAGS.results_name if FLAGS["results_name"].present
+            and not FLAGS["profile_results_name"].present else FLAGS.profile_results_name)
     paths = common.write_results(name, record, body)
     print(body)
     print("wrote " + ", ".join(os.path.relpath(p, common.REPO) for p in paths))

@@ -21,11 +21,12 @@ GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def check_types(scope: str, values: dict, integers=(), numbers=(), flags=(), strings=(),
-                may_be_none=()) -> None:
+                may_be_none=(), macros=None) -> None:
     """gin passes a binding's value as written: 'False' (a string, so true), 2.0 or '3'
     where a count is meant would run wrong (pretraining.jit_compile='False' compiled with
     XLA) or fail deep in Keras. Each of `values` ({parameter: value}) named in a kind must
-    be of it: a UserInputError naming `scope`.parameter otherwise."""
+    be of it: a UserInputError naming `scope`.parameter otherwise (and the macro the gin
+    files bind it by, `macros` {parameter: MACRO}, first)."""
     for name, value in values.items():
         if value is None and name in may_be_none:
             continue
@@ -37,7 +38,10 @@ def check_types(scope: str, values: dict, integers=(), numbers=(), flags=(), str
                   else "a string" if name in strings and not isinstance(value, str)
                   else None)
         if wanted:
-            raise UserInputError(f"{scope}.{name}={value!r} must be {wanted}"
+            setting = f"{scope}.{name}={value!r}"
+            if name in (macros or {}):
+                setting = f"{macros[name]}={value!r} ({scope}.{name})"
+            raise UserInputError(f"{setting} must be {wanted}"
                                  + (" or None" if name in may_be_none else "")
                                  + (" (no quotes)" if isinstance(value, str) else ""))
 

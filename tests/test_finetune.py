@@ -778,10 +778,13 @@ def test_an_unknown_precision_or_qa_head_or_a_wrong_type_fails_before_training(t
             # a string 'False' is true: it would have compiled with XLA
             ("finetuning.jit_compile = 'False'", r"^finetuning.jit_compile='False' must be "
                                                  r"True or False \(no quotes\)"),
-            ("finetuning.learning_rate = '3e-4'", r"^finetuning.learning_rate='3e-4' must be "
-                                                  r"a number \(no quotes\)"),
             ("finetuning.clip_norm = 0.0", r"^finetuning.clip_norm=0.0 must be a positive "
                                            r"number, or None for no clipping"),
+            ("LEARNING_RATE = '3e-4'", r"^LEARNING_RATE='3e-4' \(finetuning.learning_rate\) "
+                                       r"must be a number \(no quotes\)"),
+            # before anything is written (--overwrite deleted the earlier run first)
+            ("optimizer.bias_correction = 'False'", r"^optimizer.bias_correction='False' must "
+                                                    r"be True or False \(no quotes\)"),
             # the official qa_na_threshold is a logit; ours a probability
             ("finetuning.no_answer_threshold = -2.75",
              r"^finetuning.no_answer_threshold=-2.75 is not a probability: .* \(the official "

@@ -284,6 +284,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         if name in bound:
             raise UserInputError(f"optimizer.{name} is not read by fine-tuning, which sets it "
                                  f"from its own settings; bind {instead} instead")
+    # (before --overwrite deletes the earlier run: create_optimizer checks them too late)
+    optimization.check_types(gin.get_bindings("optimizer"))
     gin_files.check_types(
         "finetuning", {k: v for k, v in locals().items() if k in _TYPED},
         integers=("train_batch_size", "max_seq_length", "eval_batch_size", "max_train_steps",
@@ -294,7 +296,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         flags=("official_layerwise_decay", "double_unordered", "save_model", "jit_compile",
                "static_shapes"),
         may_be_none=("num_epochs", "max_seq_length", "clip_norm", "max_train_steps",
-                     "no_answer_threshold", "log_every", "static_shapes"))
+                     "no_answer_threshold", "log_every", "static_shapes"),
+        macros={"learning_rate": "LEARNING_RATE", "train_batch_size": "TRAIN_BATCH_SIZE",
+                "num_epochs": "NUM_EPOCHS", "max_seq_length": "MAX_SEQ_LENGTH",
+                "layerwise_lr_decay": "LAYERWISE_LR_DECAY"})
     if clip_norm is not None and not clip_norm > 0:
         raise UserInputError(f"finetuning.clip_norm={clip_norm!r} must be a positive number, "
                              "or None for no clipping")

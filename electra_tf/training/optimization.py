@@ -494,6 +494,19 @@ def layerwise_lr_multipliers(encoder, decay: float, official: bool = False) -> d
 # ------------------------------------------------------------------------------ gin boundary
 
 
+_MACROS = {"learning_rate": "LEARNING_RATE", "warmup_steps": "WARMUP_STEPS",
+           "num_train_steps": "NUM_TRAIN_STEPS"}
+
+
+def check_types(values: dict) -> None:
+    """A UserInputError for an `optimizer.*` value of the wrong type ({parameter: value}):
+    create_optimizer's check, which fine-tuning makes on the bindings before it writes."""
+    gin_files.check_types(
+        "optimizer", values, integers=("num_train_steps", "warmup_steps"),
+        numbers=("learning_rate", "decay_power", "weight_decay_rate", "beta_1", "beta_2",
+                 "epsilon"), flags=("bias_correction", "aggregate_gradients"), macros=_MACROS)
+
+
 # The run sets these from its own settings: a binding would be overridden without a word.
 @gin.configurable("optimizer", denylist=["num_train_steps", "aggregate_gradients",
                                          "restart_at", "log"])
@@ -516,15 +529,11 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
     (a warmup of over half the run, with linear decay: a short continued pre-training with a
     size preset's 10,000 warmup steps barely trained).
     """
-    gin_files.check_types(
-        "optimizer", {"learning_rate": learning_rate, "num_train_steps": num_train_steps,
-                      "warmup_steps": warmup_steps, "decay_power": decay_power,
-                      "weight_decay_rate": weight_decay_rate, "beta_1": beta_1,
-                      "beta_2": beta_2, "epsilon": epsilon, "bias_correction": bias_correction,
-                      "aggregate_gradients": aggregate_gradients},
-        integers=("num_train_steps", "warmup_steps"),
-        numbers=("learning_rate", "decay_power", "weight_decay_rate", "beta_1", "beta_2",
-                 "epsilon"), flags=("bias_correction", "aggregate_gradients"))
+    check_types({"learning_rate": learning_rate, "num_train_steps": num_train_steps,
+                 "warmup_steps": warmup_steps, "decay_power": decay_power,
+                 "weight_decay_rate": weight_decay_rate, "beta_1": beta_1, "beta_2": beta_2,
+                 "epsilon": epsilon, "bias_correction": bias_correction,
+                 "aggregate_gradients": aggregate_gradients})
     if name not in OPTIMIZERS:
         raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
                              f"{', '.join(OPTIMIZERS)}")

@@ -151,7 +151,8 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
                                                    "xla_cache"),
         strings=("device_name",), may_be_none=("clip_norm", "device_name",
                                                "max_predictions_per_seq", "steps_per_call",
-                                               "two_stage_steps"))
+                                               "two_stage_steps"),
+        macros={"mask_prob": "MASK_PROB"})
     if clip_norm is not None and not clip_norm > 0:  # (a negative norm clipped nothing)
         raise UserInputError(f"pretraining.clip_norm={clip_norm!r} must be a positive number, "
                              "or None for no clipping")
