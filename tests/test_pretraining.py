@@ -2017,7 +2017,8 @@ def test_bindings_that_would_train_wrongly_are_refused_before_anything_is_writte
             (["pretraining.clip_norm = '1.0'"],
              r"^pretraining.clip_norm='1.0' must be a number or None \(no quotes\)(\n|$)"),
             (["pretraining.clip_norm = -1.0"],  # (it clipped nothing)
-             r"^pretraining.clip_norm=-1.0 must be a positive number, or None for no clipping(\n|$)"),
+             r"^pretraining.clip_norm=-1.0 must be a positive number, or None for no "
+             r"clipping(\n|$)"),
             (["MASK_PROB = '0.2'"], r"^MASK_PROB='0.2' \(pretraining.mask_prob\) must be "
              r"a number \(no quotes\)"),
             (["pretraining.device_name = 4"], r"^pretraining.device_name=4 must be a string or "
