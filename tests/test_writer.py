@@ -660,3 +660,9 @@ def test_a_build_begun_before_the_piece_rule_changed_is_resumed_only_where_it_is
     both = f"{flat},{other}"  # two whole files: nothing differs
     stopped(1 << 20, both)
     assert build_it(1 << 20, both)["num_examples"] > 0
+    # Nor where a file's cuts have blank lines near (documents): its pieces start as then.
+    shutil.rmtree(out)
+    flat.write_text("".join(f"Sentence {i} of a document.\n" + "\n" * (i % 5 == 4)
+                            for i in range(3000)))
+    stopped(20_000)
+    assert build_it(20_000)["num_examples"] > 0

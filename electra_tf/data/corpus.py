@@ -150,12 +150,26 @@ def input_bytes(piece: Piece) -> int:
     return end - piece.start
 
 
-def _find_boundary(f, offset: int, separator: bytes) -> int:
+def boundaries_moved(path: str, piece_bytes: int) -> bool:
+    """Whether a plain text file's pieces (plan_pieces) start elsewhere under the piece rule
+    of builds since BuildConfig.piece_rule 2 than before it (the end of the file no longer
+    taken as a boundary where it has no blank line near)."""
+    size = tf.io.gfile.stat(path).length
+    if _compression(path) or size <= piece_bytes:
+        return False
+    with _open_raw(path) as f:
+        return any(_find_boundary(f, cut, b"\n\n") != _find_boundary(f, cut, b"\n\n", rule=1)
+                   for cut in range(piece_bytes, size, piece_bytes))
+
+
+def _find_boundary(f, offset: int, separator: bytes, rule: int = 2) -> int:
     """Where a piece starting at nominal `offset` really starts (and its predecessor ends):
     the first p >= offset with p == 0 or data[p - len(separator):p] == separator. A blank
     line ends a document in either line ending: for b"\n\n", b"\n\r\n" (CRLF's) counts too
     (else a CRLF file would never split, and its other pieces would come out empty); with no
-    blank line within _BOUNDARY_WINDOW bytes, the end of a line does."""
+    blank line within _BOUNDARY_WINDOW bytes (after it, or before it where the file ends
+    sooner), the end of a line does. `rule` 1: as builds before BuildConfig.piece_rule cut,
+    taking the file's end where it came within the window."""
     if offset <= 0:
         return 0
     if separator != b"\n\n":
@@ -163,7 +177,7 @@ def _find_boundary(f, offset: int, separator: bytes) -> int:
     blank = (separator, b"\n\r\n")
     found = _find_separator(f, offset, blank, _BOUNDARY_WINDOW)
     f.seek(0, os.SEEK_END)  # (tf.io.gfile's seek returns nothing: tell)
-    if found is not None and found == f.tell():
+    if rule >= 2 and found is not None and found == f.tell():
         # The end of the file ends the last document, where the file has blank lines; one
         # without any near (less than the window left after the cut) is cut at a line, as
         # further in (else its first piece read all that was left, the others nothing).

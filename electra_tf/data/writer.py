@@ -494,9 +494,8 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
     finished = tf.io.gfile.exists(metadata_path)
     if "piece_rule" in changed and (
             finished or config.input_format != corpus.TEXT or config.one_document_per_line
-            or all(len(corpus.plan_pieces([p], config.piece_bytes)) == 1
-                   for p in config.inputs)):
-        # (its shards are whole, or no file is cut where documents end at blank lines)
+            or not any(corpus.boundaries_moved(p, config.piece_bytes) for p in config.inputs)):
+        # (its shards are whole, or its files' pieces start where they started then)
         changed.remove("piece_rule")
     if "piece_rule" in changed:
         raise UserInputError(
