@@ -238,6 +238,10 @@ def test_a_path_under_a_broken_link_or_of_an_unknown_scheme_is_one_line(tmp_path
                                              r"\(to /nonexistent/c.txt\); fix it or take it "
                                              "out of --input's folder"):
         corpus.expand_inputs(str(tmp_path / "texts"))
+    with pytest.raises(UserInputError, match=f"input {tmp_path}/texts/c.txt is a broken link "
+                                             r"\(to /nonexistent/c.txt\); fix it or pass "
+                                             "another --input"):
+        corpus.expand_inputs(str(tmp_path / "texts" / "c.txt"))  # (it "matched no file")
     (tmp_path / "texts" / "c.txt").unlink()
     os.mkfifo(tmp_path / "pipe")  # as /dev/stdin or <(zcat x.gz) are: it was "empty (0 bytes)"
     with pytest.raises(UserInputError, match=f"input {tmp_path}/pipe is a pipe or device, not "

@@ -103,6 +103,9 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
     for pattern in patterns:
         pattern = pattern.strip()
         matched = [pattern] if tf.io.gfile.exists(pattern) else tf.io.gfile.glob(pattern)
+        if not matched and os.path.islink(pattern):
+            raise UserInputError(f"input {pattern} is a broken link (to "
+                                 f"{os.readlink(pattern)}); fix it or pass another --input")
         if not matched:
             raise UserInputError(
                 f"input {pattern} matches no file; check the path or glob in --input")
