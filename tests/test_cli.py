@@ -243,6 +243,11 @@ def test_a_path_under_a_broken_link_or_of_an_unknown_scheme_is_one_line(tmp_path
                                              "another --input"):
         corpus.expand_inputs(str(tmp_path / "texts" / "c.txt"))  # (it "matched no file")
     (tmp_path / "texts" / "c.txt").unlink()
+    (tmp_path / "empty").mkdir()  # beside a good input it was taken silently
+    (tmp_path / "empty" / ".hidden.txt").write_text("A line.\n")
+    with pytest.raises(UserInputError, match=f"input {tmp_path}/empty holds no files \\(hidden "
+                                             r"ones, named '\.\*', are skipped\); check"):
+        corpus.expand_inputs(f"{tmp_path}/texts,{tmp_path}/empty")
     os.mkfifo(tmp_path / "pipe")  # as /dev/stdin or <(zcat x.gz) are: it was "empty (0 bytes)"
     with pytest.raises(UserInputError, match=f"input {tmp_path}/pipe is a pipe or device, not "
                                              "a file; write it to a file and pass that"):

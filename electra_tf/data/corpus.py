@@ -109,13 +109,18 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
         if not matched:
             raise UserInputError(
                 f"input {pattern} matches no file; check the path or glob in --input")
+        found = set()
         for path in matched:
             if tf.io.gfile.isdir(path):
                 for root, folders, names in tf.io.gfile.walk(path):
                     folders[:] = [f for f in folders if not f.startswith(".")]  # .git, ...
-                    files.update(os.path.join(root, n) for n in names if not n.startswith("."))
+                    found.update(os.path.join(root, n) for n in names if not n.startswith("."))
             else:
-                files.add(path)
+                found.add(path)
+        if not found:  # (as a glob matching nothing is: one beside other inputs too)
+            raise UserInputError(f"input {pattern} holds no files (hidden ones, named '.*', "
+                                 "are skipped); check --input")
+        files |= found
     if not files:
         raise UserInputError(f"input {','.join(patterns)} holds no files; check --input")
     local = sorted(f for f in files if not _is_remote(f))
