@@ -77,10 +77,18 @@ def read_lines(inputs: str | list[str], input_format: str = corpus.TEXT,
             corpus.check_jsonl(path, text_field)
     pieces = corpus.plan_pieces(files)
     stats = stats if stats is not None else CorpusStats()
-    return _read_lines(pieces, input_format, text_field, max_lines, stats)
+    return _read_lines(pieces, input_format, text_field, max_lines, stats, inputs)
 
 
-def _read_lines(pieces, input_format, text_field, max_lines, stats) -> Iterator[str]:
+def _read_lines(pieces, input_format, text_field, max_lines, stats, inputs) -> Iterator[str]:
+    yield from _lines_of(pieces, input_format, text_field, max_lines, stats)
+    if not stats.lines:  # (blank lines alone, or JSONL records of empty texts)
+        named = inputs if isinstance(inputs, str) else ",".join(inputs)
+        raise UserInputError(f"input {named} holds no text (only blank lines); check --input "
+                             "and --input_format")
+
+
+def _lines_of(pieces, input_format, text_field, max_lines, stats) -> Iterator[str]:
     for piece in pieces:
         piece_stats = corpus.ReadStats()
         documents = corpus.read_documents(piece, input_format, text_field,

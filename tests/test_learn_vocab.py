@@ -186,6 +186,14 @@ def test_too_large_vocab_is_one_clear_error():
         vocab_learning.learn_vocab([], 1000)
 
 
+def test_an_input_of_blank_lines_is_named(tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n\t\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=f"^input {blank} holds no text \\(only blank "
+                                             r"lines\); check --input and --input_format$"):
+        list(vocab_learning.read_lines(str(blank)))  # (it said "the input")
+
+
 def test_max_lines_and_jsonl(tmp_path):
     path = tmp_path / "docs.jsonl"
     path.write_text('{"body": "first line\\nsecond line"}\n{"body": "third"}\n',
