@@ -31,7 +31,9 @@ _TF_REASONS = {"No space left on device": _NO_SPACE, "Disk quota exceeded": _NO_
                "Operation not permitted": _NO_PERMISSION}
 _ERRNOS = {errno.ENOSPC: _NO_SPACE, errno.EDQUOT: _NO_SPACE, errno.EROFS: _READ_ONLY,
            errno.EACCES: _NO_PERMISSION, errno.EPERM: _NO_PERMISSION}
-_TF_FILE_ERROR = re.compile(r"(?:\}\}\s*)?([^{};]+?); (" + "|".join(_TF_REASONS) + ")")
+# TensorFlow's file errors: "<path>; <the OS's words>" (after a "{{function_node ...}}").
+_TF_PATH = r"(?:\}\}\s*)?([^{};]+?); "
+_TF_FILE_ERROR = re.compile(_TF_PATH + "(" + "|".join(_TF_REASONS) + ")")
 # The names an output is staged under before it is renamed into place, and what each stands
 # for: a save's ckpt-N_temp/ (variables_temp/ in a SavedModel) and its .tempstate files,
 # TensorFlow's atomic writes' NAME.tmp<32 hex> (the `checkpoint` file, saved_model.pb),
@@ -84,7 +86,7 @@ def storage_message(reason: str, path: str | None, flag: str | None) -> str:
     return f"permission denied for {where}; choose {elsewhere} or change its permissions"
 
 
-_TF_NOT_FOUND = re.compile(r"(?:\}\}\s*)?([^{};]+?); No such file or directory")
+_TF_NOT_FOUND = re.compile(_TF_PATH + "No such file or directory")
 _SCHEME = re.compile(r"File system scheme '([^']+)' not implemented(?: \(file: '([^']*)'\))?")
 
 

@@ -180,12 +180,13 @@ def default_gin_file(config: EncoderConfig) -> str:
 # ------------------------------------------------------------------------------ the run
 
 
-# The gin parameters whose type run_finetuning checks (a string 'False' is true).
-_TYPED = ("learning_rate", "train_batch_size", "num_epochs", "max_seq_length",
-          "layerwise_lr_decay", "official_layerwise_decay", "warmup_proportion", "clip_norm",
-          "head_dropout", "eval_batch_size", "max_train_steps", "doc_stride",
-          "max_query_length", "max_answer_length", "n_best_size", "no_answer_threshold",
-          "beam_size", "double_unordered", "log_every", "save_model", "jit_compile",
+# The gin parameters whose type run_finetuning checks, by kind (a string 'False' is true).
+_INTEGERS = ("train_batch_size", "max_seq_length", "eval_batch_size", "max_train_steps",
+             "doc_stride", "max_query_length", "max_answer_length", "n_best_size", "beam_size",
+             "log_every")
+_NUMBERS = ("learning_rate", "num_epochs", "layerwise_lr_decay", "warmup_proportion",
+            "clip_norm", "head_dropout", "no_answer_threshold")
+_FLAGS = ("official_layerwise_decay", "double_unordered", "save_model", "jit_compile",
           "static_shapes")
 
 
@@ -287,14 +288,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     # (before --overwrite deletes the earlier run: create_optimizer checks them too late)
     optimization.check_types(gin.get_bindings("optimizer"))
     gin_files.check_types(
-        "finetuning", {k: v for k, v in locals().items() if k in _TYPED},
-        integers=("train_batch_size", "max_seq_length", "eval_batch_size", "max_train_steps",
-                  "doc_stride", "max_query_length", "max_answer_length", "n_best_size",
-                  "beam_size", "log_every"),
-        numbers=("learning_rate", "num_epochs", "layerwise_lr_decay", "warmup_proportion",
-                 "clip_norm", "head_dropout", "no_answer_threshold"),
-        flags=("official_layerwise_decay", "double_unordered", "save_model", "jit_compile",
-               "static_shapes"),
+        "finetuning", {k: v for k, v in locals().items() if k in _INTEGERS + _NUMBERS + _FLAGS},
+        integers=_INTEGERS, numbers=_NUMBERS, flags=_FLAGS,
         may_be_none=("num_epochs", "max_seq_length", "clip_norm", "max_train_steps",
                      "no_answer_threshold", "log_every", "static_shapes"),
         macros={"learning_rate": "LEARNING_RATE", "train_batch_size": "TRAIN_BATCH_SIZE",
