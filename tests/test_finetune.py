@@ -206,12 +206,19 @@ def test_tags_re_encode_with_the_same_chunks():
     assert metrics.retag(metrics.retag(bmes, "BIOES"), "BMES") == bmes
     assert metrics.tag_scheme([["B-X", "M-X", "I-X", "E-X"]]) == "BIOES"  # both: spelt I-
     assert metrics.tag_scheme([["S-X"], ["NR", "B-X"]]) is None  # token-level, wherever it is
+    # IOE1 (IOB1 mirrored: E- only before a chunk of its type) against IOE2 (E- ends each).
+    ioe1 = "I-X E-X I-X O I-Y I-Y".split()
+    assert metrics.tag_scheme([ioe1]) == "IOE1"
+    assert metrics.tag_scheme([ioe1, ["E-X", "O"]]) == "BIOES"  # an E- with no X after: IOE2
+    assert metrics.tag_scheme([["I-X", "O"]]) == "IOB1"  # no E- at all: read as IOB1
+    assert metrics.retag(metrics.retag(ioe1, "BIOES"), "IOE1") == ioe1
 
 
 @pytest.mark.parametrize("gold", [
     "B-PER L-PER U-LOC O B-ORG I-ORG L-ORG".split(),             # BILOU
     "B_PER I_PER O B_LOC O B_PER".split(),                       # BIO with '_'
     "I-PER E-PER O E-LOC I-ORG I-ORG E-ORG E-ORG".split(),       # IOE2
+    "I-PER E-PER I-PER O I-LOC O I-ORG".split(),                 # IOE1
     "B-PER I-PER O B-LOC".split(), "B-X M-X E-X S-Y".split()])  # as retag spells them
 def test_predictions_keep_the_files_spelling(gold):
     """A perfect model's tags, as fine-tuning writes them (the file's scheme, then its
@@ -224,6 +231,24 @@ def test_predictions_keep_the_files_spelling(gold):
     assert metrics.span_scores([gold], [written]) == {"f1": 1.0, "precision": 1.0,
                                                       "recall": 1.0, "accuracy": 1.0}
     assert (spelling is None) == (gold[-1] in ("B-LOC", "S-Y"))  # the last two: as retag's
+
+
+def test_served_tags_are_retag_in_the_graph():
+    """The SavedModel's retag_bioes (TensorFlow ops) writes a model's BIOES tags in each
+    scheme exactly as metrics.retag does in Python, for any tags, padded rows included."""
+    from electra_tf.export import saved_model
+    from electra_tf.finetune import metrics
+    rng = np.random.default_rng(1)
+    tagset = ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B"]
+    rows = [[tagset[i] for i in rng.integers(0, len(tagset), rng.integers(1, 9))]
+            for _ in range(400)]
+    width = max(map(len, rows))
+    padded = tf.constant([r + [""] * (width - len(r)) for r in rows])
+    for scheme in metrics.TAG_SCHEMES:
+        served = saved_model.retag_bioes(padded, scheme).numpy().astype(str).tolist()
+        assert [s[:len(r)] for s, r in zip(served, rows)] == [
+            metrics.retag(r, scheme) for r in rows], scheme
+        assert all(set(s[len(r):]) <= {""} for s, r in zip(served, rows))
 
 
 def test_iob1_predictions_keep_neighbouring_chunks_apart():

@@ -687,7 +687,7 @@ def best_beam_spans(start_index, start_log_probs, end_index, end_log_probs, can_
 
 def retag_bioes(tags, scheme: str):
     """metrics.retag of BIOES tags [b, W] ("" past a row's words, read as O and kept):
-    the same chunks, as conlleval reads them, in `scheme` (BIO, IOB1, BIOES or BMES)."""
+    the same chunks, as conlleval reads them, in `scheme` (metrics.TAG_SCHEMES)."""
     outside = tf.equal(tags, "O") | tf.equal(tags, "")
     prefix = tf.where(outside, "O", tf.strings.substr(tags, 0, 1))
     type_ = tf.where(outside, "", tf.strings.regex_replace(tags, "^..", ""))
@@ -713,6 +713,9 @@ def retag_bioes(tags, scheme: str):
         mark = tf.where(starts, tf.where(ends, "S", "B"), tf.where(ends, "E", inside))
     elif scheme == "BIO":
         mark = tf.where(starts, "B", "I")
+    elif scheme == "IOE1":
+        before_same = ~tf.equal(next_prefix, "O") & tf.equal(next_type, type_)
+        mark = tf.where(ends & before_same, "E", "I")
     else:  # IOB1
         after_same = ~tf.equal(prev_prefix, "O") & tf.equal(prev_type, type_)
         mark = tf.where(starts & after_same, "B", "I")

@@ -154,17 +154,20 @@ def _chunk_starts(prev_prefix, prefix, prev_type, type_) -> bool:
     return prefix != "O" and prev_type != type_
 
 
-TAG_SCHEMES = ("BIO", "IOB1", "BIOES", "BMES")
+TAG_SCHEMES = ("BIO", "IOB1", "BIOES", "BMES", "IOE1")
 
 
 def tag_scheme(sentences_tags) -> str | None:
     """How tagged sentences encode their chunks: None for token-level tags (a tag other than
     O without a B/I/E/S/L/U/M prefix, e.g. POS); "BMES" if any tag is M- (BIOES with M- for
-    I-) and none I-; "BIOES" if any tag marks ends or singles (E-, S-, L-, U-); "IOB1" if
-    chunks start with I- and B- never starts a chunk that does not follow one of its type
-    (CoNLL-2003's original files); else "BIO" (also when a BIO file has a stray chunk
-    starting with I-)."""
+    I-) and none I-; "IOE1" if no tag marks beginnings or singles (no B-, S-, U-), chunks end
+    with I- and E- never ends a chunk that no chunk of its type follows (IOB1 mirrored; IOE2,
+    whose every chunk ends with E-, is BIOES spelt without beginnings: `tag_spelling`);
+    "BIOES" if any tag marks ends or singles (E-, S-, L-, U-); "IOB1" if chunks start with I-
+    and B- never starts a chunk that does not follow one of its type (CoNLL-2003's original
+    files); else "BIO" (also when a BIO file has a stray chunk starting with I-)."""
     starts_with_i = b_alone = ends = with_i = with_m = False
+    begins = ends_with_i = e_alone = False
     for tags in sentences_tags:
         prev_prefix, prev_type = "O", ""
         for tag in tags:
@@ -178,9 +181,18 @@ def tag_scheme(sentences_tags) -> str | None:
                 starts_with_i = True
             if prefix == "B" and (prev_prefix == "O" or prev_type != type_):
                 b_alone = True
+            begins |= prefix in ("B", "S")
+            if prev_prefix in ("I", "E") and _chunk_ends(prev_prefix, prefix, prev_type, type_):
+                ends_with_i |= prev_prefix == "I"
+                e_alone |= prev_prefix == "E" and (prefix == "O" or type_ != prev_type)
             prev_prefix, prev_type = prefix, type_
+        if prev_prefix in ("I", "E"):  # the sentence's last chunk
+            ends_with_i |= prev_prefix == "I"
+            e_alone |= prev_prefix == "E"
     if with_m and not with_i:
         return "BMES"
+    if ends and not begins and ends_with_i and not e_alone:
+        return "IOE1"
     if ends or with_m:
         return "BIOES"
     return "IOB1" if starts_with_i and not b_alone else "BIO"
@@ -205,6 +217,9 @@ def retag(tags: list[str], scheme: str) -> list[str]:
                 mark = ("S" if ends else "B") if starts else ("E" if ends else inside)
             elif scheme == "BIO":
                 mark = "B" if starts else "I"
+            elif scheme == "IOE1":  # E only where a chunk of its type follows
+                following = parts[i + 1]
+                mark = "E" if ends and following[0] != "O" and following[1] == type_ else "I"
             else:  # IOB1: B only where a chunk follows one of its type
                 mark = "B" if starts and prev_prefix != "O" and prev_type == type_ else "I"
             out.append(f"{mark}-{type_}")
@@ -254,7 +269,8 @@ def files_scheme(train_tags, dev_tags) -> tuple[str | None, dict | None]:
 def scheme_prefixes(scheme: str, spelling: dict | None) -> tuple[set, str]:
     """The prefix letters and separator a file of `scheme` (TAG_SCHEMES) spelt so
     (`tag_spelling`) writes its chunk tags with: predictions come out in them."""
-    letters = {"BIO": "BI", "IOB1": "BI", "BIOES": "BIES", "BMES": "BMES"}[scheme]
+    letters = {"BIO": "BI", "IOB1": "BI", "BIOES": "BIES", "BMES": "BMES",
+               "IOE1": "IE"}[scheme]
     spelt = respell([f"{c}-X" for c in letters], spelling)
     return {t[0] for t in spelt}, spelt[0][1]
 
