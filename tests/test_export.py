@@ -1012,6 +1012,11 @@ def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
     assert vocab[ids["input_ids"][1, 2]] == "[UNK]"  # a word that normalises away
     # Words after the first that does not fit are cut too: a prefix, as serving keeps.
     assert positions[4, 39] == 40 and positions[4, 40:43].tolist() == [-1, -1, -1]
+    # `truncated`: the sentences with words that did not fit (the 60 "Word"s, the fifth).
+    cut_rows = [int((positions[n] >= 0).sum()) < len(w.split(" "))
+                for n, w in enumerate(text["text"])]
+    assert cut_rows[2] and cut_rows[4] and sum(cut_rows) == 2
+    assert out["serving_default__truncated"].tolist() == cut_rows
 
 
 def test_served_tags_are_re_encoded_as_fine_tuning_writes_them():
@@ -1065,6 +1070,10 @@ def test_task_qa_question_context_answer_and_answerability(task_exports):
     assert threshold == 0.5  # bound (the default, ELECTRA's 0.06, blanks this brief run's all)
     mask = ids["input_mask"].astype(bool)
     assert ids["segment_ids"][1].tolist().index(1) == 12 + 2  # the question cut to 12 pieces
+    # `truncated`: the questions of more than max_query_length (12) pieces.
+    asked = [len(p) for p in tok.encode(list(text["text"]))]
+    assert asked[1] > 12 and min(asked) <= 12
+    assert out["serving_default__truncated"].tolist() == [n > 12 for n in asked]
     np.testing.assert_allclose(out["predict_ids__start_logits"][mask],
                                expected["start_logits"][mask], atol=1e-4)
     for key in ("start_top_log_probs", "end_top_log_probs"):  # in order (indices may swap
@@ -1440,6 +1449,7 @@ def test_task_serving_empty_batches_and_a_question_longer_than_the_window(task_e
             assert out["tokens"].numpy()[0].tolist()[L - 2:] == [words[window].encode(),
                                                                  b"[SEP]"]
             assert out["answer_start"].numpy()[0] in (-1, L - 2)
+            assert out["truncated"].numpy().tolist() == [True]  # cut to L - 4 pieces
 
 
 def test_task_export_listing_warmup_config_and_trial_choice(task_exports):

@@ -440,7 +440,8 @@ class TaskServingModule(_TextModule):
             word_tags = respell(retag_bioes(word_tags, self.tag_scheme), self.tag_spelling)
         return {"tokens": self.tokens(input_ids, input_mask), "input_mask": input_mask,
                 "word_start": word_start, "tag_probabilities": tf.nn.softmax(logits),
-                "tag_ids": tag_ids, "tags": tags, "words": words, "word_tags": word_tags}
+                "tag_ids": tag_ids, "tags": tags, "words": words, "word_tags": word_tags,
+                "truncated": ~tf.reduce_all(fits, axis=1)}
 
     def _qa(self, question, context):
         tok = self._tokenizer
@@ -452,8 +453,8 @@ class TaskServingModule(_TextModule):
         # Every window of the context, as squad.encode makes them: [CLS] question [SEP]
         # window [SEP], the question cut to max_query_length pieces (and so that a context
         # piece fits), windows of what is left, doc_stride pieces apart.
-        query = tok.tokenize(question)[:, :min(self.max_query_length,
-                                               self.max_seq_length - 4)]  # [b, (q)]
+        asked = tok.tokenize(question)
+        query = asked[:, :min(self.max_query_length, self.max_seq_length - 4)]  # [b, (q)]
         # The context's basic tokens (tokenization.basic_token_spans'), each tokenized on its own as
         # fine-tuning tokenized them, with their byte spans to quote the answer from.
         words, word_begin, _ = tf_text.regex_split_with_offsets(
@@ -501,6 +502,7 @@ class TaskServingModule(_TextModule):
         pick = lambda x: tf.gather(x, chosen)  # noqa: E731
         result = {"tokens": self.tokens(pick(input_ids), pick(input_mask)),
                   "input_mask": pick(input_mask), "window": tf.cast(pick(k), tf.int32),
+                  "truncated": asked.row_lengths() > query.row_lengths(),
                   **{key: pick(v) for key, v in out.items() if key != "answerable_logits"}}
         answered = pick(found)
         if "answerable_logits" in out:  # the most answerable window's
