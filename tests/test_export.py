@@ -194,6 +194,39 @@ def test_electric_discriminator_serves_the_probability_training_scores(served, e
         np.testing.assert_allclose(printed, probability[0, 1:n - 1], atol=6e-4)
 
 
+def test_models_config_keeps_the_users_text(tmp_path):
+    """An export adds its model to models.config without rewriting the user's file: its
+    comments and layout stay (they were dropped by every export), and a file that lists
+    the model already is left byte for byte; the result is the config with the model added
+    wherever the text cannot take it where it is."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    def parsed():
+        return text_format.Parse((tmp_path / "models.config").read_text(),
+                                 model_server_config_pb2.ModelServerConfig())
+
+    saved_model.write_models_config(str(tmp_path), "first")  # no file: a new one
+    assert [c.name for c in parsed().model_config_list.config] == ["first"]
+    users = ('# owner: ml-platform; keep reg pinned to 1\nmodel_config_list {\n  config {\n'
+             '    name: "reg"\n    base_path: "/models/reg"\n    model_platform: "tensorflow"\n'
+             '    model_version_policy { specific { versions: 1 } }  # pinned\n  }\n}\n')
+    (tmp_path / "models.config").write_text(users)
+    saved_model.write_models_config(str(tmp_path), "reg")
+    assert (tmp_path / "models.config").read_text() == users  # listed: left as written
+    saved_model.write_models_config(str(tmp_path), "tagger")
+    text = (tmp_path / "models.config").read_text()
+    assert text.startswith(users[:users.rindex("}")]) and "# pinned" in text
+    entries = parsed().model_config_list.config
+    assert [(c.name, c.base_path) for c in entries] == [("reg", "/models/reg"),
+                                                        ("tagger", "/models/tagger")]
+    assert list(entries[0].model_version_policy.specific.versions) == [1]
+    # A closing brace in a comment after the list: the entry cannot go before it.
+    (tmp_path / "models.config").write_text(users + "# old: config { name: 'x' }\n")
+    saved_model.write_models_config(str(tmp_path), "tagger")
+    assert [c.name for c in parsed().model_config_list.config] == ["reg", "tagger"]
+
+
 def test_saved_model_cli_warmup_records_and_models_config(served):
     path = served["discriminator"][0]
     export_dir = os.path.dirname(os.path.dirname(path))

@@ -78,6 +78,7 @@ import math
 import os
 import re
 import shutil
+import textwrap
 
 import keras
 import numpy as np
@@ -1029,7 +1030,7 @@ def _add_missing_config_entry(export_dir: str, model_name: str, log):
     if not _versions(export_dir, model_name) or model_name in _config_names(export_dir):
         return
     path = os.path.join(export_dir, MODELS_CONFIG)
-    atomic.write_text(path, models_config_text(export_dir, model_name))
+    write_models_config(export_dir, model_name)
     log(f"note: added {model_name} to {path}, which did not name it though its versions were "
         "there (an export stopped before writing it?)")
 
@@ -1145,13 +1146,15 @@ def _write_warmup(directory: str, model_name: str, input_names=("text",)):
             writer.write(log.SerializeToString())
 
 
-def _read_config(export_dir: str):
-    """export_dir/models.config as a ModelServerConfig (empty where there is none); a file
-    that is not one raises UserInputError."""
+def _read_config(export_dir: str, with_text: bool = False):
+    """export_dir/models.config as a ModelServerConfig (empty where there is none), and its
+    text if `with_text` ("" where there is none); a file that is not one raises
+    UserInputError."""
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
     path = os.path.join(export_dir, MODELS_CONFIG)
     config = model_server_config_pb2.ModelServerConfig()
+    text = ""
     if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
             text = f.read()
@@ -1160,7 +1163,7 @@ def _read_config(export_dir: str):
         except text_format.ParseError as e:
             raise UserInputError(f"{path} is not a TF Serving model config ({e}); fix it, or "
                                  "move it away and export again to write a new one") from None
-    return config
+    return (config, text) if with_text else config
 
 
 def _config_names(export_dir: str) -> list[str]:
@@ -1168,23 +1171,37 @@ def _config_names(export_dir: str) -> list[str]:
     return [entry.name for entry in _read_config(export_dir).model_config_list.config]
 
 
-def models_config_text(export_dir: str, model_name: str) -> str:
+def models_config_text(export_dir: str, model_name: str) -> str | None:
     """export_dir/models.config (TF Serving's --model_config_file) with `model_name` added,
     keeping the models already there; base paths are as the official Docker image mounts
-    them: /models/<name>. A file there that is not a ModelServerConfig text proto raises
-    UserInputError, before anything is exported."""
+    them: /models/<name>. None where the file lists the model already: it is left as
+    written. The file's own text, comments included, is kept: the model's entry goes in
+    before its last '}' (written anew from the parsed config only where that would not read
+    back as the config with the model added). A file there that is not a ModelServerConfig
+    text proto raises UserInputError, before anything is exported."""
     from google.protobuf import text_format
-    config = _read_config(export_dir)
+    config, text = _read_config(export_dir, with_text=True)
     entries = config.model_config_list.config
-    if not any(entry.name == model_name for entry in entries):
-        entry = entries.add()
-        entry.name, entry.base_path, entry.model_platform = (
-            model_name, f"/models/{model_name}", "tensorflow")
+    if any(entry.name == model_name for entry in entries):
+        return None
+    entry = entries.add()
+    entry.name, entry.base_path, entry.model_platform = (
+        model_name, f"/models/{model_name}", "tensorflow")
+    if "}" in text:
+        end = text.rindex("}")
+        spliced = (text[:end].rstrip(" ") + "  config {\n"
+                   + textwrap.indent(text_format.MessageToString(entry), "    ")
+                   + "  }\n" + text[end:])
+        try:
+            if text_format.Parse(spliced, type(config)()) == config:
+                return spliced
+        except text_format.ParseError:
+            pass
     return text_format.MessageToString(config)
 
 
 def write_models_config(export_dir: str, model_name: str):
     """Adds `model_name` to export_dir/models.config (see `models_config_text`)."""
-    atomic.write_text(os.path.join(export_dir, MODELS_CONFIG),
-                      models_config_text(export_dir, model_name))
-
+    text = models_config_text(export_dir, model_name)
+    if text is not None:
+        atomic.write_text(os.path.join(export_dir, MODELS_CONFIG), text)
