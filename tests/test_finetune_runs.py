@@ -692,6 +692,14 @@ def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
     assert (init.trained_seq_length, again.trained_seq_length) == (None, 16)
     assert lines[0] == (f"note: MAX_SEQ_LENGTH=32, but {checkpoint} was trained on sequences "
                         "of 16: the position embeddings from 16 to 31 start untrained")
+    # The same weights spelt otherwise (a link, "./", another working directory) extend
+    # the run: they are compared by contents, as the vocab is (the spelling was refused).
+    os.symlink(first, tmp_path / "alias")
+    alias = runner.load_initialization(str(tmp_path / "alias"))
+    assert alias.source != checkpoint
+    results = finetune(tmp_path / "next", train, dev, alias, ["MAX_SEQ_LENGTH = 32"],
+                       num_trials=2)
+    assert [t["seed"] for t in results["trials"]] == [0, 1]
 
 
 def test_the_chief_decides_which_trials_every_worker_keeps(mirrored_strategy):

@@ -666,6 +666,11 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                 expected.pop(key, None)
         if "tag_spelling" not in recorded and expected.get("tag_spelling") is None:
             expected.pop("tag_spelling", None)  # (recorded since; None: as it was written)
+        if (recorded.get("inputs_sha256") or {}).get("init_checkpoint"):
+            # The weights are their contents too (their .index file's digest), however
+            # --init_checkpoint spells them ("./run", an absolute path, after a move).
+            recorded.pop("init_checkpoint", None)
+            expected.pop("init_checkpoint", None)
         if "vocab_sha256" in recorded:  # the vocab is its contents, wherever it now lies
             recorded.pop("vocab_file", None)
             expected.pop("vocab_file", None)
