@@ -429,13 +429,18 @@ def test_an_export_names_its_checkpoint_and_exports_one_asked_for(model_dir, tmp
     saved_model.export(first + ".index", str(tmp_path), "first", "discriminator",
                        log=lines.append)
     assert lines == [f"discriminator: the weights of {first}",
-                     f"note: {first} holds the weights before the first training step (the run "
-                     "has saved no later checkpoint yet): they are untrained"]
+                     f"note: {first} holds the weights before the first training step (asked "
+                     f"for: the run's latest is {os.path.basename(latest)}): they are untrained"]
     # A run started from a checkpoint saved those weights as its ckpt-0: said so.
     pretrain(tmp_path / "continued", os.path.join(austen_data[0], "*.tfrecord"),
              ["NUM_TRAIN_STEPS = 2"], eager=True, init_checkpoint=model_dir)
+    # (a run that has saved no later checkpoint yet: ckpt-2 not there)
+    for path in glob.glob(str(tmp_path / "continued" / "ckpt-2.*")):
+        os.remove(path)
+    (tmp_path / "continued" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-0"\nall_model_checkpoint_paths: "ckpt-0"\n')
     lines = []
-    saved_model.export(str(tmp_path / "continued" / "ckpt-0"), str(tmp_path), "continued",
+    saved_model.export(str(tmp_path / "continued"), str(tmp_path), "continued",
                        "discriminator", log=lines.append)
     assert lines[-1] == (f"note: {tmp_path}/continued/ckpt-0 holds the weights before the "
                          "first training step (the run has saved no later checkpoint yet): "

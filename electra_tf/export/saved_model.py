@@ -962,9 +962,12 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         check_imported(loaded, model_dir, kind)
         log(f"{kind}: the weights of {loaded.checkpoint}")
         if os.path.basename(loaded.checkpoint) == "ckpt-0":
-            log(f"note: {loaded.checkpoint} holds the weights before the first training step "
-                "(the run has saved no later checkpoint yet): "
-                + (f"those it started from, {loaded.info['init_checkpoint']}"
+            latest = tf.train.latest_checkpoint(os.path.dirname(loaded.checkpoint))
+            log(f"note: {loaded.checkpoint} holds the weights before the first training step"
+                + (" (the run has saved no later checkpoint yet)"
+                   if latest is None or os.path.basename(latest) == "ckpt-0"
+                   else f" (asked for: the run's latest is {os.path.basename(latest)})")
+                + ": " + (f"those it started from, {loaded.info['init_checkpoint']}"
                    if loaded.info.get("init_checkpoint") else "they are untrained"))
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
