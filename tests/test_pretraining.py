@@ -816,6 +816,64 @@ def test_resuming_with_another_vocab_or_other_files_is_refused_in_one_line(tmp_p
     assert note in lines
 
 
+def test_a_run_resumes_after_its_data_moved(tmp_path, data, monkeypatch):
+    """A checkpoint's data position names the files by index, so a run resumes with its
+    data in another folder (copied to a new machine or disk) and ends as it would have
+    where the data was (it failed with TensorFlow's NotFoundError for the old path, or read
+    the old folder where it was still there). A run begun before names them by path: it
+    resumes so, and where those paths are gone says so in one line."""
+    def began(name, **dataset_options):  # 2 steps; its model dir copied to resume twice
+        folder = _copy_data(data, tmp_path / f"{name}_data")
+        if dataset_options:
+            original = pipeline.pretraining_dataset
+            monkeypatch.setattr(pipeline, "pretraining_dataset",
+                                lambda *a, **k: original(*a, **{**k, **dataset_options}))
+        run(tmp_path / name, folder, ["NUM_TRAIN_STEPS = 2"])
+        monkeypatch.undo()
+        shutil.copytree(tmp_path / name, tmp_path / f"{name}_moved")
+        return folder
+
+    from electra_tf.data import pipeline
+    folder = began("now")
+    info = json.loads((tmp_path / "now" / "model_info.json").read_text())
+    assert info["data_position"] == "file_index"
+    run(tmp_path / "now", folder, ["NUM_TRAIN_STEPS = 4"])
+    os.rename(tmp_path / "now_data", tmp_path / "elsewhere")
+    result, lines = run(tmp_path / "now_moved", str(tmp_path / "elsewhere" / "*.tfrecord"),
+                        ["NUM_TRAIN_STEPS = 4"])
+    assert result["step"] == 4 and any(line.startswith("resuming from") for line in lines)
+    here, moved = (model_values(str(tmp_path / d / "ckpt-4")) for d in ("now", "now_moved"))
+    assert set(here) == set(moved)
+    for name in here:
+        np.testing.assert_array_equal(here[name], moved[name], err_msg=name)
+
+    # A run of an earlier release (paths in its position, no data_position recorded).
+    folder = began("before", files_by_index=False)
+    for name in ("before", "before_moved"):
+        path = tmp_path / name / "model_info.json"
+        info = json.loads(path.read_text())
+        del info["data_position"]
+        path.write_text(json.dumps(info))
+    run(tmp_path / "before", folder, ["NUM_TRAIN_STEPS = 4"])
+    os.rename(tmp_path / "before_data", tmp_path / "before_elsewhere")
+    moved_data = str(tmp_path / "before_elsewhere" / "*.tfrecord")
+    with pytest.raises(UserInputError, match=(
+            r"^--model_dir=.*before_moved's checkpoint \(.*ckpt-2\) holds a data position "
+            r"naming its input files by path, as runs begun before this release did, and "
+            r".*before_data/pretrain_data-0000\d-of-00002\.tfrecord is not there: resume "
+            r"with the files where they were \(a link from there to where they are now will "
+            r"do\)\n")):
+        run(tmp_path / "before_moved", moved_data, ["NUM_TRAIN_STEPS = 4"])
+    os.symlink(tmp_path / "before_elsewhere", tmp_path / "before_data")
+    run(tmp_path / "before_moved", moved_data, ["NUM_TRAIN_STEPS = 4"])
+    here, moved = (model_values(str(tmp_path / d / "ckpt-4"))
+                   for d in ("before", "before_moved"))
+    for name in here:
+        np.testing.assert_array_equal(here[name], moved[name], err_msg=name)
+    info = json.loads((tmp_path / "before_moved" / "model_info.json").read_text())
+    assert info["data_position"] == "file_path"
+
+
 @pytest.mark.usefixtures("eager")
 def test_evaluation_runs_the_steps_every_worker_has_data_for(tmp_path, data):
     """Each worker must run as many evaluation steps (one that runs out first would leave the

@@ -390,6 +390,16 @@ def premasked_note(info: dict, premasked: str, data_flag: str = "--train_data",
             f"{as_written} keeps BERT's masks")
 
 
+def _records_of(path: tf.Tensor, compression: str) -> tf.data.Dataset:
+    """The records of one file (a scalar string). tf.data.TFRecordDataset reads its file
+    names through a flat_map, whose checkpointed state holds the name being read: a
+    position saved so would reopen the file where it was, not where the data now is.
+    Its reader proper (not in the public API) keeps only the file's offset."""
+    from tensorflow.python.data.ops import readers
+    return readers._TFRecordDataset(path, compression_type=compression,
+                                    buffer_size=8 << 20)
+
+
 def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, vocab_file: str,
                         *, mask_prob: float = 0.15, max_predictions_per_seq: int | None = None,
                         replace_with_mask_prob: float = 0.85, whole_word_masking: bool = False,
@@ -397,7 +407,7 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10000, cycle_length: int = 8,
                         data_info: dict | None = None, premasked: str = "remask",
-                        length_flag: str = "MAX_SEQ_LENGTH",
+                        files_by_index: bool = True, length_flag: str = "MAX_SEQ_LENGTH",
                         data_flag: str = "--train_data", mask_prob_flag: str = "MASK_PROB",
                         predictions_flag: str = "pretraining.max_predictions_per_seq"
                         ) -> tf.data.Dataset:
@@ -428,6 +438,11 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
         max_predictions_per_seq slots) or "as_written" (BERT's static masks and 80/10/10
         replacement as the records hold them, with their number of slots; mask_prob and
         whole_word_masking do not apply).
+      files_by_index: the files pass through the pipeline as their index in the sorted
+        list, so that a checkpointed iterator's data position names them so, and a run
+        resumes wherever its files now are (in the same order); False: as their paths, as
+        releases before did (a position such a run saved names its files' paths). Either
+        reads the same examples in the same order.
       length_flag, data_flag, mask_prob_flag, predictions_flag: the caller's names for
         max_seq_length, file_pattern, mask_prob and max_predictions_per_seq, for the fixes
         the errors suggest (gin bindings in training, flags in a script).
@@ -468,7 +483,9 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                                       input_context.input_pipeline_id)
     shard_records = num_pipelines > 1 and len(files) < num_pipelines
 
-    dataset = tf.data.Dataset.from_tensor_slices(files)
+    paths = tf.constant(files)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        tf.range(len(files), dtype=tf.int64) if files_by_index else paths)
     if num_pipelines > 1 and not shard_records:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     if is_training:
@@ -476,8 +493,8 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
         dataset = dataset.repeat()
     compression = _compression_of(files[0])
     dataset = dataset.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression,
-                                          buffer_size=8 << 20),
+        lambda f: _records_of(tf.gather(paths, f), compression) if files_by_index else
+        tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=8 << 20),
         cycle_length=min(cycle_length, len(files)), block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if shard_records:

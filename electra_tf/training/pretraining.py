@@ -31,6 +31,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -321,10 +322,17 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         state = TrainState(_skip_capacity(model_dir, max_restores))
         loss_scale = LossScale() if precision == "mixed_float16" else None
 
+    # A checkpoint's data position names the input files by their index in train_files,
+    # so that the data may move; one of a run begun before names them by path, and such a
+    # run resumes so (pipeline.pretraining_dataset's files_by_index).
+    data_position = "file_index"
+    if tf.train.latest_checkpoint(model_dir):
+        data_position = _model_info_of(model_dir).get("data_position", "file_path")
     data_options = dict(max_seq_length=max_seq_length, vocab_file=vocab_file,
                         mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
                         whole_word_masking=whole_word_masking, seed=seed,
-                        premasked=premasked_records)
+                        premasked=premasked_records,
+                        files_by_index=data_position == "file_index")
     dataset, local_replicas = pipeline.worker_dataset(strategy, train_batch_size, train_data,
                                                       worker_index=task_id, data_info=info,
                                                       **data_options)
@@ -374,7 +382,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       lower_case=metadata.get("lower_case", not cased),
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)),
-                      train_files=_train_files(train_files))
+                      train_files=_train_files(train_files), data_position=data_position)
     _check_resume(model_dir, model_info, info["metadata"])
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
@@ -1364,6 +1372,17 @@ def _model_info_of(checkpoint: str) -> dict:
 def _restore(checkpoint, path: str, model_dir: str):
     try:
         checkpoint.restore(path).assert_existing_objects_matched()
+    except tf.errors.NotFoundError as e:
+        # (a data position naming its files by path, which runs begun before positions
+        # named them by index saved: resumed so, it opens the files where they were)
+        missing = re.search(r"restore dataset iterator from checkpoint: (.*?); ", str(e))
+        if not missing:
+            raise
+        raise UserInputError(
+            f"--model_dir={model_dir}'s checkpoint ({path}) holds a data position naming "
+            f"its input files by path, as runs begun before this release did, and "
+            f"{missing.group(1)} is not there: resume with the files where they were (a link "
+            "from there to where they are now will do)") from None
     except tf.errors.FailedPreconditionError as e:
         if "iterator" not in str(e).lower():
             raise
