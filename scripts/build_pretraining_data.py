@@ -46,7 +46,8 @@ def main(argv):
     del argv
     from electra_tf.data import writer
     writer.build_pretraining_data(
-        FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
+        ",".join(FLAGS.input),  # (rejoined: absl split the list at a file name's commas too)
+        FLAGS.vocab_file, FLAGS.output_dir,
         max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,
         strip_accents=FLAGS.strip_accents, num_workers=FLAGS.num_workers,
         num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,

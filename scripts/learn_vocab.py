@@ -42,10 +42,12 @@ def main(argv):
     start = time.time()
     from electra_tf import vocab_learning
     from electra_tf.data import corpus
+    # (rejoined: absl split the list at every comma, a file name's too)
+    inputs = ",".join(FLAGS.input)
     # Before any input is read: a bad --output fails now, not after the training.
-    vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, FLAGS.input)
+    vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, inputs)
     stats = vocab_learning.CorpusStats()
-    lines = vocab_learning.read_lines(FLAGS.input, FLAGS.input_format, FLAGS.text_field,
+    lines = vocab_learning.read_lines(inputs, FLAGS.input_format, FLAGS.text_field,
                                       FLAGS.max_lines, stats)
     tokens = vocab_learning.learn_vocab(
         lines, FLAGS.vocab_size, lower_case=FLAGS.lower_case,

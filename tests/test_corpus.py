@@ -220,6 +220,11 @@ def test_expand_inputs(tmp_path):
     assert corpus.expand_inputs(f"{tmp_path}/run[1]/x.txt") == [f"{tmp_path}/run[1]/x.txt"]
     assert corpus.expand_inputs(f"{tmp_path}/a*b") == [f"{tmp_path}/a*b/y.txt"]  # not aZb
     assert corpus.expand_inputs(f"{tmp_path}/co,mma/w.txt") == [f"{tmp_path}/co,mma/w.txt"]
+    # ... beside other items of the list, the longest name that exists at each place.
+    assert corpus.split_patterns(f"{tmp_path}/b.txt,{tmp_path}/co,mma,{tmp_path}/a*b,,x") == [
+        f"{tmp_path}/b.txt", f"{tmp_path}/co,mma", f"{tmp_path}/a*b", "x"]
+    assert corpus.expand_inputs(f"{tmp_path}/co,mma/w.txt,{tmp_path}/b.txt") == [
+        f"{tmp_path}/b.txt", f"{tmp_path}/co,mma/w.txt"]
     assert corpus.expand_inputs(f"{tmp_path}/a[*]b/*") == [f"{tmp_path}/a*b/y.txt"]  # a glob
 
 

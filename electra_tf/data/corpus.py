@@ -86,11 +86,21 @@ def _compression(path: str):
 
 
 def split_patterns(patterns: str) -> list[str]:
-    """A flag's comma-separated paths or globs; one path that exists, though it has a
-    comma in its name, is itself."""
+    """A flag's comma-separated paths or globs; a path that exists is one item though its
+    name has commas ("notes,2024.txt"), the longest such at each place of the list (local
+    paths; a gs:// one, whose check is a request, only when it is the whole value)."""
     if tf.io.gfile.exists(patterns.strip()):
         return [patterns.strip()]
-    return [p for p in patterns.split(",") if p.strip()]
+    pieces, items, i = patterns.split(","), [], 0
+    while i < len(pieces):
+        j = next((j for j in range(len(pieces), i + 1, -1)
+                  if "://" not in pieces[i] and os.path.exists(",".join(pieces[i:j]).strip())),
+                 i + 1)
+        item = ",".join(pieces[i:j])
+        if item.strip():
+            items.append(item.strip() if j > i + 1 else item)
+        i = j
+    return items
 
 
 def expand_inputs(patterns: str | list[str]) -> list[str]:

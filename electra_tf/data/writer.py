@@ -563,7 +563,8 @@ def _check_output_outside_inputs(input_patterns, output_dir: str):
     within = [output]  # the output and the folders above it
     while os.path.dirname(within[-1]) not in ("", within[-1]):
         within.append(os.path.dirname(within[-1]))
-    patterns = input_patterns.split(",") if isinstance(input_patterns, str) else input_patterns
+    patterns = (corpus.split_patterns(input_patterns) if isinstance(input_patterns, str)
+                else input_patterns)
     for pattern in (p.strip() for p in patterns if p.strip()):
         taken = any(fnmatch.fnmatchcase(path, absolute(pattern)) for path in within)
         if not taken:
