@@ -151,6 +151,9 @@ def test_bad_numbers_are_one_line_naming_its_flags(data):
     assert _error(inspect(pattern, "--max_predictions_per_seq=100")) == (
         "error: 100 masked positions per sequence (--max_predictions_per_seq) do not fit "
         "sequences of 64; use between 1 and 64")
+    assert _error(inspect(pattern, "--max_predictions_per_seq=0")) == (  # (it was unset)
+        "error: --max_predictions_per_seq=0 masks nothing; use between 1 and 64 masked "
+        "positions per sequence, or leave it unset for int((--mask_prob + 0.005) x 64)")
     # (In this process, with the flags the script passes.)
     flags = dict(length_flag="--max_seq_length", data_flag="--data",
                  mask_prob_flag="--mask_prob", predictions_flag="--max_predictions_per_seq")

@@ -373,6 +373,11 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
     assert _error(directory, max_predictions_per_seq=200) == (
         "200 masked positions per sequence (pretraining.max_predictions_per_seq) do not fit "
         "sequences of 128; use between 1 and 128")
+    for n in (0, -1):  # (0 was taken as unset)
+        assert _error(directory, max_predictions_per_seq=n) == (
+            f"pretraining.max_predictions_per_seq={n} masks nothing; use between 1 and 128 "
+            "masked positions per sequence, or leave it unset for int((MASK_PROB + 0.005) x "
+            "128)")
     with pytest.raises(UserInputError, match=r"^learning_rate='5e-4' is not a number; bind it "
                                              r"without quotes"):
         LinearWarmupLinearDecay("5e-4", 100, 10)

@@ -464,15 +464,21 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
     if not 0 < mask_prob < 1:
         raise UserInputError(f"{mask_prob_flag}={mask_prob} must be between 0 and 1 (the "
                              "paper: 0.15, 0.25 for large)")
-    num_predictions = (info["max_predictions"] if as_written else None) or max_predictions_per_seq
-    if not num_predictions:
+    num_predictions = (info["max_predictions"] if as_written and info["max_predictions"]
+                       else max_predictions_per_seq)
+    if num_predictions is None:  # (0 is a choice, refused below)
         num_predictions = masking.default_max_predictions(max_seq_length, mask_prob)
         if num_predictions < 1:
             raise UserInputError(
                 f"{mask_prob_flag}={mask_prob} gives no masked position in sequences of "
                 f"{max_seq_length} (int((mask_prob + 0.005) x {max_seq_length}) = 0); raise "
                 f"{mask_prob_flag} or set {predictions_flag} between 1 and {max_seq_length}")
-    if not 0 < num_predictions <= max_seq_length:
+    if num_predictions < 1:
+        raise UserInputError(
+            f"{predictions_flag}={num_predictions} masks nothing; use between 1 and "
+            f"{max_seq_length} masked positions per sequence, or leave it unset for "
+            f"int(({mask_prob_flag} + 0.005) x {max_seq_length})")
+    if num_predictions > max_seq_length:
         raise UserInputError(
             f"{num_predictions} masked positions per sequence ({predictions_flag}) do not fit "
             f"sequences of {max_seq_length}; use between 1 and {max_seq_length}")
