@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, UNCASED_VOCAB
+from conftest import ROOT, UNCASED_VOCAB, pretrain
 from in_process import run_script
 
 
@@ -692,6 +692,17 @@ def test_a_fine_tuned_model_initialises_fine_tuning_on_another_task(tmp_path):
     assert (init.trained_seq_length, again.trained_seq_length) == (None, 16)
     assert lines[0] == (f"note: MAX_SEQ_LENGTH=32, but {checkpoint} was trained on sequences "
                         "of 16: the position embeddings from 16 to 31 start untrained")
+    # Continued pre-training from any of them is refused, naming the model to start from
+    # (it was "holds no checkpoint" or "does not fit this model").
+    from electra_tf.errors import UserInputError
+    for path in (tmp_path / "next", tmp_path / "next" / "trial_0",
+                 tmp_path / "next" / "trial_0" / "model" / "ckpt.index", first):
+        with pytest.raises(UserInputError) as error:
+            pretrain(tmp_path / "continued", str(tmp_path / "unread"), init_checkpoint=str(path))
+        assert str(error.value).splitlines()[0] == (
+            f"--init_checkpoint={path} is a fine-tuning output (a task's model), not a "
+            "pre-trained one; pass the pre-training model dir it was fine-tuned from"
+            + (f" ({checkpoint})" if path != first else ""))  # (first's: random weights)
     # The same weights spelt otherwise (a link, "./", another working directory) extend
     # the run: they are compared by contents, as the vocab is (the spelling was refused).
     os.symlink(first, tmp_path / "alias")

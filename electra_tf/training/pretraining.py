@@ -233,6 +233,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     _check_not_another_output(model_dir)
     if init_checkpoint and not tf.train.latest_checkpoint(model_dir):  # read: it must exist
         from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
+        _check_not_fine_tuned(init_checkpoint)
         latest_checkpoint(init_checkpoint)  # a model dir or a checkpoint prefix
     train_files = pipeline.list_files(train_data, "--train_data")
     vocab_file = pipeline.vocab_file_of(vocab_file, train_files, train_data)
@@ -1201,6 +1202,30 @@ def _init_notes(init_checkpoint, note, earlier, model_info) -> list[str]:
                      "vocab of the same size (model_info.json's vocab_sha256 differs): each "
                      "token id keeps the embedding of the token it had there")
     return lines
+
+
+def _check_not_fine_tuned(init_checkpoint: str):
+    """--init_checkpoint naming a fine-tuning output dir, a trial dir or a trial's
+    model/ckpt: a task's model, whose encoder alone the pre-trainer cannot start from; said
+    so, with the model it was fine-tuned from (it was "holds no checkpoint", or "does not
+    fit this model")."""
+    path = init_checkpoint.rstrip("/")
+    for suffix in (".index", ".data-00000-of-00001"):
+        path = path[:-len(suffix)] if path.endswith(suffix) else path
+    if path.endswith(os.path.join("model", "ckpt")):
+        path = os.path.dirname(os.path.dirname(path))
+    for name in ("task_info.json", "results.json"):  # (finetune.runner's)
+        if tf.io.gfile.exists(os.path.join(path, name)):
+            with tf.io.gfile.GFile(os.path.join(path, name)) as f:
+                try:
+                    source = json.load(f).get("init_checkpoint")
+                except (json.JSONDecodeError, AttributeError):
+                    source = None
+            raise UserInputError(
+                f"--init_checkpoint={init_checkpoint} is a fine-tuning output (a task's "
+                "model), not a pre-trained one; pass the pre-training model dir it was "
+                "fine-tuned from" + (f" ({source})" if isinstance(source, str)
+                                     and not source.startswith("random ") else ""))
 
 
 def _holds_an_import(model_dir: str) -> bool:
