@@ -427,3 +427,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
                        f"{', '.join(names[:-1])} and {names[-1]} are required; pass them")
         print(f"error: {message} (--helpshort lists the flags)", file=sys.stderr)
         sys.exit(1)
+    except SystemExit as e:
+        # absl's --help (--helpshort, --helpfull, -h, -?) prints the usage, then exits 1;
+        # asked for, it is a success (`script --help && ...`).
+        if e.code == 1 and any(re.fullmatch(r"-(-help(short|full|xml)?|h|\?)", arg)
+                               for arg in argv[1:]):
+            sys.exit(0)
+        raise
