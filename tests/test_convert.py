@@ -213,6 +213,12 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
              ["NUM_TRAIN_STEPS = 2"], eager=True)
     written = converters.export_hf(str(tmp_path / "run"), str(tmp_path / "hf"))
     assert [os.path.basename(d) for d in written] == ["discriminator", "generator"]
+    # A trained run's checkpoint (its variables named by the optimizer's list) as a TF1
+    # source: it needs no conversion (was "holds no ELECTRA variables").
+    with pytest.raises(UserInputError, match=rf"^{tmp_path}/run/ckpt-2 is a checkpoint of this "
+                                             r"project, not an official TF1 checkpoint: it "
+                                             r"needs no conversion"):
+        converters.read_tf1(str(tmp_path / "run" / "ckpt-2"))
     for folder in written:  # (safetensors writes 0600: a server of another user could not)
         modes = {n: os.stat(os.path.join(folder, n)).st_mode & 0o777 for n in os.listdir(folder)}
         assert modes["model.safetensors"] == modes["config.json"], modes

@@ -698,8 +698,9 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
 
 def _summary(metadata: dict) -> str:
     shards = len(metadata["shards"])
-    return (f"{metadata['num_examples']} examples ({metadata['num_tokens']} tokens) in "
-            f"{shards} shard{'' if shards == 1 else 's'}")
+    examples = metadata["num_examples"]
+    return (f"{examples} example{'' if examples == 1 else 's'} ({metadata['num_tokens']} "
+            f"tokens) in {shards} shard{'' if shards == 1 else 's'}")
 
 
 def _run(todo, config: BuildConfig, workers: int, progress: _Progress):

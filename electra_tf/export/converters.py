@@ -132,7 +132,11 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     try:
         reader = tf.train.load_checkpoint(checkpoint)
         names = sorted(reader.get_variable_to_shape_map())
-        if any(name.startswith("model/discriminator/") for name in names):  # a model dir's
+        # A model dir's: its model's names, or (a trained run's, whose variables are named
+        # by the optimizer's list) an object-based checkpoint beside its model_info.json.
+        if any(name.startswith("model/discriminator/") for name in names) or (
+                "_CHECKPOINTABLE_OBJECT_GRAPH" in names and tf.io.gfile.exists(
+                    os.path.join(os.path.dirname(checkpoint) or ".", MODEL_INFO))):
             raise _needs_no_conversion(checkpoint, "an official TF1 checkpoint")
         electric = sorted({name.split("/")[0] for name in names} & _ELECTRIC_SCOPES)
         if electric:  # read as ELECTRA, its head's energies would be served as probabilities
