@@ -262,6 +262,13 @@ def test_iob1_predictions_keep_neighbouring_chunks_apart():
     written = metrics.respell(metrics.retag(["S-PER", "S-PER", "O"], scheme), spelling)
     assert written == ["I-PER", "B-PER", "O"]
     assert metrics.chunks(written) == {("PER", 0, 0), ("PER", 1, 1)}
+    # ... unless dev's E- shows IOE1 (E- between two chunks of a type): written so (it was
+    # IOB1's B-, a letter neither file has).
+    dev = [["I-PER", "E-PER", "I-PER", "O"]]
+    scheme, spelling = metrics.files_scheme(train, dev)
+    assert scheme == "IOE1"
+    written = metrics.respell(metrics.retag(["B-PER", "E-PER", "S-PER", "O"], scheme), spelling)
+    assert written == dev[0]
 
 
 def test_squad_metrics_official_definitions():

@@ -252,7 +252,8 @@ def tag_spelling(sentences_tags) -> dict | None:
 def files_scheme(train_tags, dev_tags) -> tuple[str | None, dict | None]:
     """(scheme, spelling) predictions of span tags are written in: the training file's
     (`tag_scheme`, `tag_spelling`), widened only where dev's tags show what training leaves
-    open: BIO/IOB1 training with ends or singles (E-, S-) in dev is BIOES (or BMES), and
+    open: BIO/IOB1 training with ends or singles (E-, S-) in dev is BIOES (or BMES), IOB1
+    training (I- alone: no chunk follows one of its type) whose dev has IOE1's E- is IOE1, and
     BIOES training without I- whose dev has M- is BMES. Anything else in dev (a stray I- beside
     BMES) changes nothing. (None, None): training's tags are not chunk tags."""
     scheme = tag_scheme(train_tags)
@@ -261,6 +262,7 @@ def files_scheme(train_tags, dev_tags) -> tuple[str | None, dict | None]:
     both = train_tags + dev_tags
     widened = tag_scheme(both)
     if (scheme in ("BIO", "IOB1") and widened in ("BIOES", "BMES")) or (
+            scheme == "IOB1" and widened == "IOE1") or (
             scheme == "BIOES" and widened == "BMES"):
         return widened, tag_spelling(both)
     return scheme, tag_spelling(train_tags)
