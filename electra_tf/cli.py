@@ -93,14 +93,19 @@ def _absorb_first_xla_log():
         drop.wait()
 
 
-def mark_required(names):
+def mark_required(names, lists=()):
     """absl's mark_flags_as_required, and an empty value refused too (`run`, in one line): a
     path flag given as `--model_dir=$DIR` with DIR unset would otherwise be the current
-    directory (an export there, a run writing into the checkout)."""
+    directory (an export there, a run writing into the checkout). `lists`: those of them
+    that are comma-separated lists of paths, kept as one string (absl's list flags split at
+    a file name's commas too, "Smith, John.txt"), whose empty item is refused as a list
+    flag's is."""
     from absl import flags
     flags.mark_flags_as_required(names)
     for name in names:
         flags.FLAGS[name].electra_nonempty = True  # (on this script's flag object only)
+    for name in lists:
+        flags.FLAGS[name].electra_list = True
 
 
 def _empty_required_flag() -> str | None:
@@ -112,6 +117,9 @@ def _empty_required_flag() -> str | None:
         if not getattr(flag, "electra_nonempty", False):
             continue
         values = flag.value if isinstance(flag.value, list) else [flag.value]
+        if (getattr(flag, "electra_list", False) and isinstance(flag.value, str)
+                and not os.path.exists(flag.value.strip())):  # (not a name with commas)
+            values = flag.value.split(",")
         blank = [isinstance(v, str) and not v.strip() for v in values]
         if any(blank) and not all(blank):  # "--input=a.txt," or "a.txt,,b.txt"
             return (f"--{name} has an empty item (a comma with nothing after it, or two "

@@ -16,7 +16,8 @@ from absl import flags  # noqa: E402
 
 from electra_tf import choices  # noqa: E402
 
-flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
+flags.DEFINE_string("input", None, "Comma-separated globs or folders of "
+                    ".txt/.gz/.bz2/.xz/.jsonl.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab file.")
 flags.DEFINE_string("output_dir", None, "Where the TFRecords and metadata.json go.")
 flags.DEFINE_integer("max_seq_length", 128, "Example length including [CLS] and [SEP]s.")
@@ -39,15 +40,14 @@ flags.DEFINE_enum("word_segmenter", "none", list(choices.WORD_SEGMENTERS),
                   "jieba: segment Chinese words and write a word_start feature, so that "
                   "whole-word masking masks Chinese words (needs the zh extra).")
 flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.")
-cli.mark_required(["input", "vocab_file", "output_dir"])
+cli.mark_required(["input", "vocab_file", "output_dir"], lists=["input"])
 
 
 def main(argv):
     del argv
     from electra_tf.data import writer
     writer.build_pretraining_data(
-        ",".join(FLAGS.input),  # (rejoined: absl split the list at a file name's commas too)
-        FLAGS.vocab_file, FLAGS.output_dir,
+        FLAGS.input, FLAGS.vocab_file, FLAGS.output_dir,
         max_seq_length=FLAGS.max_seq_length, lower_case=FLAGS.lower_case,
         strip_accents=FLAGS.strip_accents, num_workers=FLAGS.num_workers,
         num_shards=FLAGS.num_shards, seed=FLAGS.seed, input_format=FLAGS.input_format,

@@ -19,7 +19,8 @@ from absl import flags  # noqa: E402
 
 from electra_tf import choices  # noqa: E402
 
-flags.DEFINE_list("input", None, "Comma-separated globs or folders of .txt/.gz/.bz2/.xz/.jsonl.")
+flags.DEFINE_string("input", None, "Comma-separated globs or folders of "
+                    ".txt/.gz/.bz2/.xz/.jsonl.")
 flags.DEFINE_string("output", None, "Where vocab.txt goes (one token per line; local or gs://).")
 flags.DEFINE_bool("overwrite", False, "Replace an existing --output (never an --input file).")
 flags.DEFINE_integer("vocab_size", None, "Total tokens, special and [unusedN] ones included.")
@@ -34,7 +35,7 @@ flags.DEFINE_integer("max_lines", None, "Read at most this many lines.")
 flags.DEFINE_enum("input_format", choices.TEXT, list(choices.INPUT_FORMATS),
                   "text: plain text lines; jsonl: one JSON document per line.")
 flags.DEFINE_string("text_field", "text", "JSONL field holding the document text.")
-cli.mark_required(["input", "output", "vocab_size"])
+cli.mark_required(["input", "output", "vocab_size"], lists=["input"])
 
 
 def main(argv):
@@ -42,12 +43,10 @@ def main(argv):
     start = time.time()
     from electra_tf import vocab_learning
     from electra_tf.data import corpus
-    # (rejoined: absl split the list at every comma, a file name's too)
-    inputs = ",".join(FLAGS.input)
     # Before any input is read: a bad --output fails now, not after the training.
-    vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, inputs)
+    vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, FLAGS.input)
     stats = vocab_learning.CorpusStats()
-    lines = vocab_learning.read_lines(inputs, FLAGS.input_format, FLAGS.text_field,
+    lines = vocab_learning.read_lines(FLAGS.input, FLAGS.input_format, FLAGS.text_field,
                                       FLAGS.max_lines, stats)
     tokens = vocab_learning.learn_vocab(
         lines, FLAGS.vocab_size, lower_case=FLAGS.lower_case,

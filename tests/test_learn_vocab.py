@@ -241,12 +241,13 @@ def test_script_too_large_vocab_fails_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: the corpus (2 lines) supports only")
     assert "--vocab_size=" in lines[0]
     assert not output.exists()
-    # A file whose name has commas, beside another input (absl's list flag split it into
-    # "…/notes" and "2024.txt": "matches no file").
-    (tmp_path / "notes,2024.txt").write_text("A third line.\n", encoding="utf-8")
-    result = _run_script(f"--input={tmp_path}/notes,2024.txt,{corpus}", f"--output={output}",
-                         "--vocab_size=30522")
-    assert result.stderr.startswith("error: the corpus (3 lines) supports only"), result.stderr
+    # A file whose name has commas, alone or beside another input (absl's list flag split
+    # it into "…/Smith" and "John.txt", its space stripped: "matches no file").
+    (tmp_path / "Smith, John,2024.txt").write_text("A third line.\n", encoding="utf-8")
+    for given, lines in ((f"{tmp_path}/Smith, John,2024.txt", 1),
+                         (f"{tmp_path}/Smith, John,2024.txt,{corpus}", 3)):
+        result = _run_script(f"--input={given}", f"--output={output}", "--vocab_size=30522")
+        assert result.stderr.startswith(f"error: the corpus ({lines} line"), result.stderr
 
 
 def test_out_of_range_settings_are_one_clear_error(tmp_path):

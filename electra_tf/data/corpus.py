@@ -14,6 +14,7 @@ Compressed files cannot be cut and are one piece each.
 import bz2
 import codecs
 import dataclasses
+import glob
 import gzip
 import json
 import lzma
@@ -87,20 +88,30 @@ def _compression(path: str):
 
 def split_patterns(patterns: str) -> list[str]:
     """A flag's comma-separated paths or globs; a path that exists is one item though its
-    name has commas ("notes,2024.txt"), the longest such at each place of the list (local
-    paths; a gs:// one, whose check is a request, only when it is the whole value)."""
+    name has commas ("notes,2024.txt", "Smith, John.txt"), the longest such at each place of
+    the list. (Local paths; a gs:// one, whose check is a request, only when it is the whole
+    value. A piece that exists alone, or holds a wildcard, is an item: joins are tried only
+    for the rest, and only as long as a path can be, so a list of thousands stays quick.)"""
     if tf.io.gfile.exists(patterns.strip()):
         return [patterns.strip()]
     pieces, items, i = patterns.split(","), [], 0
     while i < len(pieces):
-        j = next((j for j in range(len(pieces), i + 1, -1)
-                  if "://" not in pieces[i] and os.path.exists(",".join(pieces[i:j]).strip())),
-                 i + 1)
-        item = ",".join(pieces[i:j])
-        if item.strip():
-            items.append(item.strip() if j > i + 1 else item)
+        piece, j = pieces[i], i + 1
+        if ("://" not in piece and not glob.has_magic(piece)
+                and not os.path.exists(piece.strip())):
+            joined, k = piece, i + 1
+            while k < len(pieces) and len(joined) < _PATH_MAX:
+                joined += "," + pieces[k]
+                k += 1
+                if os.path.exists(joined.strip()):
+                    piece, j = joined.strip(), k
+        if piece.strip():
+            items.append(piece)
         i = j
     return items
+
+
+_PATH_MAX = 4096  # (Linux's)
 
 
 def expand_inputs(patterns: str | list[str]) -> list[str]:
