@@ -1220,6 +1220,33 @@ def test_other_files_name_what_differs_when_two_folders_hold_one_name():
         "the same files in another order"]
 
 
+def test_files_of_one_name_in_two_folders_are_named_by_their_folders(tmp_path):
+    """A data position by index (this release's) over shards of the same names in A/ and
+    B/: renaming A/ to C/ puts other files at the index's places, which the names alone
+    (A's and B's the same) let through; the names from the folder above them tell. Moving
+    both folders keeps them; unique names stay file names (a run's record as before)."""
+    def files(root, folders):
+        for folder in folders:
+            (root / folder).mkdir(parents=True)
+            for shard in ("x.tfrecord", "y.tfrecord"):
+                (root / folder / shard).write_bytes(b"")
+        return [str(p) for p in root.glob("*/*.tfrecord")]
+
+    before = pretraining._train_files(files(tmp_path / "one", "AB"), relative=True)
+    assert [name for name, _ in before] == ["A/x.tfrecord", "A/y.tfrecord", "B/x.tfrecord",
+                                            "B/y.tfrecord"]
+    renamed = pretraining._train_files(files(tmp_path / "two", "BC"), relative=True)
+    assert pretraining._other_files(before, renamed) == [
+        "A/x.tfrecord then, not now", "A/y.tfrecord then, not now", "C/x.tfrecord now, not then",
+        "C/y.tfrecord now, not then"]
+    moved = pretraining._train_files(files(tmp_path / "three" / "deeper", "AB"), relative=True)
+    assert pretraining._other_files(before, moved) == []
+    assert [n for n, _ in pretraining._train_files(files(tmp_path / "four", "A"),
+                                                   relative=True)] == ["x.tfrecord", "y.tfrecord"]
+    assert {n for n, _ in pretraining._train_files(files(tmp_path / "five", "AB"))} == {
+        "x.tfrecord", "y.tfrecord"}  # (a path-based position's record, as it was)
+
+
 # ------------------------------------------------------------------------------ one big batch
 
 

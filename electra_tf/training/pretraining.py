@@ -252,8 +252,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         "gin configs": gin.config_str(), "--seed": seed, "--deterministic": deterministic,
         "--dry_run": dry_run,
         # (names with their examples: same-named shards of another build differ)
-        "--train_data files": _train_files(train_files),
-        "--eval_data files": _train_files(eval_files),
+        "--train_data files": _train_files(train_files, relative=True),
+        "--eval_data files": _train_files(eval_files, relative=True),
         "vocabs": tokenization.vocab_sha256(vocab_file),
         "--init_checkpoint": init_checkpoint and os.path.basename(init_checkpoint.rstrip("/"))})
 
@@ -383,7 +383,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       lower_case=metadata.get("lower_case", not cased),
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)),
-                      train_files=_train_files(train_files), data_position=data_position)
+                      train_files=_train_files(train_files,
+                                               relative=data_position == "file_index"),
+                      data_position=data_position)
     _check_resume(model_dir, model_info, info["metadata"])
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
@@ -1146,17 +1148,25 @@ def _info_json(model_info: dict) -> str:
     return text.replace(json.dumps("\0"), json.dumps(model_info["train_files"]))
 
 
-def _train_files(files: list[str]) -> list:
+def _train_files(files: list[str], relative: bool = False) -> list:
     """[[file name, its examples by its folder's metadata.json (None where unknown)], ...]
     in the order the pipeline reads them: what a resumed run's data position must be in
     (same-named shards of another corpus restored it without a word; the files' folder may
-    move, and two folders may hold the same names)."""
+    move, and two folders may hold the same names). `relative` (a data position by index in
+    this list): where two folders hold the same names, each file is named by its path from
+    the folder above them all, so that renaming one folder (A/ and B/, A/ renamed C/: other
+    files at the same places of the sorted list) is seen; moving them all is not refused."""
     counts = {}
     for metadata in pipeline.read_all_metadata(files):
         directory = os.path.dirname(metadata["_path"])
         counts.update({os.path.join(directory, s["file"]): s["num_examples"]
                        for s in metadata.get("shards", [])})
-    return [[os.path.basename(f), counts.get(f)] for f in sorted(files)]
+    files = sorted(files)
+    names = [os.path.basename(f) for f in files]
+    if relative and len(set(names)) < len(names):
+        root = os.path.commonpath([os.path.dirname(f) for f in files])
+        names = [os.path.relpath(f, root) for f in files]
+    return [[name, counts.get(f)] for name, f in zip(names, files)]
 
 
 def _other_files(before: list, now: list) -> list[str]:
