@@ -436,9 +436,11 @@ def _parse_flags(argv: list[str]) -> list[str]:
         print(f"error: {message} (--helpshort lists the flags)", file=sys.stderr)
         sys.exit(1)
     except SystemExit as e:
-        # absl's --help (--helpshort, --helpfull, -h, -?) prints the usage, then exits 1;
-        # asked for, it is a success (`script --help && ...`).
-        if e.code == 1 and any(re.fullmatch(r"-(-help(short|full|xml)?|h|\?)", arg)
-                               for arg in argv[1:]):
+        # absl's --help (--helpshort, --helpfull, -helpshort, --help=true, -?) prints the
+        # usage, then exits 1; asked for, it is a success (`script --help && ...`).
+        if e.code == 1 and any(_ASKS_FOR_HELP.fullmatch(arg) for arg in argv[1:]):
             sys.exit(0)
         raise
+
+
+_ASKS_FOR_HELP = re.compile(r"--?help(short|full|xml)?(=(?i:true|t|1|yes|y))?|-\?")

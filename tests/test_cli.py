@@ -82,6 +82,15 @@ def test_a_script_refuses_a_missing_flag_and_prints_help_without_tensorflow(scri
     assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
 
 
+def test_every_spelling_of_help_absl_answers_exits_0():
+    """absl answers --help, -helpshort, --helpfull=true, --help=1 and -? with the usage and
+    exit 1; each is a success. --help=false asks for none (here: a missing flag, 1)."""
+    for arg in ("--help", "-helpshort", "--helpfull=true", "--help=1", "-?"):
+        code, _, out, _ = _imports("learn_vocab.py", arg)
+        assert (code, "--input" in out) == (0, True), arg
+    assert _imports("learn_vocab.py", "--help=false")[0] == 1
+
+
 REQUIRED = {  # each script's required flags, given (the refusal comes first)
     "build_pretraining_data.py": ["--input=x", "--vocab_file=x", "--output_dir=x"],
     "convert_checkpoint.py": ["--source=tf1", "--input=x", "--output_dir=x"],
