@@ -8,6 +8,7 @@ import math
 import os
 import random
 import re
+import shutil
 import string
 
 import numpy as np
@@ -591,6 +592,49 @@ def test_a_finished_run_is_extended_by_a_larger_num_trials(tmp_path):
     assert str(error.value) == (
         f"--model_dir={tmp_path / 'bad'} already holds a fine-tuning run (results.json); "
         "pass --overwrite to replace it, or choose another --model_dir")
+
+
+def test_trials_that_read_other_columns_are_not_kept(tmp_path):
+    """The same files read in other columns (--text_column, --text_b_column,
+    --label_column) train another model: its trials are refused, not kept and mixed into
+    results.json (they were: the columns were not recorded)."""
+    import gin
+
+    from electra_tf import gin_files
+    from electra_tf.errors import UserInputError
+    from electra_tf.finetune import runner, tasks
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    rows = [(str(i % 5), text, text.split(" ")[0]) for i, (_, text) in enumerate(REVIEWS)]
+    train = write_csv(tmp_path / "train.csv", ["label", "text", "title"], rows)
+    out = tmp_path / "out"
+
+    def run(text_column, num_trials):
+        data = tasks.load(tasks.get_task("regression"), train_file=train, dev_file=train,
+                          text_column=text_column, log=lambda *_: None)
+        gin_files.parse(["finetune/tiny.gin"], ["MAX_SEQ_LENGTH = 16", "TRAIN_BATCH_SIZE = 4",
+                                                "finetuning.max_train_steps = 2"])
+        try:
+            return runner.run_finetuning(data, init, str(out), num_trials=num_trials,
+                                         log=lambda *_: None)
+        finally:
+            gin.clear_config()
+
+    run("title", 1)
+    info = json.loads((out / "trial_0" / "task_info.json").read_text())
+    assert info["columns"] == {"text": "title", "text_b": None, "label": "label"}
+    with pytest.raises(UserInputError) as error:
+        run("text", 2)
+    assert str(error.value).splitlines()[0] == (
+        f"{out / 'trial_0'} was fine-tuned with columns.text=\"title\", not \"text\" as this "
+        "run would be; rerun with its settings to extend the run, or pass --overwrite to "
+        "replace the earlier run, or choose another --model_dir")
+    assert [t["seed"] for t in run("title", 2)["trials"]] == [0, 1]
+    # A trial recorded before the columns were is kept (what it read is not known).
+    del info["columns"]
+    (out / "trial_0" / "task_info.json").write_text(json.dumps(info))
+    (out / "results.json").unlink()
+    shutil.rmtree(out / "trial_1")
+    assert [t["seed"] for t in run("title", 2)["trials"]] == [0, 1]
 
 
 def test_the_vocab_is_recorded_by_absolute_path_and_contents(tmp_path, monkeypatch):

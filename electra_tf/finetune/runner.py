@@ -390,6 +390,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     head_options = dict(qa_head=qa_head, beam_size=beam_size, doc_stride=doc_stride)
     settings = dict(
         inputs_sha256=digests, vocab_sha256=tokenization.vocab_sha256(init.vocab_file),
+        # (the columns read: the same files read in other columns train another model)
+        **({"columns": task_data.columns} if task_data.columns else {}),
         num_train_steps=steps, hyperparameters=dict(
         learning_rate=learning_rate, train_batch_size=train_batch_size, num_epochs=epochs,
         layerwise_lr_decay=layerwise_lr_decay, official_layerwise_decay=official_layerwise_decay,
@@ -631,7 +633,7 @@ def _finished_trials(model_dir: str) -> int | None:
 
 # task_info.json keys that record what a trial did without changing it: a trial written
 # before them still resumes.
-_RECORDED_SINCE = ("trained_seq_length", "vocab_sha256")
+_RECORDED_SINCE = ("trained_seq_length", "vocab_sha256", "columns")
 
 
 def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,

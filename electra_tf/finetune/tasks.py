@@ -114,6 +114,9 @@ class TaskData:
     dev: list[Split]
     test: list[Split]
     labels: list[str] | None  # classification and tagging: the label of each class id
+    # The columns read, where a flag chooses them (your own files: text, text_b and label
+    # columns; tagging: the tag column's index); None for GLUE and SQuAD files.
+    columns: dict | None = None
 
 
 def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
@@ -221,7 +224,8 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                             f"{path} (sentence at line {sentence.guid}): tag {tag!r} does not "
                             f"occur in the training file (tags: {', '.join(labels)}); fix the "
                             "tag or add training sentences that use it")
-        return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
+        return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels,
+                          {"tag": column})
     if task.kind == "qa":
         from electra_tf.finetune import squad
         train = squad.read_squad(train_file, training=True)
@@ -299,7 +303,9 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
                 log(f"note: {count} examples of {train_file} have the label {label!r}, which "
                     "may be a missing value written as text (pandas' astype(str) writes 'nan'); "
                     "if so, fill them in or drop them")
-    return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels)
+    return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), labels,
+                      {"text": columns["text_column"], "text_b": columns["text_b_column"],
+                       "label": columns["label_column"]})
 
 
 def _note_repeated_ids(path: str, examples, log):
@@ -327,10 +333,10 @@ def _where(path: str, index: int, example: readers.Example) -> str:
     return f"{path}, the example {example.guid!r}"
 
 
-def _task_data(task, train, dev, test, labels) -> TaskData:
+def _task_data(task, train, dev, test, labels, columns=None) -> TaskData:
     """TaskData from (file, examples) pairs; the test pair's file is None when there is none."""
     return TaskData(task, Split("train", *train), [Split("dev", *dev)],
-                    [Split("test", *test)] if test[0] else [], labels)
+                    [Split("test", *test)] if test[0] else [], labels, columns)
 
 
 def _not_empty(path, examples, skipped):
