@@ -363,6 +363,13 @@ def test_tsv_files_plain_or_quoted_keep_every_row_and_quote(tmp_path):
     assert [e.text_a for e in readers.read_table(write_csv(
         tmp_path / "one.tsv", ["text", "label"], [(texts[0], "pos")], delimiter="\t"))] == [
         texts[0]]
+    # A lone carriage return inside a plain TSV's text is kept in it (the row was split in
+    # two at it: "line 3 has 1 fields", a line too far), with quotes in the file or none.
+    for quote in ('"', ""):
+        plain.write_text(f'text\tlabel\n{quote}ok\tpos\nbad\rline\tneg\nfine\tpos\n',
+                         encoding="utf-8")
+        assert [(e.text_a, e.label, e.guid) for e in readers.read_table(str(plain))] == [
+            (f"{quote}ok", "pos", "2"), ("bad\rline", "neg", "3"), ("fine", "pos", "4")]
 
 
 def test_conll_reader(tmp_path):

@@ -35,6 +35,11 @@ def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path):
     qa = tmp_path / "dev.json"
     qa.write_bytes(b'{"data": [{"paragraphs": [{"context": "' + latin1 + b'", "qas": []}]}]}')
     _refused(f"{qa} line 1 is not UTF-8", squad.read_squad, str(qa), training=False)
+    # Excel's "Unicode Text" (UTF-16 with a byte-order mark): named as such (the advice was
+    # gb18030, big5 or latin1, which gives text full of NULs).
+    table.write_bytes("text\tlabel\nFine.\tpos\n".encode("utf-16"))
+    _refused(f"{table} is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8; "
+             "re-save it as UTF-8 (iconv -f utf-16 -t utf-8)", readers.read_table, str(table))
 
 
 def test_a_missing_or_numeric_classification_label_is_named(tmp_path):
@@ -233,6 +238,15 @@ def test_unnamed_columns_are_not_read_and_a_semicolon_csv_is_named(tmp_path):
     table.write_text(",\nFine.,pos\n", encoding="utf-8")
     _refused(f"{table} has no column 'text' (columns: none named); pass --text_column=NAME",
              readers.read_table, str(table))
+    # A TSV named .csv, and a CSV named .tsv (was: "quote fields that contain the comma", or
+    # "no column 'text' (columns: text,label)").
+    table.write_text("text\tlabel\nFine, really.\tpos\n", encoding="utf-8")
+    _refused(f"{table}: its fields are separated by tabs (header 'text\\tlabel'); name it "
+             ".tsv", readers.read_table, str(table))
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("text,label\nFine.,pos\n", encoding="utf-8")
+    _refused(f"{tsv}: its fields are separated by commas (header 'text,label'); name it .csv",
+             readers.read_table, str(tsv))
 
 
 def test_a_stray_quote_in_a_csv_is_refused_not_merged_into_one_row(tmp_path):

@@ -53,6 +53,9 @@ def read_text(path: str) -> str:
         raise UserInputError(f"{path} is a directory; pass the data file in it")
     with tf.io.gfile.GFile(path, "rb") as f:
         raw = f.read()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # (Excel's "Unicode Text")
+        raise UserInputError(f"{path} is UTF-16 text (it starts with a UTF-16 byte-order "
+                             "mark), not UTF-8; re-save it as UTF-8 (iconv -f utf-16 -t utf-8)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -109,6 +112,24 @@ def table_format(path: str) -> str:
     return TABLE_FORMATS[ext]
 
 
+class _PlainLines:
+    """csv.reader's rows and line_num over a plain TSV (`_plain_tsv`): its lines, split at
+    tabs. Only "\n" ends a line (csv's reader ends one at a lone "\r" too, which a tweet's
+    text may hold: the row split in two, and every later line number one too high)."""
+
+    def __init__(self, text: str):
+        self._lines = iter(_lines(text))
+        self.line_num = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[str]:
+        line = next(self._lines)
+        self.line_num += 1
+        return line.split("\t")
+
+
 def _rows(path: str):
     """(line number, {column: value}) for each record of a CSV/TSV (with a header row) or
     JSONL file, and the columns."""
@@ -133,11 +154,13 @@ def _rows(path: str):
             rows.append((number, row))
             columns.update(row)
         return rows, sorted(columns)
-    plain = fmt == "tsv" and _plain_tsv(text)
+    # (a TSV without a double quote reads the same either way, but for a lone "\r")
+    plain = fmt == "tsv" and ('"' not in text or _plain_tsv(text))
     # strict: a stray opening quote would otherwise swallow the lines up to the next quote
     # into one field, merging rows without a word.
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t",
-                        quoting=csv.QUOTE_NONE if plain else csv.QUOTE_MINIMAL, strict=True)
+    reader = _PlainLines(text) if plain else csv.reader(
+        io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t",
+        quoting=csv.QUOTE_MINIMAL, strict=True)
     rows, number = [], 1  # the line the next record starts on
     try:
         header = next(reader, None)
@@ -149,6 +172,10 @@ def _rows(path: str):
             # Excel's CSV in locales with a decimal comma
             raise UserInputError(f"{path}: its fields are separated by semicolons (header "
                                  f"'{header[0]}'); save it with commas, or with tabs as .tsv")
+        other = {"csv": ("\t", "tabs", ".tsv"), "tsv": (",", "commas", ".csv")}[fmt]
+        if len(header) == 1 and other[0] in header[0]:  # a file named for the other format
+            raise UserInputError(f"{path}: its fields are separated by {other[1]} (header "
+                                 f"{header[0]!r}); name it {other[2]}")
         # (columns without a name, as spreadsheets write empty trailing ones, are not read:
         # no flag can name them)
         repeated = sorted({c for c in header if c and header.count(c) > 1})
