@@ -1220,31 +1220,31 @@ def test_other_files_name_what_differs_when_two_folders_hold_one_name():
         "the same files in another order"]
 
 
-def test_files_of_one_name_in_two_folders_are_named_by_their_folders(tmp_path):
-    """A data position by index (this release's) over shards of the same names in A/ and
-    B/: renaming A/ to C/ puts other files at the index's places, which the names alone
-    (A's and B's the same) let through; the names from the folder above them tell. Moving
-    both folders keeps them; unique names stay file names (a run's record as before)."""
-    def files(root, folders):
-        for folder in folders:
-            (root / folder).mkdir(parents=True)
-            for shard in ("x.tfrecord", "y.tfrecord"):
-                (root / folder / shard).write_bytes(b"")
-        return [str(p) for p in root.glob("*/*.tfrecord")]
-
-    before = pretraining._train_files(files(tmp_path / "one", "AB"), relative=True)
-    assert [name for name, _ in before] == ["A/x.tfrecord", "A/y.tfrecord", "B/x.tfrecord",
-                                            "B/y.tfrecord"]
-    renamed = pretraining._train_files(files(tmp_path / "two", "BC"), relative=True)
-    assert pretraining._other_files(before, renamed) == [
-        "A/x.tfrecord then, not now", "A/y.tfrecord then, not now", "C/x.tfrecord now, not then",
-        "C/y.tfrecord now, not then"]
-    moved = pretraining._train_files(files(tmp_path / "three" / "deeper", "AB"), relative=True)
-    assert pretraining._other_files(before, moved) == []
-    assert [n for n, _ in pretraining._train_files(files(tmp_path / "four", "A"),
-                                                   relative=True)] == ["x.tfrecord", "y.tfrecord"]
-    assert {n for n, _ in pretraining._train_files(files(tmp_path / "five", "AB"))} == {
-        "x.tfrecord", "y.tfrecord"}  # (a path-based position's record, as it was)
+def test_files_of_one_name_in_two_folders_resume_only_where_they_were(tmp_path, data):
+    """A data position by index over files of one name in A/ and B/: renaming A/ to C/
+    would put other files at the index's places, which their names (A's and B's the same)
+    let through; such a run resumes with its files where they were (a link there will do)
+    and says so otherwise. A run of unique names records no paths (it may move)."""
+    folders = [_copy_data(data, tmp_path / name) for name in "AB"]
+    model_dir = tmp_path / "model"
+    run(model_dir, ",".join(folders), ["NUM_TRAIN_STEPS = 2"])
+    info = json.loads((model_dir / "model_info.json").read_text())
+    assert info["train_paths"] == sorted(glob.glob(folders[0]) + glob.glob(folders[1]))
+    assert [n for n, _ in info["train_files"]] == [os.path.basename(p)
+                                                   for p in info["train_paths"]]
+    os.rename(tmp_path / "A", tmp_path / "C")
+    moved = ",".join([str(tmp_path / "C" / "*.tfrecord"), folders[1]])
+    with pytest.raises(UserInputError, match=(
+            rf"^--model_dir={model_dir} was trained on files of one name in several folders "
+            rf"\({tmp_path}/A/pretrain_data-00000-of-00002\.tfrecord among them; "
+            r"model_info.json's train_paths\), which cannot be told apart once moved; resume "
+            r"with --train_data naming them as then \(a link there to where they are now will "
+            r"do\)\n")):
+        run(model_dir, moved, ["NUM_TRAIN_STEPS = 4"])
+    os.symlink(tmp_path / "C", tmp_path / "A")
+    assert run(model_dir, ",".join(folders), ["NUM_TRAIN_STEPS = 4"])[0]["step"] == 4
+    _, lines = run(tmp_path / "unique", folders[0], ["NUM_TRAIN_STEPS = 2"], dry_run=True)
+    assert "train_paths" not in json.loads((tmp_path / "unique" / "model_info.json").read_text())
 
 
 # ------------------------------------------------------------------------------ one big batch

@@ -252,8 +252,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         "gin configs": gin.config_str(), "--seed": seed, "--deterministic": deterministic,
         "--dry_run": dry_run,
         # (names with their examples: same-named shards of another build differ)
-        "--train_data files": _train_files(train_files, relative=True),
-        "--eval_data files": _train_files(eval_files, relative=True),
+        "--train_data files": _train_files(train_files),
+        "--eval_data files": _train_files(eval_files),
         "vocabs": tokenization.vocab_sha256(vocab_file),
         "--init_checkpoint": init_checkpoint and os.path.basename(init_checkpoint.rstrip("/"))})
 
@@ -383,9 +383,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                       lower_case=metadata.get("lower_case", not cased),
                       strip_accents=metadata.get("strip_accents",
                                                  metadata.get("lower_case", not cased)),
-                      train_files=_train_files(train_files,
-                                               relative=data_position == "file_index"),
-                      data_position=data_position)
+                      train_files=_train_files(train_files), data_position=data_position,
+                      **_repeated_names(train_files, data_position))
     _check_resume(model_dir, model_info, info["metadata"])
     # From the first write on: a second run on this model dir stops here.
     strategies.hold_model_dir(held, model_dir, "run_pretraining.py", strategy)
@@ -1148,25 +1147,29 @@ def _info_json(model_info: dict) -> str:
     return text.replace(json.dumps("\0"), json.dumps(model_info["train_files"]))
 
 
-def _train_files(files: list[str], relative: bool = False) -> list:
+def _train_files(files: list[str]) -> list:
     """[[file name, its examples by its folder's metadata.json (None where unknown)], ...]
     in the order the pipeline reads them: what a resumed run's data position must be in
     (same-named shards of another corpus restored it without a word; the files' folder may
-    move, and two folders may hold the same names). `relative` (a data position by index in
-    this list): where two folders hold the same names, each file is named by its path from
-    the folder above them all, so that renaming one folder (A/ and B/, A/ renamed C/: other
-    files at the same places of the sorted list) is seen; moving them all is not refused."""
+    move, and two folders may hold the same names: `_repeated_names`)."""
     counts = {}
     for metadata in pipeline.read_all_metadata(files):
         directory = os.path.dirname(metadata["_path"])
         counts.update({os.path.join(directory, s["file"]): s["num_examples"]
                        for s in metadata.get("shards", [])})
-    files = sorted(files)
+    return [[os.path.basename(f), counts.get(f)] for f in sorted(files)]
+
+
+def _repeated_names(files: list[str], data_position: str) -> dict:
+    """model_info.json's `train_paths` (the files' paths, in the pipeline's order) where a
+    data position by index is over files of one name in several folders: moved, which of
+    them is which is not known (A/ renamed C/ puts other files at the index's places, which
+    the names alone let through), so such a run resumes only with its files where they
+    were (`_check_resume`). {} otherwise."""
     names = [os.path.basename(f) for f in files]
-    if relative and len(set(names)) < len(names):
-        root = os.path.commonpath([os.path.dirname(f) for f in files])
-        names = [os.path.relpath(f, root) for f in files]
-    return [[name, counts.get(f)] for name, f in zip(names, files)]
+    if data_position != "file_index" or len(set(names)) == len(names):
+        return {}
+    return {"train_paths": [f if "://" in f else os.path.abspath(f) for f in sorted(files)]}
 
 
 def _other_files(before: list, now: list) -> list[str]:
@@ -1288,6 +1291,15 @@ def _check_resume(model_dir, model_info, metadata=None):
             "train_files), whose data position its checkpoint holds; resume with the "
             "--train_data it was trained with, or start a new --model_dir with "
             f"--init_checkpoint={model_dir}")
+    if "train_paths" in earlier and earlier["train_paths"] != model_info.get("train_paths"):
+        moved = next((a for a, b in zip(earlier["train_paths"],
+                                        model_info.get("train_paths") or [None]) if a != b),
+                     earlier["train_paths"][0])
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained on files of one name in several folders "
+            f"({moved} among them; model_info.json's train_paths), which cannot be told apart "
+            "once moved; resume with --train_data naming them as then (a link there to where "
+            "they are now will do)")
     if "premasked_records" in model_info:
         # A run of pre-masked records from before premasked_records was recorded (before
         # whole_word_masking was too) used them as written.
