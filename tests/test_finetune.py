@@ -370,6 +370,12 @@ def test_tsv_files_plain_or_quoted_keep_every_row_and_quote(tmp_path):
                          encoding="utf-8")
         assert [(e.text_a, e.label, e.guid) for e in readers.read_table(str(plain))] == [
             (f"{quote}ok", "pos", "2"), ("bad\rline", "neg", "3"), ("fine", "pos", "4")]
+    # A file of old Mac line ends ("\r" alone) is read by them, quotes or none.
+    for quote in ('"', ""):
+        plain.write_text(f"text\tlabel\r{quote}Good film.\tpos\rBad film.\tneg\r",
+                         encoding="utf-8", newline="")
+        assert [(e.text_a, e.guid) for e in readers.read_table(str(plain))] == [
+            (f"{quote}Good film.", "2"), ("Bad film.", "3")]
 
 
 def test_conll_reader(tmp_path):

@@ -247,6 +247,10 @@ def test_unnamed_columns_are_not_read_and_a_semicolon_csv_is_named(tmp_path):
     tsv.write_text("text,label\nFine.,pos\n", encoding="utf-8")
     _refused(f"{tsv}: its fields are separated by commas (header 'text,label'); name it .csv",
              readers.read_table, str(tsv))
+    # ... but a one-column TSV whose column's name has a comma is read, as named.
+    tsv.write_text("review, text\nGood film.\nBad film.\n", encoding="utf-8")
+    assert [e.text_a for e in readers.read_table(str(tsv), text_column="review, text",
+                                                 labelled=False)] == ["Good film.", "Bad film."]
 
 
 def test_a_stray_quote_in_a_csv_is_refused_not_merged_into_one_row(tmp_path):

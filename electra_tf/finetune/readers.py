@@ -154,13 +154,16 @@ def _rows(path: str):
             rows.append((number, row))
             columns.update(row)
         return rows, sorted(columns)
-    # (a TSV without a double quote reads the same either way, but for a lone "\r")
-    plain = fmt == "tsv" and ('"' not in text or _plain_tsv(text))
+    plain = fmt == "tsv" and _plain_tsv(text)
+    # Lines split at "\n" only (a lone "\r" kept in a text), in a file that has any: one
+    # of old Mac line ends ("\r" alone) is csv's to split. A TSV without a double quote
+    # reads the same either way, but for a lone "\r".
+    by_lines = fmt == "tsv" and "\n" in text and (plain or '"' not in text)
     # strict: a stray opening quote would otherwise swallow the lines up to the next quote
     # into one field, merging rows without a word.
-    reader = _PlainLines(text) if plain else csv.reader(
+    reader = _PlainLines(text) if by_lines else csv.reader(
         io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t",
-        quoting=csv.QUOTE_MINIMAL, strict=True)
+        quoting=csv.QUOTE_NONE if plain else csv.QUOTE_MINIMAL, strict=True)
     rows, number = [], 1  # the line the next record starts on
     try:
         header = next(reader, None)
@@ -172,10 +175,6 @@ def _rows(path: str):
             # Excel's CSV in locales with a decimal comma
             raise UserInputError(f"{path}: its fields are separated by semicolons (header "
                                  f"'{header[0]}'); save it with commas, or with tabs as .tsv")
-        other = {"csv": ("\t", "tabs", ".tsv"), "tsv": (",", "commas", ".csv")}[fmt]
-        if len(header) == 1 and other[0] in header[0]:  # a file named for the other format
-            raise UserInputError(f"{path}: its fields are separated by {other[1]} (header "
-                                 f"{header[0]!r}); name it {other[2]}")
         # (columns without a name, as spreadsheets write empty trailing ones, are not read:
         # no flag can name them)
         repeated = sorted({c for c in header if c and header.count(c) > 1})
@@ -188,6 +187,7 @@ def _rows(path: str):
             if not any(field.strip() for field in row):
                 continue
             if len(row) != len(header):
+                _check_named_for_its_format(path, header)
                 spans = (f"the record from line {start} to {number - 1}" if number - 1 > start
                          else f"line {start}")
                 raise UserInputError(
@@ -204,8 +204,19 @@ def _rows(path: str):
     return rows, [name for name in header if name]
 
 
+def _check_named_for_its_format(path, header):
+    """A TSV named .csv or a CSV named .tsv (its header one field holding the other's
+    delimiter), met where its columns do not fit: named as such."""
+    other = {"csv": ("\t", "tabs", ".tsv"), "tsv": (",", "commas", ".csv")}.get(
+        table_format(path))
+    if other and len(header) == 1 and other[0] in str(header[0]):
+        raise UserInputError(f"{path}: its fields are separated by {other[1]} (header "
+                             f"{header[0]!r}); name it {other[2]}")
+
+
 def _check_column(path, columns, column, flag):
     if column not in columns:
+        _check_named_for_its_format(path, columns)
         alike = [c for c in columns if str(c).strip().lower() == column.strip().lower()]
         raise UserInputError(f"{path} has no column '{column}' (columns: "
                              f"{', '.join(map(str, columns)) or 'none named'}); pass "
