@@ -225,6 +225,14 @@ def test_expand_inputs(tmp_path):
         f"{tmp_path}/b.txt", f"{tmp_path}/co,mma", f"{tmp_path}/a*b", "x"]
     assert corpus.expand_inputs(f"{tmp_path}/co,mma/w.txt,{tmp_path}/b.txt") == [
         f"{tmp_path}/b.txt", f"{tmp_path}/co,mma/w.txt"]
+    # ... also where the name's first part exists alone (folder a/ beside a,2024.txt) or
+    # holds a wildcard (run[1],v2.txt).
+    for name in ("a,2024.txt", "run[1],v2.txt"):
+        (tmp_path / name).write_text("x")
+        assert corpus.split_patterns(f"{tmp_path}/{name},{tmp_path}/b.txt") == [
+            f"{tmp_path}/{name}", f"{tmp_path}/b.txt"]
+    assert corpus.split_patterns(f"{tmp_path}/a,{tmp_path}/b.txt") == [
+        f"{tmp_path}/a", f"{tmp_path}/b.txt"]
     assert corpus.expand_inputs(f"{tmp_path}/a[*]b/*") == [f"{tmp_path}/a*b/y.txt"]  # a glob
 
 

@@ -88,17 +88,30 @@ def _compression(path: str):
 
 def split_patterns(patterns: str) -> list[str]:
     """A flag's comma-separated paths or globs; a path that exists is one item though its
-    name has commas ("notes,2024.txt", "Smith, John.txt"), the longest such at each place of
-    the list. (Local paths; a gs:// one, whose check is a request, only when it is the whole
-    value. A piece that exists alone, or holds a wildcard, is an item: joins are tried only
-    for the rest, and only as long as a path can be, so a list of thousands stays quick.)"""
+    name has commas ("notes,2024.txt", "Smith, John.txt", "draft[1],v2.txt"), the longest
+    such at each place of the list. (Local paths; a gs:// one, whose check is a request,
+    only when it is the whole value. Pieces are joined only where their folder holds a name
+    that starts with the piece's and a comma, and only as long as a path can be, so a list
+    of thousands stays quick.)"""
     if tf.io.gfile.exists(patterns.strip()):
         return [patterns.strip()]
     pieces, items, i = patterns.split(","), [], 0
+    with_commas = {}  # folder -> its entries whose names hold a comma
+
+    def may_join(piece: str) -> bool:
+        folder, name = os.path.split(piece.strip())
+        if "://" in piece or not name:
+            return False
+        if folder not in with_commas:
+            try:
+                with_commas[folder] = [e for e in os.listdir(folder or ".") if "," in e]
+            except OSError:
+                with_commas[folder] = []
+        return any(e.startswith(name + ",") for e in with_commas[folder])
+
     while i < len(pieces):
         piece, j = pieces[i], i + 1
-        if ("://" not in piece and not glob.has_magic(piece)
-                and not os.path.exists(piece.strip())):
+        if may_join(piece):
             joined, k = piece, i + 1
             while k < len(pieces) and len(joined) < _PATH_MAX:
                 joined += "," + pieces[k]
