@@ -14,7 +14,6 @@ Compressed files cannot be cut and are one piece each.
 import bz2
 import codecs
 import dataclasses
-import glob
 import gzip
 import json
 import lzma
