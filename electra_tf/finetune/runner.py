@@ -687,8 +687,8 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                 raise UserInputError(
                     f"{trial_dir} was fine-tuned with {key}={was}, not {now} as this run "
                     "would be: the scheme is now read from the training and dev files "
-                    "together (a dev S- or M- widens training's) and IOE1 is told from IOE2; "
-                    + fix)
+                    "together (a dev S-, M- or IOE1's E- widens training's) and IOE1 is told "
+                    "from IOE2; " + fix)
             raise UserInputError(f"{trial_dir} was fine-tuned with {key}={was}, not {now} as "
                                  f"this run would be; {again}, or " + fix)
         kept[k] = True
