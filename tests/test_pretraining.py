@@ -837,15 +837,21 @@ def test_a_run_resumes_after_its_data_moved(tmp_path, data, monkeypatch):
     folder = began("now")
     info = json.loads((tmp_path / "now" / "model_info.json").read_text())
     assert info["data_position"] == "file_index"
+    # (a copy of its checkpoints without model_info.json resumes as this release's run)
+    shutil.copytree(tmp_path / "now", tmp_path / "now_bare")
+    (tmp_path / "now_bare" / "model_info.json").unlink()
+    run(tmp_path / "now_bare", folder, ["NUM_TRAIN_STEPS = 4"])
     run(tmp_path / "now", folder, ["NUM_TRAIN_STEPS = 4"])
     os.rename(tmp_path / "now_data", tmp_path / "elsewhere")
     result, lines = run(tmp_path / "now_moved", str(tmp_path / "elsewhere" / "*.tfrecord"),
                         ["NUM_TRAIN_STEPS = 4"])
     assert result["step"] == 4 and any(line.startswith("resuming from") for line in lines)
-    here, moved = (model_values(str(tmp_path / d / "ckpt-4")) for d in ("now", "now_moved"))
-    assert set(here) == set(moved)
-    for name in here:
-        np.testing.assert_array_equal(here[name], moved[name], err_msg=name)
+    here = model_values(str(tmp_path / "now" / "ckpt-4"))
+    for other in ("now_moved", "now_bare"):
+        moved = model_values(str(tmp_path / other / "ckpt-4"))
+        assert set(here) == set(moved)
+        for name in here:
+            np.testing.assert_array_equal(here[name], moved[name], err_msg=f"{other} {name}")
 
     # A run of an earlier release (paths in its position, no data_position recorded).
     folder = began("before", files_by_index=False)

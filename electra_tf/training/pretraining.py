@@ -327,8 +327,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     # so that the data may move; one of a run begun before names them by path, and such a
     # run resumes so (pipeline.pretraining_dataset's files_by_index).
     data_position = "file_index"
-    if tf.train.latest_checkpoint(model_dir):
-        data_position = _model_info_of(model_dir).get("data_position", "file_path")
+    earlier = _model_info_of(model_dir) if tf.train.latest_checkpoint(model_dir) else {}
+    if earlier.get("train_batch_size"):  # (a model dir whose model_info.json was not copied
+        data_position = earlier.get("data_position", "file_path")  # is taken as this one's)
     data_options = dict(max_seq_length=max_seq_length, vocab_file=vocab_file,
                         mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
                         whole_word_masking=whole_word_masking, seed=seed,
@@ -472,7 +473,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         position = _data_position(model_dir, task_id, step)
         if not chief and not manager.latest_checkpoint and tf.io.gfile.exists(
                 position + ".index"):  # a finished run's: this worker's own batches go on
-            tf.train.Checkpoint(iterator=iterator).read(position).assert_consumed()
+            try:
+                tf.train.Checkpoint(iterator=iterator).read(position).assert_consumed()
+            except tf.errors.NotFoundError as e:
+                raise _moved_input(e, position, model_dir) or e from None
             log(f"worker {task_id} resumes its data position from {position}")
     elif init_checkpoint:
         earlier = _model_info_of(init_checkpoint)
@@ -1416,20 +1420,26 @@ def _model_info_of(checkpoint: str) -> dict:
         return json.load(f)
 
 
+def _moved_input(error, path: str, model_dir: str) -> UserInputError | None:
+    """The refusal of a data position (checkpoint `path`) naming its input files by path,
+    as runs begun before positions named them by index saved, where `error` (a restore's
+    NotFoundError) says one is gone: resumed so, it opens the files where they were. None
+    for another error."""
+    missing = re.search(r"restore dataset iterator from checkpoint: (.*?); ", str(error))
+    if not missing:
+        return None
+    return UserInputError(
+        f"--model_dir={model_dir}'s checkpoint ({path}) holds a data position naming its "
+        f"input files by path, as runs begun before this release did, and {missing.group(1)} "
+        "is not there: resume with the files where they were (a link from there to where "
+        "they are now will do)")
+
+
 def _restore(checkpoint, path: str, model_dir: str):
     try:
         checkpoint.restore(path).assert_existing_objects_matched()
     except tf.errors.NotFoundError as e:
-        # (a data position naming its files by path, which runs begun before positions
-        # named them by index saved: resumed so, it opens the files where they were)
-        missing = re.search(r"restore dataset iterator from checkpoint: (.*?); ", str(e))
-        if not missing:
-            raise
-        raise UserInputError(
-            f"--model_dir={model_dir}'s checkpoint ({path}) holds a data position naming "
-            f"its input files by path, as runs begun before this release did, and "
-            f"{missing.group(1)} is not there: resume with the files where they were (a link "
-            "from there to where they are now will do)") from None
+        raise _moved_input(e, path, model_dir) or e from None
     except tf.errors.FailedPreconditionError as e:
         if "iterator" not in str(e).lower():
             raise
