@@ -135,7 +135,7 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
                           else loaded.max_seq_length)
 
 
-def _fine_tuned_dir(path: str) -> str | None:
+def fine_tuning_output(path: str) -> str | None:
     """The fine-tuning output or trial dir `path` names (its model/ckpt prefix too), or None
     for anything else."""
     from electra_tf.training.checkpoints import checkpoint_prefix
@@ -144,9 +144,16 @@ def _fine_tuned_dir(path: str) -> str | None:
         path = os.path.dirname(os.path.dirname(path.rstrip("/")))
     if any(tf.io.gfile.exists(os.path.join(path, name)) for name in (TASK_INFO, RESULTS)):
         return path
-    from electra_tf.export.saved_model import unfinished_run
-    unfinished_run(path, "--init_checkpoint")
     return None
+
+
+def _fine_tuned_dir(path: str) -> str | None:
+    """`fine_tuning_output`, and an interrupted run's dir refused naming a complete trial."""
+    tuned = fine_tuning_output(path)
+    if tuned is None:
+        from electra_tf.export.saved_model import unfinished_run
+        unfinished_run(path, "--init_checkpoint")
+    return tuned
 
 
 def _fine_tuned_initialization(path: str, vocab_file: str | None,

@@ -1226,12 +1226,9 @@ def _check_not_fine_tuned(init_checkpoint: str):
     model/ckpt: a task's model, whose encoder alone the pre-trainer cannot start from; said
     so, with the model it was fine-tuned from (it was "holds no checkpoint", or "does not
     fit this model")."""
-    path = init_checkpoint.rstrip("/")
-    for suffix in (".index", ".data-00000-of-00001"):
-        path = path[:-len(suffix)] if path.endswith(suffix) else path
-    if path.endswith(os.path.join("model", "ckpt")):
-        path = os.path.dirname(os.path.dirname(path))
-    for name in ("task_info.json", "results.json"):  # (finetune.runner's)
+    from electra_tf.finetune import runner  # (loaded only here, not at every start)
+    path = runner.fine_tuning_output(init_checkpoint)
+    for name in (runner.TASK_INFO, runner.RESULTS) if path else ():
         if tf.io.gfile.exists(os.path.join(path, name)):
             with tf.io.gfile.GFile(os.path.join(path, name)) as f:
                 try:
