@@ -234,6 +234,15 @@ def test_expand_inputs(tmp_path):
     assert corpus.split_patterns(f"{tmp_path}/a,{tmp_path}/b.txt") == [
         f"{tmp_path}/a", f"{tmp_path}/b.txt"]
     assert corpus.expand_inputs(f"{tmp_path}/a[*]b/*") == [f"{tmp_path}/a*b/y.txt"]  # a glob
+    # An item quoted as in CSV (as absl's list flags read them) is one item, quote marks
+    # doubled inside; the unquoted items beside it are read as above.
+    assert corpus.split_patterns(
+        f'"{tmp_path}/x, y.txt", {tmp_path}/a,2024.txt,"{tmp_path}/q""t",{tmp_path}/b.txt') == [
+        f"{tmp_path}/x, y.txt", f"{tmp_path}/a,2024.txt", f'{tmp_path}/q"t', f"{tmp_path}/b.txt"]
+    (tmp_path / 'say "hi",2.txt').write_text("x")  # a name with quote marks, as named
+    assert corpus.split_patterns(f'{tmp_path}/say "hi",2.txt,{tmp_path}/b.txt') == [
+        f'{tmp_path}/say "hi",2.txt', f"{tmp_path}/b.txt"]
+    assert corpus.split_patterns(f'{tmp_path}/a"b,c') == [f'{tmp_path}/a"b', "c"]
 
 
 def test_pieces_of_a_file_without_blank_lines_start_at_line_ends(tmp_path, monkeypatch):

@@ -244,8 +244,10 @@ def test_script_too_large_vocab_fails_with_one_line(tmp_path):
     # A file whose name has commas, alone or beside another input (absl's list flag split
     # it into "…/Smith" and "John.txt", its space stripped: "matches no file").
     (tmp_path / "Smith, John,2024.txt").write_text("A third line.\n", encoding="utf-8")
+    # Quoted as in CSV, as absl's list flag read it, it is one item too.
     for given, lines in ((f"{tmp_path}/Smith, John,2024.txt", 1),
-                         (f"{tmp_path}/Smith, John,2024.txt,{corpus}", 3)):
+                         (f"{tmp_path}/Smith, John,2024.txt,{corpus}", 3),
+                         (f'"{tmp_path}/Smith, John,2024.txt",{corpus}', 3)):
         result = _run_script(f"--input={given}", f"--output={output}", "--vocab_size=30522")
         assert result.stderr.startswith(f"error: the corpus ({lines} line"), result.stderr
 

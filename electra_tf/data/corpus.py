@@ -88,12 +88,31 @@ def _compression(path: str):
 def split_patterns(patterns: str) -> list[str]:
     """A flag's comma-separated paths or globs; a path that exists is one item though its
     name has commas ("notes,2024.txt", "Smith, John.txt", "draft[1],v2.txt"), the longest
-    such at each place of the list. (Local paths; a gs:// one, whose check is a request,
-    only when it is the whole value. Pieces are joined only where their folder holds a name
-    that starts with the piece's and a comma, and only as long as a path can be, so a list
-    of thousands stays quick.)"""
+    such at each place of the list. An item may be quoted as in CSV ('"Smith, John.txt",b.txt',
+    which absl's list flags read). (Local paths; a gs:// one, whose check is a request, only
+    when it is the whole value. Pieces are joined only where their folder holds a name that
+    starts with the piece's and a comma, and only as long as a path can be, so a list of
+    thousands stays quick.)"""
     if tf.io.gfile.exists(patterns.strip()):
         return [patterns.strip()]
+    parts = _QUOTED_ITEM.split(patterns)
+    if len(parts) == 1 or any('"' in piece and os.path.exists(piece.strip())
+                              for piece in patterns.split(",")):
+        return _split_unquoted(patterns)  # (a name with quote marks that exists: as named)
+    items = []
+    for k, part in enumerate(parts):
+        if k % 2:  # a quoted item, its "" a quote mark
+            items.append(part.replace('""', '"'))
+        else:
+            items += _split_unquoted(part)
+    return [item for item in items if item.strip()]
+
+
+# A CSV-quoted item: at the start or after a comma, up to the end or a comma.
+_QUOTED_ITEM = re.compile(r'(?:^|,)\s*"((?:[^"]|"")*)"\s*(?=,|$)')
+
+
+def _split_unquoted(patterns: str) -> list[str]:
     pieces, items, i = patterns.split(","), [], 0
     with_commas = {}  # folder -> its entries whose names hold a comma
 
