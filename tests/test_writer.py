@@ -450,7 +450,7 @@ def test_lower_case_must_suit_the_vocab(tmp_path):
     result = build(*args, "--lower_case=false", check=False)  # the uncased BERT vocab
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"error: vocab file {UNCASED_VOCAB} is uncased (0 of its 26,930 tokens with letters "
+        f"error: vocab file {UNCASED_VOCAB} is uncased (0 of its 26,896 tokens with letters "
         "have capitals) but --lower_case=false keeps the text's capitals, so capitalised "
         "words would become [UNK]; drop --lower_case=false (or use a cased vocab)"]
     assert not (tmp_path / "out").exists()
@@ -461,6 +461,25 @@ def test_lower_case_must_suit_the_vocab(tmp_path):
     vocab = open(cased, encoding="utf-8").read().split("\n")
     assert vocab.index("The") in ids["input_ids"].numpy()
     assert json.load(open(tmp_path / "out" / "metadata.json"))["lower_case"] is False
+
+
+def test_a_cased_georgian_vocab_is_not_taken_for_an_uncased_one():
+    """Georgian's letters have capitals (Mtavruli, upper-case since Unicode 11) that its text
+    does not start words with: a vocab learnt with --lower_case=false from Georgian text has
+    none, and was refused with --lower_case=false as uncased. Its letters are not counted as
+    a capitalising script's, so lower-casing is the user's choice; a Latin vocab's case is
+    still checked beside them."""
+    from electra_tf.data import writer
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    georgian = specials + ["საქართველო", "არის", "ქვეყანა", "##ში", "ა", "##ბ"]
+    for lower_case in (False, True):
+        writer.check_case(georgian, "ka.txt", lower_case)
+    assert not writer.vocab_is_cased(georgian)
+    with pytest.raises(UserInputError, match=r"^vocab file ka.txt is uncased \(0 of its 2 "
+                                             r"tokens with letters have capitals\)"):
+        writer.check_case(georgian + ["the", "city"], "ka.txt", False)
+    with pytest.raises(UserInputError, match=r"^vocab file ka.txt is cased \(1 of its 2 "):
+        writer.check_case(georgian + ["The", "city"], "ka.txt", True)
 
 
 def test_a_build_that_cuts_most_of_its_text_says_so(tmp_path):

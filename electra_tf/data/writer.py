@@ -326,10 +326,13 @@ class _Progress:
 
 
 def _case_counts(vocab: list[str]) -> tuple[int, list[str]]:
-    """A vocab's tokens with letters (their count) and those with capitals (special
-    tokens left out)."""
+    """A vocab's tokens with letters of a script that capitalises words (their count) and
+    those with capitals (special tokens left out). Georgian's letters have capitals (its
+    Mtavruli, upper-case since Unicode 11) that its text does not use to start a word: they
+    have no title case, and a token of them alone is not counted, so a cased Georgian vocab
+    is not taken for an uncased one."""
     words = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
-    with_letters = sum(any(c.lower() != c.upper() for c in t) for t in words)
+    with_letters = sum(any(c.title() != c.lower() for c in t) for t in words)
     return with_letters, [t for t in words if t.lower() != t]
 
 
