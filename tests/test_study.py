@@ -753,3 +753,30 @@ def test_documented_parts_of_the_grid_pass_a_results_dir():
                 for c in re.split(r"\n\s*(?=\.venv/bin/python )", piece)
                 if "run_study.py" in c and "--configs=" in c]
     assert commands and all("--results_dir=" in c for c in commands), commands
+
+
+_FOREIGN_FILES_KEPT = r"""
+import make_corpus
+from electra_tf.errors import UserInputError
+tmp = {tmp!r}
+out = os.path.join(tmp, "out")
+os.makedirs(os.path.join(out, "my_notes"))
+for name in ("keep.txt", "my_notes/thesis.txt", "gcide-00000.txt.gz"):
+    open(os.path.join(out, name), "w").write("mine")
+try:
+    make_corpus.make_corpus(out)
+    raise AssertionError("not refused")
+except UserInputError as e:
+    assert str(e) == (f"--output_dir={{out}} holds files this script did not write (keep.txt, "
+                      "my_notes); pass a new or empty folder"), str(e)
+assert sorted(os.listdir(out)) == ["gcide-00000.txt.gz", "keep.txt", "my_notes"]
+assert open(os.path.join(out, "my_notes", "thesis.txt")).read() == "mine"
+print("ok")
+"""
+
+
+def test_make_corpus_deletes_nothing_it_did_not_write(tmp_path):
+    """make_corpus.py rebuilds a folder without a complete build in it: it deleted the whole
+    folder first (a user's --output_dir=., the checkout; data/corpus, its own input); a
+    folder holding files of other names is now refused, untouched."""
+    _snippet(_FOREIGN_FILES_KEPT.format(tmp=str(tmp_path)), timeout=120)

@@ -38,7 +38,6 @@ import html.parser
 import json
 import os
 import re
-import shutil
 import struct
 import sys
 import zlib
@@ -49,6 +48,7 @@ from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 import corpora  # noqa: E402
+from electra_tf.errors import UserInputError  # noqa: E402
 
 flags.DEFINE_string("output_dir", os.path.join(common.CACHE_DIR, "study", "corpus"),
                     "Where the gzipped text pieces and manifest.json go.")
@@ -278,6 +278,10 @@ def write_source(name: str, documents, output_dir: str, piece_bytes: int) -> dic
             "lines": num_lines}
 
 
+# What a build writes: its sources' pieces and the manifest (and their staging names).
+_OWN_FILE = re.compile(rf"(?:(?:{'|'.join(SOURCES)})-\d{{5}}\.txt\.gz|{MANIFEST})(?:\.tmp)?")
+
+
 def make_corpus(output_dir: str, piece_mb: float = 8.0, overwrite: bool = False) -> dict:
     """Builds the corpus in output_dir (or reads the manifest of an earlier build); returns
     the manifest."""
@@ -288,9 +292,15 @@ def make_corpus(output_dir: str, piece_mb: float = 8.0, overwrite: bool = False)
         if all(os.path.exists(os.path.join(output_dir, p))
                for s in manifest["sources"].values() for p in s["files"]):
             return manifest
-    if os.path.exists(output_dir):
-        shutil.rmtree(output_dir)
-    os.makedirs(output_dir)
+    others = sorted(f for f in os.listdir(output_dir) if not _OWN_FILE.fullmatch(f)) if (
+        os.path.isdir(output_dir)) else []
+    if others:  # (a build's own files are replaced; nothing else is deleted)
+        raise UserInputError(f"--output_dir={output_dir} holds files this script did not write "
+                             f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
+                             "pass a new or empty folder")
+    for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
+        os.remove(os.path.join(output_dir, name))
+    os.makedirs(output_dir, exist_ok=True)
     manifest = {"sources": {}, "format": "gzipped text: one sentence per line, a blank line "
                 "between documents"}
     for name, source in SOURCES.items():
