@@ -651,6 +651,26 @@ assert refused("--scale=toy", "--configs=") == (
 assert refused("--scale=toy", "--num_trials=-1") == (
     "--num_trials=-1 is negative; give a positive number, or leave it out for the scale's "
     f"({{rs.SCALES['toy'].num_trials}})")
+for value in ("nan", "inf"):  # (a traceback in the plan's rounding)
+    assert refused("--scale=toy", f"--flops_budget={{value}}") == (
+        f"--flops_budget={{value}}: give a positive number of FLOPs (the scale's: 1.3e+10)")
+assert refused("--scale=toy", "--jobs=-1") == (  # (a traceback once every job dir was made)
+    "--jobs=-1 is negative; give a positive number, or leave it out (the scale's: 2)")
+assert refused("--scale=toy", "--estimate=-5") == (
+    "--estimate=-5 is negative; give a positive number, or leave it out (the scale's: 0: off)")
+# The corpus named as the study's flag (it said the builder's --input), a relative path
+# read from where the study runs (it was read from the repository's root).
+assert refused("--scale=toy", f"--corpus={{tmp}}/none/*.txt") == (
+    f"--corpus={{tmp}}/none/*.txt: input {{tmp}}/none/*.txt matches no file; check the path or "
+    "glob")
+os.chdir(tmp)
+assert refused("--scale=toy", "--corpus=data/corpus/persuasion.txt.gz") == (
+    f"--corpus=data/corpus/persuasion.txt.gz: input {{tmp}}/data/corpus/persuasion.txt.gz "
+    "matches no file; check the path or glob")
+assert refused("--scale=toy", "--labelled_data=labelled.csv", "--label_column=label") == (
+    "--labelled_data=labelled.csv has no `label` column (its columns: text, sentiment); "
+    "pass --label_column")
+os.chdir(rs.common.REPO)
 assert refused("--scale=toy", "--plan", "--estimate=10") == (
     "--plan and --estimate each stop early, at different points; pass one of them")
 assert refused("--scale=cpu", "--results_dir=benchmarks/results").startswith(

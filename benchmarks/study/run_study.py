@@ -139,6 +139,7 @@ from absl import flags  # noqa: E402
 import common  # noqa: E402
 import corpora  # noqa: E402
 from electra_tf import choices  # noqa: E402
+from electra_tf.data import corpus as corpus_module  # noqa: E402
 from electra_tf.errors import UserInputError, first_line  # noqa: E402
 from electra_tf.training import signals  # noqa: E402  (the standard library's only)
 
@@ -699,8 +700,16 @@ def checkpoint_plan(steps: int, curve_points: int, steps_per_loop: int) -> dict:
 def corpus_inputs(scale: Scale, commands: list[str]) -> str:
     corpus = FLAGS.corpus or scale.corpus
     if corpus != "debian":
-        return ",".join(p if "://" in p or os.path.isabs(p) else os.path.join(common.REPO, p)
-                        for p in corpus.split(","))
+        # A scale's paths are the repository's; the user's, of where they ran the study.
+        base = os.getcwd() if FLAGS.corpus else common.REPO
+        inputs = ",".join(p if "://" in p or os.path.isabs(p) else os.path.join(base, p)
+                          for p in corpus_module.split_patterns(corpus))
+        try:
+            corpus_module.expand_inputs(inputs)
+        except UserInputError as e:  # (its words name the builder's --input)
+            raise UserInputError(f"--corpus={corpus}: " + first_line(e).replace(
+                " in --input", "").replace("another --input", "another --corpus")) from None
+        return inputs
     import make_corpus
     output_dir = os.path.join(common.CACHE_DIR, "study", "corpus")
     manifest = make_corpus.make_corpus(output_dir)
@@ -718,7 +727,7 @@ def labelled_rows(scale: Scale, commands: list[str]) -> tuple[list, str]:
                                               commands)
         return rows, (f"PyPI {corpora.VADER} sdist, {corpora.MOVIE_SNIPPETS} (positive: "
                       "mean rating above 0, negative: below; 0 dropped)")
-    path = source if os.path.isabs(source) else os.path.join(common.REPO, source)
+    path = os.path.abspath(source) if FLAGS.labelled_data else os.path.join(common.REPO, source)
     column = FLAGS.label_column or scale.label_column
     if not os.path.isfile(path):
         raise UserInputError(f"--labelled_data={source}: no such file; give 'vader' or a CSV "
@@ -927,7 +936,8 @@ def finetune_summary(*model_dirs: str) -> dict:
 
 
 def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: str,
-             runner: Runner, num_trials: int, num_seeds: int = 1) -> dict:
+             runner: Runner, num_trials: int, num_seeds: int = 1,
+             with_random: bool = True) -> dict:
     """Times FLAGS.estimate pre-training steps of every configuration (the last loop's
     examples/s, after tracing) and one fine-tuning trial; projects the study's duration
     (each configuration pre-trained and fine-tuned once per pre-training seed)."""
@@ -958,7 +968,7 @@ def estimate(scale: Scale, plan: dict, data_dir: str, train_csv: str, dev_csv: s
         Runner(in_process=True).run(job, model_dir, lambda: False)
         trial = time.time() - started
     curve = sum(len(plan[n]["checkpoints"]) - 1 for n in CURVE_CONFIGS if n in plan)
-    finetunes = (len(plan) + curve) * num_seeds + 1
+    finetunes = (len(plan) + curve) * num_seeds + int(with_random)
     total_pretrain *= num_seeds
     startup = 0 if runner.in_process else 15.0
     total = (total_pretrain + len(plan) * num_seeds * startup
@@ -1029,9 +1039,13 @@ def main(argv):
         raise UserInputError(f"{RANDOM_INIT} fine-tunes the electra run's discriminator with "
                              "random weights: include electra in --configs")
     budget = scale.flops_budget if FLAGS.flops_budget is None else FLAGS.flops_budget
-    if budget <= 0:
+    if not 0 < budget < math.inf:  # (nan fails too)
         raise UserInputError(f"--flops_budget={FLAGS.flops_budget:g}: give a positive number "
                              f"of FLOPs (the scale's: {scale.flops_budget:.3g})")
+    for name, default in (("jobs", scale.jobs), ("estimate", "0: off")):
+        if (FLAGS[name].value or 0) < 0:
+            raise UserInputError(f"--{name}={FLAGS[name].value} is negative; give a positive "
+                                 f"number, or leave it out (the scale's: {default})")
     for name in ("curve_points", "num_trials"):  # (0: the scale's; before any work)
         if (FLAGS[name].value or 0) < 0:
             raise UserInputError(f"--{name}={FLAGS[name].value} is negative; give a positive "
@@ -1082,7 +1096,7 @@ def main(argv):
 
     if FLAGS.estimate:
         result = estimate(scale, plan, data_dir, train_csv, dev_csv, runner, num_trials,
-                          len(seeds))
+                          len(seeds), with_random)
         _write_json(os.path.join(work, "estimate.json"), {"run": common.run_info(), **result})
         return 0
 
