@@ -410,6 +410,49 @@ def test_a_sigterm_to_the_study_reaches_its_running_job(tmp_path):
     _snippet(_SIGTERM_PASSED_ON.format(tmp=str(tmp_path)), timeout=120)
 
 
+_KILLED_STUDY = r"""
+import signal, subprocess, time
+tmp = {tmp!r}
+job_script = os.path.join(tmp, "job.py")
+with open(job_script, "w") as f:
+    f.write(chr(10).join([
+        "import signal, sys, time",
+        "def stop(*_):",
+        "    open(sys.argv[1][6:], 'w').write('saved')",
+        "    sys.exit(143)",
+        "signal.signal(signal.SIGTERM, stop)",
+        "open(sys.argv[1][6:] + '.started', 'w').close()",
+        "time.sleep(60)", ""]))
+saved = os.path.join(tmp, "saved")
+# The study: a process that runs the job as a subprocess, killed with SIGKILL.
+study = subprocess.Popen([sys.executable, "-c", chr(10).join([
+    "import os, sys",
+    "sys.argv = ['run_study']",
+    f"sys.path.insert(0, {{os.path.dirname(rs.__file__)!r}})",
+    "import run_study as rs",
+    f"rs.execute(rs.Job({{job_script!r}}, [('out', {{saved!r}})]), in_process=False)"])],
+    cwd=rs.common.REPO)
+started = time.time()
+while not os.path.exists(saved + ".started"):
+    assert study.poll() is None and time.time() - started < 120, "the job did not start"
+    time.sleep(0.05)
+study.kill()
+study.wait()
+killed = time.time()
+while not os.path.exists(saved) and time.time() - killed < 30:
+    time.sleep(0.05)
+assert os.path.exists(saved) and open(saved).read() == "saved", "the job outlived its study"
+print("ok")
+"""
+
+
+def test_a_killed_study_leaves_no_job_running(tmp_path):
+    """`kill -9` of the study: its job (a subprocess) got no signal and ran on, unseen,
+    holding its model dir (a rerun was refused: "being written by another
+    run_pretraining.py" of a PID the user never started); it gets SIGTERM, saves and stops."""
+    _snippet(_KILLED_STUDY.format(tmp=str(tmp_path)), timeout=300)
+
+
 _JOB_SECONDS = r"""
 import re
 import time

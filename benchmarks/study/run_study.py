@@ -124,6 +124,7 @@ import math
 import os
 import random
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -317,7 +318,62 @@ IN_PROCESS = {
 }
 
 
-def _start_worker(threads: int, eager: bool):
+# In a worker process (in-process jobs run at a time): set once the study stops, when a job
+# the worker takes (the pool queues one ahead, which it cannot cancel) ends at once; and the
+# study's PID.
+_STOPPING = _PARENT = None
+
+
+def _exit_if_orphaned():
+    """A worker whose study died (`kill -9`) exits once its job has saved and stopped
+    (die_with_parent): no one takes its results, and the jobs its pool queued ahead would
+    run, unseen, and then keep it waiting for more for ever."""
+    if _PARENT is not None and os.getppid() != _PARENT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+
+def die_with_parent(parent: int):
+    """This process gets SIGTERM when `parent` (the study) dies, `kill -9` included, so
+    that its job saves and stops rather than run on, unseen, holding its model dir (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # no prctl
+        return
+    if os.getppid() != parent:  # it died before
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+# A job's subprocess starts so: die_with_parent, then the job's command in its place.
+_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    f"    ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, signal.SIGTERM)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(143)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+def _leave_quietly(number, frame):
+    """A worker's SIGTERM and Ctrl-C between jobs (a job's run takes them as its own): it
+    exits, releasing the queue's locks as it goes (a worker killed holding one left the
+    other waiting on it for ever, and the study with them)."""
+    raise SystemExit(128 + number)
+
+
+def _start_worker(threads: int, eager: bool, stopping=None, parent: int | None = None):
+    global _STOPPING, _PARENT
+    _STOPPING, _PARENT = stopping, parent
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, _leave_quietly)
+    if parent is not None:
+        die_with_parent(parent)
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -336,7 +392,8 @@ def execute(job: Job, in_process: bool) -> float:
         function(job)
     else:
         import subprocess
-        process = subprocess.Popen(job.command(), cwd=common.REPO, env=_job_environment)
+        process = subprocess.Popen([sys.executable, "-c", _WITH_PARENT, str(os.getpid()),
+                                    *job.command()], cwd=common.REPO, env=_job_environment)
         try:
             code = process.wait()
         except BaseException as stopped:
@@ -363,6 +420,7 @@ def execute(job: Job, in_process: bool) -> float:
 
 
 HEARTBEAT_SECONDS = 30.0
+ABORT_SECONDS = 60.0  # a stopped job's time to save and exit
 _job_environment = None  # the subprocesses' (None: this process's)
 
 
@@ -382,6 +440,16 @@ def run_timed(job: Job, in_process: bool, record_path: str, commit: str | None =
     or is stopped, `interrupted_seconds` (so a kill loses at most one interval); once it
     completes, `seconds`: its own and those of the attempts cut off before it. Returns
     `seconds`."""
+    _exit_if_orphaned()
+    if _STOPPING is not None and _STOPPING.is_set():
+        raise cli.Terminated  # (taken from the pool's queue as the study stopped)
+    try:
+        return _run_timed(job, in_process, record_path, commit)
+    finally:
+        _exit_if_orphaned()
+
+
+def _run_timed(job: Job, in_process: bool, record_path: str, commit: str | None) -> float:
     import threading
     commit = commit or job_commit()  # the code it starts with
     record = _read_json(record_path)
@@ -433,7 +501,7 @@ class Runner:
         # In process, jobs run the code this process imported: the commit it started at.
         self.commit = job_commit() if in_process else None
         self.commands: list[str] = []
-        self._pool = None
+        self._pool = self._stopping = None
 
     def run(self, job: Job, job_dir: str, done) -> float:
         return self.run_all([(job, job_dir, done, None)])[0]
@@ -515,9 +583,11 @@ class Runner:
                 # its share of the cores, starting TensorFlow once; started right away so
                 # that their start-up overlaps the planning.
                 threads = max(1, (os.cpu_count() or 1) // self.jobs)
+                context = multiprocessing.get_context("spawn")
+                self._stopping = context.Event()
                 self._pool = concurrent.futures.ProcessPoolExecutor(
-                    self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_start_worker, initargs=(threads, self.eager))
+                    self.jobs, mp_context=context, initializer=_start_worker,
+                    initargs=(threads, self.eager, self._stopping, os.getpid()))
                 for _ in range(self.jobs):
                     self._pool.submit(time.sleep, 0.1)
             else:
@@ -530,17 +600,28 @@ class Runner:
             self._executor()
 
     def close(self, abort: bool = False):
-        """Ends the workers: once their jobs are done, or (abort) at once."""
+        """Ends the workers: once their jobs are done, or (abort) now: the jobs not started
+        are dropped, those running get SIGTERM (as a job run as a subprocess does), save and
+        stop; a worker still there after ABORT_SECONDS is killed."""
         if self._pool is None:
             return
-        if abort:
-            # (a process pool's, taken first: shutdown forgets them)
-            workers = dict(getattr(self._pool, "_processes", None) or {})
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            for process in workers.values():
-                process.terminate()
-        else:
+        if not abort:
             self._pool.shutdown()
+            return
+        # (a process pool's, taken first: shutdown forgets them)
+        workers = list((getattr(self._pool, "_processes", None) or {}).values())
+        if self._stopping is not None:
+            self._stopping.set()  # (the pool has queued a job ahead, which it cannot cancel)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in workers:
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + ABORT_SECONDS
+        for process in workers:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
 
 
 def _comparable(command: str) -> str:
