@@ -6,6 +6,7 @@ after the files. A mistake (an unknown file, configurable or parameter, a syntax
 is one UserInputError naming the file or binding.
 """
 
+import ast
 import difflib
 import os
 import re
@@ -123,6 +124,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
         os.chdir(cwd)
         gin.config._LOCATION_PREFIXES[:] = prefixes
         absl_logging.set_verbosity(verbosity)
+    _check_ablations_kept(paths)
     example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
                 if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
     for binding in bindings:
@@ -209,6 +211,46 @@ def _check_ablations_agree(paths: list[str]) -> None:
     if sized and removed:
         raise UserInputError(f"--gin_file={sized[1]} sets the generator's size, but "
                              f"--gin_file={removed[0]} {removed[1]}: drop --gin_file={sized[1]}")
+
+
+def _check_ablations_kept(paths: list[str]) -> None:
+    """A file of the user's after an ablation file that sets one of its names back (a run's
+    operative_config.gin, a copy of a size file: its OBJECTIVE = 'electra' after mlm.gin)
+    would train another variant without a word (gin/'s size files are refused so by
+    _check_ablations_agree); read after the files, before the bindings, which may."""
+    ablations = os.path.join(GIN_DIR, "ablations") + os.sep
+    for i, path in enumerate(paths):
+        later = [p for p in paths[i + 1:] if not p.startswith(ablations)]
+        if not path.startswith(ablations) or not later:
+            continue
+        for key, value in _bindings_of(path):
+            try:
+                wanted = ast.literal_eval(value)
+                now = gin.query_parameter(key if "." in key else f"{key}/macro.value")
+            except (ValueError, SyntaxError):  # (a reference, or a name gin cannot query)
+                continue
+            if now != wanted:
+                culprit = next((p for p in later if key in dict(_bindings_of(p))), later[0])
+                raise UserInputError(
+                    f"--gin_file={culprit} sets {key} back to {now!r} after --gin_file="
+                    f"{os.path.relpath(path, GIN_DIR)} set it to {value}: give it before the "
+                    "ablation files, or bind the value you want with --gin_bindings")
+
+
+def _bindings_of(path: str, seen=()) -> list[tuple[str, str]]:
+    """(name, value) of a gin file's one-line bindings and those of the files it includes
+    (resolved in gin/, as `includes`), the includes' first."""
+    if path in seen or not os.path.isfile(path):
+        return []
+    pairs = []
+    for included in includes(path):
+        pairs += _bindings_of(included, (*seen, path))
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            key, equals, value = line.partition("=")
+            if equals and line[:1] not in " #\t" and not key.strip().startswith("include"):
+                pairs.append((key.strip(), value.strip()))
+    return pairs
 
 
 def includes(path: str) -> list[str]:

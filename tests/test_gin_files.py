@@ -90,6 +90,34 @@ def test_ablation_files_of_different_studies_combine(tmp_path):
     assert gin.query_parameter("%LEARNING_RATE") == 3e-4
 
 
+def test_a_users_file_that_sets_an_ablation_back_is_refused(tmp_path):
+    """A user's file after an ablation file that sets its value back (a copy of a size
+    file, through the pretraining.gin it includes; a run's operative_config.gin) trained the
+    other variant without a word; the same value, or a binding after them, is fine."""
+    import gin
+    copy = tmp_path / "my_tiny.gin"
+    copy.write_text(open(gin_files.resolve("tiny.gin"), encoding="utf-8").read())
+    with pytest.raises(UserInputError) as info:
+        gin_files.parse(["tiny.gin", "ablations/mlm.gin", str(copy)], [])
+    assert str(info.value) == (
+        f"--gin_file={copy} sets OBJECTIVE back to 'electra' after --gin_file=ablations/mlm.gin "
+        "set it to 'mlm': give it before the ablation files, or bind the value you want with "
+        "--gin_bindings")
+    operative = tmp_path / "operative_config.gin"  # a sharing 'all' run's, as gin writes it
+    operative.write_text("# Parameters for pretrainer:\npretrainer.objective = %OBJECTIVE\n"
+                         "pretrainer.sharing = 'all'\nOBJECTIVE = 'electra'\n")
+    with pytest.raises(UserInputError, match=r"^--gin_file=.*/operative_config.gin sets "
+                                             r"pretrainer.sharing back to 'all' after "
+                                             r"--gin_file=ablations/sharing_none.gin set it to "
+                                             r"'none': give it before"):
+        gin_files.parse(["tiny.gin", "ablations/sharing_none.gin", str(operative)], [])
+    gin_files.parse(["tiny.gin", "ablations/sharing_all.gin", str(operative)], [])
+    gin_files.parse(["tiny.gin", str(operative), "ablations/sharing_none.gin"], [])
+    assert gin.query_parameter("pretrainer.sharing") == "none"
+    gin_files.parse(["tiny.gin", "ablations/mlm.gin"], ["OBJECTIVE = 'electra'"])
+    assert gin.query_parameter("%OBJECTIVE") == "electra"
+
+
 @pytest.mark.parametrize("binding, message", [
     ("pretraining.seed = 3", r"^--gin_bindings='pretraining.seed = 3': pretraining.seed is not "
                              r"set by gin; pass --seed$"),
