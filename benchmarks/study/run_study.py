@@ -110,7 +110,7 @@ command, or a pre-training run on data rebuilt since, is an error (use another
 are those of the run that completed it plus those of attempts killed before it (kept while
 it runs). Ctrl-C or SIGTERM (to the study alone or its process group) stops the jobs running
 as each stops on its own, a checkpoint saved, and the study with one line; a rerun goes
-on. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
+on. A study killed (`kill -9`) leaves none running: its jobs get SIGTERM (Linux) and stop so. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
 study_small.* (`small`); a part of the grid (--configs) is refused there unless
 --results_dir says where its results go; the
 labelled data: the VADER movie-review snippets (benchmarks/corpora.py; fetched with `pip
