@@ -279,7 +279,8 @@ def write_source(name: str, documents, output_dir: str, piece_bytes: int) -> dic
 
 
 # What a build writes: its sources' pieces and the manifest (and their staging names).
-_OWN_FILE = re.compile(rf"(?:(?:{'|'.join(SOURCES)})-\d{{5}}\.txt\.gz|{MANIFEST})(?:\.tmp)?")
+_OWN_FILE = re.compile(rf"(?:(?:{'|'.join(SOURCES)})-\d{{5}}\.txt\.gz|{re.escape(MANIFEST)})"
+                       r"(?:\.tmp)?")
 
 
 def make_corpus(output_dir: str, piece_mb: float = 8.0, overwrite: bool = False) -> dict:
@@ -292,6 +293,8 @@ def make_corpus(output_dir: str, piece_mb: float = 8.0, overwrite: bool = False)
         if all(os.path.exists(os.path.join(output_dir, p))
                for s in manifest["sources"].values() for p in s["files"]):
             return manifest
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise UserInputError(f"--output_dir={output_dir} is a file; pass a new or empty folder")
     others = sorted(f for f in os.listdir(output_dir) if not _OWN_FILE.fullmatch(f)) if (
         os.path.isdir(output_dir)) else []
     if others:  # (a build's own files are replaced; nothing else is deleted)
