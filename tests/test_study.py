@@ -648,6 +648,8 @@ def test_gpus_hidden_from_the_planning_process_when_jobs_are_subprocesses(tmp_pa
 
 _BAD_INPUTS = r"""
 from electra_tf.errors import UserInputError
+# Planning imports no TensorFlow before keep_off_the_tpu (it would take a TPU VM's TPU).
+assert "tensorflow" not in sys.modules
 tmp = {tmp!r}
 labelled = os.path.join(tmp, "labelled.csv")
 with open(labelled, "w") as f:
@@ -700,12 +702,16 @@ for value in ("nan", "inf"):  # (a traceback in the plan's rounding)
 assert refused("--scale=toy", "--jobs=-1") == (  # (a traceback once every job dir was made)
     "--jobs=-1 is negative; give a positive number, or leave it out (the scale's: 2)")
 assert refused("--scale=toy", "--estimate=-5") == (
-    "--estimate=-5 is negative; give a positive number, or leave it out (the scale's: 0: off)")
+    "--estimate=-5 is negative; give a positive number, or leave it out (0: off)")
 # The corpus named as the study's flag (it said the builder's --input), a relative path
 # read from where the study runs (it was read from the repository's root).
 assert refused("--scale=toy", f"--corpus={{tmp}}/none/*.txt") == (
     f"--corpus={{tmp}}/none/*.txt: input {{tmp}}/none/*.txt matches no file; check the path or "
     "glob")
+os.makedirs(os.path.join(tmp, "empty"))
+assert refused("--scale=toy", f"--corpus={{tmp}}/empty") == (
+    f"--corpus={{tmp}}/empty: input {{tmp}}/empty holds no files (hidden ones, named '.*', are "
+    "skipped); check --corpus")
 os.chdir(tmp)
 assert refused("--scale=toy", "--corpus=data/corpus/persuasion.txt.gz") == (
     f"--corpus=data/corpus/persuasion.txt.gz: input {{tmp}}/data/corpus/persuasion.txt.gz "

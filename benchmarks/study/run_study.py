@@ -110,11 +110,11 @@ command, or a pre-training run on data rebuilt since, is an error (use another
 are those of the run that completed it plus those of attempts killed before it (kept while
 it runs). Ctrl-C or SIGTERM (to the study alone or its process group) stops the jobs running
 as each stops on its own, a checkpoint saved, and the study with one line; a rerun goes
-on. A study killed (`kill -9`) leaves none running: its jobs get SIGTERM (Linux) and stop so. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`),
-study_small.* (`small`); a part of the grid (--configs) is refused there unless
---results_dir says where its results go; the
-labelled data: the VADER movie-review snippets (benchmarks/corpora.py; fetched with `pip
-download`).
+on. A study killed (`kill -9`) leaves none running: its jobs get SIGTERM (Linux) and stop
+so. Results: benchmarks/results/study.{json,md} and study_*.png (`cpu`), study_small.*
+(`small`); a part of the grid (--configs) is refused there unless --results_dir says where
+its results go; the labelled data: the VADER movie-review snippets (benchmarks/corpora.py;
+fetched with `pip download`).
 """
 
 import csv
@@ -140,7 +140,6 @@ from absl import flags  # noqa: E402
 import common  # noqa: E402
 import corpora  # noqa: E402
 from electra_tf import choices  # noqa: E402
-from electra_tf.data import corpus as corpus_module  # noqa: E402
 from electra_tf.errors import UserInputError, first_line  # noqa: E402
 from electra_tf.training import signals  # noqa: E402  (the standard library's only)
 
@@ -339,12 +338,12 @@ def die_with_parent(parent: int):
     that its job saves and stops rather than run on, unseen, holding its model dir (Linux's
     PR_SET_PDEATHSIG; elsewhere nothing)."""
     import ctypes
+    # (The signal comes when the thread that started this process ends: the study's main
+    # thread, which starts the pool's workers and waits on its subprocesses.)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # no prctl
-        return
-    if os.getppid() != parent:  # it died before
-        os.kill(os.getpid(), signal.SIGTERM)
+        pass
 
 
 _PR_SET_PDEATHSIG = 1
@@ -374,6 +373,7 @@ def _start_worker(threads: int, eager: bool, stopping=None, parent: int | None =
         signal.signal(number, _leave_quietly)
     if parent is not None:
         die_with_parent(parent)
+        _exit_if_orphaned()  # (it died before)
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -778,18 +778,23 @@ def checkpoint_plan(steps: int, curve_points: int, steps_per_loop: int) -> dict:
 # ------------------------------------------------------------------ data
 
 
-def corpus_inputs(scale: Scale, commands: list[str]) -> str:
+def corpus_inputs(scale: Scale, commands: list[str], check: bool = True) -> str:
+    """The build's --input; `check`: that it names files (a data dir built already needs
+    none: its corpus may be gone)."""
     corpus = FLAGS.corpus or scale.corpus
     if corpus != "debian":
+        # (imports TensorFlow: not before keep_off_the_tpu)
+        from electra_tf.data import corpus as corpus_module
         # A scale's paths are the repository's; the user's, of where they ran the study.
         base = os.getcwd() if FLAGS.corpus else common.REPO
         inputs = ",".join(p if "://" in p or os.path.isabs(p) else os.path.join(base, p)
-                          for p in corpus_module.split_patterns(corpus))
+                          for p in map(str.strip, corpus_module.split_patterns(corpus)))
         try:
-            corpus_module.expand_inputs(inputs)
-        except UserInputError as e:  # (its words name the builder's --input)
+            if check:
+                corpus_module.expand_inputs(inputs)
+        except UserInputError as e:  # (its words name the builder's flag)
             raise UserInputError(f"--corpus={corpus}: " + first_line(e).replace(
-                " in --input", "").replace("another --input", "another --corpus")) from None
+                " in --input", "").replace("--input", "--corpus")) from None
         return inputs
     import make_corpus
     output_dir = os.path.join(common.CACHE_DIR, "study", "corpus")
@@ -1123,10 +1128,10 @@ def main(argv):
     if not 0 < budget < math.inf:  # (nan fails too)
         raise UserInputError(f"--flops_budget={FLAGS.flops_budget:g}: give a positive number "
                              f"of FLOPs (the scale's: {scale.flops_budget:.3g})")
-    for name, default in (("jobs", scale.jobs), ("estimate", "0: off")):
+    for name, default in (("jobs", f"the scale's: {scale.jobs}"), ("estimate", "0: off")):
         if (FLAGS[name].value or 0) < 0:
             raise UserInputError(f"--{name}={FLAGS[name].value} is negative; give a positive "
-                                 f"number, or leave it out (the scale's: {default})")
+                                 f"number, or leave it out ({default})")
     for name in ("curve_points", "num_trials"):  # (0: the scale's; before any work)
         if (FLAGS[name].value or 0) < 0:
             raise UserInputError(f"--{name}={FLAGS[name].value} is negative; give a positive "
@@ -1165,7 +1170,9 @@ def main(argv):
     rows, labelled_source = labelled_rows(scale, runner.commands)
     data_dir = os.path.join(work, f"data{scale.seq_length}")
     build = Job("scripts/build_pretraining_data.py", [
-        ("input", corpus_inputs(scale, runner.commands)),
+        ("input", corpus_inputs(scale, runner.commands,
+                                check=not os.path.exists(os.path.join(data_dir,
+                                                                      "metadata.json")))),
         ("vocab_file", os.path.join(common.REPO, VOCAB)),
         ("output_dir", data_dir), ("max_seq_length", str(scale.seq_length))]
         + ([("num_workers", str(scale.build_workers))] if scale.build_workers else [])
