@@ -1111,6 +1111,36 @@ def test_init_checkpoint_of_another_variant_gives_its_encoder(tmp_path, data):
         assert note[0].startswith(f"note: --init_checkpoint={tmp_path / start} was trained "
                                   f"with objective '")
         assert f"; {', '.join(fresh)} start fresh (model_info.json: init_fresh)" in note[0]
+    # Another generator (what it shares, its size) is another network too: the advice of
+    # the refusal to resume with another ablation file (start a new --model_dir from it)
+    # failed, the generator's weights not fitting.
+    run(tmp_path / "sharing_all", data, ["pretrainer.generator_hidden_fraction = 1.0"],
+        files=("tiny.gin", "ablations/sharing_all.gin"))
+    for start, files, more, said in (
+            ("sharing_all", ("tiny.gin",), [],
+             "sharing 'all', a generator of hidden_size 32, this run with sharing "
+             "'embeddings', a generator of hidden_size 16"),
+            ("electra", ("tiny.gin", "ablations/sharing_none.gin"), [],
+             "sharing 'embeddings', a generator of embedding_size 32, this run with sharing "
+             "'none', a generator of embedding_size 16"),
+            ("electra", ("tiny.gin",), ["pretrainer.generator_hidden_fraction = 1.0"],
+             "sharing 'embeddings', a generator of hidden_size 16, intermediate_size 64, this "
+             "run with sharing 'embeddings', a generator of hidden_size 32, intermediate_size "
+             "128")):
+        out = tmp_path / f"{start}_{len(files)}_{len(more)}"
+        _, lines = run(out, data, ["NUM_TRAIN_STEPS = 2", *more], files=files,
+                       init_checkpoint=str(tmp_path / start))
+        before = model_values(str(tmp_path / start / "ckpt-6"))
+        after = model_values(str(out / "ckpt-0"))
+        for key in after:
+            if key.split("/")[1] in ("discriminator", "discriminator_predictions"):
+                np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+        assert json.load(open(out / "model_info.json"))["init_fresh"] == [
+            "generator", "generator_predictions"]
+        note = [line for line in lines if line.startswith("note: --init_checkpoint")]
+        assert note[0].startswith(f"note: --init_checkpoint={tmp_path / start} was trained "
+                                  f"with {said}: its encoder and replaced-token head start the "
+                                  "discriminator"), note
     # ELECTRA 15%'s networks are ELECTRA's: the whole model is taken, as from its own kind.
     _, lines = run(tmp_path / "electra_15", data, ["NUM_TRAIN_STEPS = 2"],
                    files=("tiny.gin", "ablations/electra_15.gin"),
@@ -1452,6 +1482,26 @@ def test_multi_worker_mirrored_two_processes_end_identical(tmp_path, data):
             f"cannot go on from it exactly; start a new --model_dir with --init_checkpoint="
             f"{model}")
     assert not os.path.exists(model / f"ckpt-{at + 4}.index")
+    # Nor does one worker go on from two workers' run (its data position is another
+    # pipeline's: a NotFoundError traceback), refused before writing anything; a run begun
+    # before model_info.json kept the number of workers, when the restore fails, in one line.
+    info = json.loads((model / "model_info.json").read_text())
+    assert info["workers"] == 2 and info["replicas"] == 2
+    for kept in (True, False):
+        if not kept:
+            del info["workers"]
+            (model / "model_info.json").write_text(json.dumps(info))
+        alone = script(*script_args(model, data, f"NUM_TRAIN_STEPS = {at + 4}"))
+        _, err = alone.communicate(timeout=300)
+        assert alone.returncode == 1 and err.strip().splitlines()[-1] == ((
+            f"error: --model_dir={model} was trained by 2 workers (model_info.json), this run "
+            "has one worker: each worker's data position is its own, so it cannot go on "
+            "exactly; rerun it with 2 workers, or start a new --model_dir with "
+            f"--init_checkpoint={model}") if kept else (
+            f"error: --model_dir={model}'s checkpoint ({model}/ckpt-{at + 2}) holds a data "
+            "position of another input pipeline (a run of another number of workers?); rerun "
+            f"it as it was run, or start a new --model_dir with --init_checkpoint={model}")), err
+        assert not os.path.exists(model / f"ckpt-{at + 4}.index")
 
 
 def _save_steps(directory, steps):

@@ -48,8 +48,10 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
         sep_id=sep_id, seed=seed)
 
 
-_INTEGERS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size",
-             "max_position_embeddings", "type_vocab_size")
+# The encoder's size settings (model_info.json's discriminator and generator).
+SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "embedding_size",
+              "max_position_embeddings", "type_vocab_size")
+_INTEGERS = SHAPE_KEYS
 _NUMBERS = ("dropout_rate", "attention_dropout_rate", "layer_norm_epsilon",
             "generator_hidden_fraction", "generator_layers_fraction", "generator_weight",
             "discriminator_weight", "temperature", "adversarial_mle_weight", "mask_prob")

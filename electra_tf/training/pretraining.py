@@ -369,7 +369,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             "(electra_tf.modeling.flops.PEAK_FLOPS): throughput/mfu is not written")
     metadata = info["metadata"] or {}
     cased = "lower_case" not in metadata and writer.vocab_is_cased(vocab)
-    model_info.update(strategy=type(strategy).__name__, replicas=replicas, precision=precision,
+    model_info.update(strategy=type(strategy).__name__, replicas=replicas, workers=workers,
+                      precision=precision,
                       device=device, seed=seed, whole_word_masking=whole_word_masking,
                       **({"premasked_records": premasked_records} if info["premasked"] else {}),
                       **({"two_stage_steps": two_stage_steps} if two_stage else {}),
@@ -1248,6 +1249,18 @@ def _holds_an_import(model_dir: str) -> bool:
     return bool(earlier.get("imported_checkpoint") and not earlier.get("train_batch_size"))
 
 
+def _shape(info: dict, part: str, key: str):
+    """model_info.json's (`info`) value of `part`'s (discriminator, generator) size setting
+    `key` (factory.SHAPE_KEYS), the embeddings' width as the network has it: its hidden
+    size where unset, and a generator's that shares nothing (whose embedding_size records
+    made before 2026-11-27 gave as the discriminator's)."""
+    config = info[part]
+    if key == "embedding_size" and (config.get(key) is None or (
+            part == "generator" and info.get("sharing") == "none")):
+        return config.get("hidden_size")
+    return config.get(key)
+
+
 def _check_resume(model_dir, model_info, metadata=None):
     """A run resumes in the batches its checkpoint's data position counts: a model dir with
     a checkpoint and another batch size, sequence length or number of masked positions, or
@@ -1345,6 +1358,11 @@ def _check_resume(model_dir, model_info, metadata=None):
     changed += [f"pretrainer.{key} {value!r} -> {model_info['options'][key]!r}"
                 for key, value in earlier.get("options", {}).items()
                 if model_info["options"].get(key) != value]
+    changed += [f"{part} {key} {_shape(earlier, part, key)} -> "
+                f"{_shape(model_info, part, key)}"
+                for part in ("discriminator", "generator")
+                if earlier.get(part) and model_info.get(part) for key in factory.SHAPE_KEYS
+                if _shape(earlier, part, key) != _shape(model_info, part, key)]
     if changed:
         raise UserInputError(
             f"--model_dir={model_dir} holds a run trained otherwise ({'; '.join(changed)}; "
@@ -1358,6 +1376,13 @@ def _check_resume(model_dir, model_info, metadata=None):
             f"NUM_TRAIN_STEPS={model_info['num_train_steps']}; rerun with NUM_TRAIN_STEPS="
             f"{earlier.get('num_train_steps', done)} (more extends the run), or start a new "
             f"--model_dir with --init_checkpoint={model_dir}")
+    if earlier.get("workers", model_info["workers"]) != model_info["workers"]:
+        raise UserInputError(
+            f"--model_dir={model_dir} was trained by {_workers(earlier['workers'])} "
+            f"(model_info.json), this run has {_workers(model_info['workers'])}: each "
+            "worker's data position is its own, so it cannot go on exactly; rerun it with "
+            f"{_workers(earlier['workers'])}, or start a new --model_dir with "
+            f"--init_checkpoint={model_dir}")
     if earlier.get("two_stage_steps", model_info.get("two_stage_steps")) != model_info.get(
             "two_stage_steps"):
         raise UserInputError(
@@ -1432,11 +1457,22 @@ def _moved_input(error, path: str, model_dir: str) -> UserInputError | None:
         "they are now will do)")
 
 
+def _workers(n: int) -> str:
+    return "one worker" if n == 1 else f"{n} workers"
+
+
 def _restore(checkpoint, path: str, model_dir: str):
     try:
         checkpoint.restore(path).assert_existing_objects_matched()
     except tf.errors.NotFoundError as e:
-        raise _moved_input(e, path, model_dir) or e from None
+        if "restore dataset iterator" not in str(e):
+            raise
+        # A position of another input pipeline: a run of another number of workers begun
+        # before model_info.json kept it (their files are split among them).
+        raise _moved_input(e, path, model_dir) or UserInputError(
+            f"--model_dir={model_dir}'s checkpoint ({path}) holds a data position of another "
+            "input pipeline (a run of another number of workers?); rerun it as it was run, "
+            f"or start a new --model_dir with --init_checkpoint={model_dir}") from None
     except tf.errors.FailedPreconditionError as e:
         if "iterator" not in str(e).lower():
             raise
@@ -1525,7 +1561,8 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
     path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
     variant = _other_variant(earlier, model)
-    if (model.algorithm == "two_stage" and not variant
+    if (model.algorithm == "two_stage"
+            and (not variant or earlier.get("objective") == model.objective)
             and earlier.get("algorithm", "two_stage") != "two_stage"):
         raise UserInputError(
             f"--init_checkpoint={path} was trained with algorithm '{earlier['algorithm']}' "
@@ -1556,7 +1593,7 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
         raise UserInputError(
             f"--init_checkpoint={path} does not fit this model ({first}); describe its "
             "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
-            "file") from None
+            "file, before any ablation file") from None
     return path, [], None
 
 
@@ -1568,20 +1605,35 @@ _REPLACED_TOKEN_HEADS = ("electra", "electra_15")
 def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
     """(what the checkpoint's model dir trained, what this run trains, whether its
     replaced-token head means this run's) where their networks differ: objective (but
-    'electra' and 'electra_15', whose networks are one), or uniform replacements against a
-    generator. None where they are one (or the checkpoint has no model_info.json to say)."""
+    'electra' and 'electra_15', whose networks are one), uniform replacements against a
+    generator, or another generator (what it shares, `sharing`, or its size). None where
+    they are one (or the checkpoint has no model_info.json to say)."""
     if "objective" not in earlier:
         return None
     there = (earlier["objective"], earlier.get("options", {}).get("uniform_generator", False))
     here = (model.objective, model.uniform_generator)
-    if there[1] == here[1] and (there[0] == here[0]
-                                or {there[0], here[0]} <= set(_REPLACED_TOKEN_HEADS)):
-        return None
+    same_head = there[0] in _REPLACED_TOKEN_HEADS and here[0] in _REPLACED_TOKEN_HEADS
+    if there[1] == here[1] and (there[0] == here[0] or same_head):
+        # The same objective: another generator (its shape, or what it shares with the
+        # discriminator) is another network too.
+        here_info = {"sharing": model.sharing, "generator": _config_dict(model.generator_config)}
+        if not (earlier.get("generator") and here_info["generator"]):
+            return None
+        shape = [key for key in factory.SHAPE_KEYS
+                 if _shape(earlier, "generator", key) != _shape(here_info, "generator", key)]
+        if earlier.get("sharing", model.sharing) == model.sharing and not shape:
+            return None
+
+        def name(info):
+            return (f"sharing '{info.get('sharing', model.sharing)}'" + (
+                ", a generator of " + ", ".join(f"{key} {_shape(info, 'generator', key)}"
+                                                for key in shape) if shape else ""))
+
+        return name(earlier), name(here_info), same_head
 
     def name(objective, uniform):
         return f"objective '{objective}'" + (" with uniform replacements" if uniform else "")
 
-    same_head = there[0] in _REPLACED_TOKEN_HEADS and here[0] in _REPLACED_TOKEN_HEADS
     return name(*there), name(*here), same_head
 
 
