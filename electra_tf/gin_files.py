@@ -214,27 +214,53 @@ def _check_ablations_agree(paths: list[str]) -> None:
 
 
 def _check_ablations_kept(paths: list[str]) -> None:
-    """A file of the user's after an ablation file that sets one of its names back (a run's
-    operative_config.gin, a copy of a size file: its OBJECTIVE = 'electra' after mlm.gin)
-    would train another variant without a word (gin/'s size files are refused so by
-    _check_ablations_agree); read after the files, before the bindings, which may."""
+    """A user's file that undoes an ablation file's value (a run's operative_config.gin or a
+    copy of a size file after it: OBJECTIVE = 'electra' after mlm.gin; a file that binds
+    pretrainer.objective = 'electra' itself, which mlm.gin sets through %OBJECTIVE, before
+    or after it) would train another variant without a word (gin/'s size files are refused
+    so by _check_ablations_agree). Read after the files, before the bindings, which may."""
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
-    for i, path in enumerate(paths):
-        later = [p for p in paths[i + 1:] if not p.startswith(ablations)]
-        if not path.startswith(ablations) or not later:
-            continue
+    others = [p for p in paths if not p.startswith(ablations)]
+    bound = {p: _bindings_of(p) for p in others}
+    for path in (p for p in paths if p.startswith(ablations)):
         for key, value in _bindings_of(path):
             try:
                 wanted = ast.literal_eval(value)
-                now = gin.query_parameter(key if "." in key else f"{key}/macro.value")
-            except (ValueError, SyntaxError):  # (a reference, or a name gin cannot query)
+            except (ValueError, SyntaxError):  # (a reference)
                 continue
-            if now != wanted:
-                culprit = next((p for p in later if key in dict(_bindings_of(p))), later[0])
+            # A macro, and the parameters the other files feed it to.
+            names = [key] if "." in key else [key] + list(dict.fromkeys(
+                k for p in others for k, v in bound[p] if v == f"%{key}"))
+            for name in names:
+                now = _value(name if "." in name else f"%{name}")
+                if now is _UNREADABLE or now == wanted:
+                    continue
+                culprit = next((p for p in reversed(others) if any(
+                    k == name and v != f"%{key}" for k, v in bound[p])), others[-1])
                 raise UserInputError(
-                    f"--gin_file={culprit} sets {key} back to {now!r} after --gin_file="
-                    f"{os.path.relpath(path, GIN_DIR)} set it to {value}: give it before the "
-                    "ablation files, or bind the value you want with --gin_bindings")
+                    f"--gin_file={culprit} sets {name} = {now!r}, which --gin_file="
+                    f"{os.path.relpath(path, GIN_DIR)} sets to {value}"
+                    + (f" (as {key})" if name != key else "") + ": drop it from that file (a "
+                    "run's operative_config.gin goes before the ablation files), or bind the "
+                    "value you want with --gin_bindings")
+
+
+_UNREADABLE = object()
+
+
+def _value(name: str):
+    """gin's value of a parameter or %MACRO, through the macros it names; _UNREADABLE
+    where gin cannot give one."""
+    for _ in range(100):  # (a macro naming itself)
+        try:
+            value = gin.query_parameter(name)
+        except ValueError:
+            return _UNREADABLE
+        if not (isinstance(value, gin.config.ConfigurableReference)
+                and value.selector == "gin.macro"):
+            return value
+        name = "%" + value.scoped_selector.rsplit("/", 1)[0]
+    return _UNREADABLE
 
 
 def _bindings_of(path: str, seen=()) -> list[tuple[str, str]]:

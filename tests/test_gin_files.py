@@ -90,27 +90,40 @@ def test_ablation_files_of_different_studies_combine(tmp_path):
     assert gin.query_parameter("%LEARNING_RATE") == 3e-4
 
 
-def test_a_users_file_that_sets_an_ablation_back_is_refused(tmp_path):
-    """A user's file after an ablation file that sets its value back (a copy of a size
-    file, through the pretraining.gin it includes; a run's operative_config.gin) trained the
-    other variant without a word; the same value, or a binding after them, is fine."""
+def test_a_users_file_that_undoes_an_ablation_is_refused(tmp_path):
+    """A user's file that undoes an ablation file's value (a copy of a size file after it,
+    through the pretraining.gin it includes; a run's operative_config.gin; a file binding
+    the parameter an ablation's macro feeds, before or after it) trained the other variant
+    without a word; the same value (through a macro too), a literal binding before the
+    ablation file that sets it, or a binding after them all, is fine."""
     import gin
     copy = tmp_path / "my_tiny.gin"
     copy.write_text(open(gin_files.resolve("tiny.gin"), encoding="utf-8").read())
     with pytest.raises(UserInputError) as info:
         gin_files.parse(["tiny.gin", "ablations/mlm.gin", str(copy)], [])
     assert str(info.value) == (
-        f"--gin_file={copy} sets OBJECTIVE back to 'electra' after --gin_file=ablations/mlm.gin "
-        "set it to 'mlm': give it before the ablation files, or bind the value you want with "
-        "--gin_bindings")
+        f"--gin_file={copy} sets OBJECTIVE = 'electra', which --gin_file=ablations/mlm.gin "
+        "sets to 'mlm': drop it from that file (a run's operative_config.gin goes before the "
+        "ablation files), or bind the value you want with --gin_bindings")
     operative = tmp_path / "operative_config.gin"  # a sharing 'all' run's, as gin writes it
     operative.write_text("# Parameters for pretrainer:\npretrainer.objective = %OBJECTIVE\n"
                          "pretrainer.sharing = 'all'\nOBJECTIVE = 'electra'\n")
     with pytest.raises(UserInputError, match=r"^--gin_file=.*/operative_config.gin sets "
-                                             r"pretrainer.sharing back to 'all' after "
-                                             r"--gin_file=ablations/sharing_none.gin set it to "
-                                             r"'none': give it before"):
+                                             r"pretrainer.sharing = 'all', which --gin_file="
+                                             r"ablations/sharing_none.gin sets to 'none': "):
         gin_files.parse(["tiny.gin", "ablations/sharing_none.gin", str(operative)], [])
+    direct = tmp_path / "objective.gin"  # as an import's operative_config.gin binds it
+    direct.write_text("pretrainer.objective = 'electra'\n")
+    for files in (["tiny.gin", "ablations/mlm.gin", str(direct)],
+                  ["tiny.gin", str(direct), "ablations/mlm.gin"]):
+        with pytest.raises(UserInputError) as info:
+            gin_files.parse(files, [])
+        assert str(info.value).startswith(
+            f"--gin_file={direct} sets pretrainer.objective = 'electra', which --gin_file="
+            "ablations/mlm.gin sets to 'mlm' (as OBJECTIVE): drop it from that file"), info.value
+    same = tmp_path / "fraction.gin"
+    same.write_text("FRACTION = 1.0\npretrainer.generator_hidden_fraction = %FRACTION\n")
+    gin_files.parse(["tiny.gin", "ablations/sharing_all.gin", str(same)], [])
     gin_files.parse(["tiny.gin", "ablations/sharing_all.gin", str(operative)], [])
     gin_files.parse(["tiny.gin", str(operative), "ablations/sharing_none.gin"], [])
     assert gin.query_parameter("pretrainer.sharing") == "none"
