@@ -205,7 +205,7 @@ def test_byte_range_pieces_never_split_or_repeat_documents(tmp_path, one_documen
     assert whole == (docs if not one_document_per_line else [[s] for d in docs for s in d])
 
 
-def test_expand_inputs(tmp_path):
+def test_expand_inputs(tmp_path, monkeypatch):
     (tmp_path / "a" / ".git" / "objects").mkdir(parents=True)  # hidden folders are skipped
     for name in ("a/1.txt", "a/2.txt.gz", "b.txt", "a/.hidden", "a/.git/objects/x.txt"):
         (tmp_path / name).write_text("x")
@@ -239,9 +239,11 @@ def test_expand_inputs(tmp_path):
     assert corpus.split_patterns(
         f'"{tmp_path}/x, y.txt", {tmp_path}/a,2024.txt,"{tmp_path}/q""t",{tmp_path}/b.txt') == [
         f"{tmp_path}/x, y.txt", f"{tmp_path}/a,2024.txt", f'{tmp_path}/q"t', f"{tmp_path}/b.txt"]
-    (tmp_path / 'say "hi",2.txt').write_text("x")  # a name with quote marks, as named
-    assert corpus.split_patterns(f'{tmp_path}/say "hi",2.txt,{tmp_path}/b.txt') == [
-        f'{tmp_path}/say "hi",2.txt', f"{tmp_path}/b.txt"]
+    # A name with quote marks that exists is read as named, its commas too.
+    monkeypatch.chdir(tmp_path)
+    for name in ('"hi"', '"a,b"'):
+        (tmp_path / name).write_text("x")
+        assert corpus.split_patterns(f'{name},b.txt') == [name, "b.txt"]
     assert corpus.split_patterns(f'{tmp_path}/a"b,c') == [f'{tmp_path}/a"b', "c"]
 
 

@@ -96,9 +96,11 @@ def split_patterns(patterns: str) -> list[str]:
     if tf.io.gfile.exists(patterns.strip()):
         return [patterns.strip()]
     parts = _QUOTED_ITEM.split(patterns)
-    if len(parts) == 1 or any('"' in piece and os.path.exists(piece.strip())
-                              for piece in patterns.split(",")):
-        return _split_unquoted(patterns)  # (a name with quote marks that exists: as named)
+    if len(parts) == 1:
+        return _split_unquoted(patterns)
+    unquoted = _split_unquoted(patterns)
+    if any('"' in item and os.path.exists(item.strip()) for item in unquoted):
+        return unquoted  # (a name with quote marks that exists: as named)
     items = []
     for k, part in enumerate(parts):
         if k % 2:  # a quoted item, its "" a quote mark
