@@ -1864,6 +1864,18 @@ def test_restore_mode_skips_the_poisoned_batch_and_finishes(tmp_path, data):
     skip = checkpoint_values(str(tmp_path / "model" / "ckpt-8"))[
         "state/skip_steps/.ATTRIBUTES/VARIABLE_VALUE"]
     assert skip.tolist() == [bad_step] + [-1] * (pretraining.SKIP_CAPACITY - 1)
+    # A loop of the skipped step alone records nothing: it is said, not written as zeros.
+    _, lines = run(tmp_path / "one_step_loops", path,
+                   ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",
+                    "STEPS_PER_LOOP = 1", as_written], vocab_file=UNCASED_VOCAB)
+    said = [line for line in lines if line.startswith(f"step {bad_step + 1}/8 | ")]
+    assert said[-1] == (f"step {bad_step + 1}/8 | skipped the batch whose loss was not "
+                        "finite: nothing to report"), said
+    assert not any("loss 0.0000" in line for line in lines), lines
+    from electra_tf.training import summaries
+    totals = dict(summaries.read_scalars(str(tmp_path / "one_step_loops" / "train"))[
+        "loss/total"])
+    assert bad_step + 1 not in totals and all(v > 0 for v in totals.values()), totals
     # A rerun with more restores finds the run finished.
     result, lines = run(tmp_path / "model", path,
                         ["pretraining.on_nonfinite = 'restore'", "NUM_TRAIN_STEPS = 8",

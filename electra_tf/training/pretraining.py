@@ -713,6 +713,11 @@ class _Monitor:
             return
         values = loop["values"]
         step = int(self.state.step.numpy())
+        if loop["steps"] and not loop["recorded"]:  # (its figures would read 0)
+            self.log(f"step {step}/{self.num_train_steps} | skipped the batch whose loss was "
+                     "not finite: nothing to report")
+            self.clock = None
+            return
         speed = f"{values['throughput/examples_per_second']:.1f} examples/s"
         if loop["cold"]:
             # Its time includes tracing (and XLA's compiling): its throughput would be a

@@ -266,9 +266,14 @@ class PretrainingTrainer(orbit.StandardTrainer):
             generator, discriminator = np.exp(-self.model.loss_log_scales.numpy())
             values["loss/learned_generator_weight"] = float(generator)
             values["loss/learned_discriminator_weight"] = float(discriminator)
+        # Steps of the skip list (run, neither applied nor recorded) in this loop: one of
+        # them alone records nothing, and its figures would read 0.
+        skips = self.state.skip_steps.numpy()
+        skipped = int(np.sum((skips >= start_step) & (skips < start_step + steps)))
         self.last_loop = {"values": values, "steps": steps, "seconds": seconds,
                           "start_time": start_time, "start_step": start_step,
-                          "cold": self._cold, "bad_step": int(self.state.bad_step.numpy())}
+                          "cold": self._cold, "bad_step": int(self.state.bad_step.numpy()),
+                          "recorded": steps - skipped}
         return {}
 
     # -- the step
