@@ -360,9 +360,8 @@ def _snippet(code: str, timeout: int = 300) -> str:
     return result.stdout
 
 
-_SIGTERM_PASSED_ON = r"""
-import signal, threading, time
-from electra_tf import cli
+# A job that writes `saved` (its --out) on SIGTERM, and `saved.started` once it runs.
+_SAVING_JOB = r"""
 tmp = {tmp!r}
 job_script = os.path.join(tmp, "job.py")
 with open(job_script, "w") as f:
@@ -375,6 +374,10 @@ with open(job_script, "w") as f:
         "open(sys.argv[1][6:] + '.started', 'w').close()",
         "time.sleep(60)", ""]))
 saved = os.path.join(tmp, "saved")
+"""
+_SIGTERM_PASSED_ON = _SAVING_JOB + r"""
+import signal, threading, time
+from electra_tf import cli
 
 
 def terminate(*_):
@@ -410,20 +413,8 @@ def test_a_sigterm_to_the_study_reaches_its_running_job(tmp_path):
     _snippet(_SIGTERM_PASSED_ON.format(tmp=str(tmp_path)), timeout=120)
 
 
-_KILLED_STUDY = r"""
+_KILLED_STUDY = _SAVING_JOB + r"""
 import signal, subprocess, time
-tmp = {tmp!r}
-job_script = os.path.join(tmp, "job.py")
-with open(job_script, "w") as f:
-    f.write(chr(10).join([
-        "import signal, sys, time",
-        "def stop(*_):",
-        "    open(sys.argv[1][6:], 'w').write('saved')",
-        "    sys.exit(143)",
-        "signal.signal(signal.SIGTERM, stop)",
-        "open(sys.argv[1][6:] + '.started', 'w').close()",
-        "time.sleep(60)", ""]))
-saved = os.path.join(tmp, "saved")
 # The study: a process that runs the job as a subprocess, killed with SIGKILL.
 study = subprocess.Popen([sys.executable, "-c", chr(10).join([
     "import os, sys",
