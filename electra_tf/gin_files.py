@@ -188,18 +188,13 @@ def _check_ablations_agree(paths: list[str]) -> None:
                 "that file's values back; give one size file, before the ablation files")
         if not path.startswith(ablations):
             continue
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                key, equals, value = line.partition("=")
-                if not equals or line[:1] in " #\t":
-                    continue
-                key, value = key.strip(), value.strip()
-                if key in bound and bound[key][0] != value:
-                    raise UserInputError(
-                        f"--gin_file={name} sets {key} = {value}, which --gin_file="
-                        f"{bound[key][1]} set to {bound[key][0]}: they are different studies; "
-                        "run one, or bind the value you want with --gin_bindings")
-                bound[key] = (value, name)
+        for key, value in _bindings_of(path):
+            if key in bound and bound[key][0] != value:
+                raise UserInputError(
+                    f"--gin_file={name} sets {key} = {value}, which --gin_file="
+                    f"{bound[key][1]} set to {bound[key][0]}: they are different studies; "
+                    "run one, or bind the value you want with --gin_bindings")
+            bound[key] = (value, name)
     # The generator's size, set by one file, with a file that leaves no generator: trained
     # without a word as if unset (and recorded so).
     sized, removed = bound.get("pretrainer.generator_hidden_fraction"), None
