@@ -192,8 +192,12 @@ class _SigtermWatch:
     code from a thread that waits on the signal module's wakeup descriptor, to which
     CPython's C-level handler writes each signal as it arrives. That exit skips the main
     thread's clean-up, which leaves only what a kill -9 would: staging files a rerun
-    removes. `start` and `close` are where the handler is put in and taken out; while it
-    closes, a SIGTERM raises nothing."""
+    removes. So does a Terminated that Python swallowed: raised where the signal found the
+    main thread inside a `__del__` or a weakref callback (garbage collection runs them
+    anywhere; TensorFlow and Keras objects have them), it is only reported to
+    sys.unraisablehook, and the script went on to the end with stderr muted (exit code 0:
+    seen once in pre-training's start-up test). `start` and `close` are where the handler
+    and that hook are put in and taken out; while it closes, a SIGTERM raises nothing."""
 
     GRACE_SECONDS = 5.0
 
@@ -202,6 +206,7 @@ class _SigtermWatch:
         self._closing = False
         self._stderr = None  # sys.stderr while muted
         self._pipe = self._thread = self._handler = self._previous_fd = None
+        self._unraisable = None  # sys.unraisablehook before ours
 
     def start(self):
         self._pipe = signals.wakeup_pipe()
@@ -209,7 +214,16 @@ class _SigtermWatch:
                                         daemon=True)
         self._thread.start()
         self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
+        self._unraisable, sys.unraisablehook = sys.unraisablehook, self._swallowed
         self._handler = signal.signal(signal.SIGTERM, self._raise)
+
+    def _swallowed(self, unraisable):
+        """sys.unraisablehook: a Terminated raised inside a `__del__` or a callback, which
+        cannot reach the script, ends it here as the watcher's exit does; anything else
+        goes to the hook before ours."""
+        if isinstance(unraisable.exc_value, Terminated):
+            signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
+        self._unraisable(unraisable)
 
     def reclaim(self):
         """Puts the handler back where TensorFlow took SIGTERM for itself (a
@@ -267,6 +281,8 @@ class _SigtermWatch:
         if self._handler is not None:
             signal.signal(signal.SIGTERM, self._handler)
             signal.set_wakeup_fd(self._previous_fd)
+            if sys.unraisablehook == self._swallowed:
+                sys.unraisablehook = self._unraisable
         if self._thread is not None:
             os.write(self._pipe[1], b"\0")
             self._thread.join(timeout=10)

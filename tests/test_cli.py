@@ -481,7 +481,7 @@ def test_a_model_dir_with_a_wildcard_is_refused(tmp_path):
 
 
 _HELD = """
-import hashlib, sys, time
+import hashlib, os, signal, sys, time
 sys.path.insert(0, {root!r})
 from electra_tf import cli
 def main(argv):
@@ -496,6 +496,16 @@ def main(argv):
                 import traceback
                 traceback.print_exc()  # as TensorFlow's C++ does (PyErr_Print) on its way out
                 raise RuntimeError("stopped while busy") from None
+        elif argv[1:] == ["deleting"]:  # the signal found inside a __del__ (gc runs them)
+            class Collected:
+                def __del__(self):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    deadline = time.time() + 2
+                    while time.time() < deadline:  # Python code: the handler runs here
+                        pass
+            Collected()
+            print("went on", flush=True)
+            time.sleep(60)
         else:
             time.sleep(60)
     finally:
@@ -505,7 +515,7 @@ cli.run(main, handles_sigterm=True, positional=True)  # (the mode)
 """
 
 
-@pytest.mark.parametrize("mode", ["sleeps", "held", "wrapped"])
+@pytest.mark.parametrize("mode", ["sleeps", "held", "wrapped", "deleting"])
 def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     """A script that handles SIGTERM (the builder, fine-tuning) ends with its one line and
     exit code 143: cleaning up, where its main thread is back in Python (also where the
@@ -514,7 +524,9 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     export's, "SystemError: <built-in function __import__> returned a result with an
     exception set"); or, where that thread is inside one long
     call, from the watcher thread once the grace period is over (it waited for the call to
-    return, minutes for an XLA compilation)."""
+    return, minutes for an XLA compilation); or, where the signal found the main thread in a
+    `__del__` (Python reports an exception raised there and goes on), at once: the script
+    ran to its end, exit code 0, its stderr muted."""
     import signal
     import time
 
@@ -523,11 +535,12 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     process = subprocess.Popen([sys.executable, "-c", _HELD.format(root=ROOT), mode],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
-    time.sleep(1)  # inside the call
-    process.send_signal(signal.SIGTERM)
+    if mode != "deleting":  # (which signals itself)
+        time.sleep(1)  # inside the call
+        process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert (process.returncode, err) == (143, cli.TERMINATED_LINE + "\n")
-    assert out == ("" if held else "cleaned up\n")
+    assert out == ("" if held or mode == "deleting" else "cleaned up\n")
 
 
 _WORKER = """
