@@ -183,6 +183,7 @@ class Terminated(BaseException):
 TERMINATED_LINE = ("terminated (SIGTERM); what was complete is kept: rerun the same command "
                    "to go on")
 TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
+INTERRUPTED_LINE = "interrupted (Ctrl-C)"
 
 
 class _SigtermWatch:
@@ -192,12 +193,9 @@ class _SigtermWatch:
     code from a thread that waits on the signal module's wakeup descriptor, to which
     CPython's C-level handler writes each signal as it arrives. That exit skips the main
     thread's clean-up, which leaves only what a kill -9 would: staging files a rerun
-    removes. So does a Terminated that Python swallowed: raised where the signal found the
-    main thread inside a `__del__` or a weakref callback (garbage collection runs them
-    anywhere; TensorFlow and Keras objects have them), it is only reported to
-    sys.unraisablehook, and the script went on to the end with stderr muted (exit code 0:
-    seen once in pre-training's start-up test). `start` and `close` are where the handler
-    and that hook are put in and taken out; while it closes, a SIGTERM raises nothing."""
+    removes (as does a Terminated that Python swallowed: `_Unraisable`). `start` and
+    `close` are where the handler is put in and taken out; while it closes, a SIGTERM
+    raises nothing."""
 
     GRACE_SECONDS = 5.0
 
@@ -206,7 +204,6 @@ class _SigtermWatch:
         self._closing = False
         self._stderr = None  # sys.stderr while muted
         self._pipe = self._thread = self._handler = self._previous_fd = None
-        self._unraisable = None  # sys.unraisablehook before ours
 
     def start(self):
         self._pipe = signals.wakeup_pipe()
@@ -214,16 +211,7 @@ class _SigtermWatch:
                                         daemon=True)
         self._thread.start()
         self._previous_fd = signal.set_wakeup_fd(self._pipe[1], warn_on_full_buffer=False)
-        self._unraisable, sys.unraisablehook = sys.unraisablehook, self._swallowed
         self._handler = signal.signal(signal.SIGTERM, self._raise)
-
-    def _swallowed(self, unraisable):
-        """sys.unraisablehook: a Terminated raised inside a `__del__` or a callback, which
-        cannot reach the script, ends it here as the watcher's exit does; anything else
-        goes to the hook before ours."""
-        if isinstance(unraisable.exc_value, Terminated):
-            signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
-        self._unraisable(unraisable)
 
     def reclaim(self):
         """Puts the handler back where TensorFlow took SIGTERM for itself (a
@@ -281,14 +269,34 @@ class _SigtermWatch:
         if self._handler is not None:
             signal.signal(signal.SIGTERM, self._handler)
             signal.set_wakeup_fd(self._previous_fd)
-            if sys.unraisablehook == self._swallowed:
-                sys.unraisablehook = self._unraisable
         if self._thread is not None:
             os.write(self._pipe[1], b"\0")
             self._thread.join(timeout=10)
             if not self._thread.is_alive():
                 for end in self._pipe:
                     os.close(end)
+
+
+class _Unraisable:
+    """sys.unraisablehook while a script runs. A signal's exception (KeyboardInterrupt,
+    Terminated) raised where the signal found the main thread inside a `__del__` or a weakref
+    callback (garbage collection runs them anywhere; TensorFlow and Keras objects have them)
+    cannot reach the script: Python reports it here and goes on. So Ctrl-C printed a
+    traceback ("Exception ignored in ...") and was ignored, and SIGTERM, with stderr muted,
+    let the script run to its end with exit code 0 (seen once in pre-training's start-up
+    test). Such a signal ends the script here with its one line and exit code, as the
+    SIGTERM watcher's exit does (the clean-up skipped: what a kill -9 leaves); anything else
+    goes to the hook before ours."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            signals.exit_now(INTERRUPTED_LINE, signals.INTERRUPTED_EXIT_CODE)
+        if isinstance(unraisable.exc_value, Terminated):
+            signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
+        self.previous(unraisable)
 
 
 _WATCH: _SigtermWatch | None = None  # the running script's, for `reclaim_sigterm`
@@ -358,6 +366,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             logging.set_verbosity(logging.WARNING)
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
             python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
+        unraisable = sys.unraisablehook = _Unraisable(sys.unraisablehook)
         try:
             if sigterm is not None:
                 sigterm.start()
@@ -381,8 +390,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         except KeyboardInterrupt:
             # Ctrl-C: one line, not a traceback; every output is written atomically, so what
             # was complete is kept (a run, a build or fine-tuning resumes when rerun).
-            print("interrupted (Ctrl-C)", file=sys.stderr)
-            return 130
+            print(INTERRUPTED_LINE, file=sys.stderr)
+            return signals.INTERRUPTED_EXIT_CODE
         except Terminated:  # `kill`, a scheduler's stop: the same, where it died silently
             if sigterm is not None:
                 sigterm.unmute()
@@ -423,6 +432,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
                 sigterm.unmute()
                 sigterm.close()
                 _WATCH = None
+            if sys.unraisablehook is unraisable:
+                sys.unraisablehook = unraisable.previous
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under
             # load) only to free memory the process is giving back anyway. Every output is

@@ -496,10 +496,12 @@ def main(argv):
                 import traceback
                 traceback.print_exc()  # as TensorFlow's C++ does (PyErr_Print) on its way out
                 raise RuntimeError("stopped while busy") from None
-        elif argv[1:] == ["deleting"]:  # the signal found inside a __del__ (gc runs them)
+        elif argv[1] in ("deleting", "deleting-ctrl-c"):  # found inside a __del__ (by gc)
+            number = signal.SIGTERM if argv[1] == "deleting" else signal.SIGINT
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # (not inherited)
             class Collected:
                 def __del__(self):
-                    os.kill(os.getpid(), signal.SIGTERM)
+                    os.kill(os.getpid(), number)
                     deadline = time.time() + 2
                     while time.time() < deadline:  # Python code: the handler runs here
                         pass
@@ -515,7 +517,7 @@ cli.run(main, handles_sigterm=True, positional=True)  # (the mode)
 """
 
 
-@pytest.mark.parametrize("mode", ["sleeps", "held", "wrapped", "deleting"])
+@pytest.mark.parametrize("mode", ["sleeps", "held", "wrapped", "deleting", "deleting-ctrl-c"])
 def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     """A script that handles SIGTERM (the builder, fine-tuning) ends with its one line and
     exit code 143: cleaning up, where its main thread is back in Python (also where the
@@ -526,7 +528,8 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     call, from the watcher thread once the grace period is over (it waited for the call to
     return, minutes for an XLA compilation); or, where the signal found the main thread in a
     `__del__` (Python reports an exception raised there and goes on), at once: the script
-    ran to its end, exit code 0, its stderr muted."""
+    ran to its end, exit code 0, its stderr muted; so does Ctrl-C there, which printed a
+    traceback and was ignored."""
     import signal
     import time
 
@@ -535,12 +538,15 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     process = subprocess.Popen([sys.executable, "-c", _HELD.format(root=ROOT), mode],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
-    if mode != "deleting":  # (which signals itself)
+    deleting = mode.startswith("deleting")  # (which signals itself)
+    if not deleting:
         time.sleep(1)  # inside the call
         process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
-    assert (process.returncode, err) == (143, cli.TERMINATED_LINE + "\n")
-    assert out == ("" if held or mode == "deleting" else "cleaned up\n")
+    line, code = ((cli.INTERRUPTED_LINE, 130) if mode == "deleting-ctrl-c" else
+                  (cli.TERMINATED_LINE, 143))
+    assert (process.returncode, err) == (code, line + "\n")
+    assert out == ("" if held or deleting else "cleaned up\n")
 
 
 _WORKER = """
