@@ -276,7 +276,7 @@ def test_squad_metrics_official_definitions():
     assert metrics.normalize_answer("The  Eiffel-Tower, in PARIS!") == "eiffeltower in paris"
     assert metrics.token_f1("the big red dog", "a red dog") == pytest.approx(0.8)
     golds = {"q1": ["Denver Broncos", "The Denver Broncos"], "q2": ["Santa Clara"],
-             "q3": [""]}
+             "q3": []}
     predictions = {"q1": "denver broncos", "q2": "Clara, California", "q3": ""}
     scores = metrics.squad_scores(golds, predictions)
     # q1 exact; q2 F1: common {clara}, P 1/2, R 1/2 -> 1/2; q3 no answer predicted.
@@ -1682,7 +1682,7 @@ def test_qa_windows_point_at_the_answer_and_decode_back(uncased_tokenizer):
     assert no_answer == pytest.approx({e.qid: 0.6 for e in examples})
     from electra_tf.finetune import metrics
     golds = {e.qid: [e.answer_text] for e in examples}
-    golds[examples[0].qid] = [""]  # one question without an answer: answered, wrongly
+    golds[examples[0].qid] = []  # one question without an answer: answered, wrongly
     scores = metrics.squad_scores(golds, answers, no_answer)
     n = len(examples)
     assert scores["f1"] == pytest.approx(100 / n)  # all dropped at 0.5: only the unanswerable
@@ -1927,7 +1927,7 @@ def test_qa_v1_and_v2_end_to_end(tmp_path, init):
     # The official files: every question's best span (blanked only by the scoring), which
     # with the odds give results.json's scores as evaluate-v2.0.py --na-prob-thresh=0.06.
     assert all(predictions.values())
-    golds = {q["id"]: [a["text"] for a in q["answers"]] or [""]
+    golds = {q["id"]: [a["text"] for a in q["answers"]]
              for d in json.loads(open(dev).read())["data"] for p in d["paragraphs"]
              for q in p["qas"]}
     assert results["median"] == pytest.approx(metrics.squad_scores(golds, predictions, odds,

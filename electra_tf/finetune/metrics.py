@@ -448,9 +448,10 @@ def qa_style(golds: dict[str, list[str]]) -> str:
 def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
                  no_answer_probs: dict[str, float] | None = None,
                  no_answer_threshold: float = 0.5, style: str | None = None) -> dict:
-    """EM and F1 in percent over the questions in `golds` ({id: gold answers}; an
-    unanswerable question has [""], as the official v2.0 script makes it). A question with
-    no prediction scores 0. `style`: "squad" or "cmrc2018" (see the module's docstring);
+    """EM and F1 in percent over the questions in `golds` ({id: gold answer texts}; an
+    unanswerable question has none, [], as in the data: the official v2.0 script tells them
+    by that, so a question whose answer text is "" is answerable). A question with no
+    prediction scores 0. `style`: "squad" or "cmrc2018" (see the module's docstring);
     None: `qa_style(golds)`.
 
     A set with an unanswerable question, or scored with `no_answer_probs`, is scored as the
@@ -469,8 +470,8 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
     style = style or qa_style(golds)
     if style not in QA_STYLES:
         raise ValueError(f"style={style!r} is not one of {', '.join(QA_STYLES)}")
-    has_answer = [q for q, a in golds.items() if any(a)]
-    no_answer = [q for q, a in golds.items() if not any(a)]
+    has_answer = [q for q, a in golds.items() if a]
+    no_answer = [q for q, a in golds.items() if not a]
     v2 = no_answer_probs is not None or bool(no_answer)
     em_scores, f1_scores = {}, {}
     for qid, answers in golds.items():

@@ -476,4 +476,4 @@ def _candidates(outputs, f, real, n_best_size):
 
 
 def gold_answers(examples: list[QAExample]) -> dict[str, list[str]]:
-    return {e.qid: ([""] if e.is_impossible else e.answers) for e in examples}
+    return {e.qid: ([] if e.is_impossible else e.answers) for e in examples}
