@@ -459,7 +459,11 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
     every tagged line, blank lines between sentences, `-DOCSTART-` lines ignored.
     `labelled=False` keeps only the words if a line has just one column (on every line of a
     sentence or on none)."""
-    lines = _lines(read_text(path))
+    # A lone "\r" ends a line too (old Mac line ends, as Python's universal newlines read
+    # them): a word holds no line break, and read as whitespace it made a file of such lines
+    # one line, one word and its tag, with no word said.
+    lines = re.split(r"\r\n|\r|\n", read_text(path))
+    lines = lines[:-1] if lines and not lines[-1] else lines
     sentences, words, tags, untagged, start = [], [], [], [], 1
     width = None  # (columns, the first line with them)
 
