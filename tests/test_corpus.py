@@ -93,6 +93,16 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     assert stats.invalid_utf8_lines == 1
 
 
+def test_carriage_returns_that_end_no_line_are_counted(tmp_path):
+    """A line ends at \n (or \r\n) only, as in the official builder; a lone \r (old Mac
+    line ends) is counted, for the builder's note."""
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"one\rtwo\r\nthree\r\n\r\n\rfour\n")
+    docs, stats = _read(path)
+    assert docs == [["one\rtwo", "three"], ["\rfour"]]
+    assert stats.cr_lines == 2
+
+
 def test_a_file_in_another_encoding_is_refused_before_it_is_read(tmp_path):
     """Real Chinese reviews saved as GBK (every line with a character fails UTF-8), also
     gzipped and as JSONL, Latin-1 French, and UTF-16 (Notepad's "Unicode"): one line naming

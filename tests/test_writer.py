@@ -521,6 +521,12 @@ def test_documents_tokenized_in_parts_give_the_same_examples(tmp_path, monkeypat
             "is one sentence") in result.stdout
     metadata = json.loads((tmp_path / "long" / "metadata.json").read_text())
     assert metadata["long_lines"] == 1 and metadata["num_examples"] == 2
+    # Old Mac line ends (a lone \r): the text was one line; the note names the cause.
+    (tmp_path / "mac.txt").write_text("\r".join(lines[:50]) + "\r", newline="")
+    result = build(f"--input={tmp_path}/mac.txt", f"--output_dir={tmp_path}/mac")
+    assert ("note: 1 line holds carriage returns (\\r) that end no line, as old Mac files "
+            "end their lines") in result.stdout
+    assert json.loads((tmp_path / "mac" / "metadata.json").read_text())["cr_lines"] == 1
 
 
 def test_more_shards_than_input_pieces_is_a_note(tmp_path):

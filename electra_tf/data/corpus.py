@@ -64,6 +64,7 @@ class ReadStats:
     invalid_utf8_lines: int = 0
     bad_json_lines: int = 0
     long_lines: int = 0  # text lines cut at MAX_LINE_BYTES
+    cr_lines: int = 0  # lines holding a "\r" that ends no line (old Mac line ends)
 
     def add(self, other: "ReadStats"):
         self.input_bytes += other.input_bytes
@@ -71,6 +72,7 @@ class ReadStats:
         self.invalid_utf8_lines += other.invalid_utf8_lines
         self.bad_json_lines += other.bad_json_lines
         self.long_lines += other.long_lines
+        self.cr_lines += other.cr_lines
 
 
 def _is_remote(path: str) -> bool:
@@ -309,7 +311,9 @@ def _block_lines(block: bytes, stats: ReadStats, max_line: int | None = None) ->
         else:
             stats.text_bytes += len(block) - block.count(b"\n")
             return text.split("\n")
-    return [_decode(line.rstrip(b"\r"), stats) for line in lines]
+    lines = [line.rstrip(b"\r") for line in lines]
+    stats.cr_lines += sum(b"\r" in line for line in lines)
+    return [_decode(line, stats) for line in lines]
 
 
 def _whole_characters(data: bytes) -> bytes:

@@ -693,6 +693,12 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
             "there (a line is one "
             "sentence, of which an example holds at most --max_seq_length tokens): put one "
             "sentence per line")
+    if metadata["cr_lines"]:
+        cr = metadata["cr_lines"]
+        log(f"note: {cr} line{'s hold' if cr != 1 else ' holds'} carriage returns (\\r) "
+            "that end no line, as old Mac files end their lines: a line ends only at \\n "
+            "(as in the official builder), so the text between them was read as one line; if "
+            "they are line ends, convert them (tr '\\r' '\\n' < in > out) and build again")
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
         log(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
             f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")
@@ -767,6 +773,7 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "invalid_utf8_lines": sum(s["invalid_utf8_lines"] for s in shards),
         "bad_json_lines": sum(s["bad_json_lines"] for s in shards),
         "long_lines": sum(s.get("long_lines", 0) for s in shards),
+        "cr_lines": sum(s.get("cr_lines", 0) for s in shards),
         "shards": [{k: s[k] for k in ("file", "num_examples", "num_tokens")} for s in shards],
         "input_bytes": _input_sizes(config),
         "build_config": dataclasses.asdict(config),
