@@ -677,7 +677,7 @@ plain = lambda v: (np.char.decode(v.numpy().astype(bytes), "utf-8")
                    if v.dtype == tf.string else v.numpy())
 for path, inputs, out in json.loads(sys.argv[1]):
     model, given, outputs = tf.saved_model.load(path), np.load(inputs), {}
-    for name in ("serving_default", "predict_ids"):
+    for name in sorted({k.split("__")[0] for k in given.files}):
         args = {k.split("__")[1]: tf.constant(given[k]) for k in given.files
                 if k.startswith(name + "__")}
         outputs.update({name + "__" + k: plain(v)
@@ -815,6 +815,16 @@ def task_exports(tmp_path_factory):
                squad.encode(tok, [squad.QAExample(str(i), q, c, [], None, None, False)
                                   for i, (q, c) in enumerate(questions)], L, 16, 12, False)),
     }
+    # tag_words: the same sentences as lists, and one with a word holding a space and one
+    # that is a space (the CoNLL reader keeps U+3000, which Chinese NER files tag), which
+    # `text`'s whitespace split cannot send; padded with "".
+    word_rows = sentences + [["New York", "\u3000", "Emma", "said", "\u00a0"]]
+    width = max(map(len, word_rows))
+    extra = {"tagging": {"tag_words__words": np.array(
+        [row + [""] * (width - len(row)) for row in word_rows])}}
+    word_features = features.encode_tagging(
+        tok, [readers.TaggedSentence(s, None, "0") for s in word_rows], L,
+        runs["tagging"]["labels"])
     lines = []
     for name, (text, ids) in inputs.items():
         if name == "tagging":
@@ -826,7 +836,7 @@ def task_exports(tmp_path_factory):
         ids = {k: ids[k][:, :length] for k in ("input_ids", "input_mask", "segment_ids")}
         np.savez(root / f"{name}.npz", **{f"serving_default__{k}": np.array(v)
                                           for k, v in text.items()},
-                 **{f"predict_ids__{k}": v for k, v in ids.items()})
+                 **{f"predict_ids__{k}": v for k, v in ids.items()}, **extra.get(name, {}))
         path = saved_model.export(str(root / name), str(root / "serving"), name, "task",
                                   log=lines.append)
         jobs.append((path, str(root / f"{name}.npz"), str(root / f"{name}.out.npz")))
@@ -835,7 +845,8 @@ def task_exports(tmp_path_factory):
                    capture_output=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     outputs = {name: dict(np.load(out)) for name, (_, _, out) in zip(inputs, jobs)}
     return dict(root=root, runs=runs, models=models, inputs=inputs, outputs=outputs,
-                lines=lines, paths={name: job[0] for name, job in zip(inputs, jobs)})
+                lines=lines, paths={name: job[0] for name, job in zip(inputs, jobs)},
+                word_rows=word_rows, word_features=word_features)
 
 
 def _expected(task_exports, name, trial=0):
@@ -1055,6 +1066,36 @@ def test_task_tagging_tags_each_word_at_its_first_piece(task_exports):
                 for n, w in enumerate(text["text"])]
     assert cut_rows[2] and cut_rows[4] and sum(cut_rows) == 2
     assert out["serving_default__truncated"].tolist() == cut_rows
+
+
+def test_task_tagging_takes_words_as_lists_as_the_training_file_had_them(task_exports):
+    """tag_words: each text's words as a list (a word may hold or be a space, which `text`
+    cannot send: a U+3000 word, kept and tagged by fine-tuning, vanished and every later
+    tag moved a word) gives what serving_default gives for the same words, and what
+    fine-tuning's features give for each."""
+    out, rows = task_exports["outputs"]["tagging"], task_exports["word_rows"]
+    (ids, positions, cut), n = task_exports["word_features"], len(rows) - 1
+    served = {k.split("__")[1]: v for k, v in out.items() if k.startswith("tag_words__")}
+    assert set(served) == {k.split("__")[1] for k in out if k.startswith("serving_default__")}
+    for key, value in served.items():  # the rows both take, to serving_default's width
+        text = out[f"serving_default__{key}"]
+        value = value[(slice(n),) + tuple(slice(d) for d in text.shape[1:])]
+        if text.dtype.kind == "f":
+            np.testing.assert_allclose(value, text, atol=1e-6, err_msg=key)
+        else:
+            np.testing.assert_array_equal(value, text, err_msg=key)
+    assert served["words"][n].tolist()[:5] == rows[n] and not served["truncated"][n]
+    length = int(ids["input_mask"][n].sum())
+    vocab = np.array(tokenization.load_vocab(UNCASED_VOCAB))
+    assert served["tokens"][n][:length].tolist() == vocab[ids["input_ids"][n, :length]].tolist()
+    assert np.nonzero(served["word_start"][n])[0].tolist() == positions[n][:5].tolist()
+    assert vocab[ids["input_ids"][n]][positions[n][:5]].tolist() == [
+        "new", "[UNK]", "emma", "said", "[UNK]"]
+    assert all(served["word_tags"][n][:5]) and cut == task_exports["inputs"]["tagging"][2][2]
+    # One list of words, not a list of lists: refused naming the input.
+    loaded = tf.saved_model.load(task_exports["paths"]["tagging"])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="words must be a list of lists"):
+        loaded.signatures["tag_words"](words=tf.constant(["a", "b"]))
 
 
 def test_served_tags_are_re_encoded_as_fine_tuning_writes_them():

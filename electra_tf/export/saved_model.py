@@ -38,7 +38,10 @@ Signatures:
                    float32 [b, L, C], tag_ids int32 [b, L], tags string [b, L] (the
                    model's labels, BIOES for span tags; "" at padding), words string
                    [b, W], word_tags string [b, W] (in the training file's scheme, as
-                   fine-tuning writes them; "" for a word that did not fit)
+                   fine-tuning writes them; "" for a word that did not fit); and a
+                   `tag_words` signature taking words string [b, W] (each text's words
+                   as a list, "" padding; a word may hold or be a space), with the same
+                   outputs
                    qa (text: the question, cut to max_query_length pieces, and to
                    L - 4; text_b: the context, in windows doc_stride pieces apart as
                    fine-tuning made them, each read with the question; all windows of
@@ -381,6 +384,11 @@ class TaskServingModule(_TextModule):
                 strings, tf.TensorSpec([None], tf.string, name="text_b")])
         else:
             self.serving_default = tf.function(self._serve_text, input_signature=[strings])
+        self.extra_signatures = {}
+        if kind == "tagging":
+            self.extra_signatures["tag_words"] = tf.function(
+                self._serve_words,
+                input_signature=[tf.TensorSpec([None, None], tf.string, name="words")])
 
     def _serve_ids(self, input_ids, input_mask, segment_ids):
         return self.model({"input_ids": input_ids, "input_mask": input_mask,
@@ -415,9 +423,20 @@ class TaskServingModule(_TextModule):
                 "label": tf.gather(tf.constant(self.label_names), label_id),
                 "truncated": truncated}
 
-    def _tagging(self, text):
+    def _serve_words(self, words):
+        """tag_words: the words of each text as a list, exactly as the training file had
+        them (a word may hold spaces or be one: Chinese NER files tag U+3000, which
+        `text`'s split cannot send); "" pads a row."""
+        words = _with_rank(words, 2, "words must be a list of lists of strings, [batch, "
+                                     "words]: one text is a list of one list of its words, "
+                                     "padded with empty strings")
+        return self._tagging(words=tf.ragged.boolean_mask(words, tf.not_equal(words, "")))
+
+    def _tagging(self, text=None, words=None):
+        """Tags `text`'s words (split as Python's str.split() splits) or `words` [b, (w)]."""
         tok = self._tokenizer
-        words = tf.strings.split(tf.strings.regex_replace(text, _PY_WHITESPACE, " "))  # [b, (w)]
+        if words is None:
+            words = tf.strings.split(tf.strings.regex_replace(text, _PY_WHITESPACE, " "))
         pieces = tok.tokenize(words.flat_values)                        # [W, (p)]
         # A word that normalises away is one [UNK] (features.encode_tagging).
         empty = tf.cast(tf.equal(pieces.row_lengths(), 0), tf.int64)
@@ -979,7 +998,8 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     try:
         with atomic.staged_dir(target, hidden, replace=overwrite, aside=aside) as temporary:
             tf.saved_model.save(module, temporary, signatures={
-                "serving_default": module.serving_default, "predict_ids": module.predict_ids})
+                "serving_default": module.serving_default, "predict_ids": module.predict_ids,
+                **getattr(module, "extra_signatures", {})})
             _check_same_signature(temporary, export_dir, model_name, version, kind, log)
             _write_warmup(os.path.join(temporary, "assets.extra"), model_name,
                           module.input_names)
