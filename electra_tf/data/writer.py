@@ -663,7 +663,7 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
         raise
     progress.close()
     try:
-        metadata = _finish(output_dir, config, names)
+        metadata, shards = _finish(output_dir, config, names)
     except UserInputError:
         if created_output_dir:
             tf.io.gfile.rmtree(output_dir)
@@ -673,28 +673,27 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
     if empty:
         log(f"note: {len(empty)} shard(s) hold no examples (their inputs hold no text: blank "
             f"files), e.g. {empty[0]}; training leaves them out (metadata.json says so)")
-    read = metadata["cut_tokens"] + metadata["num_tokens"] - 2 * metadata["num_examples"]
-    if metadata["cut_tokens"] > CUT_NOTE_FRACTION * read:  # [CLS] and [SEP]s are not read
-        share = metadata["cut_tokens"] / read
-        share = f"{share:.0%}" if share < 0.995 or share == 1 else "over 99%"  # not "100%"
+    cut = _share(shards, "cut_tokens")
+    if cut > CUT_NOTE_FRACTION:
+        share = f"{cut:.0%}" if cut < 0.995 or cut == 1 else "over 99%"  # not "100%"
         log(f"note: {share} of the text's tokens were cut off the "
             "ends of examples (a sentence or line that overflows an example loses its tail, as "
             "in the official builder; the Austen sample loses 17-18% at 128, 5% at 512): put "
             "one sentence per line, or raise --max_seq_length")
-    if metadata["unknown_tokens"] > UNKNOWN_NOTE_FRACTION * read:
-        share = metadata["unknown_tokens"] / read
-        log(f"note: {share:.0%} of the text's tokens are [UNK]: {config.vocab_file} does not "
+    unknown = _share(shards, "unknown_tokens")
+    if unknown > UNKNOWN_NOTE_FRACTION:
+        log(f"note: {unknown:.0%} of the text's tokens are [UNK]: {config.vocab_file} does not "
             "cover the text (its characters or script: a Chinese text needs a Chinese vocab); "
             "check --vocab_file, or learn one from the corpus with scripts/learn_vocab.py")
-    if metadata["long_lines"]:
-        long = metadata["long_lines"]
+    long = sum(s.get("long_lines", 0) for s in shards)  # (the shards that counted them)
+    if long:
         log(f"note: {long} line{'s were' if long != 1 else ' was'} longer than "
             f"{corpus.MAX_LINE_BYTES:,} bytes and {'were' if long != 1 else 'was'} read up to "
             "there (a line is one "
             "sentence, of which an example holds at most --max_seq_length tokens): put one "
             "sentence per line")
-    if metadata["cr_lines"]:
-        cr = metadata["cr_lines"]
+    cr = sum(s.get("cr_lines", 0) for s in shards)
+    if cr:
         log(f"note: {cr} line{'s hold' if cr != 1 else ' holds'} carriage returns (\\r) "
             "that end no line, as old Mac files end their lines: a line ends only at \\n "
             "(as in the official builder), so the text between them was read as one line; if "
@@ -741,7 +740,23 @@ def _run(todo, config: BuildConfig, workers: int, progress: _Progress):
                 break
 
 
-def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
+def _total(shards: list[dict], key: str) -> int | None:
+    """A count over the shards; None (not counted) where a shard kept from a build begun
+    by an older release lacks it."""
+    return sum(s[key] for s in shards) if all(key in s for s in shards) else None
+
+
+def _share(shards: list[dict], key: str) -> float:
+    """The share of the text's tokens (those read: [CLS] and [SEP]s are not) that `key`
+    counts ("cut_tokens", "unknown_tokens"), over the shards that counted both (a build
+    resumed from an older release's shards: its own; summing theirs as 0 understated it)."""
+    counted = [s for s in shards if key in s and "cut_tokens" in s]
+    read = sum(s["cut_tokens"] + s["num_tokens"] - 2 * s["num_examples"] for s in counted)
+    return sum(s[key] for s in counted) / read if read else 0.0
+
+
+def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> tuple[dict, list]:
+    """metadata.json, written, and the shards' build records it sums."""
     shards = []
     for name in names:
         with tf.io.gfile.GFile(os.path.join(output_dir, STATE_DIR, name + ".json")) as f:
@@ -767,17 +782,17 @@ def _finish(output_dir: str, config: BuildConfig, names: list[str]) -> dict:
         "word_segmenter": config.word_segmenter,
         "num_examples": num_examples,
         "num_tokens": sum(s["num_tokens"] for s in shards),
-        "cut_tokens": sum(s.get("cut_tokens", 0) for s in shards),
-        "unknown_tokens": sum(s.get("unknown_tokens", 0) for s in shards),
+        "cut_tokens": _total(shards, "cut_tokens"),
+        "unknown_tokens": _total(shards, "unknown_tokens"),
         "text_bytes": sum(s["text_bytes"] for s in shards),
         "invalid_utf8_lines": sum(s["invalid_utf8_lines"] for s in shards),
         "bad_json_lines": sum(s["bad_json_lines"] for s in shards),
-        "long_lines": sum(s.get("long_lines", 0) for s in shards),
-        "cr_lines": sum(s.get("cr_lines", 0) for s in shards),
+        "long_lines": _total(shards, "long_lines"),
+        "cr_lines": _total(shards, "cr_lines"),
         "shards": [{k: s[k] for k in ("file", "num_examples", "num_tokens")} for s in shards],
         "input_bytes": _input_sizes(config),
         "build_config": dataclasses.asdict(config),
     }
     atomic.write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=1))
     tf.io.gfile.rmtree(os.path.join(output_dir, STATE_DIR))
-    return metadata
+    return metadata, shards
