@@ -387,7 +387,7 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
     --overwrite deleted the finished trials.) The dev labels are constant: every trial's
     Pearson is undefined, written null and kept so."""
     from electra_tf.errors import UserInputError
-    from electra_tf.finetune import runner
+    from electra_tf.finetune import metrics, runner
     init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
     rows = [(str(i % 5), text) for i, (_, text) in enumerate(REVIEWS)]
     train = write_csv(tmp_path / "train.csv", ["label", "text"], rows)
@@ -411,6 +411,10 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
     del recorded["trained_seq_length"]
     assert "tag_spelling" not in recorded  # (tagging's only: a sentence trial's is as before)
     (out / "trial_0" / "task_info.json").write_text(json.dumps(recorded))
+    # ... and scored it with an older release's scoring (no scores_version): said.
+    record = json.loads((out / "trial_0" / "trial.json").read_text())
+    assert record.pop("scores_version") == metrics.SCORES_VERSION
+    (out / "trial_0" / "trial.json").write_text(json.dumps(record))
     (out / "trial_1.partial").mkdir()  # killed while writing trial_1
     (out / "trial_1.partial" / "task_info.json").write_text("{")
     before = {name: (out / "trial_0" / name).read_bytes() for name in (
@@ -424,6 +428,8 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         "trial 0 (seed 0)", "trial 1 (seed 1)"]
     assert any(line.startswith(f"trial 0 (seed 0): kept, complete in {out / 'trial_0'}: ")
                for line in lines)
+    assert "note: kept trial(s) 0 were scored by an older release, whose scoring" in "\n".join(
+        lines)
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == results
     earlier = json.loads((out / "trial_0" / "trial.json").read_text())
@@ -459,6 +465,22 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         # (gin adds a line naming the configurable; the script prints the first)
         assert str(error.value).splitlines()[0] == message
         assert sorted(os.listdir(out)) == listing
+    # Fine-tuned from a model dir that has trained on since (the weights' digest differs):
+    # the checkpoint it read is the fix (the refusal said only that two digests differ).
+    info_path = out / "trial_0" / "task_info.json"
+    original = info_path.read_text()
+    info = json.loads(original)
+    info["init_checkpoint"] = "/runs/pretrained/ckpt-20"
+    info["inputs_sha256"]["init_checkpoint"] = "0" * 64
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(UserInputError) as error:
+        finetune(out, train, dev, init)
+    assert str(error.value).splitlines()[0] == (
+        f"{out / 'trial_0'} was fine-tuned from /runs/pretrained/ckpt-20, whose weights are "
+        "not those --init_checkpoint gives now (a model dir that has trained on since, say); "
+        "rerun its command to resume it with --init_checkpoint=/runs/pretrained/ckpt-20, or "
+        "pass --overwrite to replace the earlier run, or choose another --model_dir")
+    info_path.write_text(original)
 
 
 def test_a_long_prediction_says_how_far_it_is(tmp_path, monkeypatch):

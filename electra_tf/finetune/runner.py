@@ -434,7 +434,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
             tf.io.gfile.remove(path)
     if chief:
         tf.io.gfile.makedirs(model_dir)
-    trials = []
+    trials, rescore = [], []
     with precision_policy(precision):
         for trial in range(num_trials):
             trial_seed = seed + trial
@@ -443,6 +443,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 record = read_trial_record(trial_dir) if tf.io.gfile.exists(trial_dir) else None
                 if record is not None:  # (a worker that is not the chief may not see it)
                     trials.append(record)
+                    if record.get("scores_version") != metrics.SCORES_VERSION:
+                        rescore.append(str(trial))
                 log(f"trial {trial} (seed {trial_seed}): kept, complete in {trial_dir}" + (
                     ": " + ", ".join(f"{k} {score_text(v)}" for k, v in record["dev"].items())
                     if record else ""))
@@ -477,7 +479,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                                              functions)
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
-                      "seconds": round(time.time() - started, 1)}
+                      "seconds": round(time.time() - started, 1),
+                      "scores_version": metrics.SCORES_VERSION}
             if loss_scale is not None:  # steps skipped for overflowing gradients
                 record.update(skipped_steps=skipped,
                               final_loss_scale=float(loss_scale.scale.numpy()))
@@ -488,6 +491,11 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
             trials.append(record)
             log(f"trial {trial} (seed {trial_seed}): " + ", ".join(
                 f"{k} {score_text(v)}" for k, v in dev.items()))
+    if rescore:
+        log(f"note: kept trial(s) {', '.join(rescore)} were scored by an older release, whose "
+            "scoring has been corrected since for some tasks (metrics.SCORES_VERSION), and "
+            "the median, mean and std mix their scores with this release's: pass --overwrite "
+            "to train and score every trial alike")
     if not trials:  # a worker that is not the chief, and sees none of the kept trials
         log(f"worker {worker}: every trial was kept from the earlier run; the chief's "
             f"{os.path.join(model_dir, RESULTS)} holds their scores")
@@ -675,6 +683,7 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                 expected.pop(key, None)
         if "tag_spelling" not in recorded and expected.get("tag_spelling") is None:
             expected.pop("tag_spelling", None)  # (recorded since; None: as it was written)
+        started_from = recorded.get("init_checkpoint")  # (the ckpt-N it read)
         if (recorded.get("inputs_sha256") or {}).get("init_checkpoint"):
             # The weights are their contents too (their .index file's digest), however
             # --init_checkpoint spells them ("./run", an absolute path, after a move).
@@ -690,6 +699,12 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
             key, was, now = difference
             again = ("rerun with its settings to extend the run" if RESULTS in earlier
                      else "rerun its command to resume it")
+            if key == "inputs_sha256.init_checkpoint" and isinstance(started_from, str):
+                # (a model dir given as --init_checkpoint that has trained on since)
+                raise UserInputError(
+                    f"{trial_dir} was fine-tuned from {started_from}, whose weights are not "
+                    "those --init_checkpoint gives now (a model dir that has trained on "
+                    f"since, say); {again} with --init_checkpoint={started_from}, or " + fix)
             if "tag_scheme" in key or "tag_spelling" in key:  # no setting chooses it
                 raise UserInputError(
                     f"{trial_dir} was fine-tuned with {key}={was}, not {now} as this run "
