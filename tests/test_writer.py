@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -118,6 +119,10 @@ def test_killed_build_resumes_and_finishes_only_missing_shards(tmp_path):
 
     result = build(*args, f"--output_dir={out}")
     assert f"resuming: {len(built)} of 8 shards already built" in result.stdout
+    size = re.search(rf"building {8 - len(built)} shards? from 1 file \(([\d.]+) MB, "
+                     r"([\d.]+) MB of it left\)", result.stdout)  # (a resumed build's)
+    total, left = map(float, size.groups())
+    assert left == pytest.approx(total * (8 - len(built)) / 8, abs=0.3)
     assert shard_bytes(out) == reference
     assert not [n for n in os.listdir(out) if ".tmp-" in n]
     assert result.stdout.splitlines()[-1].startswith(f"wrote {len(read_records(out)[1])} "

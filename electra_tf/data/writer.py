@@ -645,9 +645,11 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
     if num_workers is None:
         num_workers = min(os.cpu_count() or 1, -(-todo_bytes // BYTES_PER_WORKER))
     workers = max(1, min(num_workers, len(todo)))
+    size = f"{total_bytes / 1e6:.1f} MB"
+    if done_bytes:  # resumed
+        size += f", {todo_bytes / 1e6:.1f} MB of it left"
     log(f"building {len(todo)} shard{'s' * (len(todo) != 1)} from {len(config.inputs)} "
-        f"file{'s' * (len(config.inputs) != 1)} "
-        f"({total_bytes / 1e6:.1f} MB) with {workers} worker(s)")
+        f"file{'s' * (len(config.inputs) != 1)} ({size}) with {workers} worker(s)")
     try:
         _run(todo, config, workers, progress)
     except BaseException as e:
