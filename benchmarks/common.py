@@ -30,10 +30,11 @@ def run(main):
 
     def guarded(argv):
         from electra_tf.errors import UserInputError
+        from electra_tf.training import signals
         try:
             return main(argv)
         except KeyboardInterrupt:
-            print("interrupted (Ctrl-C)", file=sys.stderr)
+            print(signals.INTERRUPTED_LINE, file=sys.stderr)
             return 130
         except UserInputError as e:
             print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)

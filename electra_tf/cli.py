@@ -183,7 +183,6 @@ class Terminated(BaseException):
 TERMINATED_LINE = ("terminated (SIGTERM); what was complete is kept: rerun the same command "
                    "to go on")
 TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
-INTERRUPTED_LINE = "interrupted (Ctrl-C)"
 
 
 class _SigtermWatch:
@@ -293,7 +292,7 @@ class _Unraisable:
 
     def __call__(self, unraisable):
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            signals.exit_now(INTERRUPTED_LINE, signals.INTERRUPTED_EXIT_CODE)
+            signals.exit_now(signals.INTERRUPTED_LINE, signals.INTERRUPTED_EXIT_CODE)
         if isinstance(unraisable.exc_value, Terminated):
             signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
         self.previous(unraisable)
@@ -366,7 +365,10 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             logging.set_verbosity(logging.WARNING)
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
             python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
-        unraisable = sys.unraisablehook = _Unraisable(sys.unraisablehook)
+        # (process-wide: only where signals reach, the main thread)
+        unraisable = None
+        if threading.current_thread() is threading.main_thread():
+            unraisable = sys.unraisablehook = _Unraisable(sys.unraisablehook)
         try:
             if sigterm is not None:
                 sigterm.start()
@@ -390,7 +392,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         except KeyboardInterrupt:
             # Ctrl-C: one line, not a traceback; every output is written atomically, so what
             # was complete is kept (a run, a build or fine-tuning resumes when rerun).
-            print(INTERRUPTED_LINE, file=sys.stderr)
+            print(signals.INTERRUPTED_LINE, file=sys.stderr)
             return signals.INTERRUPTED_EXIT_CODE
         except Terminated:  # `kill`, a scheduler's stop: the same, where it died silently
             if sigterm is not None:
@@ -432,7 +434,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
                 sigterm.unmute()
                 sigterm.close()
                 _WATCH = None
-            if sys.unraisablehook is unraisable:
+            if unraisable is not None and sys.unraisablehook is unraisable:
                 sys.unraisablehook = unraisable.previous
             # Exit without the interpreter's final garbage collection: it walks every
             # traced graph and Keras object (2 s after a tiny pre-training run, more under

@@ -58,6 +58,9 @@ def main(argv):
     if stats.long_lines:
         print(f"note: {stats.long_lines} lines were longer than {corpus.MAX_LINE_BYTES:,} "
               "bytes and were read up to there")
+    if stats.cr_lines:
+        print(corpus.cr_lines_note(stats.cr_lines, "as the data builder reads it",
+                                   "learn the vocab again"))
     if stats.invalid_utf8_lines or stats.bad_json_lines:
         print(f"note: {stats.invalid_utf8_lines} lines had invalid UTF-8 (replaced), "
               f"{stats.bad_json_lines} JSONL records were malformed (skipped)")

@@ -534,6 +534,7 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
     import time
 
     from electra_tf import cli
+    from electra_tf.training import signals
     held = mode == "held"
     process = subprocess.Popen([sys.executable, "-c", _HELD.format(root=ROOT), mode],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -543,7 +544,7 @@ def test_sigterm_ends_a_script_even_inside_one_long_call(mode):
         time.sleep(1)  # inside the call
         process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
-    line, code = ((cli.INTERRUPTED_LINE, 130) if mode == "deleting-ctrl-c" else
+    line, code = ((signals.INTERRUPTED_LINE, 130) if mode == "deleting-ctrl-c" else
                   (cli.TERMINATED_LINE, 143))
     assert (process.returncode, err) == (code, line + "\n")
     assert out == ("" if held or deleting else "cleaned up\n")

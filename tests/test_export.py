@@ -1096,6 +1096,11 @@ def test_task_tagging_takes_words_as_lists_as_the_training_file_had_them(task_ex
     loaded = tf.saved_model.load(task_exports["paths"]["tagging"])
     with pytest.raises(tf.errors.InvalidArgumentError, match="words must be a list of lists"):
         loaded.signatures["tag_words"](words=tf.constant(["a", "b"]))
+    # "" before a word (it would be dropped, moving the later tags a word): refused.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="words: an empty string before"):
+        loaded.signatures["tag_words"](words=tf.constant([["a", "b", ""], ["a", "", "b"]]))
+    served = loaded.signatures["tag_words"](words=tf.constant([["a", "b", ""], ["", "", ""]]))
+    assert served["words"].numpy().tolist() == [[b"a", b"b"], [b"", b""]]
 
 
 def test_served_tags_are_re_encoded_as_fine_tuning_writes_them():

@@ -387,8 +387,9 @@ def test_conll_reader(tmp_path):
     assert [s.words for s in sentences] == [["Emma", "smiled"], ["Mr", "Knightley"]]
     assert [s.tags for s in sentences] == [["B-PER", "O"], ["B-PER", "I-PER"]]
     assert readers.read_conll(str(path), tag_column=1)[0].tags == ["NNP", "VBD"]
-    # Windows and old Mac line ends read alike (a file of lone "\r" was one line: one word)
-    for end in ("\r\n", "\r"):
+    # Windows and old Mac line ends read alike (a file of lone "\r" was one line: one word),
+    # and "\r\r\n" (unix2dos twice) as one line end
+    for end in ("\r\n", "\r", "\r\r\n"):
         path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                          .replace(b"\n", end.encode()))
         assert [(s.words, s.tags, s.guid) for s in readers.read_conll(str(path))] == [

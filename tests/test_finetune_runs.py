@@ -411,9 +411,10 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
     del recorded["trained_seq_length"]
     assert "tag_spelling" not in recorded  # (tagging's only: a sentence trial's is as before)
     (out / "trial_0" / "task_info.json").write_text(json.dumps(recorded))
-    # ... and scored it with an older release's scoring (no scores_version): said.
+    # ... and scored it with an older scoring of its task (a lower scores_version): said.
     record = json.loads((out / "trial_0" / "trial.json").read_text())
-    assert record.pop("scores_version") == metrics.SCORES_VERSION
+    assert record["scores_version"] == metrics.SCORES_VERSIONS["regression"]
+    record["scores_version"] -= 1
     (out / "trial_0" / "trial.json").write_text(json.dumps(record))
     (out / "trial_1.partial").mkdir()  # killed while writing trial_1
     (out / "trial_1.partial" / "task_info.json").write_text("{")
@@ -428,13 +429,15 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         "trial 0 (seed 0)", "trial 1 (seed 1)"]
     assert any(line.startswith(f"trial 0 (seed 0): kept, complete in {out / 'trial_0'}: ")
                for line in lines)
-    assert "note: kept trial(s) 0 were scored by an older release, whose scoring" in "\n".join(
-        lines)
+    assert ("note: kept trial(s) 0 were scored by an older release, whose scoring of "
+            "regression has been corrected since") in "\n".join(lines)
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == results
     earlier = json.loads((out / "trial_0" / "trial.json").read_text())
     assert earlier["dev"]["pearson"] is None and earlier["seed"] == 0
     assert on_disk["trials"][0] == earlier  # as it was, "seconds" included
+    # (a trial.json without scores_version reads as 1: regression's scoring never changed)
+    assert metrics.SCORES_VERSIONS["regression"] == 1
     assert [t["seed"] for t in on_disk["trials"]] == [0, 1]
     assert on_disk["median"]["pearson"] is None
     assert on_disk["median"]["mse"] == pytest.approx(
@@ -466,20 +469,27 @@ def test_an_interrupted_run_resumes_keeping_its_complete_trials(tmp_path):
         assert str(error.value).splitlines()[0] == message
         assert sorted(os.listdir(out)) == listing
     # Fine-tuned from a model dir that has trained on since (the weights' digest differs):
-    # the checkpoint it read is the fix (the refusal said only that two digests differ).
+    # the checkpoint it read is the fix where it is still there with those weights (the
+    # refusal said only that two digests differ), not where it is gone or was rewritten.
     info_path = out / "trial_0" / "task_info.json"
     original = info_path.read_text()
+    (tmp_path / "pretrained").mkdir()
+    index = tmp_path / "pretrained" / "ckpt-20.index"
+    index.write_bytes(b"the weights it read")
     info = json.loads(original)
-    info["init_checkpoint"] = "/runs/pretrained/ckpt-20"
-    info["inputs_sha256"]["init_checkpoint"] = "0" * 64
+    info["init_checkpoint"] = str(tmp_path / "pretrained" / "ckpt-20")
+    info["inputs_sha256"]["init_checkpoint"] = runner.file_sha256(str(index))
     info_path.write_text(json.dumps(info))
     with pytest.raises(UserInputError) as error:
         finetune(out, train, dev, init)
     assert str(error.value).splitlines()[0] == (
-        f"{out / 'trial_0'} was fine-tuned from /runs/pretrained/ckpt-20, whose weights are "
+        f"{out / 'trial_0'} was fine-tuned from {info['init_checkpoint']}, whose weights are "
         "not those --init_checkpoint gives now (a model dir that has trained on since, say); "
-        "rerun its command to resume it with --init_checkpoint=/runs/pretrained/ckpt-20, or "
-        "pass --overwrite to replace the earlier run, or choose another --model_dir")
+        f"rerun its command to resume it with --init_checkpoint={info['init_checkpoint']}, "
+        "or pass --overwrite to replace the earlier run, or choose another --model_dir")
+    index.write_bytes(b"other weights")
+    with pytest.raises(UserInputError, match="was fine-tuned with inputs_sha256.init_checkpoint="):
+        finetune(out, train, dev, init)
     info_path.write_text(original)
 
 

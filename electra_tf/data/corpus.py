@@ -316,6 +316,14 @@ def _block_lines(block: bytes, stats: ReadStats, max_line: int | None = None) ->
     return [_decode(line, stats) for line in lines]
 
 
+def cr_lines_note(count: int, why: str, again: str) -> str:
+    """The note on `count` lines holding a lone carriage return (ReadStats.cr_lines)."""
+    return (f"note: {count} line{'s hold' if count != 1 else ' holds'} carriage returns (\\r) "
+            f"that end no line, as old Mac files end their lines: a line ends only at \\n "
+            f"({why}), so the text between them was read as one line; if they are line ends, "
+            f"convert them (tr '\\r' '\\n' < in > out) and {again}")
+
+
 def _whole_characters(data: bytes) -> bytes:
     """`data` without a UTF-8 character cut short at its end."""
     for back in range(1, min(4, len(data)) + 1):

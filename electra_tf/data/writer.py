@@ -646,7 +646,7 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
         num_workers = min(os.cpu_count() or 1, -(-todo_bytes // BYTES_PER_WORKER))
     workers = max(1, min(num_workers, len(todo)))
     size = f"{total_bytes / 1e6:.1f} MB"
-    if done_bytes:  # resumed
+    if len(todo) < len(names):  # resumed
         size += f", {todo_bytes / 1e6:.1f} MB of it left"
     log(f"building {len(todo)} shard{'s' * (len(todo) != 1)} from {len(config.inputs)} "
         f"file{'s' * (len(config.inputs) != 1)} ({size}) with {workers} worker(s)")
@@ -696,10 +696,7 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
             "sentence per line")
     cr = sum(s.get("cr_lines", 0) for s in shards)
     if cr:
-        log(f"note: {cr} line{'s hold' if cr != 1 else ' holds'} carriage returns (\\r) "
-            "that end no line, as old Mac files end their lines: a line ends only at \\n "
-            "(as in the official builder), so the text between them was read as one line; if "
-            "they are line ends, convert them (tr '\\r' '\\n' < in > out) and build again")
+        log(corpus.cr_lines_note(cr, "as in the official builder", "build again"))
     if metadata["invalid_utf8_lines"] or metadata["bad_json_lines"]:
         log(f"note: {metadata['invalid_utf8_lines']} lines had invalid UTF-8 (replaced), "
             f"{metadata['bad_json_lines']} JSONL records were malformed (skipped)")

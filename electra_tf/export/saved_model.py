@@ -430,7 +430,15 @@ class TaskServingModule(_TextModule):
         words = _with_rank(words, 2, "words must be a list of lists of strings, [batch, "
                                      "words]: one text is a list of one list of its words, "
                                      "padded with empty strings")
-        return self._tagging(words=tf.ragged.boolean_mask(words, tf.not_equal(words, "")))
+        given = tf.not_equal(words, "")
+        # "" only pads: one before a word would be dropped, moving every later tag a word.
+        padding_last = tf.debugging.assert_equal(
+            given, tf.cast(tf.math.cumprod(tf.cast(given, tf.int32), axis=1), tf.bool),
+            message="words: an empty string before a word of its row; \"\" only pads the "
+                    "end of a row (a word cannot be empty)")
+        with tf.control_dependencies([padding_last]):
+            given = tf.identity(given)
+        return self._tagging(words=tf.ragged.boolean_mask(words, given))
 
     def _tagging(self, text=None, words=None):
         """Tags `text`'s words (split as Python's str.split() splits) or `words` [b, (w)]."""

@@ -65,10 +65,15 @@ def read_text(path: str) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def _lines(text: str) -> list[str]:
-    """Lines ended by "\n" (or "\r\n") only: text fields may hold other separators
-    (U+2028, form feeds) that str.splitlines would break on."""
-    lines = [line.rstrip("\r") for line in text.split("\n")]
+def _lines(text: str, lone_cr: bool = False) -> list[str]:
+    """Lines ended by "\n" (or "\r\n", "\r\r\n") only: text fields may hold other
+    separators (U+2028, form feeds) that str.splitlines would break on. `lone_cr`: a lone
+    "\r" ends a line too (old Mac line ends, as Python's universal newlines read them), for
+    files whose lines hold no line break."""
+    if lone_cr:
+        lines = re.split(r"\r*\n|\r", text)
+    else:
+        lines = [line.rstrip("\r") for line in text.split("\n")]
     return lines[:-1] if lines and not lines[-1] else lines
 
 
@@ -459,11 +464,9 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
     every tagged line, blank lines between sentences, `-DOCSTART-` lines ignored.
     `labelled=False` keeps only the words if a line has just one column (on every line of a
     sentence or on none)."""
-    # A lone "\r" ends a line too (old Mac line ends, as Python's universal newlines read
-    # them): a word holds no line break, and read as whitespace it made a file of such lines
-    # one line, one word and its tag, with no word said.
-    lines = re.split(r"\r\n|\r|\n", read_text(path))
-    lines = lines[:-1] if lines and not lines[-1] else lines
+    # (a lone "\r", read as whitespace, made a file of old Mac line ends one line: one word
+    # and its tag, with no word said)
+    lines = _lines(read_text(path), lone_cr=True)
     sentences, words, tags, untagged, start = [], [], [], [], 1
     width = None  # (columns, the first line with them)
 

@@ -443,7 +443,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 record = read_trial_record(trial_dir) if tf.io.gfile.exists(trial_dir) else None
                 if record is not None:  # (a worker that is not the chief may not see it)
                     trials.append(record)
-                    if record.get("scores_version") != metrics.SCORES_VERSION:
+                    if record.get("scores_version", 1) < metrics.SCORES_VERSIONS[task.kind]:
                         rescore.append(str(trial))
                 log(f"trial {trial} (seed {trial_seed}): kept, complete in {trial_dir}" + (
                     ": " + ", ".join(f"{k} {score_text(v)}" for k, v in record["dev"].items())
@@ -480,7 +480,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                             for s in adapter.test_splits}
             record = {"seed": trial_seed, "dev": dev, "final_train_loss": loss,
                       "seconds": round(time.time() - started, 1),
-                      "scores_version": metrics.SCORES_VERSION}
+                      "scores_version": metrics.SCORES_VERSIONS[task.kind]}
             if loss_scale is not None:  # steps skipped for overflowing gradients
                 record.update(skipped_steps=skipped,
                               final_loss_scale=float(loss_scale.scale.numpy()))
@@ -493,9 +493,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                 f"{k} {score_text(v)}" for k, v in dev.items()))
     if rescore:
         log(f"note: kept trial(s) {', '.join(rescore)} were scored by an older release, whose "
-            "scoring has been corrected since for some tasks (metrics.SCORES_VERSION), and "
-            "the median, mean and std mix their scores with this release's: pass --overwrite "
-            "to train and score every trial alike")
+            f"scoring of {task.kind} has been corrected since: their scores may differ from "
+            "what this release gives (BUILD.md, \"Interrupted runs\"); pass --overwrite to "
+            "train and score every trial again")
     if not trials:  # a worker that is not the chief, and sees none of the kept trials
         log(f"worker {worker}: every trial was kept from the earlier run; the chief's "
             f"{os.path.join(model_dir, RESULTS)} holds their scores")
@@ -683,7 +683,9 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                 expected.pop(key, None)
         if "tag_spelling" not in recorded and expected.get("tag_spelling") is None:
             expected.pop("tag_spelling", None)  # (recorded since; None: as it was written)
-        started_from = recorded.get("init_checkpoint")  # (the ckpt-N it read)
+        # (the ckpt-N it read, and its digest)
+        started_from = recorded.get("init_checkpoint"), (
+            recorded.get("inputs_sha256") or {}).get("init_checkpoint")
         if (recorded.get("inputs_sha256") or {}).get("init_checkpoint"):
             # The weights are their contents too (their .index file's digest), however
             # --init_checkpoint spells them ("./run", an absolute path, after a move).
@@ -699,12 +701,13 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
             key, was, now = difference
             again = ("rerun with its settings to extend the run" if RESULTS in earlier
                      else "rerun its command to resume it")
-            if key == "inputs_sha256.init_checkpoint" and isinstance(started_from, str):
+            if key == "inputs_sha256.init_checkpoint" and _holds(*started_from):
                 # (a model dir given as --init_checkpoint that has trained on since)
                 raise UserInputError(
-                    f"{trial_dir} was fine-tuned from {started_from}, whose weights are not "
-                    "those --init_checkpoint gives now (a model dir that has trained on "
-                    f"since, say); {again} with --init_checkpoint={started_from}, or " + fix)
+                    f"{trial_dir} was fine-tuned from {started_from[0]}, whose weights are "
+                    "not those --init_checkpoint gives now (a model dir that has trained on "
+                    f"since, say); {again} with --init_checkpoint={started_from[0]}, or "
+                    + fix)
             if "tag_scheme" in key or "tag_spelling" in key:  # no setting chooses it
                 raise UserInputError(
                     f"{trial_dir} was fine-tuned with {key}={was}, not {now} as this run "
@@ -715,6 +718,15 @@ def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
                                  f"this run would be; {again}, or " + fix)
         kept[k] = True
     return kept
+
+
+def _holds(checkpoint, digest) -> bool:
+    """Whether `checkpoint` (a ckpt-N prefix) is still there with the weights of `digest`
+    (its .index file's SHA-256): a model dir keeps its last few checkpoints only, and a
+    rerun trial writes new weights at the same path."""
+    index = f"{checkpoint}.index"
+    return (isinstance(checkpoint, str) and isinstance(digest, str)
+            and tf.io.gfile.exists(index) and file_sha256(index) == digest)
 
 
 def _absolute(path: str) -> str:

@@ -56,7 +56,7 @@ from electra_tf.modeling import factory, flops
 from electra_tf.modeling.config import EncoderConfig
 from electra_tf.training import optimization, strategies, summaries
 from electra_tf.training import xla_cache as _xla_cache
-from electra_tf.training.signals import INTERRUPTED_EXIT_CODE, StopOnSignal
+from electra_tf.training.signals import INTERRUPTED_EXIT_CODE, INTERRUPTED_LINE, StopOnSignal
 from electra_tf.training.trainer import (LossScale, PretrainingEvaluator, PretrainingTrainer,
                                          TrainState)
 
@@ -811,7 +811,7 @@ class _Monitor:
     def preempted(self):
         # The checkpoint of this step is saved when this runs.
         received = self.stop.signal if self.stop is not None else signal.SIGTERM
-        why = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "preempted (SIGTERM)",
+        why = {signal.SIGINT: INTERRUPTED_LINE, signal.SIGTERM: "preempted (SIGTERM)",
                None: "stopped with the other workers (one was sent a signal)"}[received]
         step = int(self.state.step.numpy())
         if self.skips_unsaved:  # stopped before a step since the restore: nothing to save

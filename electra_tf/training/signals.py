@@ -17,6 +17,7 @@ import sys
 import threading
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT (Ctrl-C)
+INTERRUPTED_LINE = "interrupted (Ctrl-C)"  # how a script stopped by Ctrl-C ends
 _STOP_WATCHING = 0  # written to the wakeup pipe by `uninstall`; no signal has number 0
 
 
@@ -98,7 +99,7 @@ class StopOnSignal:
                      "(Ctrl-C again stops at once, without it)")
         if not first and number == signal.SIGINT and self.exit_at_once:
             # (a rerun resumes from the last checkpoint)
-            exit_now("interrupted (Ctrl-C)", INTERRUPTED_EXIT_CODE)
+            exit_now(INTERRUPTED_LINE, INTERRUPTED_EXIT_CODE)
 
     def __call__(self, number, frame=None):
         """The Python-level handler (main thread)."""
