@@ -1073,7 +1073,7 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"algorithm='adversarial' \(this run's: 'joint'\); unbind it(\n|$)"),
     (dict(algorithm="two_stage", num_heads=1),  # generator 1/1: heads hidden // 64 = 2
      r"^algorithm='two_stage' .* \(the generator's num_heads 2 against 1; its heads are "
-     r"its hidden size / 64\)(\n|$)"),
+     r"its hidden size / 64\); .* must be too \(intermediate_size=512, num_heads=2\)(\n|$)"),
 ])
 def test_options_that_cannot_work_together_are_refused(options, message):
     """Those the networks cannot be built with, when built; those that only train wrongly,
@@ -1096,6 +1096,16 @@ def test_options_that_cannot_work_together_are_refused(options, message):
     ("dropout_rate='0.1'", r"dropout_rate='0.1' must be a number \(no quotes\)(\n|$)"),
     ("embedding_size='64'", r"embedding_size='64' must be an integer or None \(no quotes\)(\n|$)"),
     ("num_heads=0", r"^num_heads=0 must be at least 1(\n|$)"),
+    # (tracebacks from Keras, or a run stopped at step 1 blaming the learning rate)
+    ("embedding_size=0", r"^embedding_size=0 must be at least 1 \(or None: the hidden size\)"),
+    ("dropout_rate=1.0", r"^dropout_rate=1.0 must be at least 0 and below 1 \(the official "
+                         r"0.1\)(\n|$)"),
+    ("attention_dropout_rate=-0.1", r"^attention_dropout_rate=-0.1 must be at least 0 and "),
+    ("layer_norm_epsilon=-1.0", r"^layer_norm_epsilon=-1.0 must be above 0 \(the official "
+                                r"1e-12\)(\n|$)"),
+    ("generator_hidden_fraction=0.003", r"^generator_hidden_fraction=0.003 gives a generator 0 "
+                                        r"wide \(round\(128 x 0.003\)\); choose a fraction of "
+                                        r"at least 1/128(\n|$)"),
 ])
 def test_a_binding_of_the_wrong_type_is_refused_naming_it(binding, message):
     from electra_tf.errors import UserInputError
@@ -1105,6 +1115,18 @@ def test_a_binding_of_the_wrong_type_is_refused_naming_it(binding, message):
             factory.build_pretrainer()
     finally:
         gin.clear_config()
+
+
+def test_two_stage_names_the_discriminator_shape_a_generator_cannot_take():
+    """Two-stage copies the generator into the discriminator, whose FFN and heads must then
+    be a generator's (4x, width / 64): the refusal asked for fraction 1.0 where it was."""
+    from electra_tf.errors import UserInputError
+    custom = encoder_config("tiny", intermediate_size=500)
+    with pytest.raises(UserInputError, match=r"\(the generator's intermediate_size 512 against "
+                       r"500; .*; a generator's FFN is 4x its hidden size and its heads its "
+                       r"hidden size / 64, so the discriminator's must be too "
+                       r"\(intermediate_size=512, num_heads=2\)$"):
+        ElectraPretrainer(custom, generator_config(custom, 1.0), algorithm="two_stage")
 
 
 def test_a_generator_fraction_whose_heads_do_not_divide_it_says_so():

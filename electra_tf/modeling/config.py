@@ -49,6 +49,19 @@ class EncoderConfig:
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
                 raise UserInputError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise UserInputError(f"embedding_size={self.embedding_size} must be at least 1 "
+                                 "(or None: the hidden size)")
+        # (a rate of 1 drops everything: the loss was then not finite at step 1, said as
+        # the learning rate's fault; `not` also catches NaN)
+        for name in ("dropout_rate", "attention_dropout_rate"):
+            if not 0 <= getattr(self, name) < 1:
+                raise UserInputError(f"{name}={getattr(self, name)} must be at least 0 and "
+                                     "below 1 (the official 0.1)")
+        for name, official in (("layer_norm_epsilon", "1e-12"), ("initializer_range", "0.02")):
+            if not getattr(self, name) > 0:
+                raise UserInputError(f"{name}={getattr(self, name)} must be above 0 (the "
+                                     f"official {official})")
         if self.hidden_size % self.num_heads:
             raise UserInputError(f"hidden_size={self.hidden_size} is not a multiple of "
                                  f"num_heads={self.num_heads}; pick sizes that divide")
@@ -96,6 +109,11 @@ def generator_config(discriminator: EncoderConfig, hidden_fraction: float = 0.25
         raise UserInputError(f"generator fractions must be in (0, 1]; got hidden_fraction="
                              f"{hidden_fraction}, layers_fraction={layers_fraction}")
     hidden = int(round(discriminator.hidden_size * hidden_fraction))
+    if hidden < 1:
+        raise UserInputError(
+            f"generator_hidden_fraction={hidden_fraction} gives a generator {hidden} wide "
+            f"(round({discriminator.hidden_size} x {hidden_fraction})); choose a fraction of "
+            f"at least 1/{discriminator.hidden_size}")
     if hidden % max(1, hidden // 64):
         raise UserInputError(
             f"generator_hidden_fraction={hidden_fraction} gives a generator "
