@@ -120,12 +120,12 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     tuned = _fine_tuned_dir(init_checkpoint)
     if tuned is not None:
         return _fine_tuned_initialization(tuned, vocab_file, random_init)
-    checkpoint = latest_checkpoint(init_checkpoint)
-    model_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
-                 else os.path.dirname(checkpoint))
-    loaded = load_pretrainer(model_dir, vocab_file)
-    if loaded.checkpoint != checkpoint:
-        tf.train.Checkpoint(model=loaded.model).read(checkpoint).expect_partial()
+    latest_checkpoint(init_checkpoint)  # (its refusals name --init_checkpoint)
+    # The model dir's latest checkpoint, or the one named, read once: a run writing the
+    # model dir may delete a checkpoint read a moment before (load_pretrainer takes the next
+    # one of a model dir, and names one that was named).
+    loaded = load_pretrainer(init_checkpoint, vocab_file)
+    checkpoint = loaded.checkpoint
     weights = None if random_init else loaded.model.discriminator.get_weights()
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
                           loaded.lower_case, loaded.strip_accents,

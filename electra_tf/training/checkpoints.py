@@ -63,9 +63,27 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     if is_tf1_checkpoint(prefix):
         raise convert_tf1_first(given, prefix)
     if not tf.io.gfile.exists(prefix + ".index"):
+        gone_checkpoint(prefix, given)
         raise UserInputError(f"{given} is neither a model dir nor a checkpoint prefix (no "
                              f"{prefix}.index); pass a model dir or a ckpt-N prefix")
     return prefix
+
+
+def gone_checkpoint(prefix: str, given: str):
+    """Raises UserInputError where `prefix` (without its files) is a ckpt-N of a model dir
+    that holds other checkpoints: one its run deleted, keeping its newest (said as "not a
+    folder" or "not a checkpoint prefix", which sent the user to look for another kind of
+    path)."""
+    model_dir = os.path.dirname(prefix) or "."
+    if not re.fullmatch(r"ckpt-\d+", os.path.basename(prefix)) or not tf.io.gfile.isdir(
+            model_dir):
+        return
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest is not None:
+        raise UserInputError(
+            f"{given} is not there: {model_dir} holds {os.path.basename(latest)} and "
+            "keeps only its newest checkpoints (pretraining.keep_checkpoints); pass one it "
+            "keeps, or the model dir for its latest")
 
 
 def checkpoint_prefix(path: str) -> str:
@@ -127,6 +145,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
             raise convert_tf1_first(model_dir, chosen)
         model_dir = os.path.dirname(chosen) or "."
     if not tf.io.gfile.isdir(model_dir):
+        gone_checkpoint(checkpoint_prefix(model_dir), model_dir)
         raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
                              "written by run_pretraining.py or convert_checkpoint.py")
     if any(tf.io.gfile.exists(os.path.join(model_dir, name))
