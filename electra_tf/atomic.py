@@ -189,7 +189,7 @@ def hold(folder: str, script: str, flag: str = "--model_dir"):
     resumed preempted run) is taken over."""
     path = os.path.join(folder, RUNNING)
     me = {"owner": owner(), "pid": os.getpid(), "started": _started(os.getpid()),
-          "script": script, "token": uuid.uuid4().hex[:12]}
+          "script": script, "token": uuid.uuid4().hex[:12], "folder": _real(folder)}
     other = _mark(path)
     if other and all(other.get(k) == me[k] for k in ("owner", "pid", "started")):
         yield  # this process holds it already (a run within a run): its holder removes it
@@ -210,6 +210,12 @@ def hold(folder: str, script: str, flag: str = "--model_dir"):
                 tf.io.gfile.rmtree(folder)
 
 
+def _real(folder: str) -> str:
+    """The folder a mark is for: a local one's real path (a symlink, a relative path and
+    the folder itself are one), a remote one as given."""
+    return folder if "://" in folder else os.path.realpath(folder)
+
+
 def _mark(path: str) -> dict | None:
     try:
         with tf.io.gfile.GFile(path) as f:
@@ -226,6 +232,12 @@ def _refuse_if_running(other, me, folder, flag, path):
         from electra_tf.training import xla_scratch
         if xla_scratch.alive(other["pid"]) and other.get("started") in (
                 None, _started(other["pid"])):
+            if other.get("folder") not in (None, me["folder"]):  # (a mark from before)
+                raise UserInputError(
+                    f"{flag}={folder} holds the mark of a run writing another folder, "
+                    f"{other['folder']} (PID {other['pid']}): a copy made while that run "
+                    "wrote it, which may hold part of a checkpoint; copy it again once the "
+                    f"run has ended, or delete {path} to go on from this copy as it is")
             raise UserInputError(
                 f"{flag}={folder} is being written by another {other.get('script', 'run')} "
                 f"(PID {other['pid']}) on this machine; wait for it to end or stop it, or "

@@ -3,6 +3,7 @@ leaves neither a partial output nor its temporary."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -161,11 +162,11 @@ def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_pat
     assert (target / "saved_model.pb").read_text() == "new"
 
 
-def _mark(folder, pid, **changes):
+def _mark(where, pid, **changes):
     mark = {"owner": atomic.owner(), "pid": pid, "started": atomic._started(pid),
             "script": "run_pretraining.py", **changes}
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, atomic.RUNNING), "w") as f:
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, atomic.RUNNING), "w") as f:
         json.dump(mark, f)
 
 
@@ -184,6 +185,25 @@ def test_a_folder_held_by_a_running_process_of_this_machine_is_refused(tmp_path,
             f"--model_dir={folder} is being written by another run_pretraining.py (PID "
             f"{running.pid}) on this machine; wait for it to end or stop it, or choose "
             f"another --model_dir (if no such run is going, delete {folder}/.running.json)")
+        # The same mark copied with its folder (cp -r of a model dir a run is writing): said
+        # (it told the user that PID, busy elsewhere, might be no run).
+        shutil.copytree(folder, str(tmp_path / "copy"))
+        with open(os.path.join(folder, atomic.RUNNING)) as f:
+            assert "folder" not in json.load(f)  # (_mark's, as a run before this release)
+        _mark(folder, running.pid, folder=os.path.realpath(folder))
+        shutil.copy(os.path.join(folder, atomic.RUNNING), str(tmp_path / "copy"))
+        with pytest.raises(UserInputError) as error:
+            with atomic.hold(str(tmp_path / "copy"), "run_pretraining.py"):
+                pass
+        assert str(error.value) == (
+            f"--model_dir={tmp_path / 'copy'} holds the mark of a run writing another folder, "
+            f"{os.path.realpath(folder)} (PID {running.pid}): a copy made while that run wrote "
+            "it, which may hold part of a checkpoint; copy it again once the run has ended, or "
+            f"delete {tmp_path / 'copy' / atomic.RUNNING} to go on from this copy as it is")
+        os.symlink(folder, str(tmp_path / "link"))  # the same folder by another path: held
+        with pytest.raises(UserInputError, match="is being written by another"):
+            with atomic.hold(str(tmp_path / "link"), "run_pretraining.py"):
+                pass
         for changes in ({"started": "1"}, {"owner": "elsewhere_1"}):  # PID reused; remote
             _mark(folder, running.pid, **changes)
             with atomic.hold(folder, "run_pretraining.py"):
