@@ -212,8 +212,26 @@ def hold(folder: str, script: str, flag: str = "--model_dir"):
 
 def _real(folder: str) -> str:
     """The folder a mark is for: a local one's real path (a symlink, a relative path and
-    the folder itself are one), a remote one as given."""
-    return folder if "://" in folder else os.path.realpath(folder)
+    the folder itself are one), a remote one without repeated or trailing slashes."""
+    if "://" in folder:
+        scheme, rest = folder.split("://", 1)
+        return f"{scheme}://{re.sub('/+', '/', rest).rstrip('/')}"
+    return os.path.realpath(folder)
+
+
+def _copied(other: dict, me: dict) -> bool:
+    """Whether the mark `other` came with a copy of its folder: it names another folder,
+    which is still there and is not this one (a bind mount or a second mount of one NFS
+    export names the same folder otherwise)."""
+    theirs, mine = other.get("folder"), me["folder"]
+    if not isinstance(theirs, str) or theirs == mine:  # (a mark from before: none)
+        return False
+    if "://" in mine:
+        return "://" in theirs and tf.io.gfile.isdir(theirs)
+    try:
+        return not os.path.samefile(theirs, mine)
+    except OSError:  # gone (moved: `mv` of the folder): not a copy
+        return False
 
 
 def _mark(path: str) -> dict | None:
@@ -232,12 +250,13 @@ def _refuse_if_running(other, me, folder, flag, path):
         from electra_tf.training import xla_scratch
         if xla_scratch.alive(other["pid"]) and other.get("started") in (
                 None, _started(other["pid"])):
-            if other.get("folder") not in (None, me["folder"]):  # (a mark from before)
+            if _copied(other, me):
                 raise UserInputError(
-                    f"{flag}={folder} holds the mark of a run writing another folder, "
-                    f"{other['folder']} (PID {other['pid']}): a copy made while that run "
-                    "wrote it, which may hold part of a checkpoint; copy it again once the "
-                    f"run has ended, or delete {path} to go on from this copy as it is")
+                    f"{flag}={folder} holds the mark of a {other.get('script', 'run')} writing "
+                    f"another folder, {other['folder']} (PID {other['pid']}): a copy made "
+                    "while that run wrote it, which may hold part of a file; copy it again "
+                    f"once the run has ended, or delete {path} to go on from this copy as it "
+                    "is")
             raise UserInputError(
                 f"{flag}={folder} is being written by another {other.get('script', 'run')} "
                 f"(PID {other['pid']}) on this machine; wait for it to end or stop it, or "

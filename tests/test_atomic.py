@@ -196,10 +196,17 @@ def test_a_folder_held_by_a_running_process_of_this_machine_is_refused(tmp_path,
             with atomic.hold(str(tmp_path / "copy"), "run_pretraining.py"):
                 pass
         assert str(error.value) == (
-            f"--model_dir={tmp_path / 'copy'} holds the mark of a run writing another folder, "
-            f"{os.path.realpath(folder)} (PID {running.pid}): a copy made while that run wrote "
-            "it, which may hold part of a checkpoint; copy it again once the run has ended, or "
-            f"delete {tmp_path / 'copy' / atomic.RUNNING} to go on from this copy as it is")
+            f"--model_dir={tmp_path / 'copy'} holds the mark of a run_pretraining.py writing "
+            f"another folder, {os.path.realpath(folder)} (PID {running.pid}): a copy made while "
+            "that run wrote it, which may hold part of a file; copy it again once the run has "
+            f"ended, or delete {tmp_path / 'copy' / atomic.RUNNING} to go on from this copy as "
+            "it is")
+        # A mark naming a folder that is gone (moved with `mv`): the running process's.
+        _mark(str(tmp_path / "copy"), running.pid, folder=str(tmp_path / "moved"))
+        with pytest.raises(UserInputError, match="is being written by another"):
+            with atomic.hold(str(tmp_path / "copy"), "run_pretraining.py"):
+                pass
+        assert atomic._real("gs://b//run/") == atomic._real("gs://b/run") == "gs://b/run"
         os.symlink(folder, str(tmp_path / "link"))  # the same folder by another path: held
         with pytest.raises(UserInputError, match="is being written by another"):
             with atomic.hold(str(tmp_path / "link"), "run_pretraining.py"):

@@ -495,22 +495,31 @@ def test_an_export_names_its_checkpoint_and_exports_one_asked_for(model_dir, tmp
         "newest checkpoints (pretraining.keep_checkpoints); pass one it keeps, or the model "
         "dir for its latest")
     assert calls == ["ckpt-0"]
-    # One removed before it was asked for (kept_checkpoints): said as such, by every reader
-    # (it was "does not exist or is not a folder" or "neither a model dir nor a checkpoint
-    # prefix"), and fine-tuning reads the model dir's latest once (it read the latest, then
-    # again the one it had seen first, which a run writing the dir may have removed).
-    monkeypatch.setattr(checkpoints, "read_weights", read)
+    # Fine-tuning reads one checkpoint: it read the latest, then again the one it had seen
+    # first, which the run writing the dir had removed (a NotFoundError traceback).
     from electra_tf.finetune import runner
+    copy = tmp_path / "running_again"
+    shutil.copytree(model_dir, copy)
+    calls.clear()
+    assert runner.load_initialization(str(copy)).source == str(copy / "ckpt-9")
+    assert calls == [os.path.basename(latest), "ckpt-9"]
+    # A ckpt-N not there, asked for (it was "does not exist or is not a folder" or "neither
+    # a model dir nor a checkpoint prefix"): one not saved or removed, or not written yet.
+    monkeypatch.setattr(checkpoints, "read_weights", read)
     for given, reader in ((f"{copy}/ckpt-3", checkpoints.load_pretrainer),
                           (f"{copy}/ckpt-3.index", checkpoints.load_pretrainer),
                           (f"{copy}/ckpt-3", runner.load_initialization)):
         with pytest.raises(UserInputError) as error:
             reader(given)
         assert str(error.value).endswith(
-            "is not there: " f"{copy} holds ckpt-9 and keeps only its newest checkpoints "
-            "(pretraining.keep_checkpoints); pass one it keeps, or the model dir for its "
-            "latest"), str(error.value)
-    assert runner.load_initialization(str(copy)).source == str(copy / "ckpt-9")
+            f"is not there: {copy} holds ckpt-9 (a step not saved, or one its run removed: it "
+            "keeps only its newest checkpoints (pretraining.keep_checkpoints); pass one it "
+            "keeps, or the model dir for its latest)"), str(error.value)
+    with pytest.raises(UserInputError) as error:
+        checkpoints.load_pretrainer(f"{copy}/ckpt-12")
+    assert str(error.value) == (f"{copy}/ckpt-12 is not written (yet): the latest checkpoint "
+                                f"of {copy} is ckpt-9; pass one it holds (ckpt-9), or the model "
+                                "dir for its latest")
 
 
 def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):

@@ -1074,6 +1074,9 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
     (dict(algorithm="two_stage", num_heads=1),  # generator 1/1: heads hidden // 64 = 2
      r"^algorithm='two_stage' .* \(the generator's num_heads 2 against 1; its heads are "
      r"its hidden size / 64\); .* must be too \(intermediate_size=512, num_heads=2\)(\n|$)"),
+    (dict(algorithm="two_stage", hidden_size=200, num_heads=2, generator_hidden_fraction=0.25),
+     r"^algorithm='two_stage' .* must be too, which 200 wide cannot be: a multiple of 64 \(or "
+     r"a width under 128\)(\n|$)"),
 ])
 def test_options_that_cannot_work_together_are_refused(options, message):
     """Those the networks cannot be built with, when built; those that only train wrongly,
@@ -1117,6 +1120,21 @@ def test_a_binding_of_the_wrong_type_is_refused_naming_it(binding, message):
         gin.clear_config()
 
 
+def test_a_config_with_values_no_model_takes_is_refused_naming_them():
+    """(not through gin, which refuses None and strings itself: an imported config's)"""
+    from electra_tf.errors import UserInputError
+    for field, value, message in (
+            ("dropout_rate", float("nan"), "dropout_rate=nan must be at least 0 and below 1"),
+            ("attention_dropout_rate", None, "attention_dropout_rate=None must be a number"),
+            ("initializer_range", 0.0, "initializer_range=0.0 must be above 0 (the official "
+                                       "0.02)"),
+            ("layer_norm_epsilon", 0.0, "layer_norm_epsilon=0.0 must be above 0")):
+        with pytest.raises(UserInputError) as error:
+            encoder_config("tiny", **{field: value})
+        assert str(error.value).startswith(message), str(error.value)
+    assert encoder_config("tiny", dropout_rate=np.float32(0.0)).dropout_rate == 0.0
+
+
 def test_two_stage_names_the_discriminator_shape_a_generator_cannot_take():
     """Two-stage copies the generator into the discriminator, whose FFN and heads must then
     be a generator's (4x, width / 64): the refusal asked for fraction 1.0 where it was."""
@@ -1124,7 +1142,7 @@ def test_two_stage_names_the_discriminator_shape_a_generator_cannot_take():
     custom = encoder_config("tiny", intermediate_size=500)
     with pytest.raises(UserInputError, match=r"\(the generator's intermediate_size 512 against "
                        r"500; .*; a generator's FFN is 4x its hidden size and its heads its "
-                       r"hidden size / 64, so the discriminator's must be too "
+                       r"hidden size // 64 \(at least 1\), so the discriminator's must be too "
                        r"\(intermediate_size=512, num_heads=2\)$"):
         ElectraPretrainer(custom, generator_config(custom, 1.0), algorithm="two_stage")
 

@@ -8,6 +8,7 @@ derived from its discriminator with the official rounding: hidden size
 """
 
 import dataclasses
+import numbers
 
 from electra_tf.errors import UserInputError
 
@@ -52,6 +53,11 @@ class EncoderConfig:
         if self.embedding_size is not None and self.embedding_size < 1:
             raise UserInputError(f"embedding_size={self.embedding_size} must be at least 1 "
                                  "(or None: the hidden size)")
+        for name in ("dropout_rate", "attention_dropout_rate", "layer_norm_epsilon",
+                     "initializer_range"):  # (an imported config's null)
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise UserInputError(f"{name}={value!r} must be a number")
         # (a rate of 1 drops everything: the loss was then not finite at step 1, said as
         # the learning rate's fault; `not` also catches NaN)
         for name in ("dropout_rate", "attention_dropout_rate"):

@@ -154,8 +154,10 @@ class ElectraPretrainer(keras.Model):
                       for f in dataclasses.fields(discriminator) if generator is not None
                       and f.name != "embedding_size"
                       and getattr(generator, f.name) != getattr(discriminator, f.name)]
-            shaped = (discriminator.intermediate_size == 4 * discriminator.hidden_size
-                      and discriminator.num_heads == max(1, discriminator.hidden_size // 64))
+            width = discriminator.hidden_size
+            heads = max(1, width // 64)
+            shaped = (discriminator.intermediate_size == 4 * width
+                      and discriminator.num_heads == heads)
             raise UserInputError("algorithm='two_stage' initialises the discriminator from the "
                                  "generator: use a generator of the discriminator's size "
                                  "(fraction 1.0) and sharing 'embeddings' or 'none'"
@@ -163,9 +165,12 @@ class ElectraPretrainer(keras.Model):
                                     "its hidden size / 64)" if differ else "")
                                  + ("" if shaped else
                                     "; a generator's FFN is 4x its hidden size and its heads "
-                                    "its hidden size / 64, so the discriminator's must be too "
-                                    f"(intermediate_size={4 * discriminator.hidden_size}, "
-                                    f"num_heads={max(1, discriminator.hidden_size // 64)})"))
+                                    "its hidden size // 64 (at least 1), so the "
+                                    "discriminator's must be too" + (
+                                        f" (intermediate_size={4 * width}, num_heads={heads})"
+                                        if width % heads == 0 else
+                                        f", which {width} wide cannot be: a multiple of 64 (or "
+                                        "a width under 128)")))
         if (algorithm == "two_stage" and sharing == "none"
                 and discriminator.embedding_width != discriminator.hidden_size):
             raise UserInputError(

@@ -69,21 +69,32 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     return prefix
 
 
+_KEEPS_NEWEST = ("keeps only its newest checkpoints (pretraining.keep_checkpoints); pass one "
+                 "it keeps, or the model dir for its latest")
+
+
 def gone_checkpoint(prefix: str, given: str):
     """Raises UserInputError where `prefix` (without its files) is a ckpt-N of a model dir
-    that holds other checkpoints: one its run deleted, keeping its newest (said as "not a
-    folder" or "not a checkpoint prefix", which sent the user to look for another kind of
-    path)."""
+    that holds other checkpoints (said as "not a folder" or "not a checkpoint prefix", which
+    sent the user to look for another kind of path): one past its latest is not written
+    (yet), an earlier one was not saved or its run deleted it."""
     model_dir = os.path.dirname(prefix) or "."
-    if not re.fullmatch(r"ckpt-\d+", os.path.basename(prefix)) or not tf.io.gfile.isdir(
-            model_dir):
+    step = re.fullmatch(r"ckpt-(\d+)", os.path.basename(prefix))
+    if not step or not tf.io.gfile.isdir(model_dir):
         return
     latest = tf.train.latest_checkpoint(model_dir)
-    if latest is not None:
-        raise UserInputError(
-            f"{given} is not there: {model_dir} holds {os.path.basename(latest)} and "
-            "keeps only its newest checkpoints (pretraining.keep_checkpoints); pass one it "
-            "keeps, or the model dir for its latest")
+    if latest is None:
+        return
+    state = tf.train.get_checkpoint_state(model_dir)
+    kept = [os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else ())
+            ] or [os.path.basename(latest)]
+    newest = re.search(r"(\d+)$", latest)
+    if newest and int(step.group(1)) > int(newest.group(1)):
+        raise UserInputError(f"{given} is not written (yet): the latest checkpoint of "
+                             f"{model_dir} is {os.path.basename(latest)}; pass one it holds "
+                             f"({', '.join(kept)}), or the model dir for its latest")
+    raise UserInputError(f"{given} is not there: {model_dir} holds {', '.join(kept)} (a step "
+                         f"not saved, or one its run removed: it {_KEEPS_NEWEST})")
 
 
 def checkpoint_prefix(path: str) -> str:
@@ -227,8 +238,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
             if newer is None or newer == checkpoint:
                 raise UserInputError(
                     f"{checkpoint} was removed while it was read: a run writing {model_dir} "
-                    "keeps only its newest checkpoints (pretraining.keep_checkpoints); pass "
-                    "one it keeps, or the model dir for its latest") from None
+                    f"{_KEEPS_NEWEST}") from None
             checkpoint = newer
     return LoadedModel(model=model, checkpoint=checkpoint, vocab_file=vocab_file,
                        lower_case=info.get("lower_case", True),
