@@ -156,21 +156,18 @@ class ElectraPretrainer(keras.Model):
                       and getattr(generator, f.name) != getattr(discriminator, f.name)]
             width = discriminator.hidden_size
             heads = max(1, width // 64)
-            shaped = (discriminator.intermediate_size == 4 * width
-                      and discriminator.num_heads == heads)
-            raise UserInputError("algorithm='two_stage' initialises the discriminator from the "
-                                 "generator: use a generator of the discriminator's size "
-                                 "(fraction 1.0) and sharing 'embeddings' or 'none'"
-                                 + (f" (the generator's {', '.join(differ)}; its heads are "
-                                    "its hidden size / 64)" if differ else "")
-                                 + ("" if shaped else
-                                    "; a generator's FFN is 4x its hidden size and its heads "
-                                    "its hidden size // 64 (at least 1), so the "
-                                    "discriminator's must be too" + (
-                                        f" (intermediate_size={4 * width}, num_heads={heads})"
-                                        if width % heads == 0 else
-                                        f", which {width} wide cannot be: a multiple of 64 (or "
-                                        "a width under 128)")))
+            why = f" (the generator's {', '.join(differ)}; its heads are its hidden size / 64)"
+            message = ("algorithm='two_stage' initialises the discriminator from the generator: "
+                       "use a generator of the discriminator's size (fraction 1.0) and sharing "
+                       "'embeddings' or 'none'" + (why if differ else ""))
+            if (discriminator.intermediate_size, discriminator.num_heads) != (4 * width, heads):
+                message += ("; a generator's FFN is 4x its hidden size and its heads its hidden "
+                            "size // 64 (at least 1), so the discriminator's must be too")
+                message += (f" (intermediate_size={4 * width}, num_heads={heads})"
+                            if width % heads == 0 else
+                            f", which {width} wide cannot be: a multiple of 64 (or a width under "
+                            "128)")
+            raise UserInputError(message)
         if (algorithm == "two_stage" and sharing == "none"
                 and discriminator.embedding_width != discriminator.hidden_size):
             raise UserInputError(
