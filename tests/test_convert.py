@@ -440,6 +440,7 @@ def test_hf_export_leaves_out_what_an_import_initialised_afresh(tmp_path):
     assert written == [str(tmp_path / "hf" / "discriminator")]
     assert sorted(os.listdir(tmp_path / "hf")) == ["discriminator"]
     assert lines == [
+        f"converting: the weights of {out}/ckpt-1",
         f"note: {out} was imported without a replaced-token head and not pre-trained since: "
         "discriminator/ holds the encoder only (ElectraModel)",
         f"note: no generator/: {out} was imported without one and not pre-trained since (its "
@@ -746,6 +747,7 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
                        f"--output_dir={tmp_path}/hf")
     assert electric.returncode == 0, electric.stderr
     assert electric.stdout.splitlines() == [
+        f"converting: the weights of {tmp_path}/electric/ckpt-1",
         "note: Electric's discriminator head is an energy: discriminator/ holds it as "
         "ElectraForPreTraining's logits, but the replaced probability is sigmoid(logits + "
         "log q(token | context) + log(p / (1 - p))), q Electric's two-tower cloze model, "
@@ -766,7 +768,8 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
     written = converters.export_hf(str(tmp_path / "uniform"), str(tmp_path / "hf2"),
                                    log=lines.append)
     assert written == [str(tmp_path / "hf2" / "discriminator")]
-    assert lines == ["note: no generator/: this model sampled its replacements uniformly (it "
+    assert lines == [f"converting: the weights of {tmp_path}/uniform/ckpt-1",
+                     "note: no generator/: this model sampled its replacements uniformly (it "
                      "has no masked-LM generator)"]
     # One network (BERT's MLM, or ELECTRA sharing all weights) is written as two; imported
     # back, they are two (of the official shape: an FFN 4 x hidden, hidden / 64 heads).

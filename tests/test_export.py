@@ -262,6 +262,16 @@ def test_detector_cli_from_a_saved_model_and_from_a_model_dir(model_dir, served,
                        "The quick red fox runs")
                for source in (f"--saved_model={path}", f"--model_dir={model_dir}")]
     assert outputs[0] == outputs[1]
+    # From a model dir it says, on stderr, which checkpoint it read (a run may be writing
+    # newer ones); a ckpt-N prefix reads that one.
+    latest = tf.train.latest_checkpoint(model_dir)
+    assert run_script("detect_replaced.py", f"--model_dir={model_dir}", "Fine").stderr == (
+        f"discriminator: the weights of {latest}\n")
+    first = run_script("detect_replaced.py", f"--model_dir={model_dir}/ckpt-0", "Fine")
+    assert first.stderr.splitlines() == [
+        f"discriminator: the weights of {model_dir}/ckpt-0",
+        f"note: {model_dir}/ckpt-0 holds the weights before the first training step (asked "
+        f"for: the run's latest is {os.path.basename(latest)}): they are untrained"]
     lines = outputs[0].splitlines()
     assert lines[0] == "The quick brown fox jumps over the lazy dog"
     words = "the quick brown fox jumps over the lazy dog".split()

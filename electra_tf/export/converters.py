@@ -668,7 +668,7 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     generator, an objective without a replaced-token head, Electric's energy head, parts an
     import initialised afresh and no pre-training has trained since) is said in one `log`
     line each."""
-    from electra_tf.export.saved_model import fresh_parts
+    from electra_tf.export.saved_model import fresh_parts, weights_read
     check_output_dir(output_dir)
     if is_hf_folder(model_dir):
         raise UserInputError(f"--input={model_dir} is a HuggingFace model folder already: "
@@ -680,6 +680,8 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
         raise UserInputError(f"--output_dir={output_dir} already holds an export "
                              f"({', '.join(n + '/' for n in earlier)}); use a new directory")
     loaded = load_pretrainer(model_dir, vocab_file)
+    for line in weights_read(loaded, "converting"):
+        log(line)
     model = loaded.model
     discriminator, generator = huggingface.export_hf_state_dicts(model)
     fresh = fresh_parts(loaded)

@@ -987,15 +987,8 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     else:
         loaded = load_pretrainer(model_dir, vocab_file)
         check_imported(loaded, model_dir, kind)
-        log(f"{kind}: the weights of {loaded.checkpoint}")
-        if os.path.basename(loaded.checkpoint) == "ckpt-0":
-            latest = tf.train.latest_checkpoint(os.path.dirname(loaded.checkpoint))
-            log(f"note: {loaded.checkpoint} holds the weights before the first training step"
-                + (" (the run has saved no later checkpoint yet)"
-                   if latest is None or os.path.basename(latest) == "ckpt-0"
-                   else f" (asked for: the run's latest is {os.path.basename(latest)})")
-                + ": " + (f"those it started from, {loaded.info['init_checkpoint']}"
-                   if loaded.info.get("init_checkpoint") else "they are untrained"))
+        for line in weights_read(loaded, kind):
+            log(line)
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
     # Hidden names, which TF Serving (numeric version folders) does not take for versions:
@@ -1122,6 +1115,23 @@ def _check_same_signature(path, export_dir, model_name, version, kind, log):
 def _names(signature, inputs: bool) -> str:
     outputs = f"outputs {', '.join(signature[1])}"
     return f"inputs {', '.join(signature[0])}; {outputs}" if inputs else outputs
+
+
+def weights_read(loaded, what: str) -> list[str]:
+    """What a reader of a pre-training model dir says of the checkpoint it read (a run may
+    be writing newer ones): "`what`: the weights of CHECKPOINT", and a note where that is
+    ckpt-0, the weights before the first training step."""
+    lines = [f"{what}: the weights of {loaded.checkpoint}"]
+    if os.path.basename(loaded.checkpoint) == "ckpt-0":
+        latest = tf.train.latest_checkpoint(os.path.dirname(loaded.checkpoint))
+        lines.append(
+            f"note: {loaded.checkpoint} holds the weights before the first training step"
+            + (" (the run has saved no later checkpoint yet)"
+               if latest is None or os.path.basename(latest) == "ckpt-0"
+               else f" (asked for: the run's latest is {os.path.basename(latest)})")
+            + ": " + (f"those it started from, {loaded.info['init_checkpoint']}"
+                      if loaded.info.get("init_checkpoint") else "they are untrained"))
+    return lines
 
 
 def fresh_parts(loaded) -> list[str]:
