@@ -649,6 +649,16 @@ def test_resuming_with_another_batch_size_is_refused_before_anything_is_written(
     assert (f"note: this run's gin config differs from the one its first 2 steps ran with, "
             f"kept as {kept}") in lines
     assert "NUM_TRAIN_STEPS = 4" in (tmp_path / "operative_config.gin").read_text()
+    # TensorBoard holds each config where it began training (it was written again at each
+    # resume, and a config that trained nothing stayed beside the one rerun after it).
+    from electra_tf.training import summaries
+    texts = summaries.read_texts(str(tmp_path / "train"))["config/operative_config"]
+    assert [(step, "NUM_TRAIN_STEPS = 4" in text) for step, text in texts] == [
+        (1, False), (3, True)]
+    run(tmp_path, data, ["NUM_TRAIN_STEPS = 6"], eager=True)
+    run(tmp_path, data, ["NUM_TRAIN_STEPS = 6"], eager=True)  # (finished: nothing written)
+    texts = summaries.read_texts(str(tmp_path / "train"))["config/operative_config"]
+    assert [step for step, _ in texts] == [1, 3, 5]
 
 
 @pytest.mark.usefixtures("eager")
@@ -1785,6 +1795,12 @@ def test_nonfinite_loss_stops_with_the_step_named(tmp_path, data):
                                          r"and its last checkpoint \(step 0\) is intact"):
         run(tmp_path, data, ["LEARNING_RATE = 1e30", "WARMUP_STEPS = 0"])
     assert not os.path.exists(tmp_path / "ckpt-2.index")
+    # Rerun with a sane learning rate, as the line says: TensorBoard shows the config that
+    # trained, not also the one that stopped (both were at step 0).
+    from electra_tf.training import summaries
+    run(tmp_path, data, ["NUM_TRAIN_STEPS = 2"])
+    texts = summaries.read_texts(str(tmp_path / "train"))["config/operative_config"]
+    assert [step for step, _ in texts] == [1] and "1e+30" not in texts[0][1], texts
 
 
 def _write_premasked(path, batch, rows):
@@ -1940,6 +1956,10 @@ def test_a_restore_to_step_0_replays_the_batches_and_reruns_the_evaluations(
     assert evaluated == ["eval at step 2", "eval at step 4", "eval at step 2",
                          "eval at step 4", "eval at step 6", "eval at step 8"]
     assert pretraining._evaluated_steps(str(tmp_path / "model")) == {2, 4, 6, 8}
+    # The restore's START mark at step 1 dropped the config text there: written again.
+    from electra_tf.training import summaries
+    texts = summaries.read_texts(str(tmp_path / "model" / "train"))["config/operative_config"]
+    assert [step for step, _ in texts] == [1] and "NUM_TRAIN_STEPS = 8" in texts[0][1]
 
 
 def test_a_stop_right_after_a_restore_says_the_skip_was_not_saved():

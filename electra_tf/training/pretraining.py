@@ -619,9 +619,9 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             return False
         return True
 
-    if chief:
-        monitor.write_text("config/operative_config", gin.operative_config_str())
     step = int(state.step.numpy())
+    if chief and (step == 0 or tf.io.gfile.exists(_kept_config(model_dir, step))):
+        monitor.write_config(gin.operative_config_str())  # a new run's or a changed one's
     if evaluator is None:
         while not train_to(num_train_steps):
             pass  # (a restore: on from the step restored)
@@ -679,6 +679,7 @@ class _Monitor:
         self.summary_root = summary_root  # TensorBoard runs go to its train/ and eval/
         self.writers = {}
         self.start_step = int(state.step.numpy())  # where this run (or its last restore) began
+        self.config = None  # (step, text) of the config text summary this run wrote
         self.chance_since = None  # the step since which the discriminator's AUC is ~0.5
         self.clock = None  # (time, step) at the start of the first loop that did not trace
         # A restore's skipped batch, until a checkpoint holds it (the one restored cannot
@@ -700,10 +701,14 @@ class _Monitor:
                     tf.summary.scalar(tag, value)
             self.writers[run].flush()
 
-    def write_text(self, tag: str, text: str):
+    def write_config(self, config: str):
+        """The operative gin config as a text summary at the first step this run trains,
+        after its START mark: a rerun from the same checkpoint (one that trained nothing
+        with it: a non-finite loss, a kill) replaces it, as a restore past it writes it again."""
+        self.config = (self.start_step + 1, config)
         if self.summary_root:
-            with self._writer("train").as_default(step=int(self.state.step.numpy())):
-                tf.summary.text(tag, "```\n" + text + "\n```")
+            with self._writer("train").as_default(step=self.config[0]):
+                tf.summary.text("config/operative_config", "```\n" + config + "\n```")
             self.writers["train"].flush()
 
     def after_train_loop(self, _):
@@ -797,6 +802,8 @@ class _Monitor:
         self.clock = None
         for summary_writer in self.writers.values():
             _mark_start(summary_writer, restored_step + 1)
+        if self.config and self.config[0] > restored_step:  # (that mark dropped it)
+            self.write_config(self.config[1])
         skips = self.skipped + [-1] * (self.state.skip_steps.shape[0] - len(self.skipped))
         self.state.skip_steps.assign(tf.constant(skips, tf.int64))
         self.skips_unsaved = True
@@ -1139,13 +1146,19 @@ def _keep_earlier_config(model_dir: str, step: int, config: str, log):
         return
     with tf.io.gfile.GFile(path) as f:
         earlier = f.read()
-    kept = os.path.join(model_dir, OPERATIVE_CONFIG.replace(".gin", f"-{step}.gin"))
+    kept = _kept_config(model_dir, step)
     # One there already is the config that trained those steps (a resume that stopped
     # before its next checkpoint left its own in operative_config.gin).
     if earlier != config and not tf.io.gfile.exists(kept):
         atomic.write_text(kept, earlier)
         log(f"note: this run's gin config differs from the one its first {step} steps ran "
             f"with, kept as {kept}")
+
+
+def _kept_config(model_dir: str, step: int) -> str:
+    """Where the config of a run's first `step` steps is kept when it resumes with another
+    (there only then)."""
+    return os.path.join(model_dir, OPERATIVE_CONFIG.replace(".gin", f"-{step}.gin"))
 
 
 def _info_json(model_info: dict) -> str:
