@@ -2133,6 +2133,28 @@ def test_overwrite_replaces_the_whole_earlier_run(tmp_path, init):
                                              r"trial_0, trial_1, \.\.\.\); pass --num_trials above "
                                              r"3 to add trials to it, --overwrite"):
         finetune("classification", out, init, quick, train_file=train, dev_file=train)
+    # A value out of range is refused before the earlier run is deleted (it was refused
+    # when the first trial built its optimizer, the earlier run gone), by the name bound.
+    for binding, message in (
+            ("finetuning.warmup_proportion = -0.5", r"^finetuning.warmup_proportion=-0.5 must "
+                                                    r"be from 0 to 1 \(the share of the steps "
+                                                    r"that warm up\)"),
+            ("LAYERWISE_LR_DECAY = 0.0", r"^LAYERWISE_LR_DECAY=0.0 \(finetuning."
+                                         r"layerwise_lr_decay\) must be above 0 and at most 1"),
+            ("LEARNING_RATE = -1.0", r"^LEARNING_RATE=-1.0 \(finetuning.learning_rate\) must "
+                                     r"be at least 0 and finite"),
+            ("finetuning.eval_batch_size = 0", r"^finetuning.eval_batch_size=0 must be at "
+                                               r"least 1 \(a count\)"),
+            ("NUM_EPOCHS = 0", r"^NUM_EPOCHS=0 \(finetuning.num_epochs\) must be None or "
+                               r"above 0 and finite"),
+            ("finetuning.max_train_steps = 0", r"^finetuning.max_train_steps=0 must be None "
+                                               r"or at least 1"),
+            ("finetuning.head_dropout = 1.0", r"^finetuning.head_dropout=1.0 must be at least "
+                                              r"0 and below 1 \(a dropout rate\)")):
+        with pytest.raises(UserInputError, match=message):
+            finetune("classification", out, init, [*quick, binding], overwrite=True,
+                     train_file=train, dev_file=train)
+        assert (out / "results.json").exists() and (out / "trial_2").exists()
     (out / "notes.txt").write_text("mine")
     results = finetune("classification", out, init, quick, seed=5, overwrite=True,
                        train_file=train, dev_file=train)

@@ -197,6 +197,48 @@ _FLAGS = ("official_layerwise_decay", "double_unordered", "save_model", "jit_com
           "static_shapes")
 
 
+_MAY_BE_NONE = ("num_epochs", "max_seq_length", "clip_norm", "max_train_steps",
+                "no_answer_threshold", "log_every", "static_shapes")
+# What each number may be (checked before --overwrite deletes an earlier run; some were
+# refused only when the first trial built its optimizer, by names the user never set):
+# (lowest, lowest allowed, highest, highest allowed, what it is, the name to bind).
+_RANGES = {
+    "learning_rate": (0, True, math.inf, False, "the peak learning rate", "LEARNING_RATE"),
+    "num_epochs": (0, False, math.inf, False, "passes over the training set; None: the "
+                   "task's", "NUM_EPOCHS"),
+    "layerwise_lr_decay": (0, False, 1, True, "each layer below learns this factor slower; "
+                           "1: off; the paper 0.8, 0.9 for Large", "LAYERWISE_LR_DECAY"),
+    "warmup_proportion": (0, True, 1, True, "the share of the steps that warm up", None),
+    "head_dropout": (0, True, 1, False, "a dropout rate", None),
+    **{name: (1, True, math.inf, False, "a count", None) for name in (
+        "eval_batch_size", "max_train_steps", "log_every", "max_query_length",
+        "max_answer_length", "n_best_size")},
+}
+
+
+def _check_ranges(values: dict) -> None:
+    """Each of `values` (of type already checked) in its _RANGES range, None passing where
+    the parameter may be None: else one line naming it, by its macro where it has one."""
+    for name, value in values.items():
+        low, low_in, high, high_in, what, macro = _RANGES[name]
+        if value is None and name in _MAY_BE_NONE:
+            continue
+        if (value > low or low_in and value == low) and (value < high
+                                                         or high_in and value == high):
+            continue
+        setting = f"{macro}={value!r} (finetuning.{name})" if macro else (
+            f"finetuning.{name}={value!r}")
+        bounds = f"{'at least' if low_in else 'above'} {low}"
+        if low_in and high_in:
+            bounds = f"from {low} to {high}"
+        elif high != math.inf:
+            bounds += f" and {'at most' if high_in else 'below'} {high}"
+        elif what != "a count":
+            bounds += " and finite"
+        none = "None or " if name in _MAY_BE_NONE else ""
+        raise UserInputError(f"{setting} must be {none}{bounds} ({what})")
+
+
 @gin.configurable("finetuning", denylist=["task_data", "init", "model_dir", "num_trials",
                                           "seed", "log", "overwrite"])
 def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: str,
@@ -296,15 +338,14 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     optimization.check_types(gin.get_bindings("optimizer"))
     gin_files.check_types(
         "finetuning", {k: v for k, v in locals().items() if k in _INTEGERS + _NUMBERS + _FLAGS},
-        integers=_INTEGERS, numbers=_NUMBERS, flags=_FLAGS,
-        may_be_none=("num_epochs", "max_seq_length", "clip_norm", "max_train_steps",
-                     "no_answer_threshold", "log_every", "static_shapes"),
+        integers=_INTEGERS, numbers=_NUMBERS, flags=_FLAGS, may_be_none=_MAY_BE_NONE,
         macros={"learning_rate": "LEARNING_RATE", "train_batch_size": "TRAIN_BATCH_SIZE",
                 "num_epochs": "NUM_EPOCHS", "max_seq_length": "MAX_SEQ_LENGTH",
                 "layerwise_lr_decay": "LAYERWISE_LR_DECAY"})
     if clip_norm is not None and not clip_norm > 0:
         raise UserInputError(f"finetuning.clip_norm={clip_norm!r} must be a positive number, "
                              "or None for no clipping")
+    _check_ranges({k: v for k, v in locals().items() if k in _RANGES})
     earlier = check_model_dir(model_dir, overwrite, num_trials)
     if precision not in flops.PRECISIONS:
         raise UserInputError(f"finetuning.precision={precision!r} is not one of "
