@@ -142,8 +142,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
                 raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None
             raise UserInputError(f"--gin_bindings={binding!r}: {message.rstrip('.')}; check "
                                  f"the name against the gin files (e.g. {example})") from None
-    _check_macros_used(bindings, example)
     _check_macros_defined(example)
+    _check_macros_used(paths, bindings, example)
 
 
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(.+?)\1""", re.MULTILINE)
@@ -303,25 +303,55 @@ def check_sets_a_run(files: list[str]) -> None:
             f"{given}") from None
 
 
-def _check_macros_used(bindings: list[str], example: str) -> None:
-    """A binding that sets a macro no gin file or binding uses (`NUM_TRAIN_STEP=3` for
-    NUM_TRAIN_STEPS) is a misspelling gin itself accepts, as the definition of a new macro:
-    stop on it instead of running with the value it was meant to change."""
+def _check_macros_used(paths: list[str], bindings: list[str], example: str) -> None:
+    """A macro that no gin file or binding uses (`NUM_TRAIN_STEP=3` for NUM_TRAIN_STEPS, in
+    a binding or a file of the user's) is a misspelling gin itself accepts, as the
+    definition of a new macro: stop on it, naming the binding or file that defines it,
+    instead of running with the value it was meant to change. (gin/'s own files leave none
+    unused in any combination, unless a binding sets the parameter a macro fed.)"""
     config = gin.config._CONFIG  # gin has no public view of the parsed bindings
     defined = {scope for scope, selector in config if selector == "gin.macro"}
     used = {ref.scoped_selector.rsplit("/", 1)[0]
             for ref in gin.config.iterate_references(config)
             if ref.scoped_selector.endswith("/gin.macro")}
-    for binding in bindings:
-        name = binding.split("=", 1)[0].strip()
-        if name in defined and name not in used:
-            close = difflib.get_close_matches(name, sorted(used), n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise UserInputError(
-                f"--gin_bindings={binding!r}: no gin file uses the macro {name}; " + (
-                    f"{hint}the macros in use: {', '.join(sorted(used))} (see {example})"
-                    if used else "the gin files given use no macros: give a size's file "
-                    "first (e.g. small.gin, or finetune/small.gin for fine-tuning)"))
+    unused = defined - used
+    if not unused:
+        return
+    # Where: the last binding or user's file that defines one (a macro of gin/'s files left
+    # unused by a binding of the parameter it fed, pretraining.num_train_steps=5, is fine).
+    where = next(((f"--gin_bindings={binding!r}", name) for binding in reversed(bindings)
+                  for name in _MACRO_DEFINED.findall(binding) if name in unused), None)
+    where = where or next(((f"--gin_file={file}", key) for path in reversed(paths)
+                           for file, key in reversed(_defined_by(path))
+                           if key in unused and not file.startswith(GIN_DIR + os.sep)), None)
+    if where is None:
+        return
+    given, name = where
+    close = difflib.get_close_matches(name, sorted(used), n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise UserInputError(
+        f"{given}: no gin file uses the macro {name}; " + (
+            f"{hint}the macros in use: {', '.join(sorted(used))} (see {example})"
+            if used else "the gin files given use no macros: give a size's file "
+            "first (e.g. small.gin, or finetune/small.gin for fine-tuning)"))
+
+
+# A macro's definition in a binding's text (one may hold several lines): NAME = ...
+_MACRO_DEFINED = re.compile(r"^\s*([A-Za-z_]\w*)\s*=", re.MULTILINE)
+
+
+def _defined_by(path: str, seen=()) -> list[tuple[str, str]]:
+    """(file, name) of each unindented NAME = ... line of a gin file and of the files it
+    includes (resolved in gin/, as `includes`), in the order gin reads them."""
+    if path in seen or not os.path.isfile(path):
+        return []
+    found = []
+    for included in includes(path):
+        found += _defined_by(included, (*seen, path))
+    with open(path, encoding="utf-8") as f:
+        found += [(path, m.group(1)) for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", f.read(),
+                                                          re.MULTILINE)]
+    return found
 
 
 def _check_macros_defined(example: str) -> None:

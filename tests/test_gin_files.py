@@ -22,6 +22,36 @@ def test_a_misspelled_macro_is_an_error_naming_the_macro_it_meant():
     gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEPS=3", "STEPS=2", "STEPS_PER_LOOP=%STEPS"])
 
 
+def test_a_misspelled_or_unused_macro_in_a_users_file_or_a_multi_line_binding_is_named(
+        tmp_path):
+    """Only a one-statement binding's macro was checked: one in a user's file (or its
+    include), or on a binding's second line, ran with the value it meant to change (a
+    fine-tuning file of macros without finetune/'s files: all ignored, the defaults used)."""
+    mine = tmp_path / "mine.gin"
+    mine.write_text("include 'tiny.gin'\nNUM_TRAIN_STEP = 40\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={mine}: no gin file uses the "
+                                             r"macro NUM_TRAIN_STEP; did you mean "
+                                             r"NUM_TRAIN_STEPS\? "):
+        gin_files.parse([str(mine)], [])
+    outer = tmp_path / "outer.gin"
+    outer.write_text(f"include '{mine}'\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={mine}: no gin file uses"):
+        gin_files.parse([str(outer)], [])
+    alone = tmp_path / "ft.gin"
+    alone.write_text("LEARNING_RATE = 0.5\nTRAIN_BATCH_SIZE = 4\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={alone}: no gin file uses the macro "
+                                             r"TRAIN_BATCH_SIZE; the gin files given use no "
+                                             r"macros: give a size's file first"):
+        gin_files.parse([str(alone)], [])
+    with pytest.raises(UserInputError, match=r"^--gin_bindings='NUM_TRAIN_STEPS=40\\nTRAIN_BATCH_"
+                                             r"SIZ=16': no gin file uses the macro "
+                                             r"TRAIN_BATCH_SIZ; did you mean TRAIN_BATCH_SIZE\?"):
+        gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEPS=40\nTRAIN_BATCH_SIZ=16"])
+    # A user's file of macros after the size file, which uses them, is fine.
+    mine.write_text("NUM_TRAIN_STEPS = 40\n")
+    gin_files.parse(["tiny.gin", str(mine)], [])
+
+
 def test_a_value_that_is_not_a_literal_and_an_unknown_name_say_which():
     with pytest.raises(UserInputError, match=r"^--gin_bindings='NUM_TRAIN_STEPS=abc': the value "
                        r"is not a Python literal; write a number, .*quoted string"):
