@@ -117,9 +117,10 @@ def parse(files: list[str], bindings: list[str]) -> None:
             try:
                 gin.parse_config_file(path)
             except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
-                raise UserInputError(f"--gin_file={path}: " + (_set_elsewhere(e) or (
-                    f"{_first_line(e)}; fix the file or the name (see the files in "
-                    "gin/)"))) from None
+                raise UserInputError(f"--gin_file={path}: " + (
+                    _set_elsewhere(e) or _other_script(e) or (
+                        f"{_first_line(e).rstrip('.')}; fix the file or the name (see the "
+                        "files in gin/)"))) from None
     finally:
         os.chdir(cwd)
         gin.config._LOCATION_PREFIXES[:] = prefixes
@@ -137,13 +138,14 @@ def parse(files: list[str], bindings: list[str]) -> None:
                     f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
                     "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
                     from None
-            hint = _set_elsewhere(e)
+            hint = _set_elsewhere(e) or _other_script(e)
             if hint:
                 raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None
             raise UserInputError(f"--gin_bindings={binding!r}: {message.rstrip('.')}; check "
                                  f"the name against the gin files (e.g. {example})") from None
     _check_macros_defined(example)
     _check_macros_used(paths, bindings, example)
+    _check_unscoped()
 
 
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(.+?)\1""", re.MULTILINE)
@@ -369,6 +371,49 @@ def _check_macros_defined(example: str) -> None:
             raise UserInputError(
                 f"%{name}{hint} is used but no gin file or --gin_bindings defines it; define "
                 f"it (--gin_bindings='{name}=...') or fix the name (see {example})")
+
+
+def _check_unscoped() -> None:
+    """A scoped binding (`foo/pretrainer.num_layers = 1`) applies only where a configurable
+    is called in that scope, which none of this project's is: it changed nothing."""
+    for scope, selector in gin.config._CONFIG:
+        if scope and selector != "gin.macro":
+            name = selector.rsplit(".", 1)[-1]
+            parameter = next(iter(gin.config._CONFIG[scope, selector]), "")
+            raise UserInputError(
+                f"{scope}/{name}.{parameter}: this project calls its configurables in no gin "
+                f"scope, so a scoped binding changes nothing; drop '{scope}/'")
+
+
+# The configurables only one script reads: a binding of one in the other script would be
+# accepted (where both are registered) and change nothing.
+_READ_ONLY_BY = {"pretraining": "pre-training", "pretrainer": "pre-training",
+                 "finetuning": "fine-tuning"}
+_WHY_NOT = {"fine-tuning": (" (it builds the model the checkpoint's model_info.json "
+                            "describes)", " (fine-tuning's own: gin/finetune/, finetuning.*)"),
+            "pre-training": (" (run_finetuning.py does)", "")}
+
+
+def check_read_by(script: str) -> None:
+    """Refuses a binding of a configurable `script` ("pre-training", "fine-tuning") does not
+    read: pretrainer.dropout_rate in fine-tuning, finetuning.head_dropout in pre-training."""
+    for scope, selector in gin.config._CONFIG:
+        name = selector.rsplit(".", 1)[-1]
+        if _READ_ONLY_BY.get(name, script) != script:
+            parameter = next(iter(gin.config._CONFIG[scope, selector]), "")
+            raise UserInputError(
+                f"{name}.{parameter} is a {_READ_ONLY_BY[name]} setting, which {script} does "
+                f"not read{_WHY_NOT[script][0]}; drop it{_WHY_NOT[script][1]}")
+
+
+def _other_script(error: Exception) -> str | None:
+    """For gin's "No configurable matching 'finetuning'" in pre-training (which does not
+    register fine-tuning's configurable): whose setting it is; None for other errors."""
+    match = re.search(r"No configurable matching '(\w+)'", str(error))
+    if match and match[1] == "finetuning":
+        return ("finetuning.* are fine-tuning settings, which pre-training does not read"
+                f"{_WHY_NOT['pre-training'][0]}; drop it")
+    return None
 
 
 def _set_elsewhere(error: Exception) -> str | None:

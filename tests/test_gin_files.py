@@ -52,6 +52,36 @@ def test_a_misspelled_or_unused_macro_in_a_users_file_or_a_multi_line_binding_is
     gin_files.parse(["tiny.gin", str(mine)], [])
 
 
+def test_a_binding_the_script_does_not_read_is_refused():
+    """A scoped binding changed nothing (no configurable is called in a scope); fine-tuning
+    accepted pre-training's bindings (pretrainer.num_layers=1: the same predictions) and
+    pre-training named fine-tuning's as an unknown configurable."""
+    import gin
+    with pytest.raises(UserInputError, match=r"^foo/pretrainer.num_layers: this project calls "
+                                             r"its configurables in no gin scope, so a scoped "
+                                             r"binding changes nothing; drop 'foo/'$"):
+        gin_files.parse(["tiny.gin"], ["foo/pretrainer.num_layers=1"])
+    for bindings in (["pretrainer.dropout_rate=0.0"], ["pretraining.mask_prob=0.3"]):
+        gin_files.parse(["finetune/tiny.gin"], bindings)
+        with pytest.raises(UserInputError, match=rf"^{bindings[0].split('=')[0]} is a "
+                                                 r"pre-training setting, which fine-tuning does "
+                                                 r"not read \(it builds the model the "
+                                                 r"checkpoint's model_info.json describes\); drop "
+                                                 r"it \(fine-tuning's own: gin/finetune/, "
+                                                 r"finetuning.\*\)$"):
+            gin_files.check_read_by("fine-tuning")
+    gin_files.parse(["tiny.gin"], ["finetuning.head_dropout=0.2"])
+    with pytest.raises(UserInputError, match=r"^finetuning.head_dropout is a fine-tuning "
+                                             r"setting, which pre-training does not read "
+                                             r"\(run_finetuning.py does\); drop it$"):
+        gin_files.check_read_by("pre-training")
+    # (in run_pretraining.py's process fine-tuning's configurable is not registered)
+    assert gin_files._other_script(ValueError("No configurable matching 'finetuning'.")) == (
+        "finetuning.* are fine-tuning settings, which pre-training does not read "
+        "(run_finetuning.py does); drop it")
+    gin.clear_config()
+
+
 def test_a_value_that_is_not_a_literal_and_an_unknown_name_say_which():
     with pytest.raises(UserInputError, match=r"^--gin_bindings='NUM_TRAIN_STEPS=abc': the value "
                        r"is not a Python literal; write a number, .*quoted string"):

@@ -329,6 +329,7 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     """
     if num_trials < 1:
         raise UserInputError(f"--num_trials={num_trials} must be at least 1")
+    gin_files.check_read_by("fine-tuning")
     bound = gin.get_bindings("optimizer", resolve_references=False)
     for name, instead in SET_BY_FINETUNING.items():
         if name in bound:

@@ -141,6 +141,7 @@ def run_pretraining(model_dir: str, train_data: str, eval_data: str | None = Non
       exit_at_once: a second Ctrl-C ends the process at once (a script's), rather than by
         KeyboardInterrupt once TensorFlow's call returns (a notebook's kernel lives on).
     """
+    gin_files.check_read_by("pre-training")
     gin_files.check_types(
         "pretraining", {"mask_prob": mask_prob, "clip_norm": clip_norm,
                         "whole_word_masking": whole_word_masking, "jit_compile": jit_compile,
