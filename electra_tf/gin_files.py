@@ -87,8 +87,16 @@ def parse(files: list[str], bindings: list[str]) -> None:
     configurables must be imported (registered) first."""
     gin.clear_config()
     paths = [os.path.abspath(resolve(f)) for f in files]
+    for path in paths:
+        _check_text(path)
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
     for i, path in enumerate(paths):
+        if i and _is_size_file(path):
+            name = os.path.relpath(path, GIN_DIR)
+            raise UserInputError(
+                f"--gin_file={name} is a size file, which sets up a whole run: give it first "
+                f"(after --gin_file={files[i - 1]} it sets that file's values back), and one "
+                "size file only")
         if path.startswith(ablations) and not any(
                 not p.startswith(ablations) for p in paths[:i]):
             name = os.path.relpath(path, GIN_DIR)
@@ -116,6 +124,13 @@ def parse(files: list[str], bindings: list[str]) -> None:
         for path in paths:
             try:
                 gin.parse_config_file(path)
+            except RecursionError:
+                raise UserInputError(
+                    f"--gin_file={path}: its includes go round in a loop (a file includes "
+                    "itself, directly or through another); remove the include that closes "
+                    "it") from None
+            except ImportError as e:
+                raise UserInputError(f"--gin_file={path}: {_import_failure(e)}") from None
             except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
                 raise UserInputError(f"--gin_file={path}: " + (
                     _set_elsewhere(e) or _other_script(e) or (
@@ -131,6 +146,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for binding in bindings:
         try:
             gin.parse_config(binding)
+        except ImportError as e:
+            raise UserInputError(f"--gin_bindings={binding!r}: {_import_failure(e)}") from None
         except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
             message = _first_line(e)
             if message.startswith("malformed node or string"):
@@ -146,6 +163,48 @@ def parse(files: list[str], bindings: list[str]) -> None:
     _check_macros_defined(example)
     _check_macros_used(paths, bindings, example)
     _check_unscoped()
+    _check_generator_bindings_used(bindings)
+
+
+def _check_generator_bindings_used(bindings: list[str]) -> None:
+    """A binding of the generator's size for a model without a generator (BERT's masked LM,
+    a uniform generator) was accepted and changed nothing (ablation files are checked so by
+    _check_ablations_agree; the size files bind it for every model)."""
+    objective, uniform = _value("pretrainer.objective"), _value("pretrainer.uniform_generator")
+    removed = ("OBJECTIVE='mlm' trains no generator (BERT)" if objective == "mlm"
+               else "pretrainer.uniform_generator=True replaces tokens uniformly at random, "
+               "without a generator" if uniform is True else None)
+    for binding in bindings if removed else ():
+        for name in re.findall(r"^\s*pretrainer\.(generator_(?:hidden|layers)_fraction)\s*=",
+                               binding, re.MULTILINE):
+            raise UserInputError(f"--gin_bindings={binding!r} sets the generator's size, but "
+                                 f"{removed}: drop it")
+
+
+def _check_text(path: str) -> None:
+    """A gin file must be a file of UTF-8 text (gin named a folder "Unable to open file",
+    and a checkpoint's .index given by mistake, or a Latin-1 file, was a traceback)."""
+    if os.path.isdir(path):
+        raise UserInputError(f"--gin_file={path} is a folder; pass a gin file (e.g. "
+                             f"{os.path.join(path, 'operative_config.gin')} of a model dir)")
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise UserInputError(f"--gin_file={path} begins with a byte-order mark (saved as "
+                             "\"UTF-8 with BOM\"), which gin cannot read; save it as UTF-8 "
+                             "without one")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserInputError(f"--gin_file={path} is not UTF-8 text (byte {e.start}); pass a "
+                             "gin file, saved as UTF-8") from None
+
+
+def _import_failure(error: ImportError) -> str:
+    named = error.name or next(iter(re.findall(r"No module named '([^']+)'", str(error))),
+                               "a module")
+    return (f"it imports {named}, which is not installed here; drop the import (this "
+            "project's settings need none)")
 
 
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(.+?)\1""", re.MULTILINE)
@@ -177,17 +236,12 @@ def _check_includes_unambiguous(paths: list[str], searched: list[str]) -> None:
 
 def _check_ablations_agree(paths: list[str]) -> None:
     """Ablation files set one study's values each; two that set the same name differently
-    (electra_15.gin then mlm.gin, generator_half.gin then sharing_all.gin), or a size file
-    of gin/ after one, would leave the last file's value in place without a word."""
+    (electra_15.gin then mlm.gin, generator_half.gin then sharing_all.gin) would leave the
+    last file's value in place without a word."""
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
     bound: dict[str, tuple[str, str]] = {}  # name -> (value, file)
-    for path in paths:
+    for path in paths:  # (a size file after another file is refused before)
         name = os.path.relpath(path, GIN_DIR)
-        if bound and _is_size_file(path):
-            earlier = next(iter(bound.values()))[1]
-            raise UserInputError(
-                f"--gin_file={name} is a size file: after --gin_file={earlier} it would set "
-                "that file's values back; give one size file, before the ablation files")
         if not path.startswith(ablations):
             continue
         for key, value in _bindings_of(path):
@@ -361,6 +415,24 @@ def _check_macros_defined(example: str) -> None:
     calls the configurable (a traceback from gin): stop on it here."""
     config = gin.config._CONFIG
     defined = {scope for scope, selector in config if selector == "gin.macro"}
+    for name in sorted(defined):  # X = %Y, Y = %X: a RecursionError when the run read it
+        chain = [name]
+        while True:
+            value = config[chain[-1], "gin.macro"].get("value")
+            if not (isinstance(value, gin.config.ConfigurableReference)
+                    and value.selector == "gin.macro"):
+                break
+            chain.append(value.scoped_selector.rsplit("/", 1)[0])
+            if chain[-1] in chain[:-1]:
+                loop = chain[chain.index(chain[-1]):]
+                if len(loop) == 2:
+                    raise UserInputError(f"the macro {loop[0]} = %{loop[0]} names itself, so "
+                                         "it has no value; give it one")
+                raise UserInputError(
+                    "the macros " + ", ".join(f"{a} = %{b}" for a, b in zip(loop, loop[1:]))
+                    + " go round in a loop, so none has a value; give one of them a value")
+            if (chain[-1], "gin.macro") not in config:
+                break  # (undefined: said below)
     for ref in gin.config.iterate_references(config):
         if not ref.scoped_selector.endswith("/gin.macro"):
             continue
@@ -404,6 +476,19 @@ def check_read_by(script: str) -> None:
             raise UserInputError(
                 f"{name}.{parameter} is a {_READ_ONLY_BY[name]} setting, which {script} does "
                 f"not read{_WHY_NOT[script][0]}; drop it{_WHY_NOT[script][1]}")
+
+
+def check_finetuning_files(files: list[str]) -> None:
+    """Fine-tuning given pre-training's files of gin/ (tiny.gin for finetune/tiny.gin, an
+    ablation) was refused by the first pre-training binding in them, not by the file."""
+    for name in files:
+        path = os.path.abspath(resolve(name))
+        if (_is_size_file(path) or path == os.path.join(GIN_DIR, "pretraining.gin")
+                or path.startswith(os.path.join(GIN_DIR, "ablations") + os.sep)):
+            ours = os.path.join("finetune", os.path.basename(path))
+            example = ours if os.path.exists(os.path.join(GIN_DIR, ours)) else "finetune/small.gin"
+            raise UserInputError(f"--gin_file={name} sets up pre-training; fine-tuning's files "
+                                 f"are in gin/finetune/ (e.g. --gin_file={example})")
 
 
 def _other_script(error: Exception) -> str | None:

@@ -108,6 +108,7 @@ def main(argv):
                                       model_size=FLAGS.model_size, lower_case=FLAGS.lower_case,
                                       strip_accents=FLAGS.strip_accents)
     files = FLAGS.gin_file or [runner.default_gin_file(init.config)]
+    gin_files.check_finetuning_files(files)
     gin_files.parse(files, FLAGS.gin_bindings)
     print(f"hyperparameters: {', '.join(files)}"
           + (f" + {', '.join(FLAGS.gin_bindings)}" if FLAGS.gin_bindings else ""))

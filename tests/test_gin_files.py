@@ -75,6 +75,14 @@ def test_a_binding_the_script_does_not_read_is_refused():
                                              r"setting, which pre-training does not read "
                                              r"\(run_finetuning.py does\); drop it$"):
         gin_files.check_read_by("pre-training")
+    for name, example in (("tiny.gin", "finetune/tiny.gin"), ("pretraining.gin",
+                                                               "finetune/small.gin"),
+                          ("ablations/mlm.gin", "finetune/small.gin")):
+        with pytest.raises(UserInputError, match=rf"^--gin_file={name} sets up pre-training; "
+                                                 r"fine-tuning's files are in gin/finetune/ "
+                                                 rf"\(e.g. --gin_file={example}\)$"):
+            gin_files.check_finetuning_files(["finetune/base.gin", name])
+    gin_files.check_finetuning_files(["finetune/base.gin"])
     # (in run_pretraining.py's process fine-tuning's configurable is not registered)
     assert gin_files._other_script(ValueError("No configurable matching 'finetuning'.")) == (
         "finetuning.* are fine-tuning settings, which pre-training does not read "
@@ -129,8 +137,12 @@ def test_an_undefined_macro_is_an_error_naming_it():
      r"--gin_file=ablations/uniform_generator.gin replaces tokens uniformly at random, "
      r"without a generator: drop --gin_file=ablations/generator_half.gin$"),
     (["tiny.gin", "ablations/mlm.gin", "small.gin"],
-     r"^--gin_file=small.gin is a size file: after --gin_file=ablations/mlm.gin it would set "
-     r"that file's values back; give one size file, before the ablation files$"),
+     r"^--gin_file=small.gin is a size file, which sets up a whole run: give it first \(after "
+     r"--gin_file=ablations/mlm.gin it sets that file's values back\), and one size file only$"),
+    # two size files: a hybrid (small.gin's model with tiny.gin's optimizer.bias_correction)
+    (["tiny.gin", "small.gin"],
+     r"^--gin_file=small.gin is a size file, which sets up a whole run: give it first \(after "
+     r"--gin_file=tiny.gin it sets that file's values back\), and one size file only$"),
 ])
 def test_ablation_files_that_undo_each_other_are_refused(files, message):
     with pytest.raises(UserInputError, match=message):
@@ -266,3 +278,72 @@ def test_a_gin_file_on_an_object_store_is_refused_saying_to_copy_it():
                        r"are read from this machine's disk; copy it here \(with the files it "
                        r"includes\) and pass its path$"):
         gin_files.parse(["ram://gin_test/tiny.gin"], [])
+
+
+def test_a_users_file_before_the_size_file_is_refused(tmp_path):
+    """It was overwritten without a word (NUM_TRAIN_STEPS = 40 before tiny.gin ran 2000)."""
+    mine = tmp_path / "mine.gin"
+    mine.write_text("NUM_TRAIN_STEPS = 40\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file=tiny.gin is a size file, which sets "
+                                             rf"up a whole run: give it first \(after "
+                                             rf"--gin_file={mine} it sets"):
+        gin_files.parse([str(mine), "tiny.gin"], [])
+    gin_files.parse(["tiny.gin", str(mine)], [])
+    import gin
+    assert gin.query_parameter("%NUM_TRAIN_STEPS") == 40
+    gin.clear_config()
+
+
+def test_gin_files_that_are_not_text_loop_or_import_are_one_line(tmp_path):
+    """Each was a traceback (a RecursionError of 3,000 lines, a UnicodeDecodeError, a
+    ModuleNotFoundError) or gin's "Unexpected token" / "Unable to open file"."""
+    import gin
+    looped, back = tmp_path / "a.gin", tmp_path / "b.gin"
+    looped.write_text(f"include 'tiny.gin'\ninclude '{back}'\n")
+    back.write_text(f"include '{looped}'\n")
+    latin = tmp_path / "latin.gin"
+    latin.write_bytes(b"include 'tiny.gin'\n# r\xe9sum\xe9\n")
+    bom = tmp_path / "bom.gin"
+    bom.write_bytes(b"\xef\xbb\xbfinclude 'tiny.gin'\n")
+    imports = tmp_path / "imports.gin"
+    imports.write_text("import t5.models.mesh_transformer\ninclude 'tiny.gin'\n")
+    for files, bindings, message in (
+            ([looped], [], rf"^--gin_file={looped}: its includes go round in a loop \(a file "
+                           r"includes itself, directly or through another\); remove the "
+                           r"include that closes it$"),
+            ([latin], [], rf"^--gin_file={latin} is not UTF-8 text \(byte 22\); pass a gin "
+                          r"file, saved as UTF-8$"),
+            ([bom], [], rf"^--gin_file={bom} begins with a byte-order mark \(saved as \"UTF-8 "
+                        r"with BOM\"\), which gin cannot read; save it as UTF-8 without one$"),
+            ([imports], [], rf"^--gin_file={imports}: it imports t5, which is not installed "
+                            r"here; drop the import \(this project's settings need none\)$"),
+            ([tmp_path], [], rf"^--gin_file={tmp_path} is a folder; pass a gin file \(e.g. "
+                             rf"{tmp_path}/operative_config.gin of a model dir\)$"),
+            (["tiny.gin"], ["NUM_TRAIN_STEPS=%NUM_TRAIN_STEPS"],
+             r"^the macro NUM_TRAIN_STEPS = %NUM_TRAIN_STEPS names itself, so it has no value; "
+             r"give it one$"),
+            (["tiny.gin"], ["X=%Y", "Y=%X", "pretraining.num_train_steps=%X"],
+             r"^the macros X = %Y, Y = %X go round in a loop, so none has a value; give one of "
+             r"them a value$")):
+        with pytest.raises(UserInputError, match=message):
+            gin_files.parse([str(f) for f in files], bindings)
+    gin.clear_config()
+
+
+def test_a_generator_size_bound_for_a_model_without_one_is_refused():
+    """It was accepted and changed nothing (as ablation files' were refused)."""
+    import gin
+    for files, bindings, without in (
+            (["tiny.gin", "ablations/mlm.gin"], ["pretrainer.generator_hidden_fraction=0.5"],
+             r"OBJECTIVE='mlm' trains no generator \(BERT\)"),
+            (["tiny.gin"], ["OBJECTIVE='mlm'\npretrainer.generator_layers_fraction=0.5"],
+             r"OBJECTIVE='mlm' trains no generator \(BERT\)"),
+            (["tiny.gin", "ablations/uniform_generator.gin"],
+             ["pretrainer.generator_layers_fraction=0.5"], r"pretrainer.uniform_generator=True "
+             r"replaces tokens uniformly at random, without a generator")):
+        with pytest.raises(UserInputError, match=r"^--gin_bindings=.* sets the generator's size, "
+                                                 rf"but {without}: drop it$"):
+            gin_files.parse(files, bindings)
+    gin_files.parse(["tiny.gin", "ablations/mlm.gin"], [])  # (tiny.gin's own binding of it)
+    gin_files.parse(["tiny.gin"], ["pretrainer.generator_hidden_fraction=0.5"])
+    gin.clear_config()

@@ -686,6 +686,12 @@ def test_bad_options_fail_with_one_clear_line():
         encoder_config("tiny", num_heads=3)
     with pytest.raises(ValueError, match=r"^temperature=0 must be positive"):
         _model(temperature=0)
+    # A negative loss weight trained by gradient ascent on its loss.
+    for name in ("generator_weight", "discriminator_weight", "adversarial_mle_weight"):
+        with pytest.raises(ValueError, match=rf"^{name}=-1.0 must be at least 0 and finite \(a "
+                                             r"loss weight; the paper's: generator 1, "
+                                             r"discriminator 50\)$"):
+            _model(**{name: -1.0})
     with pytest.raises(ValueError, match=r"generator_weight and discriminator_weight must be "
                                          r"positive"):
         _model(learn_loss_weights=True, generator_weight=0.0)

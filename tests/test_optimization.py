@@ -554,3 +554,22 @@ def test_create_optimizer_errors():
         create_optimizer(name="sgd")
     with pytest.raises(ValueError, match="warmup_steps=200 exceeds num_train_steps=100"):
         create_optimizer(num_train_steps=100, warmup_steps=200, warmup="then_decay")
+    # Out of range (they ran, to a non-finite loss blamed on the learning rate) or of the
+    # wrong shape (a TypeError, or a ValueError with a traceback, at the first step).
+    from electra_tf.errors import UserInputError
+    for kwargs, message in (
+            ({"beta_1": 1.5}, r"^optimizer.beta_1=1.5 must be from 0 to below 1\n"),
+            ({"beta_2": -1.0}, r"^optimizer.beta_2=-1.0 must be from 0 to below 1\n"),
+            ({"epsilon": 0.0}, r"^optimizer.epsilon=0.0 must be positive\n"),
+            ({"learning_rate": float("inf")}, r"^LEARNING_RATE=inf \(optimizer.learning_rate\) "
+                                              r"must be finite\n"),
+            ({"learning_rate_multipliers": 2.0}, r"^optimizer.learning_rate_multipliers=2.0 "
+                                                 r"must be a dict of \{variable path: factor\}"),
+            ({"exclude_from_weight_decay": 5}, r"^optimizer.exclude_from_weight_decay=5 must "
+                                               r"be a list of strings")):
+        with pytest.raises(UserInputError, match=message):
+            create_optimizer(num_train_steps=100, **kwargs)
+    optimizer = create_optimizer(num_train_steps=100, learning_rate_multipliers={"foo": 2.0})
+    with pytest.raises(UserInputError, match=r"^no key of learning_rate_multipliers \(e.g. "
+                                             r"'foo'\) is the path of a variable"):
+        optimizer.build([keras.Variable(1.0, name="w")])

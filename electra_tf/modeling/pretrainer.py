@@ -179,6 +179,12 @@ class ElectraPretrainer(keras.Model):
         if temperature <= 0:
             raise UserInputError(f"temperature={temperature} must be positive (1.0: sample from "
                                  "the generator's softmax)")
+        for name, weight in (("generator_weight", generator_weight),
+                             ("discriminator_weight", discriminator_weight),
+                             ("adversarial_mle_weight", adversarial_mle_weight)):
+            if weight is not None and not 0 <= weight < math.inf:  # (a negative one: ascent)
+                raise UserInputError(f"{name}={weight} must be at least 0 and finite (a loss "
+                                     "weight; the paper's: generator 1, discriminator 50)")
         if learn_loss_weights and min(generator_weight, 1.0 if discriminator_weight is None
                                       else discriminator_weight) <= 0:
             raise UserInputError("learn_loss_weights starts from the loss weights' logs: "

@@ -20,8 +20,10 @@ replicas, and (optionally) accumulates them; then the optimizer must apply them 
 instead of summing them over replicas a second time.
 """
 
+import math
 import re
 import threading
+from numbers import Real
 
 import gin
 import keras
@@ -244,7 +246,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         self._multipliers = [float(self.learning_rate_multipliers.get(p, 1.0)) for p in paths]
         if self.learning_rate_multipliers and not set(paths) & set(self.learning_rate_multipliers):
             example = next(iter(self.learning_rate_multipliers))
-            raise ValueError(
+            raise UserInputError(
                 f"no key of learning_rate_multipliers (e.g. {example!r}) is the path of a "
                 f"variable this optimizer trains (e.g. {paths[0]!r}); build the dict from the "
                 "same model's variables")
@@ -499,12 +501,33 @@ _MACROS = {"learning_rate": "LEARNING_RATE", "warmup_steps": "WARMUP_STEPS",
 
 
 def check_types(values: dict) -> None:
-    """A UserInputError for an `optimizer.*` value of the wrong type ({parameter: value}):
-    create_optimizer's check, which fine-tuning makes on the bindings before it writes."""
+    """A UserInputError for an `optimizer.*` value of the wrong type or out of its range
+    ({parameter: value}): create_optimizer's check, which fine-tuning makes on the bindings
+    before it writes. (Adam's betas out of [0, 1) or a non-positive epsilon stopped at a
+    non-finite loss whose line blamed the learning rate; a learning rate of 1e999 too.)"""
     gin_files.check_types(
         "optimizer", values, integers=("num_train_steps", "warmup_steps"),
         numbers=("learning_rate", "decay_power", "weight_decay_rate", "beta_1", "beta_2",
                  "epsilon"), flags=("bias_correction", "aggregate_gradients"), macros=_MACROS)
+    for name, bad, wanted in (("beta_1", lambda v: not 0 <= v < 1, "from 0 to below 1"),
+                              ("beta_2", lambda v: not 0 <= v < 1, "from 0 to below 1"),
+                              ("epsilon", lambda v: not 0 < v < math.inf, "positive"),
+                              ("learning_rate", lambda v: not math.isfinite(v), "finite")):
+        if name in values and bad(values[name]):
+            setting = (f"{_MACROS[name]}={values[name]!r} (optimizer.{name})" if name in _MACROS
+                       else f"optimizer.{name}={values[name]!r}")
+            raise UserInputError(f"{setting} must be {wanted}")
+    multipliers = values.get("learning_rate_multipliers")
+    if multipliers is not None and not (isinstance(multipliers, dict) and all(
+            isinstance(k, str) and isinstance(v, Real) and not isinstance(v, bool)
+            for k, v in multipliers.items())):
+        raise UserInputError(f"optimizer.learning_rate_multipliers={multipliers!r} must be a "
+                             "dict of {variable path: factor}, or None")
+    excluded = values.get("exclude_from_weight_decay")
+    if excluded is not None and not (isinstance(excluded, str) or isinstance(
+            excluded, (list, tuple)) and all(isinstance(e, str) for e in excluded)):
+        raise UserInputError(f"optimizer.exclude_from_weight_decay={excluded!r} must be a "
+                             "list of strings (parts of the variables' paths), or None")
 
 
 # The run sets these from its own settings: a binding would be overridden without a word.
@@ -533,7 +556,9 @@ def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_0
                  "warmup_steps": warmup_steps, "decay_power": decay_power,
                  "weight_decay_rate": weight_decay_rate, "beta_1": beta_1, "beta_2": beta_2,
                  "epsilon": epsilon, "bias_correction": bias_correction,
-                 "aggregate_gradients": aggregate_gradients})
+                 "aggregate_gradients": aggregate_gradients,
+                 "learning_rate_multipliers": learning_rate_multipliers,
+                 "exclude_from_weight_decay": exclude_from_weight_decay})
     if name not in OPTIMIZERS:
         raise UserInputError(f"optimizer name={name!r} is unknown; use one of "
                              f"{', '.join(OPTIMIZERS)}")
