@@ -147,7 +147,7 @@ def test_bad_numbers_are_one_line_naming_its_flags(data):
         assert _error(inspect(pattern, f"--num_examples={n}")) == (
             f"error: --num_examples={n} must be at least 1")
     assert _error(inspect(pattern, "--mask_prob=1.5")) == (
-        "error: --mask_prob=1.5 must be between 0 and 1 (the paper: 0.15, 0.25 for large)")
+        "error: --mask_prob=1.5 must be above 0 and below 1 (the paper: 0.15, 0.25 for large)")
     assert _error(inspect(pattern, "--max_predictions_per_seq=100")) == (
         "error: 100 masked positions per sequence (--max_predictions_per_seq) do not fit "
         "sequences of 64; use between 1 and 64")

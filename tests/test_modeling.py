@@ -1049,8 +1049,8 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
 @pytest.mark.parametrize("options, message", [
     (dict(objective="mlm", uniform_generator=True), r"^objective='mlm' replaces no tokens: "
      r"uniform_generator applies .*; unbind it(\n|$)"),
-    (dict(algorithm="adversarial", uniform_generator=True), r"^algorithm=adversarial trains a "
-     r"generator; uniform_generator has none: use one or the other(\n|$)"),
+    (dict(algorithm="adversarial", uniform_generator=True), r"^pretrainer.algorithm=adversarial "
+     r"trains a generator; uniform_generator has none: use one or the other(\n|$)"),
     (dict(objective="electric", uniform_generator=True), r"^objective='electric' scores "
      r"tokens with its two-tower cloze generator; uniform_generator has none: use one or the "
      r"other(\n|$)"),
@@ -1061,7 +1061,7 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
     (dict(uniform_generator=True, sharing="all"), r"^sharing='all' sets what a generator "
      r"shares with the discriminator; uniform_generator has none: unbind it"),
     (dict(objective="mlm", algorithm="two_stage"),
-     r"^algorithm=two_stage is defined for objective='electra'(\n|$)"),
+     r"^pretrainer.algorithm=two_stage is defined for objective='electra'(\n|$)"),
     (dict(objective="electric", temperature=2.0), r"^Electric's noise distribution is the "
      r"generator's softmax.*temperature must be 1.0 and disallow_correct False(\n|$)"),
     (dict(objective="electric", disallow_correct=True), r"disallow_correct False(\n|$)"),
@@ -1078,11 +1078,11 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
     (dict(adversarial_mle_weight=0.5), r"^adversarial_mle_weight=0.5 applies to "
      r"algorithm='adversarial' \(this run's: 'joint'\); unbind it(\n|$)"),
     (dict(algorithm="two_stage", num_heads=1),  # generator 1/1: heads hidden // 64 = 2
-     r"^algorithm='two_stage' .* \(the generator's num_heads 2 against 1; its heads are "
+     r"^pretrainer.algorithm='two_stage' .* \(the generator's num_heads 2 against 1; its heads are "
      r"its hidden size / 64\); .* must be too \(intermediate_size=512, num_heads=2\)(\n|$)"),
     (dict(algorithm="two_stage", hidden_size=200, num_heads=2, generator_hidden_fraction=0.25),
-     r"^algorithm='two_stage' .* must be too, which 200 wide cannot be: a multiple of 64 \(or "
-     r"a width under 128\)(\n|$)"),
+     r"^pretrainer.algorithm='two_stage' .* must be too, which 200 wide cannot be: a multiple "
+     r"of 64 \(or a width under 128\)(\n|$)"),
 ])
 def test_options_that_cannot_work_together_are_refused(options, message):
     """Those the networks cannot be built with, when built; those that only train wrongly,
@@ -1104,17 +1104,19 @@ def test_options_that_cannot_work_together_are_refused(options, message):
     ("num_layers=True", r"num_layers=True must be an integer(\n|$)"),
     ("dropout_rate='0.1'", r"dropout_rate='0.1' must be a number \(no quotes\)(\n|$)"),
     ("embedding_size='64'", r"embedding_size='64' must be an integer or None \(no quotes\)(\n|$)"),
-    ("num_heads=0", r"^num_heads=0 must be at least 1(\n|$)"),
+    ("num_heads=0", r"^pretrainer.num_heads=0 must be at least 1(\n|$)"),
     # (tracebacks from Keras, or a run stopped at step 1 blaming the learning rate)
-    ("embedding_size=0", r"^embedding_size=0 must be at least 1 \(or None: the hidden size\)"),
-    ("dropout_rate=1.0", r"^dropout_rate=1.0 must be at least 0 and below 1 \(the official "
-                         r"0.1\)(\n|$)"),
-    ("attention_dropout_rate=-0.1", r"^attention_dropout_rate=-0.1 must be at least 0 and "),
-    ("layer_norm_epsilon=-1.0", r"^layer_norm_epsilon=-1.0 must be above 0 \(the official "
-                                r"1e-12\)(\n|$)"),
-    ("generator_hidden_fraction=0.003", r"^generator_hidden_fraction=0.003 gives a generator 0 "
-                                        r"wide \(round\(128 x 0.003\)\); choose a fraction of "
-                                        r"at least 1/128(\n|$)"),
+    ("embedding_size=0", r"^pretrainer.embedding_size=0 must be at least 1 \(or None: the "
+                         r"hidden size\)"),
+    ("dropout_rate=1.0", r"^pretrainer.dropout_rate=1.0 must be at least 0 and below 1 \(the "
+                         r"official 0.1\)(\n|$)"),
+    ("attention_dropout_rate=-0.1", r"^pretrainer.attention_dropout_rate=-0.1 must be at least "
+                                    r"0 and "),
+    ("layer_norm_epsilon=-1.0", r"^pretrainer.layer_norm_epsilon=-1.0 must be above 0 \(the "
+                                r"official 1e-12\)(\n|$)"),
+    ("generator_hidden_fraction=0.003", r"^pretrainer.generator_hidden_fraction=0.003 gives a "
+                                        r"generator 0 wide \(round\(128 x 0.003\)\); choose a "
+                                        r"fraction of at least 1/128(\n|$)"),
 ])
 def test_a_binding_of_the_wrong_type_is_refused_naming_it(binding, message):
     from electra_tf.errors import UserInputError

@@ -369,7 +369,7 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
                        if p.name != "metadata.json"]
     assert built["plain"] and built["plain"] == built["marked"]
     assert _error(directory, mask_prob=1.5) == (
-        "MASK_PROB=1.5 must be between 0 and 1 (the paper: 0.15, 0.25 for large)")
+        "MASK_PROB=1.5 must be above 0 and below 1 (the paper: 0.15, 0.25 for large)")
     assert _error(directory, max_predictions_per_seq=200) == (
         "200 masked positions per sequence (pretraining.max_predictions_per_seq) do not fit "
         "sequences of 128; use between 1 and 128")

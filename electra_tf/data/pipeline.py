@@ -462,7 +462,7 @@ def pretraining_dataset(file_pattern, batch_size: int, max_seq_length: int, voca
                              f"{', '.join(PREMASKED_MODES)}")
     as_written = info["premasked"] and premasked == "as_written"
     if not 0 < mask_prob < 1:
-        raise UserInputError(f"{mask_prob_flag}={mask_prob} must be between 0 and 1 (the "
+        raise UserInputError(f"{mask_prob_flag}={mask_prob} must be above 0 and below 1 (the "
                              "paper: 0.15, 0.25 for large)")
     num_predictions = (info["max_predictions"] if as_written and info["max_predictions"]
                        else max_predictions_per_seq)

@@ -2,9 +2,13 @@
 values, so gin files (gin/tiny.gin .. large.gin, gin/ablations/) can bind every shape and
 option, and a custom size is a few bindings."""
 
+import inspect
+import re
+
 import gin
 
 from electra_tf import gin_files
+from electra_tf.errors import UserInputError
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 
@@ -27,6 +31,27 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
     and the seed come from the data and the run, not from gin. See ElectraPretrainer for the
     options."""
     _check_types(locals())
+    try:
+        return _build(**locals())
+    except UserInputError as e:
+        raise as_bound(e) from None
+
+
+def as_bound(error: UserInputError) -> UserInputError:
+    """A model's refusal of a value ("num_heads=0 must be at least 1"), named as gin binds
+    it (pretrainer.num_heads=0)."""
+    name = re.match(r"(\w+)=", str(error))
+    if name and name[1] in inspect.signature(build_pretrainer).parameters:
+        return UserInputError(f"pretrainer.{error}")
+    return error
+
+
+def _build(vocab_size, hidden_size, num_layers, num_heads, intermediate_size, embedding_size,
+           max_position_embeddings, dropout_rate, attention_dropout_rate, type_vocab_size,
+           layer_norm_epsilon, generator_hidden_fraction, generator_layers_fraction,
+           objective, sharing, algorithm, generator_weight, discriminator_weight,
+           learn_loss_weights, temperature, disallow_correct, uniform_generator,
+           adversarial_mle_weight, mask_prob, cls_id, sep_id, seed) -> ElectraPretrainer:
     discriminator = EncoderConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
         num_heads=num_heads, intermediate_size=intermediate_size,

@@ -291,7 +291,10 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         model = factory.build_pretrainer(vocab_size=len(vocab), seed=seed,
                                          cls_id=ids[tokenization.CLS_TOKEN],
                                          sep_id=ids[tokenization.SEP_TOKEN])
-        model.check_training_options()
+        try:
+            model.check_training_options()
+        except UserInputError as e:
+            raise factory.as_bound(e) from None
         if model.mask_prob != mask_prob:  # Electric's noise ratio reads the model's
             raise UserInputError(
                 f"pretraining.mask_prob={mask_prob} (the data's masking) and "
