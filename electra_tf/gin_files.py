@@ -78,6 +78,10 @@ def resolve(name: str) -> str:
         return inside + ".gin"
     available = sorted(os.path.relpath(os.path.join(d, f), GIN_DIR)
                        for d, _, files in os.walk(GIN_DIR) for f in files if f.endswith(".gin"))
+    named = [a for a in available if os.path.basename(a) in (name, name + ".gin")]
+    if named:
+        raise UserInputError(f"--gin_file={name} not found, here or in {GIN_DIR}; did you "
+                             f"mean {' or '.join(named)}?")
     raise UserInputError(f"--gin_file={name} not found, here or in {GIN_DIR}; choose one of "
                          f"{', '.join(available)}, or give a path")
 
@@ -143,6 +147,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
     _check_ablations_kept(paths)
     example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
                 if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
+    bindings = [b.rstrip("\r\n") for b in bindings]  # (a script saved with CRLF line ends)
     for binding in bindings:
         try:
             gin.parse_config(binding)
@@ -325,9 +330,14 @@ def _bindings_of(path: str, seen=()) -> list[tuple[str, str]]:
     with open(path, encoding="utf-8") as f:
         for line in f:
             key, equals, value = line.partition("=")
-            if equals and line[:1] not in " #\t" and not key.strip().startswith("include"):
+            # (gin takes indented bindings too; a line of a multi-line value has no name
+            # before its first "=")
+            if equals and _NAME.fullmatch(key.strip()) and not line.lstrip().startswith("#"):
                 pairs.append((key.strip(), value.strip()))
     return pairs
+
+
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
 def includes(path: str) -> list[str]:
@@ -433,16 +443,21 @@ def _check_macros_defined(example: str) -> None:
                     + " go round in a loop, so none has a value; give one of them a value")
             if (chain[-1], "gin.macro") not in config:
                 break  # (undefined: said below)
-    for ref in gin.config.iterate_references(config):
-        if not ref.scoped_selector.endswith("/gin.macro"):
-            continue
-        name = ref.scoped_selector.rsplit("/", 1)[0]
-        if name not in defined:
-            close = difflib.get_close_matches(name, sorted(defined), n=1)
-            hint = f" (did you mean %{close[0]}?)" if close else ""
-            raise UserInputError(
-                f"%{name}{hint} is used but no gin file or --gin_bindings defines it; define "
-                f"it (--gin_bindings='{name}=...') or fix the name (see {example})")
+    undefined = list(dict.fromkeys(
+        ref.scoped_selector.rsplit("/", 1)[0] for ref in gin.config.iterate_references(config)
+        if ref.scoped_selector.endswith("/gin.macro")
+        and ref.scoped_selector.rsplit("/", 1)[0] not in defined))
+    if len(undefined) > 2:  # (gin/pretraining.gin or finetune/finetuning.gin alone)
+        raise UserInputError(
+            f"the macros {', '.join('%' + n for n in undefined)} are used but no gin file or "
+            "--gin_bindings defines them; give a size's file first (e.g. small.gin, or "
+            "finetune/small.gin for fine-tuning), which defines them")
+    for name in undefined:
+        close = difflib.get_close_matches(name, sorted(defined), n=1)
+        hint = f" (did you mean %{close[0]}?)" if close else ""
+        raise UserInputError(
+            f"%{name}{hint} is used but no gin file or --gin_bindings defines it; define "
+            f"it (--gin_bindings='{name}=...') or fix the name (see {example})")
 
 
 def _check_unscoped() -> None:

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import re
 import subprocess
 import warnings
 
@@ -145,7 +146,11 @@ def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), eager=False, **k
     from electra_tf import gin_files
     from electra_tf.training import pretraining
     lines = []
-    gin_files.parse(list(files), SMALL + list(bindings))
+    # (the generator's size bound for a model without a generator is refused)
+    generator = not re.search(r"OBJECTIVE = 'mlm'|/mlm\.gin|uniform_generator(\.gin| = True)",
+                              " ".join([*files, *bindings]))
+    gin_files.parse(list(files), [b for b in SMALL if generator or "generator_" not in b]
+                    + list(bindings))
     try:
         with functions_run_eagerly() if eager else contextlib.nullcontext():
             result = pretraining.run_pretraining(str(model_dir), data, log=lines.append,

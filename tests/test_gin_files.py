@@ -347,3 +347,29 @@ def test_a_generator_size_bound_for_a_model_without_one_is_refused():
     gin_files.parse(["tiny.gin", "ablations/mlm.gin"], [])  # (tiny.gin's own binding of it)
     gin_files.parse(["tiny.gin"], ["pretrainer.generator_hidden_fraction=0.5"])
     gin.clear_config()
+
+
+def test_smaller_authoring_slips_get_a_fitting_line(tmp_path):
+    """A bare ablation name suggests its path (it listed every file); a binding ending in
+    a CRLF script's carriage return is read ("Expected newline"); an indented binding that
+    undoes an ablation names its own file (it blamed gin/tiny.gin); gin/pretraining.gin
+    alone names every macro it lacks at once (one a run, nine runs)."""
+    import gin
+    with pytest.raises(UserInputError, match=r"^--gin_file=mlm.gin not found, here or in .*; "
+                                             r"did you mean ablations/mlm.gin\?$"):
+        gin_files.parse(["tiny.gin", "mlm.gin"], [])
+    gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEPS=40\r"])
+    assert gin.query_parameter("%NUM_TRAIN_STEPS") == 40
+    indented = tmp_path / "indented.gin"
+    indented.write_text("  OBJECTIVE = 'electra'\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={indented} sets OBJECTIVE = "
+                                             r"'electra', which --gin_file=ablations/mlm.gin "
+                                             r"sets to 'mlm'"):
+        gin_files.parse(["tiny.gin", "ablations/mlm.gin", str(indented)], [])
+    with pytest.raises(UserInputError, match=r"^the macros %NUM_TRAIN_STEPS, .*%LEARNING_RATE.* "
+                                             r"are used but no gin file or --gin_bindings defines "
+                                             r"them; give a size's file first \(e.g. small.gin, "
+                                             r"or finetune/small.gin for fine-tuning\), which "
+                                             r"defines them$"):
+        gin_files.parse(["pretraining.gin"], [])
+    gin.clear_config()

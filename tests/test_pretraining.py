@@ -1748,6 +1748,9 @@ def test_steps_in_one_compiled_call_equal_one_call_per_step(tmp_path, data):
      r"^pretraining.steps_per_call=0 must be a positive integer\n"),
     (["NUM_TRAIN_STEPS = 0"], {},  # (named as the user binds it)
      r"^NUM_TRAIN_STEPS=0 \(pretraining.num_train_steps\) must be a positive integer\n"),
+    (["pretraining.keep_checkpoints = 0"], {},  # (None keeps every one)
+     r"^pretraining.keep_checkpoints=0 must be a positive integer, or None to keep every "
+     r"checkpoint\n"),
     (["pretraining.steps_per_call = 4"], {},
      r"^pretraining.steps_per_call=4 needs pretraining.jit_compile=True \(without XLA"),
     (["pretraining.steps_per_call = 2", "pretraining.jit_compile = True"],

@@ -1025,7 +1025,8 @@ def _check_settings(**values):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             setting = (f"{_MACROS[name]}={value!r} (pretraining.{name})" if name in _MACROS
                        else f"pretraining.{name}={value!r}")
-            raise UserInputError(f"{setting} must be a positive integer")
+            raise UserInputError(f"{setting} must be a positive integer" + (
+                ", or None to keep every checkpoint" if name == "keep_checkpoints" else ""))
 
 
 SKIP_CAPACITY = 64  # batches a run's checkpoints can record as skipped (max_restores' bound)
