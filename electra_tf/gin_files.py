@@ -94,21 +94,33 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for path in paths:
         _check_text(path)
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
-    for i, path in enumerate(paths):
+    # gin/'s size and ablation files that a user's file includes count as given before it
+    # (include 'ablations/mlm.gin' then 'tiny.gin' trained ELECTRA, unchecked).
+    shown = {path: name for path, name in zip(paths, files)}
+    order = []
+    for path in paths:
+        if not path.startswith(GIN_DIR + os.sep):
+            for included in includes(path):
+                if os.path.isfile(included) and (_is_size_file(included)
+                                                 or included.startswith(ablations)):
+                    order.append(included)
+                    shown.setdefault(included, f"{os.path.relpath(included, GIN_DIR)} "
+                                               f"(included by {shown[path]})")
+        order.append(path)
+    for i, path in enumerate(order):
         if i and _is_size_file(path):
-            name = os.path.relpath(path, GIN_DIR)
             raise UserInputError(
-                f"--gin_file={name} is a size file, which sets up a whole run: give it first "
-                f"(after --gin_file={files[i - 1]} it sets that file's values back), and one "
-                "size file only")
+                f"--gin_file={shown[path]} is a size file, which sets up a whole run: give it "
+                f"first (after --gin_file={shown[order[i - 1]]} it sets that file's values "
+                "back), and one size file only")
         if path.startswith(ablations) and not any(
-                not p.startswith(ablations) for p in paths[:i]):
+                not p.startswith(ablations) for p in order[:i]):
             name = os.path.relpath(path, GIN_DIR)
             raise UserInputError(
-                f"--gin_file={name} changes a model that a size file sets up (OBJECTIVE, the "
-                "generator), so it must come after one, or the size file's values win; give "
-                f"e.g. --gin_file=small.gin --gin_file={name}")
-    _check_ablations_agree(paths)
+                f"--gin_file={shown[path]} changes a model that a size file sets up "
+                "(OBJECTIVE, the generator), so it must come after one, or the size file's "
+                f"values win; give e.g. --gin_file=small.gin --gin_file={name}")
+    _check_ablations_agree(order)
     # `include 'pretraining.gin'` in our files resolves against the working directory first,
     # then gin's search paths: read from gin/, then (a user's file including another of
     # theirs) the folders of the files given and the working directory. gin logs an error
@@ -118,6 +130,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for folder in [os.path.dirname(p) for p in paths if not p.startswith(GIN_DIR + os.sep)]:
         searched += [folder] if folder not in searched else []
     searched += [cwd] if cwd not in searched else []
+    for path in paths:  # (and the folders of the files theirs include, for theirs)
+        _add_include_folders(path, searched)
     _check_includes_unambiguous(paths, searched)
     prefixes = list(gin.config._LOCATION_PREFIXES)  # (gin has no call to remove one)
     verbosity = absl_logging.get_verbosity()
@@ -144,7 +158,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
         os.chdir(cwd)
         gin.config._LOCATION_PREFIXES[:] = prefixes
         absl_logging.set_verbosity(verbosity)
-    _check_ablations_kept(paths)
+    _check_ablations_kept(order)
     example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
                 if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
     bindings = [b.rstrip("\r\n") for b in bindings]  # (a script saved with CRLF line ends)
@@ -213,6 +227,25 @@ def _import_failure(error: ImportError) -> str:
 
 
 _INCLUDE = re.compile(r"""^\s*include\s+(['"])(.+?)\1""", re.MULTILINE)
+
+
+def _add_include_folders(path: str, searched: list[str], seen=()) -> None:
+    """Adds to `searched` the folder of each file of the user's that `path` includes, and
+    so on down: a file included from a subfolder finds the files beside it (it was "Unable
+    to open file", naming the file given)."""
+    if path in seen or path.startswith(GIN_DIR + os.sep) or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        names = [m.group(2) for m in _INCLUDE.finditer(f.read())]
+    for name in names:
+        if os.path.isfile(os.path.join(GIN_DIR, name)):
+            continue  # ours (read first)
+        found = next((os.path.join(d, name) for d in ([""] if os.path.isabs(name) else searched)
+                      if os.path.isfile(os.path.join(d, name))), None)
+        if found:
+            folder = os.path.dirname(os.path.abspath(found))
+            searched += [folder] if folder not in searched else []
+            _add_include_folders(os.path.abspath(found), searched, (*seen, path))
 
 
 def _check_includes_unambiguous(paths: list[str], searched: list[str]) -> None:

@@ -373,3 +373,38 @@ def test_smaller_authoring_slips_get_a_fitting_line(tmp_path):
                                              r"defines them$"):
         gin_files.parse(["pretraining.gin"], [])
     gin.clear_config()
+
+
+def test_ablations_a_users_file_includes_are_checked_and_nested_includes_found(tmp_path):
+    """Through a user's file's include the ablation checks were bypassed (mlm.gin before
+    tiny.gin trained ELECTRA; two objectives; a generator size for BERT); a file included
+    from a subfolder did not find the files beside it."""
+    import gin
+    mine = tmp_path / "mine.gin"
+    for includes, message in (
+            (["ablations/mlm.gin", "tiny.gin"],
+             rf"^--gin_file=ablations/mlm.gin \(included by {mine}\) changes a model that a size "
+             r"file sets up"),
+            (["tiny.gin", "ablations/electra_15.gin", "ablations/mlm.gin"],
+             r"^--gin_file=ablations/mlm.gin sets OBJECTIVE = 'mlm', which "
+             r"--gin_file=ablations/electra_15.gin set to 'electra_15'"),
+            (["tiny.gin", "ablations/mlm.gin", "ablations/generator_half.gin"],
+             r"^--gin_file=ablations/generator_half.gin sets the generator's size, but "
+             r"--gin_file=ablations/mlm.gin trains no generator")):
+        mine.write_text("".join(f"include '{name}'\n" for name in includes))
+        with pytest.raises(UserInputError, match=message):
+            gin_files.parse([str(mine)], [])
+    mine.write_text("include 'tiny.gin'\ninclude 'ablations/mlm.gin'\n")
+    gin_files.parse([str(mine)], [])
+    assert gin.query_parameter("%OBJECTIVE") == "mlm"
+    with pytest.raises(UserInputError, match=rf"^--gin_file=tiny.gin \(included by {mine}\) is "
+                                             r"a size file, which sets up a whole run: give it "
+                                             r"first \(after --gin_file=small.gin it sets"):
+        gin_files.parse(["small.gin", str(mine)], [])
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner.gin").write_text("include 'sibling.gin'\n")
+    (tmp_path / "sub" / "sibling.gin").write_text("NUM_TRAIN_STEPS = 40\n")
+    mine.write_text("include 'tiny.gin'\ninclude 'sub/inner.gin'\n")
+    gin_files.parse([str(mine)], [])
+    assert gin.query_parameter("%NUM_TRAIN_STEPS") == 40
+    gin.clear_config()
