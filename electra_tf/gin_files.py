@@ -133,6 +133,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for path in paths:  # (and the folders of the files theirs include, for theirs)
         _add_include_folders(path, searched)
     _check_includes_unambiguous(paths, searched)
+    example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
+                if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
     prefixes = list(gin.config._LOCATION_PREFIXES)  # (gin has no call to remove one)
     verbosity = absl_logging.get_verbosity()
     os.chdir(GIN_DIR)
@@ -154,35 +156,39 @@ def parse(files: list[str], bindings: list[str]) -> None:
                     _set_elsewhere(e) or _other_script(e) or (
                         f"{_first_line(e).rstrip('.')}; fix the file or the name (see the "
                         "files in gin/)"))) from None
+        _check_ablations_kept(order)
+        # (where the files were read: an include in a binding is looked up as theirs are)
+        bindings = [b.rstrip("\r\n") for b in bindings]  # (a script saved with CRLF ends)
+        for binding in bindings:
+            _parse_binding(binding, example)
     finally:
         os.chdir(cwd)
         gin.config._LOCATION_PREFIXES[:] = prefixes
         absl_logging.set_verbosity(verbosity)
-    _check_ablations_kept(order)
-    example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
-                if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
-    bindings = [b.rstrip("\r\n") for b in bindings]  # (a script saved with CRLF line ends)
-    for binding in bindings:
-        try:
-            gin.parse_config(binding)
-        except ImportError as e:
-            raise UserInputError(f"--gin_bindings={binding!r}: {_import_failure(e)}") from None
-        except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
-            message = _first_line(e)
-            if message.startswith("malformed node or string"):
-                raise UserInputError(
-                    f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
-                    "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
-                    from None
-            hint = _set_elsewhere(e) or _other_script(e)
-            if hint:
-                raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None
-            raise UserInputError(f"--gin_bindings={binding!r}: {message.rstrip('.')}; check "
-                                 f"the name against the gin files (e.g. {example})") from None
     _check_macros_defined(example)
     _check_macros_used(paths, bindings, example)
     _check_unscoped()
     _check_generator_bindings_used(bindings)
+
+
+def _parse_binding(binding: str, example: str) -> None:
+    """gin.parse_config(binding), its errors one UserInputError naming the binding."""
+    try:
+        gin.parse_config(binding)
+    except ImportError as e:
+        raise UserInputError(f"--gin_bindings={binding!r}: {_import_failure(e)}") from None
+    except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
+        message = _first_line(e)
+        if message.startswith("malformed node or string"):
+            raise UserInputError(
+                f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
+                "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
+                from None
+        hint = _set_elsewhere(e) or _other_script(e)
+        if hint:
+            raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None
+        raise UserInputError(f"--gin_bindings={binding!r}: {message.rstrip('.')}; check "
+                             f"the name against the gin files (e.g. {example})") from None
 
 
 def _check_generator_bindings_used(bindings: list[str]) -> None:

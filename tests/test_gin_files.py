@@ -349,7 +349,7 @@ def test_a_generator_size_bound_for_a_model_without_one_is_refused():
     gin.clear_config()
 
 
-def test_smaller_authoring_slips_get_a_fitting_line(tmp_path):
+def test_smaller_authoring_slips_get_a_fitting_line(tmp_path, monkeypatch):
     """A bare ablation name suggests its path (it listed every file); a binding ending in
     a CRLF script's carriage return is read ("Expected newline"); an indented binding that
     undoes an ablation names its own file (it blamed gin/tiny.gin); gin/pretraining.gin
@@ -360,6 +360,12 @@ def test_smaller_authoring_slips_get_a_fitting_line(tmp_path):
         gin_files.parse(["tiny.gin", "mlm.gin"], [])
     gin_files.parse(["tiny.gin"], ["NUM_TRAIN_STEPS=40\r"])
     assert gin.query_parameter("%NUM_TRAIN_STEPS") == 40
+    # An include in a binding is looked up in gin/ as the files' are (it was not, from
+    # another working directory, and gin logged "Path not found" first).
+    with monkeypatch.context() as patch:
+        patch.chdir(tmp_path)
+        gin_files.parse(["tiny.gin"], ["include 'ablations/mlm.gin'"])
+    assert gin.query_parameter("%OBJECTIVE") == "mlm"
     indented = tmp_path / "indented.gin"
     indented.write_text("  OBJECTIVE = 'electra'\n")
     with pytest.raises(UserInputError, match=rf"^--gin_file={indented} sets OBJECTIVE = "
