@@ -2264,3 +2264,12 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
     assert done.stderr.startswith("error: ")
     assert re.search(expected, done.stderr.strip()), done.stderr
     assert not os.path.exists(model_dir)
+
+
+def test_evaluation_settings_without_eval_data_are_said_to_do_nothing(tmp_path, data):
+    """pretraining.eval_every without --eval_data was accepted without a word."""
+    _, lines = run(tmp_path, data, ["pretraining.eval_every = 2", "NUM_TRAIN_STEPS = 2"],
+                   eager=True)
+    assert ("note: pretraining.eval_every sets how the run evaluates, but no --eval_data was "
+            "given: nothing is evaluated (pass --eval_data to evaluate)") in lines
+    assert not (tmp_path / "eval").exists()

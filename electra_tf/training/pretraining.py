@@ -240,6 +240,12 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
     vocab_file = pipeline.vocab_file_of(vocab_file, train_files, train_data)
     info = pipeline.validate_data(train_files, max_seq_length, vocab_file)
     eval_info, eval_files = None, []
+    evaluation = [f"pretraining.{k}" for k in ("eval_every", "eval_steps")
+                  if k in gin.get_bindings("pretraining")]
+    if evaluation and not eval_data:
+        log(f"note: {' and '.join(evaluation)} {'set' if evaluation[1:] else 'sets'} how "
+            "the run evaluates, but no --eval_data "
+            "was given: nothing is evaluated (pass --eval_data to evaluate)")
     if eval_data:
         eval_files = pipeline.list_files(eval_data, "--eval_data")
         eval_info = pipeline.validate_data(eval_files, max_seq_length, vocab_file,
