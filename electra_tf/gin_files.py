@@ -7,6 +7,7 @@ is one UserInputError naming the file or binding.
 """
 
 import ast
+import codecs
 import difflib
 import os
 import re
@@ -93,34 +94,6 @@ def parse(files: list[str], bindings: list[str]) -> None:
     paths = [os.path.abspath(resolve(f)) for f in files]
     for path in paths:
         _check_text(path)
-    ablations = os.path.join(GIN_DIR, "ablations") + os.sep
-    # gin/'s size and ablation files that a user's file includes count as given before it
-    # (include 'ablations/mlm.gin' then 'tiny.gin' trained ELECTRA, unchecked).
-    shown = {path: name for path, name in zip(paths, files)}
-    order = []
-    for path in paths:
-        if not path.startswith(GIN_DIR + os.sep):
-            for included in includes(path):
-                if os.path.isfile(included) and (_is_size_file(included)
-                                                 or included.startswith(ablations)):
-                    order.append(included)
-                    shown.setdefault(included, f"{os.path.relpath(included, GIN_DIR)} "
-                                               f"(included by {shown[path]})")
-        order.append(path)
-    for i, path in enumerate(order):
-        if i and _is_size_file(path):
-            raise UserInputError(
-                f"--gin_file={shown[path]} is a size file, which sets up a whole run: give it "
-                f"first (after --gin_file={shown[order[i - 1]]} it sets that file's values "
-                "back), and one size file only")
-        if path.startswith(ablations) and not any(
-                not p.startswith(ablations) for p in order[:i]):
-            name = os.path.relpath(path, GIN_DIR)
-            raise UserInputError(
-                f"--gin_file={shown[path]} changes a model that a size file sets up "
-                "(OBJECTIVE, the generator), so it must come after one, or the size file's "
-                f"values win; give e.g. --gin_file=small.gin --gin_file={name}")
-    _check_ablations_agree(order)
     # `include 'pretraining.gin'` in our files resolves against the working directory first,
     # then gin's search paths: read from gin/, then (a user's file including another of
     # theirs) the folders of the files given and the working directory. gin logs an error
@@ -132,6 +105,30 @@ def parse(files: list[str], bindings: list[str]) -> None:
     searched += [cwd] if cwd not in searched else []
     for path in paths:  # (and the folders of the files theirs include, for theirs)
         _add_include_folders(path, searched)
+    ablations = os.path.join(GIN_DIR, "ablations") + os.sep
+    # gin/'s size and ablation files that a user's file includes count as given before it
+    # (include 'ablations/mlm.gin' then 'tiny.gin' trained ELECTRA, unchecked): (path, label).
+    order = []
+    for path, name in zip(paths, files):
+        if not path.startswith(GIN_DIR + os.sep):
+            for included in _included_gin_files(path, name, searched):
+                order.append((included, f"{os.path.relpath(included, GIN_DIR)} (included by "
+                                         f"{name})"))
+        order.append((path, name))
+    for i, (path, name) in enumerate(order):
+        if i and _is_size_file(path):
+            raise UserInputError(
+                f"--gin_file={name} is a size file, which sets up a whole run: give it first "
+                f"(after --gin_file={order[i - 1][1]} it sets that file's values back), and "
+                "one size file only")
+        if path.startswith(ablations) and not any(
+                not p.startswith(ablations) for p, _ in order[:i]):
+            raise UserInputError(
+                f"--gin_file={name} changes a model that a size file sets up (OBJECTIVE, the "
+                "generator), so it must come after one, or the size file's values win; give "
+                f"e.g. --gin_file=small.gin --gin_file={os.path.relpath(path, GIN_DIR)}")
+    order = [path for path, _ in order]
+    _check_ablations_agree(order)
     _check_includes_unambiguous(paths, searched)
     example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
                 if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
@@ -156,7 +153,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
                     _set_elsewhere(e) or _other_script(e) or (
                         f"{_first_line(e).rstrip('.')}; fix the file or the name (see the "
                         "files in gin/)"))) from None
-        _check_ablations_kept(order)
+        _check_ablations_kept(order, searched)
         # (where the files were read: an include in a binding is looked up as theirs are)
         bindings = [b.rstrip("\r\n") for b in bindings]  # (a script saved with CRLF ends)
         for binding in bindings:
@@ -166,7 +163,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
         gin.config._LOCATION_PREFIXES[:] = prefixes
         absl_logging.set_verbosity(verbosity)
     _check_macros_defined(example)
-    _check_macros_used(paths, bindings, example)
+    _check_macros_used(paths, bindings, example, searched)
     _check_unscoped()
     _check_generator_bindings_used(bindings)
 
@@ -213,13 +210,13 @@ def _check_text(path: str) -> None:
         raise UserInputError(f"--gin_file={path} is a folder; pass a gin file (e.g. "
                              f"{os.path.join(path, 'operative_config.gin')} of a model dir)")
     with open(path, "rb") as f:
-        data = f.read()
+        data = f.read(1 << 20)  # (enough to tell: a checkpoint's .data may be gigabytes)
     if data.startswith(b"\xef\xbb\xbf"):
         raise UserInputError(f"--gin_file={path} begins with a byte-order mark (saved as "
                              "\"UTF-8 with BOM\"), which gin cannot read; save it as UTF-8 "
                              "without one")
     try:
-        data.decode("utf-8")
+        codecs.getincrementaldecoder("utf-8")().decode(data)  # (a character cut at 1 MB: fine)
     except UnicodeDecodeError as e:
         raise UserInputError(f"--gin_file={path} is not UTF-8 text (byte {e.start}); pass a "
                              "gin file, saved as UTF-8") from None
@@ -308,7 +305,7 @@ def _check_ablations_agree(paths: list[str]) -> None:
                              f"--gin_file={removed[0]} {removed[1]}: drop --gin_file={sized[1]}")
 
 
-def _check_ablations_kept(paths: list[str]) -> None:
+def _check_ablations_kept(paths: list[str], searched=()) -> None:
     """A user's file that undoes an ablation file's value (a run's operative_config.gin or a
     copy of a size file after it: OBJECTIVE = 'electra' after mlm.gin; a file that binds
     pretrainer.objective = 'electra' itself, which mlm.gin sets through %OBJECTIVE, before
@@ -316,7 +313,7 @@ def _check_ablations_kept(paths: list[str]) -> None:
     so by _check_ablations_agree). Read after the files, before the bindings, which may."""
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
     others = [p for p in paths if not p.startswith(ablations)]
-    bound = {p: _bindings_of(p) for p in others}
+    bound = {p: _bindings_of(p, searched) for p in others}
     for path in (p for p in paths if p.startswith(ablations)):
         for key, value in _bindings_of(path):
             try:
@@ -358,14 +355,14 @@ def _value(name: str):
     return _UNREADABLE
 
 
-def _bindings_of(path: str, seen=()) -> list[tuple[str, str]]:
+def _bindings_of(path: str, searched=(), seen=()) -> list[tuple[str, str]]:
     """(name, value) of a gin file's one-line bindings and those of the files it includes
-    (resolved in gin/, as `includes`), the includes' first."""
+    (resolved as `includes`), the includes' first."""
     if path in seen or not os.path.isfile(path):
         return []
     pairs = []
-    for included in includes(path):
-        pairs += _bindings_of(included, (*seen, path))
+    for included in includes(path, searched):
+        pairs += _bindings_of(included, searched, (*seen, path))
     with open(path, encoding="utf-8") as f:
         for line in f:
             key, equals, value = line.partition("=")
@@ -379,11 +376,50 @@ def _bindings_of(path: str, seen=()) -> list[tuple[str, str]]:
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
 
 
-def includes(path: str) -> list[str]:
-    """The paths of the files a gin file includes, resolved in gin/ as `parse` reads them."""
-    with open(path, encoding="utf-8") as f:
-        return [os.path.join(GIN_DIR, name)
-                for name in re.findall(r"^include\s+['\"](.+?)['\"]", f.read(), re.M)]
+def includes(path: str, searched=()) -> list[str]:
+    """The paths of the files a gin file includes, resolved as `parse` has gin read them:
+    in gin/ first, then in the folders `searched` (a name found nowhere: in gin/)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        names = [m.group(2) for m in _INCLUDE.finditer(f.read())]
+    return [_resolve_include(name, searched) for name in names]
+
+
+def _resolve_include(name: str, searched=()) -> str:
+    if os.path.isabs(name):
+        return name
+    return next((os.path.join(d, name) for d in (GIN_DIR, *searched)
+                 if os.path.isfile(os.path.join(d, name))), os.path.join(GIN_DIR, name))
+
+
+def _included_gin_files(path: str, name: str, searched: list[str], seen=(),
+                        bound=False) -> list[str]:
+    """gin/'s size and ablation files that a user's file includes (through their other
+    files too), in order; one of them included after bindings of the user's would set
+    them back: refused."""
+    if path in seen:
+        return []  # (a loop: gin's parse says so)
+    found = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            include = _INCLUDE.match(line)
+            if include is None:
+                key, equals, _ = line.partition("=")
+                bound = bound or bool(equals and _NAME.fullmatch(key.strip())
+                                      and not line.lstrip().startswith("#"))
+                continue
+            included = os.path.abspath(_resolve_include(include.group(2), searched))
+            if not os.path.isfile(included):
+                continue
+            if not included.startswith(GIN_DIR + os.sep):
+                found += _included_gin_files(included, name, searched, (*seen, path), bound)
+            elif _is_size_file(included) or included.startswith(
+                    os.path.join(GIN_DIR, "ablations") + os.sep):
+                if bound:
+                    raise UserInputError(
+                        f"--gin_file={name} includes {include.group(2)} after bindings of its "
+                        "own, which that file would set back; put the include first")
+                found.append(included)
+    return found
 
 
 def _is_size_file(path: str) -> bool:
@@ -408,12 +444,14 @@ def check_sets_a_run(files: list[str]) -> None:
             f"{given}") from None
 
 
-def _check_macros_used(paths: list[str], bindings: list[str], example: str) -> None:
+def _check_macros_used(paths: list[str], bindings: list[str], example: str,
+                       searched=()) -> None:
     """A macro that no gin file or binding uses (`NUM_TRAIN_STEP=3` for NUM_TRAIN_STEPS, in
     a binding or a file of the user's) is a misspelling gin itself accepts, as the
     definition of a new macro: stop on it, naming the binding or file that defines it,
-    instead of running with the value it was meant to change. (gin/'s own files leave none
-    unused in any combination, unless a binding sets the parameter a macro fed.)"""
+    instead of running with the value it was meant to change. A macro some file refers to
+    (%NAME) is not one, though a binding of the parameter it fed leaves it unused (a run's
+    operative_config.gin, or a size file, with pretraining.num_train_steps=5)."""
     config = gin.config._CONFIG  # gin has no public view of the parsed bindings
     defined = {scope for scope, selector in config if selector == "gin.macro"}
     used = {ref.scoped_selector.rsplit("/", 1)[0]
@@ -422,13 +460,18 @@ def _check_macros_used(paths: list[str], bindings: list[str], example: str) -> N
     unused = defined - used
     if not unused:
         return
-    # Where: the last binding or user's file that defines one (a macro of gin/'s files left
-    # unused by a binding of the parameter it fed, pretraining.num_train_steps=5, is fine).
+    read = {path for top in paths for path in _read_files(top, searched)}
+    texts = list(bindings)
+    for path in read:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            texts.append(f.read())
+    unused -= {name for text in texts for name in re.findall(r"%([A-Za-z_]\w*)", text)}
+    # Where: the last binding or user's file that defines one.
     where = next(((f"--gin_bindings={binding!r}", name) for binding in reversed(bindings)
                   for name in _MACRO_DEFINED.findall(binding) if name in unused), None)
     where = where or next(((f"--gin_file={file}", key) for path in reversed(paths)
-                           for file, key in reversed(_defined_by(path))
-                           if key in unused and not file.startswith(GIN_DIR + os.sep)), None)
+                           for file, key in reversed(_defined_by(path, searched))
+                           if key in unused), None)
     if where is None:
         return
     given, name = where
@@ -445,14 +488,22 @@ def _check_macros_used(paths: list[str], bindings: list[str], example: str) -> N
 _MACRO_DEFINED = re.compile(r"^\s*([A-Za-z_]\w*)\s*=", re.MULTILINE)
 
 
-def _defined_by(path: str, seen=()) -> list[tuple[str, str]]:
+def _read_files(path: str, searched=(), seen=()) -> list[str]:
+    """A gin file and those it includes, resolved as `includes`."""
+    if path in seen or not os.path.isfile(path):
+        return []
+    return [path] + [p for included in includes(path, searched)
+                     for p in _read_files(included, searched, (*seen, path))]
+
+
+def _defined_by(path: str, searched=(), seen=()) -> list[tuple[str, str]]:
     """(file, name) of each unindented NAME = ... line of a gin file and of the files it
-    includes (resolved in gin/, as `includes`), in the order gin reads them."""
+    includes (resolved as `includes`), in the order gin reads them."""
     if path in seen or not os.path.isfile(path):
         return []
     found = []
-    for included in includes(path):
-        found += _defined_by(included, (*seen, path))
+    for included in includes(path, searched):
+        found += _defined_by(included, searched, (*seen, path))
     with open(path, encoding="utf-8") as f:
         found += [(path, m.group(1)) for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", f.read(),
                                                           re.MULTILINE)]
@@ -503,6 +554,10 @@ def _check_unscoped() -> None:
     """A scoped binding (`foo/pretrainer.num_layers = 1`) applies only where a configurable
     is called in that scope, which none of this project's is: it changed nothing."""
     for scope, selector in gin.config._CONFIG:
+        if selector == "gin.macro" and "/" in scope:
+            raise UserInputError(
+                f"{scope}: this project calls its configurables in no gin scope, so a scoped "
+                f"macro changes nothing; drop '{scope.rsplit('/', 1)[0]}/'")
         if scope and selector != "gin.macro":
             name = selector.rsplit(".", 1)[-1]
             parameter = next(iter(gin.config._CONFIG[scope, selector]), "")

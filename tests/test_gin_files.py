@@ -1,5 +1,7 @@
 """Reading gin files and bindings: every mistake is one UserInputError naming the binding."""
 
+from pathlib import Path
+
 import pytest
 
 from electra_tf import gin_files
@@ -413,4 +415,48 @@ def test_ablations_a_users_file_includes_are_checked_and_nested_includes_found(t
     mine.write_text("include 'tiny.gin'\ninclude 'sub/inner.gin'\n")
     gin_files.parse([str(mine)], [])
     assert gin.query_parameter("%NUM_TRAIN_STEPS") == 40
+    gin.clear_config()
+
+
+def test_review_cases_of_includes_and_macros(tmp_path):
+    """A run's operative_config.gin (or a copy of a size file) with a binding of a parameter
+    its macro fed was refused as a misspelt macro; a typo in a file the user's file includes
+    from theirs, an indented include of an ablation, a size file included after the file's
+    own bindings and a scoped macro were accepted; an included size file given twice was
+    named as given."""
+    import gin
+    copy = tmp_path / "copy_of_tiny.gin"
+    copy.write_text((Path(gin_files.GIN_DIR) / "tiny.gin").read_text())
+    gin_files.parse([str(copy)], ["pretraining.num_train_steps=5"])
+    mine = tmp_path / "lr.gin"
+    mine.write_text("MY_LR = 1e-4\noptimizer.learning_rate = %MY_LR\n")
+    gin_files.parse(["tiny.gin", str(mine)], ["optimizer.learning_rate=1e-3"])
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.gin").write_text("NUM_TRAIN_STEP = 40\n")
+    outer = tmp_path / "a.gin"
+    outer.write_text("include 'sub/b.gin'\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={tmp_path}/sub/b.gin: no gin file "
+                                             r"uses the macro NUM_TRAIN_STEP; did you mean "):
+        gin_files.parse(["tiny.gin", str(outer)], [])
+    indented = tmp_path / "indented.gin"
+    indented.write_text("  include 'ablations/mlm.gin'\n")
+    with pytest.raises(UserInputError, match=r"sets OBJECTIVE = 'electra_15', which "
+                                             r"--gin_file=ablations/mlm.gin set to 'mlm'"):
+        gin_files.parse(["tiny.gin", str(indented), "ablations/electra_15.gin"], [])
+    late = tmp_path / "late.gin"
+    late.write_text("NUM_TRAIN_STEPS = 10\ninclude 'tiny.gin'\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file={late} includes tiny.gin after "
+                                             r"bindings of its own, which that file would set "
+                                             r"back; put the include first$"):
+        gin_files.parse([str(late)], [])
+    again = tmp_path / "again.gin"
+    again.write_text("include 'tiny.gin'\nNUM_TRAIN_STEPS = 10\n")
+    with pytest.raises(UserInputError, match=rf"^--gin_file=tiny.gin \(included by {again}\) "
+                                             r"is a size file, .* \(after --gin_file=tiny.gin "
+                                             r"it sets"):
+        gin_files.parse(["tiny.gin", str(again)], [])
+    with pytest.raises(UserInputError, match=r"^foo/NUM_TRAIN_STEPS: this project calls its "
+                                             r"configurables in no gin scope, so a scoped macro "
+                                             r"changes nothing; drop 'foo/'$"):
+        gin_files.parse(["tiny.gin"], ["foo/NUM_TRAIN_STEPS=1"])
     gin.clear_config()

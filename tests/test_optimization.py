@@ -562,7 +562,7 @@ def test_create_optimizer_errors():
             ({"beta_2": -1.0}, r"^optimizer.beta_2=-1.0 must be from 0 to below 1\n"),
             ({"epsilon": 0.0}, r"^optimizer.epsilon=0.0 must be positive\n"),
             ({"learning_rate": float("inf")}, r"^LEARNING_RATE=inf \(optimizer.learning_rate\) "
-                                              r"must be finite\n"),
+                                              r"must be at least 0 and finite\n"),
             ({"learning_rate_multipliers": 2.0}, r"^optimizer.learning_rate_multipliers=2.0 "
                                                  r"must be a dict of \{variable path: factor\}"),
             ({"exclude_from_weight_decay": 5}, r"^optimizer.exclude_from_weight_decay=5 must "

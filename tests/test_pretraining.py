@@ -2249,7 +2249,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, data, case):
                                r"\(off\); set one of them",
         "misspelled_macro": r"--gin_bindings='NUM_TRAIN_STEP = 3': no gin file uses the macro "
                             r"NUM_TRAIN_STEP; did you mean NUM_TRAIN_STEPS\?",
-        "unknown_objective": r"objective='electrra' is not one of electra, mlm, ",
+        "unknown_objective": r"^error: OBJECTIVE='electrra' \(pretrainer.objective\) is not one of "
+                             r"electra, mlm, ",
         "no_run_file": rf"^error: --gin_file={architecture} sets up no run \(gin/pretraining."
                        r"gin's settings, NUM_TRAIN_STEPS and the others, are unbound\); give a "
                        rf"size's file first, e.g. --gin_file=small.gin --gin_file={architecture}$",

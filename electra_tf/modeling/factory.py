@@ -41,9 +41,15 @@ def as_bound(error: UserInputError) -> UserInputError:
     """A model's refusal of a value ("num_heads=0 must be at least 1"), named as gin binds
     it (pretrainer.num_heads=0)."""
     name = re.match(r"(\w+)=", str(error))
+    if name and name[1] in _MACROS:  # (what gin/pretraining.gin binds it by)
+        value, rest = str(error)[len(name[0]):].split(" ", 1)
+        return UserInputError(f"{_MACROS[name[1]]}={value} (pretrainer.{name[1]}) {rest}")
     if name and name[1] in inspect.signature(build_pretrainer).parameters:
         return UserInputError(f"pretrainer.{error}")
     return error
+
+
+_MACROS = {"objective": "OBJECTIVE", "mask_prob": "MASK_PROB"}
 
 
 def _build(vocab_size, hidden_size, num_layers, num_heads, intermediate_size, embedding_size,

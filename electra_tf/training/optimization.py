@@ -512,7 +512,8 @@ def check_types(values: dict) -> None:
     for name, bad, wanted in (("beta_1", lambda v: not 0 <= v < 1, "from 0 to below 1"),
                               ("beta_2", lambda v: not 0 <= v < 1, "from 0 to below 1"),
                               ("epsilon", lambda v: not 0 < v < math.inf, "positive"),
-                              ("learning_rate", lambda v: not math.isfinite(v), "finite")):
+                              ("learning_rate", lambda v: not 0 <= v < math.inf,
+                               "at least 0 and finite")):
         if name in values and bad(values[name]):
             setting = (f"{_MACROS[name]}={values[name]!r} (optimizer.{name})" if name in _MACROS
                        else f"optimizer.{name}={values[name]!r}")
