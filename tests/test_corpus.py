@@ -78,6 +78,16 @@ def test_jsonl_read_as_text_is_caught_by_its_name_and_first_line(tmp_path):
     assert str(info.value) == (f"{records} is JSONL (its first line is a JSON object) but is "
                                "read as plain text; pass --input_format=jsonl (and "
                                "--text_field=NAME if its text is not in 'text')")
+    # An indented JSON document (make_corpus.py's manifest.json in the folder given) was
+    # read as text: its braces and field names became examples.
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"sources": {"gcide": 1}}, indent=2))
+    with pytest.raises(UserInputError) as info:
+        corpus.check_text(str(manifest))
+    assert str(info.value) == (f"{manifest} is a JSON document (it begins with '{{') but is "
+                               "read as plain text, which would train on its braces and field "
+                               "names; leave it out of --input (e.g. 'FOLDER/*.txt.gz' rather "
+                               "than the folder)")
     # Text that only looks like JSON, or JSON that is not JSONL's objects, is text.
     for name, first in (("notes.txt", '{"a": 1}'), ("list.json", "[1, 2]"),
                         ("prose.jsonl", "{not json")):

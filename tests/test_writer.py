@@ -175,8 +175,9 @@ def test_a_stopped_build_ends_its_workers_in_one_line(tmp_path):
     """A 2-worker build (jieba segmentation: slow enough to stop mid-shard), stopped three
     ways once a shard is done: Ctrl-C to the terminal's process group is one line (each
     worker printed a KeyboardInterrupt traceback); SIGTERM to the builder is one line (it
-    died without a word) and ends its workers; SIGKILL leaves workers that end within
-    seconds, writing no more shards (they built on, renaming shards into the folder)."""
+    died without a word) and ends its workers; a worker killed is one line; SIGKILL leaves
+    workers that end within seconds, writing no more shards (they built on, renaming shards
+    into the folder)."""
     text = b"".join(gzip.open(os.path.join(DATA, "corpus", n)).read()
                     for n in sorted(os.listdir(os.path.join(DATA, "corpus"))))
     (tmp_path / "austen.txt").write_bytes(text * 2)  # 8 pieces of 1 MB
@@ -204,6 +205,18 @@ def test_a_stopped_build_ends_its_workers_in_one_line(tmp_path):
     assert (process.wait(timeout=120), process.stderr.read()) == (
         143, "terminated (SIGTERM); what was complete is kept: rerun the same command to go "
         "on\n")
+    assert _gone(workers, 30)
+    # A worker killed outright (the out-of-memory killer): the pool replaced it and waited
+    # for its shard for ever, the build hanging without a word.
+    process, workers = start_and_wait_for_a_shard()
+    pool = [p for p in workers if b"resource_tracker" not in open(f"/proc/{p}/cmdline",
+                                                                   "rb").read()]
+    os.kill(pool[0], signal.SIGKILL)  # (idle, it may hold the task queue's lock)
+    assert (process.wait(timeout=60), process.stderr.read()) == (1, (
+        "error: a worker process of the build died (killed: the out-of-memory "
+        "killer stops one when memory runs out, each worker taking about 1 GB) before its "
+        "shard was written; rerun the same command to resume (with fewer --num_workers if "
+        "memory is short)\n"))
     assert _gone(workers, 30)
     process, workers = start_and_wait_for_a_shard()
     assert len(workers) >= 2  # the pool's workers (and multiprocessing's resource tracker)

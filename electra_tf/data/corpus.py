@@ -569,6 +569,12 @@ def check_text(path: str):
     try:
         record = json.loads(first[1].removeprefix(BOM))
     except json.JSONDecodeError:
+        # An indented JSON document (a corpus folder's manifest.json) begins "{" or "[" alone.
+        if name.endswith(".json") and first[1].removeprefix(BOM).strip() in ("{", "["):
+            raise UserInputError(
+                f"{path} is a JSON document (it begins with {first[1].strip()!r}) but is read "
+                "as plain text, which would train on its braces and field names; leave it out "
+                "of --input (e.g. 'FOLDER/*.txt.gz' rather than the folder)") from None
         return
     if isinstance(record, dict):
         raise UserInputError(

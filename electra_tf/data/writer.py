@@ -20,6 +20,7 @@ import gc
 import itertools
 import json
 import multiprocessing
+import multiprocessing.pool
 import os
 import queue
 import random
@@ -725,18 +726,50 @@ def _run(todo, config: BuildConfig, workers: int, progress: _Progress):
     with context.Pool(workers, initializer=_init_worker,
                       initargs=(config, updates, os.getpid())) as pool:
         pending = pool.map_async(_build_shard, todo, chunksize=1)
+        workers = set()
         while True:
             try:
                 progress.update(*updates.get(timeout=0.2))
             except queue.Empty:
                 if pending.ready():
                     break
+            # A worker that died outright (kill -9, the out-of-memory killer) takes its shard
+            # with it: the pool starts another and waits for that shard for ever. Workers
+            # leave the pool only so. (pool._pool: its processes; it has no public view.)
+            alive = {p.pid for p in pool._pool if p.exitcode is None}
+            if workers - alive and not pending.ready():
+                _abandon(pool)
+                raise UserInputError(
+                    "a worker process of the build died (killed: the out-of-memory killer "
+                    "stops one when memory runs out, each worker taking about 1 GB) before "
+                    "its shard was written; rerun the same command to resume (with fewer "
+                    "--num_workers if memory is short)")
+            workers |= alive
         pending.get()  # re-raises a worker's exception
         while True:
             try:
                 progress.update(*updates.get_nowait())
             except queue.Empty:
                 break
+
+
+def _abandon(pool) -> None:
+    """Ends a pool one of whose workers died outright, so that its terminate() (on leaving
+    the `with`) does not wait for ever: a worker killed while it held the task queue's read
+    lock (an idle one waits for a task holding it) or the result queue's write lock keeps
+    it held. No new worker is started, the others are killed, and a lock still held (by a
+    dead process: none is alive) is let go. (Pool has no public call for this.)"""
+    pool._worker_handler._state = multiprocessing.pool.TERMINATE
+    for process in pool._pool:
+        process.kill()
+    for process in pool._pool:
+        process.join(10)
+    for lock in (pool._inqueue._rlock, pool._outqueue._wlock):
+        try:
+            if lock is not None and lock._semlock._get_value() == 0:
+                lock.release()
+        except (NotImplementedError, ValueError):  # (no sem_getvalue: macOS)
+            pass
 
 
 def _total(shards: list[dict], key: str) -> int | None:
