@@ -363,7 +363,7 @@ def _bindings_of(path: str, searched=(), seen=()) -> list[tuple[str, str]]:
     pairs = []
     for included in includes(path, searched):
         pairs += _bindings_of(included, searched, (*seen, path))
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             key, equals, value = line.partition("=")
             # (gin takes indented bindings too; a line of a multi-line value has no name
@@ -504,7 +504,7 @@ def _defined_by(path: str, searched=(), seen=()) -> list[tuple[str, str]]:
     found = []
     for included in includes(path, searched):
         found += _defined_by(included, searched, (*seen, path))
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         found += [(path, m.group(1)) for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", f.read(),
                                                           re.MULTILINE)]
     return found
