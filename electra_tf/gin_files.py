@@ -355,22 +355,33 @@ def _value(name: str):
     return _UNREADABLE
 
 
-def _bindings_of(path: str, searched=(), seen=()) -> list[tuple[str, str]]:
-    """(name, value) of a gin file's one-line bindings and those of the files it includes
-    (resolved as `includes`), the includes' first."""
+def _bindings_of(path: str, searched=()) -> list[tuple[str, str]]:
+    """(name, value) of the one-line bindings of a gin file and of the files it includes
+    (resolved as `includes`), in the order gin reads them."""
+    return [pair for file in _read_files(path, searched) for pair in _bindings_of_file(file)]
+
+
+def _bindings_of_file(path: str) -> list[tuple[str, str]]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [pair for pair in map(_binding, f) if pair]
+
+
+def _binding(line: str) -> tuple[str, str] | None:
+    """(name, value) of a gin line that binds one, else None. (gin takes indented bindings
+    too; a line of a multi-line value has no name before its first "=".)"""
+    key, equals, value = line.partition("=")
+    if equals and _NAME.fullmatch(key.strip()) and not line.lstrip().startswith("#"):
+        return key.strip(), value.strip()
+    return None
+
+
+def _read_files(path: str, searched=(), seen=()) -> list[str]:
+    """A gin file and those it includes (resolved as `includes`), each after its includes:
+    the order gin reads their bindings in (an include comes before the file's own)."""
     if path in seen or not os.path.isfile(path):
         return []
-    pairs = []
-    for included in includes(path, searched):
-        pairs += _bindings_of(included, searched, (*seen, path))
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            key, equals, value = line.partition("=")
-            # (gin takes indented bindings too; a line of a multi-line value has no name
-            # before its first "=")
-            if equals and _NAME.fullmatch(key.strip()) and not line.lstrip().startswith("#"):
-                pairs.append((key.strip(), value.strip()))
-    return pairs
+    return [p for included in includes(path, searched)
+            for p in _read_files(included, searched, (*seen, path))] + [path]
 
 
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
@@ -403,9 +414,7 @@ def _included_gin_files(path: str, name: str, searched: list[str], seen=(),
         for line in f:
             include = _INCLUDE.match(line)
             if include is None:
-                key, equals, _ = line.partition("=")
-                bound = bound or bool(equals and _NAME.fullmatch(key.strip())
-                                      and not line.lstrip().startswith("#"))
+                bound = bound or _binding(line) is not None
                 continue
             included = os.path.abspath(_resolve_include(include.group(2), searched))
             if not os.path.isfile(included):
@@ -488,26 +497,11 @@ def _check_macros_used(paths: list[str], bindings: list[str], example: str,
 _MACRO_DEFINED = re.compile(r"^\s*([A-Za-z_]\w*)\s*=", re.MULTILINE)
 
 
-def _read_files(path: str, searched=(), seen=()) -> list[str]:
-    """A gin file and those it includes, resolved as `includes`."""
-    if path in seen or not os.path.isfile(path):
-        return []
-    return [path] + [p for included in includes(path, searched)
-                     for p in _read_files(included, searched, (*seen, path))]
-
-
-def _defined_by(path: str, searched=(), seen=()) -> list[tuple[str, str]]:
-    """(file, name) of each unindented NAME = ... line of a gin file and of the files it
-    includes (resolved as `includes`), in the order gin reads them."""
-    if path in seen or not os.path.isfile(path):
-        return []
-    found = []
-    for included in includes(path, searched):
-        found += _defined_by(included, searched, (*seen, path))
-    with open(path, encoding="utf-8", errors="replace") as f:
-        found += [(path, m.group(1)) for m in re.finditer(r"^([A-Za-z_]\w*)\s*=", f.read(),
-                                                          re.MULTILINE)]
-    return found
+def _defined_by(path: str, searched=()) -> list[tuple[str, str]]:
+    """(file, NAME) of each macro a gin file and the files it includes define, in the order
+    gin reads them."""
+    return [(file, key) for file in _read_files(path, searched)
+            for key, _ in _bindings_of_file(file) if "." not in key]
 
 
 def _check_macros_defined(example: str) -> None:
