@@ -32,7 +32,26 @@ def build_pretrainer(vocab_size: int = 30522, hidden_size: int = 256, num_layers
     options."""
     _check_types(locals())
     try:
-        return _build(**locals())
+        discriminator = EncoderConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+            num_heads=num_heads, intermediate_size=intermediate_size,
+            embedding_size=embedding_size, max_position_embeddings=max_position_embeddings,
+            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+            type_vocab_size=type_vocab_size, layer_norm_epsilon=layer_norm_epsilon)
+        generator = None
+        if objective != "mlm" and not uniform_generator:
+            generator = generator_config(discriminator, generator_hidden_fraction,
+                                         generator_layers_fraction)
+            if (sharing == "all" and generator_hidden_fraction == 1
+                    and generator_layers_fraction == 1):
+                generator = discriminator
+        return ElectraPretrainer(
+            discriminator, generator, objective=objective, sharing=sharing,
+            algorithm=algorithm, generator_weight=generator_weight,
+            discriminator_weight=discriminator_weight, learn_loss_weights=learn_loss_weights,
+            temperature=temperature, disallow_correct=disallow_correct,
+            uniform_generator=uniform_generator, adversarial_mle_weight=adversarial_mle_weight,
+            mask_prob=mask_prob, cls_id=cls_id, sep_id=sep_id, seed=seed)
     except UserInputError as e:
         raise as_bound(e) from None
 
@@ -50,33 +69,6 @@ def as_bound(error: UserInputError) -> UserInputError:
 
 
 _MACROS = {"objective": "OBJECTIVE", "mask_prob": "MASK_PROB"}
-
-
-def _build(vocab_size, hidden_size, num_layers, num_heads, intermediate_size, embedding_size,
-           max_position_embeddings, dropout_rate, attention_dropout_rate, type_vocab_size,
-           layer_norm_epsilon, generator_hidden_fraction, generator_layers_fraction,
-           objective, sharing, algorithm, generator_weight, discriminator_weight,
-           learn_loss_weights, temperature, disallow_correct, uniform_generator,
-           adversarial_mle_weight, mask_prob, cls_id, sep_id, seed) -> ElectraPretrainer:
-    discriminator = EncoderConfig(
-        vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
-        num_heads=num_heads, intermediate_size=intermediate_size,
-        embedding_size=embedding_size, max_position_embeddings=max_position_embeddings,
-        dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-        type_vocab_size=type_vocab_size, layer_norm_epsilon=layer_norm_epsilon)
-    generator = None
-    if objective != "mlm" and not uniform_generator:
-        generator = generator_config(discriminator, generator_hidden_fraction,
-                                     generator_layers_fraction)
-        if sharing == "all" and generator_hidden_fraction == 1 and generator_layers_fraction == 1:
-            generator = discriminator
-    return ElectraPretrainer(
-        discriminator, generator, objective=objective, sharing=sharing, algorithm=algorithm,
-        generator_weight=generator_weight, discriminator_weight=discriminator_weight,
-        learn_loss_weights=learn_loss_weights, temperature=temperature,
-        disallow_correct=disallow_correct, uniform_generator=uniform_generator,
-        adversarial_mle_weight=adversarial_mle_weight, mask_prob=mask_prob, cls_id=cls_id,
-        sep_id=sep_id, seed=seed)
 
 
 # The encoder's size settings (model_info.json's discriminator and generator).
