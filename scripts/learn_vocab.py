@@ -43,15 +43,23 @@ def main(argv):
     start = time.time()
     from electra_tf import vocab_learning
     from electra_tf.data import corpus
+    from electra_tf.training import signals
     # Before any input is read: a bad --output fails now, not after the training.
     vocab_learning.check_output(FLAGS.output, FLAGS.overwrite, FLAGS.input)
     stats = vocab_learning.CorpusStats()
     lines = vocab_learning.read_lines(FLAGS.input, FLAGS.input_format, FLAGS.text_field,
                                       FLAGS.max_lines, stats)
-    tokens = vocab_learning.learn_vocab(
-        lines, FLAGS.vocab_size, lower_case=FLAGS.lower_case,
-        strip_accents=FLAGS.strip_accents, num_unused=FLAGS.num_unused,
-        min_frequency=FLAGS.min_frequency, max_alphabet=FLAGS.max_alphabet, log=print)
+    try:
+        tokens = vocab_learning.learn_vocab(
+            lines, FLAGS.vocab_size, lower_case=FLAGS.lower_case,
+            strip_accents=FLAGS.strip_accents, num_unused=FLAGS.num_unused,
+            min_frequency=FLAGS.min_frequency, max_alphabet=FLAGS.max_alphabet, log=print)
+    except KeyboardInterrupt:
+        # At once: the trainer's threads (Rust) go on, and the interpreter's exit, with
+        # them calling into it, aborts with their panic's backtrace. Nothing is written yet.
+        signals.exit_now(signals.INTERRUPTED_LINE, signals.INTERRUPTED_EXIT_CODE)
+    except cli.Terminated:
+        signals.exit_now(cli.TERMINATED_LINE, cli.TERMINATED_EXIT_CODE)
     vocab_learning.write_vocab(tokens, FLAGS.output, FLAGS.overwrite)
     print(f"wrote {FLAGS.output}: {len(tokens)} tokens learned from {stats.lines} lines "
           f"in {time.time() - start:.1f}s")
@@ -70,4 +78,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, handles_sigterm=True)
