@@ -80,6 +80,10 @@ _NONSPACING_MARKS = r"\p{Mn}"
 BASIC_KEPT = (r"[\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}\p{P}"
               + _CJK_CLASS + "]")
 BASIC_SPLIT = r"[\t\n\r\p{Z}]|" + BASIC_KEPT
+# tensorflow_text's regex_split_with_offsets reads a text only up to its first NUL (the
+# rest of a QA context was lost without a word). BERT deletes NUL, as it does U+0001,
+# which splits nothing and is one byte too: the split is made with one in NUL's place.
+NUL, NUL_STAND_IN = "\x00", "\x01"
 
 
 def load_vocab(vocab_file: str) -> list[str]:
@@ -286,7 +290,8 @@ def basic_token_spans(texts: list[str]) -> list[list[tuple[int, int]]]:
     if not texts:
         return []
     _, begin, end = _tf_text().regex_split_with_offsets(
-        tf.constant(texts, tf.string), BASIC_SPLIT, BASIC_KEPT)
+        tf.constant([t.replace(NUL, NUL_STAND_IN) for t in texts], tf.string), BASIC_SPLIT,
+        BASIC_KEPT)
     out = []
     for text, b, e in zip(texts, begin.to_list(), end.to_list()):
         if text.isascii():  # bytes are characters

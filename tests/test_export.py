@@ -1332,7 +1332,8 @@ def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
     piece to the last of its last, the answer and its character offsets those of
     squad.decode, on contexts of words of several pieces over several windows in three
     vocabs: "195" of "195g" (the piece "195" scored highest), accents stripped or
-    decomposed, "İ", a zero-width space, full-width letters, emoji, and the whole word
+    decomposed, "İ", a zero-width space, NUL (BERT deletes it; the split stopped at it),
+    full-width letters, emoji, and the whole word
     where the pieces do not map exactly ([UNK]; a cased vocab's NFC of "e" + U+0301);
     answer_start and answer_end are the span's pieces in the window served."""
     from electra_tf.finetune import squad
@@ -1340,7 +1341,7 @@ def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
     cases = [  # vocab, lower_case, the words of random contexts and their separator, the
         # piece scored highest, and contexts that hold it with their answers
         (UNCASED_VOCAB, True, ["5kg", "10km", "unremarkable", "Éclair", "e\u0301clair",
-                               "İzmir", "Œuvre", "ab\u200bcd", "a😀b", "xylophone", "the",
+                               "İzmir", "Œuvre", "ab\u200bcd", "a😀b", "x\x00yz", "xylophone", "the",
                                ","], " ", "195", weighs),
         (CHINESE_VOCAB, True, ["Ｈｅｌｌｏ", "ＡＢＣ123", "ok😂", "😀", "手机", "很轻", "，"], "",
          "195", weighs),
@@ -1516,10 +1517,13 @@ def test_qa_basic_tokens_are_berts_and_whitespace_is_berts():
     rng = np.random.default_rng(0)
     pool = list("aZé ,.$^_`~\t\n\r\x0b\x0c\x1f\x85\u00a0\u2028\u3000\u200b\u0301"
                 "¿«»—。，「」北京ひらカナ한☃😀\U00020001\ufffd\x00")
-    texts = ["".join(rng.choice(pool, rng.integers(0, 30))) for _ in range(300)]
-    texts += ["Mr. Darcy's 1998年 naïve\tœuvre!", ""]
+    # (by index: a NumPy array of the characters would drop NUL, its strings' padding)
+    texts = ["".join(pool[i] for i in rng.integers(0, len(pool), rng.integers(0, 30)))
+             for _ in range(300)]
+    assert sum("\x00" in t for t in texts) > 20
+    texts += ["Mr. Darcy's 1998年 naïve\tœuvre!", "", "First part\x00 second part here."]
     assert tokenization.basic_token_spans(texts) == [_berts_basic_tokens(t) for t in texts]
-    assert squad.basic_tokens(texts[-2]) == _berts_basic_tokens(texts[-2])
+    assert squad.basic_tokens(texts[-3]) == _berts_basic_tokens(texts[-3])
     kawi = "Kawi\U00011F43x"  # a Kawi punctuation mark (Unicode 15.0)
     assert unicodedata.category(kawi[4]) == "Cn" and _berts_basic_tokens(kawi) == [(0, 6)]
     assert squad.basic_tokens(kawi) == [(0, 4), (4, 5), (5, 6)]
