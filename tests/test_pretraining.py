@@ -1058,12 +1058,22 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
                             f"--model_dir={tmp_path / 'b'} holds a run, which this one resumes "
                             "(--init_checkpoint starts a new --model_dir)")
     for dry_run in (True, False):  # a dry run checks it too
-        with pytest.raises(ValueError, match=r"--init_checkpoint=.* does not fit this model "
-                                             r".*; describe its architecture: --gin_file=<its "
-                                             r"model dir>/operative_config.gin after the size's "
-                                             r"file"):
+        with pytest.raises(ValueError, match=re.escape(
+                f"--init_checkpoint={tmp_path / 'a' / 'ckpt-6'} does not fit this model (its "
+                "discriminator has intermediate_size 64 (its model_info.json), this model's "
+                f"48); describe its architecture: --gin_file={tmp_path / 'a'}/"
+                "operative_config.gin after the size's file")):
             run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
                 init_checkpoint=str(tmp_path / "a"), dry_run=dry_run)
+    # Of another hidden size, whose generator's follows it: the same (it was said to be
+    # another variant, "trained with sharing 'embeddings', a generator of hidden_size 16",
+    # and told to use the same size file).
+    with pytest.raises(ValueError, match=re.escape(
+            "does not fit this model (its discriminator has hidden_size 32, embedding_size "
+            "32 (its model_info.json), this model's 64, 64); describe its architecture")):
+        run(tmp_path / "c", data, ["pretrainer.hidden_size = 64",
+                                   "pretrainer.embedding_size = 64"],
+            init_checkpoint=str(tmp_path / "a"))
     assert not glob.glob(str(tmp_path / "c" / "ckpt-*"))
     # A mistyped one is said to be missing, before anything is built; a model dir that is a
     # file (or inside one) too (was a traceback at the first write).

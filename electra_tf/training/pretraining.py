@@ -1619,10 +1619,12 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
                 f"was trained with {variant[0]}, in the shape its model dir's "
                 "operative_config.gin gives: use the same size file and encoder bindings"
             ) from None
+        shape = _other_shape(earlier, model)
         raise UserInputError(
-            f"--init_checkpoint={path} does not fit this model ({first}); describe its "
-            "architecture: --gin_file=<its model dir>/operative_config.gin after the size's "
-            "file, before any ablation file") from None
+            f"--init_checkpoint={path} does not fit this model ("
+            + (f"its discriminator has {shape}" if shape else first) + "); describe its "
+            f"architecture: --gin_file={os.path.dirname(path) or '.'}/operative_config.gin "
+            "after the size's file, before any ablation file") from None
     return path, [], None
 
 
@@ -1644,9 +1646,11 @@ def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
     same_head = there[0] in _REPLACED_TOKEN_HEADS and here[0] in _REPLACED_TOKEN_HEADS
     if there[1] == here[1] and (there[0] == here[0] or same_head):
         # The same objective: another generator (its shape, or what it shares with the
-        # discriminator) is another network too.
+        # discriminator) is another network too, but not one whose discriminator differs
+        # as well (its generator's shape follows it: another size, not another variant).
         here_info = {"sharing": model.sharing, "generator": _config_dict(model.generator_config)}
-        if not (earlier.get("generator") and here_info["generator"]):
+        if not (earlier.get("generator") and here_info["generator"]) or _other_shape(
+                earlier, model):
             return None
         shape = [key for key in factory.SHAPE_KEYS
                  if _shape(earlier, "generator", key) != _shape(here_info, "generator", key)]
@@ -1664,6 +1668,22 @@ def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
         return f"objective '{objective}'" + (" with uniform replacements" if uniform else "")
 
     return name(*there), name(*here), same_head
+
+
+def _other_shape(earlier: dict, model) -> str | None:
+    """How the discriminator of a checkpoint's model dir (`earlier`, its model_info.json)
+    differs from the model's in size ("hidden_size 384, num_layers 6 (its model_info.json),
+    this model's 128, 2"), or None."""
+    if not earlier.get("discriminator"):
+        return None
+    here = {"discriminator": _config_dict(model.discriminator_config)}
+    keys = [key for key in factory.SHAPE_KEYS
+            if _shape(earlier, "discriminator", key) != _shape(here, "discriminator", key)]
+    if not keys:
+        return None
+    return (", ".join(f"{key} {_shape(earlier, 'discriminator', key)}" for key in keys)
+            + " (its model_info.json), this model's "
+            + ", ".join(str(_shape(here, "discriminator", key)) for key in keys))
 
 
 def _initialise_encoder(model, path: str, variant) -> tuple[list[str], str]:
