@@ -822,8 +822,7 @@ def test_an_unknown_precision_or_qa_head_or_a_wrong_type_fails_before_training(t
     for binding, message in (
             ("finetuning.precision = 'bfloat16'", r"finetuning.precision='bfloat16' is not one "
                                                   r"of float32, mixed_bfloat16, mixed_float16"),
-            ("finetuning.doc_stride = 0", r"^finetuning.beam_size=20 and doc_stride=0 must be "
-                                          r"at least 1"),
+            ("finetuning.doc_stride = 0", r"^finetuning.doc_stride=0 must be at least 1"),
             ("finetuning.tag_encoding = 'IOB'", r"^finetuning.tag_encoding='IOB' is not "
                                                 r"'BIOES' or 'file'"),
             ("finetuning.qa_head = 'xlnet'", r"^finetuning.qa_head='xlnet' is not one of "

@@ -346,6 +346,36 @@ def test_squad_fields_of_the_wrong_type_or_repeated_ids(tmp_path):
              training=False)
 
 
+def test_squad_contradictions_the_official_scripts_read_otherwise_are_refused(tmp_path):
+    """A dev question marked is_impossible that has answers was scored unanswerable, where
+    the official evaluate-v2.0.py scores it by its answers (EM 23.1 against 15.4); in a
+    training file they are not used, as in the official readers. A paragraph with an
+    empty context was scored 0 on each of its questions without a word (or its training
+    questions skipped as answers "not at answer_start")."""
+    dev = tmp_path / "dev.json"
+    emma = {"question": "Who?", "answers": [{"text": "Emma", "answer_start": 0}]}
+    contradiction = [{"id": "q1", **emma}, {"id": "q2", "is_impossible": True, **emma}]
+    _refused(f"{dev}: question 'q2' is_impossible but has answers, which the official "
+             "evaluate-v2.0.py scores it by (as answerable); drop its answers (SQuAD 2.0 keeps "
+             "them as plausible_answers) or is_impossible",
+             squad.read_squad, _squad(dev, contradiction), training=False)
+    read = squad.read_squad(_squad(dev, contradiction), training=True)
+    assert [(e.qid, e.is_impossible, e.answers) for e in read] == [
+        ("q1", False, ["Emma"]), ("q2", True, [])]
+    assert len(squad.read_squad(_squad(dev, contradiction), training=False,
+                                labelled=False)) == 2  # (a test file's are not read)
+    for training in (True, False):
+        _refused(f"{dev}: the paragraph of question 'q1' has an empty context; write it, or "
+                 "drop the paragraph", squad.read_squad,
+                 _squad(dev, [{"id": "q1", **emma}], context=" \n"), training=training)
+    path = _squad(dev, [])  # (a paragraph without questions: nothing to answer)
+    text = json.loads(open(path).read())
+    text["data"][0]["paragraphs"].insert(0, {"context": "", "qas": []})
+    text["data"][0]["paragraphs"][1]["qas"] = [{"id": "q1", **emma}]
+    dev.write_text(json.dumps(text), encoding="utf-8")
+    assert [e.qid for e in squad.read_squad(str(dev), training=False)] == ["q1"]
+
+
 def test_squad_files_of_the_wrong_version_for_the_task(tmp_path):
     """SQuAD 2.0's training file given to --task=squad_v1 trained the answerability head
     without a word; a v1.1 training file with a v2.0 dev file answers every question."""

@@ -362,9 +362,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
             "is the chance of no answer above which a question is left unanswered, 0 to 1 "
             f"(the official qa_na_threshold, -2.75, is a logit: "
             f"{ELECTRA_NO_ANSWER_THRESHOLD:.4f}, the default for qa_head='electra')")
-    if beam_size < 1 or doc_stride < 1:
-        raise UserInputError(f"finetuning.beam_size={beam_size} and doc_stride={doc_stride} "
-                             "must be at least 1")
+    for name, value in (("beam_size", beam_size), ("doc_stride", doc_stride)):
+        if value < 1:
+            raise UserInputError(f"finetuning.{name}={value} must be at least 1")
     if tag_encoding not in ("BIOES", "file"):
         raise UserInputError(f"finetuning.tag_encoding={tag_encoding!r} is not 'BIOES' or "
                              "'file'")

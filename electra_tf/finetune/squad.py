@@ -68,7 +68,12 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
     for article in _list(data, "data", path, "the file"):
         for paragraph in _list(article, "paragraphs", path, "an article"):
             context = _text(paragraph, "context", path, "a paragraph")
-            for qa in _list(paragraph, "qas", path, "a paragraph"):
+            qas = _list(paragraph, "qas", path, "a paragraph")
+            if qas and not context.strip():  # (nothing to answer from: each scored 0)
+                first = qas[0].get("id") if isinstance(qas[0], dict) else None
+                raise UserInputError(f"{path}: the paragraph of question {first!r} has an "
+                                     "empty context; write it, or drop the paragraph")
+            for qa in qas:
                 qid = _field(qa, "id", path, "a question")
                 if isinstance(qid, (bool, list, dict)) or qid is None or str(qid) in seen:
                     raise UserInputError(
@@ -78,6 +83,12 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
                 seen.add(str(qid))
                 where = f"question {qid!r}"
                 impossible = _impossible(qa, path)
+                if impossible and labelled and not training and qa.get("answers"):
+                    # (a training file's are not used, as in BERT's and ELECTRA's readers)
+                    raise UserInputError(
+                        f"{path}: {where} is_impossible but has answers, which the official "
+                        "evaluate-v2.0.py scores it by (as answerable); drop its answers "
+                        "(SQuAD 2.0 keeps them as plausible_answers) or is_impossible")
                 answers = ([] if impossible else _list(qa, "answers", path, where) if labelled
                            else _list(qa, "answers", path, where) if "answers" in qa else [])
                 if training and not impossible and not answers:
