@@ -150,7 +150,8 @@ def test_squad_2_scores_equal_the_official_scripts_on_random_sets():
     answers with articles, punctuation and no-answer questions (the has-answer exact match
     was missing, and a question whose gold answer normalises to nothing, answered "", did
     not count towards the best threshold as the script counts it; one whose answer text is
-    "", answerable for the script, was counted as a no-answer question)."""
+    "", answerable for the script, was counted as a no-answer question); to the last
+    digit."""
     from electra_tf.finetune import metrics
     words = ["a", "the", "An", "cat", "dog", "Paris", ",", "red", "Dog!", "the cat",
              "a red dog", "cat, dog", ""]
@@ -163,9 +164,8 @@ def test_squad_2_scores_equal_the_official_scripts_on_random_sets():
         odds = {q: round(rng.random(), 2) for q in golds}
         ours = metrics.squad_scores(golds, predictions, odds, 0.5, style="squad")
         official = _official_v2(golds, predictions, odds, 0.5)
-        assert ours.keys() == official.keys()
-        assert all(ours[k] == pytest.approx(official[k]) for k in official), (
-            golds, predictions, odds)
+        # (to the last digit: np.mean for the splits differed there)
+        assert ours == official, (golds, predictions, odds)
 
 
 def test_chinese_qa_scores_are_cmrc_2018s_by_character():

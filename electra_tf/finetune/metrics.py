@@ -501,8 +501,10 @@ def squad_scores(golds: dict[str, list[str]], predictions: dict[str, str],
               "f1": 100.0 * sum(f1.values()) / n if n else 0.0}
     for group, questions in (("has_answer", has_answer), ("no_answer", no_answer)):
         if v2 and questions:
-            result[f"{group}_exact"] = 100.0 * np.mean([em[q] for q in questions])
-            result[f"{group}_f1"] = 100.0 * np.mean([f1[q] for q in questions])
+            # (sum / count, the official script's order of operations: np.mean differed
+            # in the last digit, 66.66666666666666 for its 66.66666666666667)
+            result[f"{group}_exact"] = 100.0 * sum(em[q] for q in questions) / len(questions)
+            result[f"{group}_f1"] = 100.0 * sum(f1[q] for q in questions) / len(questions)
     if no_answer_probs is not None:
         for name, scores in (("exact", em_scores), ("f1", f1_scores)):
             best, threshold = _best_threshold(predictions, scores, no_answer_probs,
