@@ -1321,3 +1321,42 @@ def test_init_checkpoint_takes_a_checkpoints_file_and_its_errors_name_the_flag(t
     assert _init_checkpoint_errors(f"{tmp_path}/nothing", tmp_path) == [
         f"error: --init_checkpoint={tmp_path}/nothing is neither a model dir nor a checkpoint "
         f"prefix (no {tmp_path}/nothing.index); pass a model dir or a ckpt-N prefix"] * 2
+
+
+def test_a_tf1_folder_copied_elsewhere_is_read_by_the_checkpoint_it_holds(tmp_path):
+    """A released or TF1 run's folder copied off gs:// names its checkpoint by the path it
+    had there (or has no `checkpoint` file left): the checkpoint beside it of that name, or
+    the folder's only one, is converted (it was "not a TF1 checkpoint prefix", after
+    TensorFlow's "Couldn't match files" log line); several and none named, or a data file
+    without its .index, are refused naming them."""
+    folder = tmp_path / "electra_tiny"
+    _official_checkpoint(str(folder / "model.ckpt-1000"), np.random.default_rng(0))
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    (folder / "checkpoint").write_text(
+        'model_checkpoint_path: "gs://bucket/runs/electra_tiny/model.ckpt-1000"\n'
+        'all_model_checkpoint_paths: "gs://bucket/runs/electra_tiny/model.ckpt-1000"\n')
+
+    def run(name):
+        return convert("--source=tf1", f"--input={folder}", f"--output_dir={tmp_path / name}",
+                       f"--vocab_file={vocab}", "--num_heads=1")
+
+    moved = run("moved")
+    assert moved.returncode == 0, moved.stderr
+    info = json.loads((tmp_path / "moved" / "model_info.json").read_text())
+    assert info["source"] == f"tf1:{folder / 'model.ckpt-1000'}"
+    (folder / "checkpoint").unlink()
+    assert run("unnamed").returncode == 0
+    for name in os.listdir(folder):  # a second one, none named
+        shutil.copy(folder / name, folder / name.replace("-1000", "-2000"))
+    several = run("several")
+    assert (several.returncode, several.stderr.strip()) == (1, (
+        f"error: --input={folder} holds 2 checkpoints (model.ckpt-1000, model.ckpt-2000); "
+        f"pass the one to read, e.g. --input={folder}/model.ckpt-2000"))
+    for name in os.listdir(folder):
+        if "-2000" in name or name.endswith(".index"):
+            os.remove(folder / name)
+    unindexed = run("unindexed")
+    assert (unindexed.returncode, unindexed.stderr.strip()) == (1, (
+        f"error: --input={folder} holds model.ckpt-1000.data-00000-of-00001 but not its index "
+        "(model.ckpt-1000.index); copy the checkpoint's .index file too"))
+    assert not any(os.path.exists(tmp_path / name) for name in ("several", "unindexed"))

@@ -41,7 +41,8 @@ from electra_tf.errors import UserInputError, first_line
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
-from electra_tf.training.checkpoints import checkpoint_prefix, is_hf_folder, load_pretrainer
+from electra_tf.training.checkpoints import (checkpoint_prefix, folder_checkpoint, is_hf_folder,
+                                           load_pretrainer)
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
 
 DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -232,7 +233,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     if (tf.io.gfile.isdir(checkpoint)
             and not tf.io.gfile.exists(os.path.join(checkpoint, OPERATIVE_CONFIG))):
         # The released zip's folder: its `checkpoint` file names the prefix.
-        checkpoint = tf.train.latest_checkpoint(checkpoint) or checkpoint
+        checkpoint = folder_checkpoint(checkpoint, f"--input={checkpoint}") or checkpoint
     notes = []
     if vocab_file is None:
         beside = os.path.join(os.path.dirname(checkpoint), "vocab.txt")

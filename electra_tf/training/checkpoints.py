@@ -48,7 +48,9 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     atomic.check_no_wildcards(path, path, _RENAME)
     given = f"{flag}={path}" if flag else path
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = (tf.train.latest_checkpoint(path)
+                  if tf.io.gfile.exists(os.path.join(path, OPERATIVE_CONFIG))
+                  else folder_checkpoint(path, given))
         # (a model dir's own file first: reading a checkpoint's names costs more)
         if latest is not None and not tf.io.gfile.exists(
                 os.path.join(path, OPERATIVE_CONFIG)) and is_tf1_checkpoint(latest):
@@ -101,6 +103,37 @@ def checkpoint_prefix(path: str) -> str:
     """The checkpoint prefix `path` names: itself, or that of its .index, .data or (a TF1
     checkpoint's) .meta file."""
     return _CHECKPOINT_FILE.sub("", path)
+
+
+def folder_checkpoint(folder: str, given: str) -> str | None:
+    """The checkpoint prefix in `folder` (an official TF1 checkpoint's, or one a user
+    copied; `given`: how the user gave it): the one its `checkpoint` file names, found
+    beside that file by name where the file gives another machine's path (a folder copied
+    off gs://, or moved: tf.train.latest_checkpoint logged an error there and found none),
+    else the folder's only one; None where it holds none. A folder of several, none of
+    them named, and a data file without its .index are refused."""
+    state = tf.train.get_checkpoint_state(folder)
+    if state is not None:
+        named = state.model_checkpoint_path
+        for prefix in (named, os.path.join(folder, named.replace("\\", "/").rsplit("/", 1)[-1])):
+            if tf.io.gfile.exists(prefix + ".index"):
+                return prefix
+    held = sorted(name[:-len(".index")] for name in tf.io.gfile.listdir(folder)
+                  if name.endswith(".index"))
+    if len(held) == 1:
+        return os.path.join(folder, held[0])
+    if held:
+        unnamed = " and its checkpoint file names none of them" if state is not None else ""
+        raise UserInputError(
+            f"{given} holds {len(held)} checkpoints{unnamed} ({', '.join(held)}); pass the "
+            f"one to read, e.g. {given.rstrip('/')}/{held[-1]}")
+    data = sorted(name for name in tf.io.gfile.listdir(folder)
+                  if _CHECKPOINT_FILE.search(name) and ".data-" in name)
+    if data:
+        prefix = checkpoint_prefix(data[0])
+        raise UserInputError(f"{given} holds {data[0]} but not its index ({prefix}.index); "
+                             "copy the checkpoint's .index file too")
+    return None
 
 
 def is_hf_folder(path: str) -> bool:
@@ -175,7 +208,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         if not tf.io.gfile.exists(os.path.join(model_dir, name)):
             if is_hf_folder(model_dir):
                 raise convert_hf_first(model_dir, model_dir)
-            tf1 = tf.train.latest_checkpoint(model_dir)
+            tf1 = folder_checkpoint(model_dir, model_dir)
             if tf1 and is_tf1_checkpoint(tf1):
                 raise convert_tf1_first(model_dir, tf1)
             raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
