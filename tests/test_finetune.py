@@ -1785,6 +1785,34 @@ def test_a_question_whose_answer_is_not_at_answer_start_is_skipped_and_named(
         "holds no word (question 'q2': ' ' at 5)")
 
 
+def test_an_answer_spaced_otherwise_than_its_context_is_trained_on(uncased_tokenizer):
+    """An answer the context spells at answer_start but for its whitespace ("with many
+    spaces" where the context has a tab and a line end) is trained on, as the official
+    readers train on it (it was skipped as "not at answer_start"); one that is not there
+    (answer_start in bytes, the answer inside the words there) stays skipped."""
+    from electra_tf.finetune import squad
+    context = "Émile wrote it with\tmany \n spaces\u202fhere. The cat sat on the mat."
+    at = context.index("with")
+    cases = {"with many spaces": True, " with many spaces here. ": True,
+             "with many": True, "with many spaces here. The": True,
+             "with  many spaces": True, "withmany": False, "with many spices": False,
+             "ith many": False}
+    examples = [squad.QAExample(f"q{n}", "what?", context, [text], at, text, False)
+                for n, text in enumerate(cases)]
+    in_bytes = len(context[:context.index("mat")].encode("utf-8"))  # "at." there
+    examples.append(squad.QAExample("b", "where?", context, ["mat"], in_bytes, "mat", False))
+    features, windows, dropped = squad.encode(uncased_tokenizer, examples, 64, 16, 16, True)
+    assert [e.answer_text for e in dropped] == [t for t, kept in cases.items() if not kept] + [
+        "mat"]
+    for n, (text, kept) in enumerate(cases.items()):
+        if not kept:
+            continue
+        row = [i for i, w in enumerate(windows) if w["example"] == n][0]
+        ids = features["input_ids"][row]
+        span = ids[features["start_positions"][row]:features["end_positions"][row] + 1]
+        assert list(span) == list(uncased_tokenizer.encode([text.strip()])[0]), text
+
+
 def test_the_run_counts_the_qa_questions_it_trains_on(tmp_path, init):
     """A question skipped for its answer_start is not counted among the training examples
     (the run said 15 after '1 of 15 questions skipped')."""

@@ -33,6 +33,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -327,7 +328,9 @@ def _answer_pieces(example, ctx, answer_ids):
     start, text = example.start_char, example.answer_text
     end = start + len(text)
     if example.context[start:end] != text:
-        return None
+        end = _spaced_otherwise(example.context, start, text)
+        if end is None:
+            return None
     tokens = [t for t, (s, e) in enumerate(ctx.spans) if s < end and e > start]
     if not tokens:
         return None
@@ -343,6 +346,33 @@ def _answer_pieces(example, ctx, answer_ids):
             if ctx.pieces[new_first:new_last + 1] == answer_ids:
                 return new_first, new_last
     return first, last
+
+
+# The official readers' whitespace (BERT's and ELECTRA's run_squad is_whitespace).
+_SQUAD_SPACES = re.compile("[ \t\r\n\u202f]+")
+
+
+def _spaced_otherwise(context: str, start: int, text: str) -> int | None:
+    """Where an answer ends that the context spells at answer_start but for its whitespace
+    ("with many spaces" for "with\\tmany \\n spaces"; the official readers' whitespace),
+    or None. Those readers trained on such a question (their test: the whole words from
+    answer_start on, joined by single spaces, hold the answer's so joined); it was skipped.
+    An answer that is not at answer_start stays skipped (they took it where it lay inside
+    those words: an answer_start counted in bytes)."""
+    words = _SQUAD_SPACES.split(text.strip(" \t\r\n\u202f"))
+    if words == [""]:
+        return None
+    position = start
+    for n, word in enumerate(words):
+        if n:
+            space = _SQUAD_SPACES.match(context, position)
+            if space is None:
+                return None
+            position = space.end()
+        if not context.startswith(word, position):
+            return None
+        position += len(word)
+    return position
 
 
 def _window_starts(total: int, budget: int, stride: int) -> list[int]:
