@@ -812,6 +812,7 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
         converters.import_hf(str(tmp_path / "hf_odd" / "discriminator"),
                              str(tmp_path / "back_odd"), str(tmp_path / "hf_odd" / "generator"))
     assert str(error.value) == (
+        f"--generator_input={tmp_path / 'hf_odd' / 'generator'}: "
         "the generator's shape (hidden 64, FFN 128, 1 head) is not the official derivation "
         "from the discriminator's (at its hidden size, an FFN 256 and 1 head); this project "
         "builds generators that way only: import the discriminator alone")
@@ -826,7 +827,8 @@ def test_hf_export_says_what_transformers_does_not_get(tmp_path):
     lines = []
     converters.export_hf(str(tmp_path / "wide"), str(tmp_path / "hf_wide"), log=lines.append)
     assert lines[-1].endswith("; import discriminator/ alone")
-    with pytest.raises(UserInputError, match=r"^the generator's shape \(hidden 200, FFN 800, 4 "
+    with pytest.raises(UserInputError, match=r"generator: the generator.s shape \(hidden 200, "
+                                             r"FFN 800, 4 "
                                              r"heads\) is not the official derivation from the "
                                              r"discriminator's \(none at its hidden size\); "):
         converters.import_hf(str(tmp_path / "hf_wide" / "discriminator"),
@@ -888,6 +890,13 @@ def test_tf1_import_takes_the_vocab_beside_the_checkpoint_and_its_case(tmp_path)
         "(BERT's uncased vocab, the released ELECTRA models'); pass --vocab_file if the model "
         "was trained with another"]
     assert result["model_info"]["lower_case"] is True
+    # Its head count guessed for a size no released model has: said (a wrong count gives
+    # other outputs without an error); --num_heads given, or a released size, no note.
+    guessed = converters.import_tf1(bare, str(tmp_path / "o4"))
+    assert guessed["notes"][1:] == [
+        "note: a TF1 checkpoint does not record its number of attention heads: 1 assumed for "
+        "its hidden size 64 (one per 64, as in the released models); pass --num_heads=N if it "
+        "was trained with another"]
 
 
 def _tiny_electra(directory, vocab_size=120):
@@ -998,6 +1007,24 @@ def test_corrupt_sources_are_refused_in_one_line(tmp_path):
         f"{source}/model.safetensors could not be read (Error while deserializing: "
         "incomplete metadata, file not fully covered): it is truncated or corrupt; "
         "re-download it")
+    # A config.json edited, or of another model, against its weights: named as such (it
+    # pointed at "config_from_hf", a function of this project).
+    (tmp_path / "hf" / "model.safetensors").write_bytes(weights)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(
+        {**json.loads(config), "intermediate_size": 48}))
+    assert refusal(lambda: converters.import_hf(source, out)) == (
+        f"--input={source}'s config.json does not describe its weights: "
+        "'electra.encoder.layer.0.intermediate.dense.weight' has shape (32, 16), its "
+        "config.json's sizes give (48, 16); copy the model's config.json and weights again, "
+        "together")
+    (tmp_path / "hf" / "config.json").write_text(config)
+    # A path that is not there is said to be missing, by the flag that gave it.
+    assert refusal(lambda: converters.import_hf(str(tmp_path / "nope"), out)) == (
+        f"--input={tmp_path / 'nope'} does not exist; pass a transformers model directory "
+        "(config.json + model.safetensors)")
+    assert refusal(lambda: converters.import_hf(source, out, str(tmp_path / "nope"))) == (
+        f"--generator_input={tmp_path / 'nope'} does not exist; pass a transformers model "
+        "directory (config.json + model.safetensors)")
     prefix = str(tmp_path / "tf1" / "model.ckpt-1")
     _official_checkpoint(prefix, np.random.default_rng(0), layers=1)
     vocab = _vocab(tmp_path / "vocab.txt", 120)
@@ -1233,8 +1260,8 @@ def test_hf_import_messages_name_what_is_wrong(tmp_path):
     weights = os.path.join(disc, "model.safetensors")
     with pytest.raises(UserInputError) as error:
         converters.import_hf(weights, str(tmp_path / "o3"))
-    assert str(error.value) == (f"{weights} is a file; pass the folder that holds it and its "
-                                "config.json (a transformers model directory)")
+    assert str(error.value) == (f"--input={weights} is a file; pass the folder that holds it "
+                                "and its config.json (a transformers model directory)")
     bare = _tiny_electra(tmp_path / "bare")  # no vocab of its own
     with pytest.raises(UserInputError, match=r"bert_uncased.txt has 30522 tokens but the "
                                              r"checkpoint's embeddings have 120 \(the source has "
@@ -1342,6 +1369,7 @@ def test_a_tf1_folder_copied_elsewhere_is_read_by_the_checkpoint_it_holds(tmp_pa
 
     moved = run("moved")
     assert moved.returncode == 0, moved.stderr
+    # (model_info.json's source is absolute: later runs copy it as init_source)
     info = json.loads((tmp_path / "moved" / "model_info.json").read_text())
     assert info["source"] == f"tf1:{folder / 'model.ckpt-1000'}"
     (folder / "checkpoint").unlink()
@@ -1360,3 +1388,20 @@ def test_a_tf1_folder_copied_elsewhere_is_read_by_the_checkpoint_it_holds(tmp_pa
         f"error: --input={folder} holds model.ckpt-1000.data-00000-of-00001 but not its index "
         "(model.ckpt-1000.index); copy the checkpoint's .index file too"))
     assert not any(os.path.exists(tmp_path / name) for name in ("several", "unindexed"))
+
+
+def test_an_imports_source_is_recorded_as_an_absolute_path(tmp_path, monkeypatch):
+    """model_info.json's source (which a run from the import copies as init_source) named
+    the folder as typed, relative to wherever the import ran; the generator was left out."""
+    _tiny_electra(tmp_path / "hf")
+    torch.manual_seed(0)
+    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        vocab_size=120, embedding_size=16, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=1, intermediate_size=64,
+        max_position_embeddings=64)).save_pretrained(tmp_path / "gen")
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    monkeypatch.chdir(tmp_path)
+    info = converters.import_hf("hf", "out", "gen", vocab_file=vocab)["model_info"]
+    assert info["source"] == f"hf:{tmp_path / 'hf'} (generator hf:{tmp_path / 'gen'})"
+    assert json.loads((tmp_path / "out" / "model_info.json").read_text())["source"] == (
+        info["source"])

@@ -214,6 +214,10 @@ def _fraction(generator_hidden_fraction: float | None) -> float:
     return 0.25 if generator_hidden_fraction is None else generator_hidden_fraction
 
 
+# The released models' hidden sizes (Small, Base, Large), each with a head per 64.
+_RELEASED_HIDDEN_SIZES = (256, 768, 1024)
+
+
 def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
                lower_case: bool | None = None, num_heads: int | None = None,
                max_seq_length: int | None = None,
@@ -244,6 +248,13 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
         raise UserInputError(f"--generator_hidden_fraction is for a checkpoint without a "
                              f"generator; {checkpoint} has one: drop the flag")
     disc_config = config_from_state_dict(discriminator, num_heads, checkpoint=checkpoint)
+    if num_heads is None and disc_config.hidden_size not in _RELEASED_HIDDEN_SIZES:
+        # (a wrong count reads every weight and gives other outputs, without an error)
+        notes.append(
+            f"note: a TF1 checkpoint does not record its number of attention heads: "
+            f"{disc_config.num_heads} assumed for its hidden size {disc_config.hidden_size} "
+            "(one per 64, as in the released models); pass --num_heads=N if it was trained "
+            "with another")
     objective, sharing = "electra", "embeddings"
     if generator and not any(k.startswith("electra.encoder.") for k in generator):
         # generator_predictions/ without generator/: the official code's
@@ -264,12 +275,13 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     else:  # e.g. a fine-tuned checkpoint: a fresh generator, recorded as not imported
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
     model = new_pretrainer(disc_config, gen_config, sharing, objective, seed)
+    _check_describable(model, checkpoint)
     try:
         not_imported = _load_networks(model, discriminator, generator or None)
     except huggingface.TensorMismatch as e:
         raise _in_tf1_terms(e, checkpoint) from None
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
-                           source=f"tf1:{checkpoint}", not_imported=not_imported)
+                           source=f"tf1:{_absolute(checkpoint)}", not_imported=not_imported)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported,
             "notes": notes}
 
@@ -279,6 +291,21 @@ def _default_vocab(reason: str, notes: list[str]) -> str:
                  "released ELECTRA models'); pass --vocab_file if the model was trained with "
                  "another")
     return DEFAULT_VOCAB
+
+
+def _check_describable(model: ElectraPretrainer, source: str):
+    """gin_bindings' refusal of a generator this project cannot describe, before the
+    weights are loaded, naming its `source` (it named none)."""
+    try:
+        gin_bindings(model)
+    except UserInputError as e:
+        raise UserInputError(f"{source}: {e}") from None
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute (model_info.json's record of an import's source, which
+    later runs copy: as typed, it named a folder relative to wherever the import ran)."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _in_tf1_terms(error: huggingface.TensorMismatch, checkpoint: str) -> UserInputError:
@@ -350,17 +377,19 @@ _SAFETENSORS_TYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I
                       "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 
 
-def read_hf_dir(directory: str) -> tuple[dict, dict]:
+def read_hf_dir(directory: str, flag: str = "--input") -> tuple[dict, dict]:
     """(config.json, state dict of numpy arrays) of a transformers model directory
-    (model.safetensors, or pytorch_model.bin, which needs torch)."""
+    (model.safetensors, or pytorch_model.bin, which needs torch); errors name `flag`, the
+    flag that gave it."""
     config_path = os.path.join(directory, "config.json")
     if tf.io.gfile.exists(directory) and not tf.io.gfile.isdir(directory):
-        raise UserInputError(f"{directory} is a file; pass the folder that holds it and its "
-                             "config.json (a transformers model directory)")
+        raise UserInputError(f"{flag}={directory} is a file; pass the folder that holds it "
+                             "and its config.json (a transformers model directory)")
     if not tf.io.gfile.exists(config_path):
         if tf.io.gfile.exists(os.path.join(directory, OPERATIVE_CONFIG)):
             raise _needs_no_conversion(directory, "a HuggingFace folder")
-        raise UserInputError(f"{directory} has no config.json; pass a transformers model "
+        state = "does not exist" if not tf.io.gfile.exists(directory) else "has no config.json"
+        raise UserInputError(f"{flag}={directory} {state}; pass a transformers model "
                              "directory (config.json + model.safetensors)")
     config = _read_json(config_path)
     if not isinstance(config, dict):
@@ -502,7 +531,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         disc_hf, os.path.join(discriminator_dir, "config.json"))
     gen_state = None
     if generator_dir:
-        gen_hf, gen_state = read_hf_dir(generator_dir)
+        gen_hf, gen_state = read_hf_dir(generator_dir, "--generator_input")
         if (any(k.startswith("discriminator_predictions.") for k in gen_state)
                 and not any(k.startswith(("generator_predictions.", "generator_lm_head."))
                             for k in gen_state)):
@@ -548,12 +577,24 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
         sharing = "embeddings"
     model = new_pretrainer(disc_config, gen_config, sharing, seed=seed)
-    not_imported = _load_networks(model, disc_state, gen_state)
+    _check_describable(model, f"--generator_input={generator_dir}")
+    try:
+        not_imported = _load_networks(model, disc_state, gen_state)
+    except huggingface.TensorMismatch as e:
+        if e.kind != "shape":
+            raise
+        folder, flag = ((generator_dir, "--generator_input") if e.network == "generator"
+                        else (discriminator_dir, "--input"))
+        raise UserInputError(
+            f"{flag}={folder}'s config.json does not describe its weights: '{e.name}' has "
+            f"shape {e.shape}, its config.json's sizes give {e.expected}; copy the model's "
+            "config.json and weights again, together") from None
     notes = []
     tokenizer = _hf_tokenizer(discriminator_dir, vocab_file, lower_case, notes)
+    source = f"hf:{_absolute(discriminator_dir)}" + (
+        f" (generator hf:{_absolute(generator_dir)})" if generator_dir else "")
     info = write_model_dir(model, output_dir, max_seq_length=max_seq_length,
-                           source=f"hf:{discriminator_dir}", not_imported=not_imported,
-                           **tokenizer)
+                           source=source, not_imported=not_imported, **tokenizer)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported,
             "notes": notes}
 
