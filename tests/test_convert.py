@@ -1405,3 +1405,20 @@ def test_an_imports_source_is_recorded_as_an_absolute_path(tmp_path, monkeypatch
     assert info["source"] == f"hf:{tmp_path / 'hf'} (generator hf:{tmp_path / 'gen'})"
     assert json.loads((tmp_path / "out" / "model_info.json").read_text())["source"] == (
         info["source"])
+
+
+def test_a_source_of_the_other_kind_names_the_source_flag(tmp_path):
+    """A HuggingFace folder given with --source=tf1 was "not a TF1 checkpoint prefix", a
+    TF1 checkpoint's folder with --source=hf "has no config.json"."""
+    hf = _tiny_electra(tmp_path / "hf")
+    prefix = str(tmp_path / "tf1" / "model.ckpt-5")
+    _official_checkpoint(prefix, np.random.default_rng(0), layers=1)
+    as_tf1 = convert("--source=tf1", f"--input={hf}", f"--output_dir={tmp_path / 'a'}")
+    assert (as_tf1.returncode, as_tf1.stderr.strip()) == (1, (
+        f"error: --input={hf} is a HuggingFace model folder, not a TF1 checkpoint; pass "
+        "--source=hf"))
+    as_hf = convert("--source=hf", f"--input={tmp_path / 'tf1'}", f"--output_dir={tmp_path / 'b'}")
+    assert (as_hf.returncode, as_hf.stderr.strip()) == (1, (
+        f"error: --input={tmp_path / 'tf1'} is an official TF1 ELECTRA checkpoint, not a "
+        f"HuggingFace folder; pass --source=tf1 --input={prefix}"))
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")

@@ -42,7 +42,7 @@ from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training.checkpoints import (checkpoint_prefix, folder_checkpoint, is_hf_folder,
-                                           load_pretrainer)
+                                           is_tf1_checkpoint, load_pretrainer)
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
 
 DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -234,6 +234,9 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     or not, see writer.check_case)."""
     check_new_model_dir(output_dir)
     checkpoint = checkpoint_prefix(checkpoint.rstrip("/"))  # (one of its files given)
+    if is_hf_folder(checkpoint):
+        raise UserInputError(f"--input={checkpoint} is a HuggingFace model folder, not a TF1 "
+                             "checkpoint; pass --source=hf")
     if (tf.io.gfile.isdir(checkpoint)
             and not tf.io.gfile.exists(os.path.join(checkpoint, OPERATIVE_CONFIG))):
         # The released zip's folder: its `checkpoint` file names the prefix.
@@ -388,6 +391,12 @@ def read_hf_dir(directory: str, flag: str = "--input") -> tuple[dict, dict]:
     if not tf.io.gfile.exists(config_path):
         if tf.io.gfile.exists(os.path.join(directory, OPERATIVE_CONFIG)):
             raise _needs_no_conversion(directory, "a HuggingFace folder")
+        if tf.io.gfile.isdir(directory):
+            held = folder_checkpoint(directory, f"{flag}={directory}")
+            if held and is_tf1_checkpoint(held):
+                raise UserInputError(f"{flag}={directory} is an official TF1 ELECTRA "
+                                     f"checkpoint, not a HuggingFace folder; pass --source=tf1 "
+                                     f"--input={held}")
         state = "does not exist" if not tf.io.gfile.exists(directory) else "has no config.json"
         raise UserInputError(f"{flag}={directory} {state}; pass a transformers model "
                              "directory (config.json + model.safetensors)")
