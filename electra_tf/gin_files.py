@@ -176,11 +176,20 @@ def _parse_binding(binding: str, example: str) -> None:
         raise UserInputError(f"--gin_bindings={binding!r}: {_import_failure(e)}") from None
     except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
         message = _first_line(e)
+        literal = ("write a number, True/False/None, a quoted string ('...'), a list or a "
+                   "%MACRO")
         if message.startswith("malformed node or string"):
             raise UserInputError(
-                f"--gin_bindings={binding!r}: the value is not a Python literal; write a "
-                "number, True/False/None, a quoted string ('...'), a list or a %MACRO") \
+                f"--gin_bindings={binding!r}: the value is not a Python literal; {literal}") \
                 from None
+        if isinstance(e, (SyntaxError, tokenize.TokenError)):
+            # (a value gin cannot read: its name was not the matter, as the line said)
+            odd = "".join(dict.fromkeys(c for c in binding if ord(c) > 127))
+            raise UserInputError(
+                f"--gin_bindings={binding!r}: {message.rstrip('.')}; write NAME = VALUE, the "
+                f"value {literal[6:]}" + (
+                    f", in ASCII ({' '.join(odd)} are not: digits and quotes typed by an "
+                    "input method or a word processor)" if odd else "")) from None
         hint = _set_elsewhere(e) or _other_script(e)
         if hint:
             raise UserInputError(f"--gin_bindings={binding!r}: {hint}") from None

@@ -99,6 +99,18 @@ def test_a_value_that_is_not_a_literal_and_an_unknown_name_say_which():
     with pytest.raises(UserInputError, match=r"^--gin_bindings='finetuning.nope=1': .*nope.*; "
                        r"check the name against the gin files \(e.g. gin/finetune/small.gin\)"):
         gin_files.parse(["finetune/small.gin"], ["finetuning.nope=1"])
+    # A value gin cannot parse (full-width digits, smart quotes, two values) is not a name to
+    # check (it ended "check the name against the gin files").
+    for binding, odd in (("NUM_TRAIN_STEPS = ４０", " (４ ０ are not: digits and quotes"),
+                         ("OBJECTIVE = “mlm”", " (“ ” are not: digits and quotes"),
+                         ("NUM_TRAIN_STEPS = 4 4", "")):
+        with pytest.raises(UserInputError) as error:
+            gin_files.parse(["tiny.gin"], [binding])
+        message = str(error.value).splitlines()[0]
+        assert message.startswith(f"--gin_bindings={binding!r}: ") and (
+            "; write NAME = VALUE, the value a number, True/False/None, a quoted string ('...'),"
+            f" a list or a %MACRO{', in ASCII' if odd else ''}{odd}") in message, message
+        assert "check the name" not in message
 
 
 def test_an_ablation_file_must_follow_a_size_file():
