@@ -105,6 +105,10 @@ def parse(files: list[str], bindings: list[str]) -> None:
     searched += [cwd] if cwd not in searched else []
     for path in paths:  # (and the folders of the files theirs include, for theirs)
         _add_include_folders(path, searched)
+    for path, name in zip(paths, files):  # a file of theirs that one includes: as given
+        for included in _read_files(path, searched)[:-1]:
+            if not included.startswith(GIN_DIR + os.sep):
+                _check_text(included, f"{included} (included by --gin_file={name})")
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
     # gin/'s size and ablation files that a user's file includes count as given before it
     # (include 'ablations/mlm.gin' then 'tiny.gin' trained ELECTRA, unchecked): (path, label).
@@ -212,22 +216,24 @@ def _check_generator_bindings_used(bindings: list[str]) -> None:
                                  f"{removed}: drop it")
 
 
-def _check_text(path: str) -> None:
+def _check_text(path: str, given: str | None = None) -> None:
     """A gin file must be a file of UTF-8 text (gin named a folder "Unable to open file",
-    and a checkpoint's .index given by mistake, or a Latin-1 file, was a traceback)."""
+    and a checkpoint's .index given by mistake, or a Latin-1 file, was a traceback).
+    `given`: how the user gave it (default --gin_file=PATH)."""
+    given = given or f"--gin_file={path}"
     if os.path.isdir(path):
-        raise UserInputError(f"--gin_file={path} is a folder; pass a gin file (e.g. "
+        raise UserInputError(f"{given} is a folder; pass a gin file (e.g. "
                              f"{os.path.join(path, 'operative_config.gin')} of a model dir)")
     with open(path, "rb") as f:
         data = f.read(1 << 20)  # (enough to tell: a checkpoint's .data may be gigabytes)
     if data.startswith(b"\xef\xbb\xbf"):
-        raise UserInputError(f"--gin_file={path} begins with a byte-order mark (saved as "
+        raise UserInputError(f"{given} begins with a byte-order mark (saved as "
                              "\"UTF-8 with BOM\"), which gin cannot read; save it as UTF-8 "
                              "without one")
     try:
         codecs.getincrementaldecoder("utf-8")().decode(data)  # (a character cut at 1 MB: fine)
     except UnicodeDecodeError as e:
-        raise UserInputError(f"--gin_file={path} is not UTF-8 text (byte {e.start}); pass a "
+        raise UserInputError(f"{given} is not UTF-8 text (byte {e.start}); pass a "
                              "gin file, saved as UTF-8") from None
 
 

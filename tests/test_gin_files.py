@@ -321,6 +321,8 @@ def test_gin_files_that_are_not_text_loop_or_import_are_one_line(tmp_path):
     bom.write_bytes(b"\xef\xbb\xbfinclude 'tiny.gin'\n")
     imports = tmp_path / "imports.gin"
     imports.write_text("import t5.models.mesh_transformer\ninclude 'tiny.gin'\n")
+    including = tmp_path / "including.gin"
+    including.write_text("include 'bom.gin'\nNUM_TRAIN_STEPS = 40\n")
     for files, bindings, message in (
             ([looped], [], rf"^--gin_file={looped}: its includes go round in a loop \(a file "
                            r"includes itself, directly or through another\); remove the "
@@ -333,6 +335,10 @@ def test_gin_files_that_are_not_text_loop_or_import_are_one_line(tmp_path):
                             r"here; drop the import \(this project's settings need none\)$"),
             ([tmp_path], [], rf"^--gin_file={tmp_path} is a folder; pass a gin file \(e.g. "
                              rf"{tmp_path}/operative_config.gin of a model dir\)$"),
+            # (a file of theirs that one includes: as given; it was gin's "Unexpected token")
+            ([including], [], rf"^{bom} \(included by --gin_file={including}\) begins with a "
+                              r"byte-order mark \(saved as \"UTF-8 with BOM\"\), which gin "
+                              r"cannot read; save it as UTF-8 without one$"),
             (["tiny.gin"], ["NUM_TRAIN_STEPS=%NUM_TRAIN_STEPS"],
              r"^the macro NUM_TRAIN_STEPS = %NUM_TRAIN_STEPS names itself, so it has no value; "
              r"give it one$"),
