@@ -488,3 +488,25 @@ def test_conll_tab_columns_keep_words_with_spaces_and_columns_must_agree(tmp_pat
     conll.write_text("Emma NNP B-NP B-PER\nsmiled VBD B-VP O\n\nMr B-PER\n", encoding="utf-8")
     _refused(f"{conll} line 4 has 2 columns but line 1 has 4; give every line the same "
              "columns", readers.read_conll, str(conll), tag_column=1)
+
+
+def test_tagging_refuses_json_and_csv_files_and_looks_for_conll_text(tmp_path):
+    """A JSONL file of {"word", "tag"} records given to tagging was read as CoNLL words
+    ('{"word":' tagged '"O"}'), trained and scored; in --data_dir, train.jsonl was picked."""
+    for name in ("train.jsonl", "train.json", "train.csv"):
+        path = tmp_path / name
+        path.write_text('{"word": "Emma", "tag": "B-PER"}\n{"word": "smiled", "tag": "O"}\n',
+                        encoding="utf-8")
+        kind = name.rsplit(".", 1)[1].upper()
+        assert _refused(f"{path} is a {kind} file; tagging reads CoNLL text: a word and its tag "
+                        "per line (tab- or space-separated), a blank line between sentences; "
+                        "write it so (e.g. as train.txt)", tasks.load, tasks.get_task("tagging"),
+                        train_file=str(path), dev_file=str(path)).startswith(str(path))
+    (tmp_path / "dev.jsonl").write_text((tmp_path / "train.jsonl").read_text())
+    _refused(f"{tmp_path} has no train file (train.tsv or train.txt or train.conll)",
+             tasks.load, tasks.get_task("tagging"), data_dir=str(tmp_path))
+    (tmp_path / "train.conll").write_text("Emma B-PER\nsmiled O\n\nAnne B-PER\nwept O\n")
+    (tmp_path / "dev.txt").write_text("Anne B-PER\nsmiled O\n")
+    loaded = tasks.load(tasks.get_task("tagging"), data_dir=str(tmp_path))
+    assert loaded.train.path == str(tmp_path / "train.conll")
+    assert [s.words for s in loaded.train.examples] == [["Emma", "smiled"], ["Anne", "wept"]]

@@ -464,6 +464,11 @@ def read_conll(path: str, tag_column: int = -1, labelled: bool = True) -> list[T
     every tagged line, blank lines between sentences, `-DOCSTART-` lines ignored.
     `labelled=False` keeps only the words if a line has just one column (on every line of a
     sentence or on none)."""
+    if path.lower().endswith((".json", ".jsonl", ".csv")):  # (read as words, it trained)
+        raise UserInputError(
+            f"{path} is a {path.rsplit('.', 1)[1].upper()} file; tagging reads CoNLL text: a "
+            "word and its tag per line (tab- or space-separated), a blank line between "
+            "sentences; write it so (e.g. as train.txt)")
     # (a lone "\r", read as whitespace, made a file of old Mac line ends one line: one word
     # and its tag, with no word said)
     lines = _lines(read_text(path), lone_cr=True)

@@ -193,9 +193,9 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         return _load_glue(task, data_dir, train_file, dev_file, test_file, log)
     if data_dir:
         files = task.files or {}
-        train_file = _find(data_dir, files.get("train", _generic_names("train")), "train")
-        dev_file = _find(data_dir, files.get("dev", _generic_names("dev")), "dev")
-        test_file = _find(data_dir, files.get("test", _generic_names("test")), "test",
+        train_file = _find(data_dir, files.get("train", _generic_names("train", task)), "train")
+        dev_file = _find(data_dir, files.get("dev", _generic_names("dev", task)), "dev")
+        test_file = _find(data_dir, files.get("test", _generic_names("test", task)), "test",
                           required=False)
     if task.kind == "tagging":
         column = _tag_column(label_column)
@@ -347,8 +347,12 @@ def _not_empty(path, examples, skipped):
                              + "; check the file")
 
 
-def _generic_names(split):
-    return tuple(f"{split}.{ext}" for ext in ("csv", "tsv", "jsonl", "json", "txt"))
+def _generic_names(split, task):
+    """A generic task's file names in --data_dir: tagging reads CoNLL text only (its JSONL
+    was read as words, and trained)."""
+    kinds = (("tsv", "txt", "conll") if task.kind == "tagging"
+             else ("csv", "tsv", "jsonl", "json", "txt"))
+    return tuple(f"{split}.{ext}" for ext in kinds)
 
 
 def _tag_column(label_column):
