@@ -1372,6 +1372,14 @@ def test_a_tf1_folder_copied_elsewhere_is_read_by_the_checkpoint_it_holds(tmp_pa
     # (model_info.json's source is absolute: later runs copy it as init_source)
     info = json.loads((tmp_path / "moved" / "model_info.json").read_text())
     assert info["source"] == f"tf1:{folder / 'model.ckpt-1000'}"
+    # Naming one it does not hold: not another one without a word.
+    (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-9"\n')
+    other = run("other")
+    assert (other.returncode, other.stderr.strip()) == (1, (
+        f"error: --input={folder}'s checkpoint file names {folder}/model.ckpt-9, which is not "
+        f"there; pass one it holds (model.ckpt-1000), e.g. --input={folder}/model.ckpt-1000"))
+    (folder / "checkpoint").write_text('model_checkpoint_path: ""\n')  # (naming nothing)
+    assert run("blank").returncode == 0
     (folder / "checkpoint").unlink()
     assert run("unnamed").returncode == 0
     for name in os.listdir(folder):  # a second one, none named
@@ -1387,7 +1395,8 @@ def test_a_tf1_folder_copied_elsewhere_is_read_by_the_checkpoint_it_holds(tmp_pa
     assert (unindexed.returncode, unindexed.stderr.strip()) == (1, (
         f"error: --input={folder} holds model.ckpt-1000.data-00000-of-00001 but not its index "
         "(model.ckpt-1000.index); copy the checkpoint's .index file too"))
-    assert not any(os.path.exists(tmp_path / name) for name in ("several", "unindexed"))
+    assert not any(os.path.exists(tmp_path / name) for name in ("several", "unindexed",
+                                                                 "other"))
 
 
 def test_an_imports_source_is_recorded_as_an_absolute_path(tmp_path, monkeypatch):

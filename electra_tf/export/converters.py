@@ -41,8 +41,9 @@ from electra_tf.errors import UserInputError, first_line
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
-from electra_tf.training.checkpoints import (checkpoint_prefix, folder_checkpoint, is_hf_folder,
-                                           is_tf1_checkpoint, load_pretrainer)
+from electra_tf.training.checkpoints import (checkpoint_prefix, folder_checkpoint,
+                                           held_checkpoint, is_hf_folder, is_tf1_checkpoint,
+                                           load_pretrainer)
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
 
 DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -392,7 +393,7 @@ def read_hf_dir(directory: str, flag: str = "--input") -> tuple[dict, dict]:
         if tf.io.gfile.exists(os.path.join(directory, OPERATIVE_CONFIG)):
             raise _needs_no_conversion(directory, "a HuggingFace folder")
         if tf.io.gfile.isdir(directory):
-            held = folder_checkpoint(directory, f"{flag}={directory}")
+            held = held_checkpoint(directory)
             if held and is_tf1_checkpoint(held):
                 raise UserInputError(f"{flag}={directory} is an official TF1 ELECTRA "
                                      f"checkpoint, not a HuggingFace folder; pass --source=tf1 "
@@ -586,7 +587,8 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
         gen_config = generator_config(disc_config, _fraction(generator_hidden_fraction))
         sharing = "embeddings"
     model = new_pretrainer(disc_config, gen_config, sharing, seed=seed)
-    _check_describable(model, f"--generator_input={generator_dir}")
+    _check_describable(model, f"--generator_input={generator_dir}" if generator_dir
+                       else f"--input={discriminator_dir}")
     try:
         not_imported = _load_networks(model, disc_state, gen_state)
     except huggingface.TensorMismatch as e:

@@ -112,28 +112,42 @@ def folder_checkpoint(folder: str, given: str) -> str | None:
     off gs://, or moved: tf.train.latest_checkpoint logged an error there and found none),
     else the folder's only one; None where it holds none. A folder of several, none of
     them named, and a data file without its .index are refused."""
-    state = tf.train.get_checkpoint_state(folder)
+    try:
+        state = tf.train.get_checkpoint_state(folder)
+    except ValueError:  # (a `checkpoint` file naming nothing)
+        state = None
+    names = tf.io.gfile.listdir(folder)
+    held = sorted(name[:-len(".index")] for name in names if name.endswith(".index"))
     if state is not None:
         named = state.model_checkpoint_path
         for prefix in (named, os.path.join(folder, named.replace("\\", "/").rsplit("/", 1)[-1])):
             if tf.io.gfile.exists(prefix + ".index"):
                 return prefix
-    held = sorted(name[:-len(".index")] for name in tf.io.gfile.listdir(folder)
-                  if name.endswith(".index"))
+        if held:  # (not another one without a word)
+            raise UserInputError(
+                f"{given}'s checkpoint file names {named}, which is not there; pass one it "
+                f"holds ({', '.join(held)}), e.g. {given.rstrip('/')}/{held[-1]}")
     if len(held) == 1:
         return os.path.join(folder, held[0])
     if held:
-        unnamed = " and its checkpoint file names none of them" if state is not None else ""
         raise UserInputError(
-            f"{given} holds {len(held)} checkpoints{unnamed} ({', '.join(held)}); pass the "
-            f"one to read, e.g. {given.rstrip('/')}/{held[-1]}")
-    data = sorted(name for name in tf.io.gfile.listdir(folder)
-                  if _CHECKPOINT_FILE.search(name) and ".data-" in name)
+            f"{given} holds {len(held)} checkpoints ({', '.join(held)}); pass the one to read, "
+            f"e.g. {given.rstrip('/')}/{held[-1]}")
+    data = sorted(name for name in names if _CHECKPOINT_FILE.search(name) and ".data-" in name)
     if data:
         prefix = checkpoint_prefix(data[0])
         raise UserInputError(f"{given} holds {data[0]} but not its index ({prefix}.index); "
                              "copy the checkpoint's .index file too")
     return None
+
+
+def held_checkpoint(folder: str) -> str | None:
+    """folder_checkpoint's checkpoint, or None where it has none or would refuse (a caller
+    that only asks whether a folder is one kind or another)."""
+    try:
+        return folder_checkpoint(folder, folder)
+    except UserInputError:
+        return None
 
 
 def is_hf_folder(path: str) -> bool:
@@ -208,7 +222,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         if not tf.io.gfile.exists(os.path.join(model_dir, name)):
             if is_hf_folder(model_dir):
                 raise convert_hf_first(model_dir, model_dir)
-            tf1 = folder_checkpoint(model_dir, model_dir)
+            tf1 = held_checkpoint(model_dir)
             if tf1 and is_tf1_checkpoint(tf1):
                 raise convert_tf1_first(model_dir, tf1)
             raise UserInputError(f"{model_dir} has no {name}; pass a model dir written by "
