@@ -1620,11 +1620,15 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
                 "operative_config.gin gives: use the same size file and encoder bindings"
             ) from None
         shape = _other_shape(earlier, model)
+        config = f"{os.path.dirname(path) or '.'}/{OPERATIVE_CONFIG}"
+        config = (("<its model dir>/" + OPERATIVE_CONFIG) if not tf.io.gfile.exists(config)
+                  else f"<a local copy of {config}>" if "://" in config  # (gin reads local)
+                  else config)
         raise UserInputError(
             f"--init_checkpoint={path} does not fit this model ("
             + (f"its discriminator has {shape}" if shape else first) + "); describe its "
-            f"architecture: --gin_file={os.path.dirname(path) or '.'}/operative_config.gin "
-            "after the size's file, before any ablation file") from None
+            f"architecture: --gin_file={config} after the size's file, before any ablation "
+            "file") from None
     return path, [], None
 
 
@@ -1638,7 +1642,8 @@ def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
     replaced-token head means this run's) where their networks differ: objective (but
     'electra' and 'electra_15', whose networks are one), uniform replacements against a
     generator, or another generator (what it shares, `sharing`, or its size). None where
-    they are one (or the checkpoint has no model_info.json to say)."""
+    they are one, or the discriminators differ in size (the generator's follows: another
+    size, not another variant), or the checkpoint has no model_info.json to say."""
     if "objective" not in earlier:
         return None
     there = (earlier["objective"], earlier.get("options", {}).get("uniform_generator", False))
@@ -1650,7 +1655,7 @@ def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
         # as well (its generator's shape follows it: another size, not another variant).
         here_info = {"sharing": model.sharing, "generator": _config_dict(model.generator_config)}
         if not (earlier.get("generator") and here_info["generator"]) or _other_shape(
-                earlier, model):
+                earlier, model, _WEIGHT_SHAPE_KEYS):
             return None
         shape = [key for key in factory.SHAPE_KEYS
                  if _shape(earlier, "generator", key) != _shape(here_info, "generator", key)]
@@ -1670,14 +1675,18 @@ def _other_variant(earlier: dict, model) -> tuple[str, str, bool] | None:
     return name(*there), name(*here), same_head
 
 
-def _other_shape(earlier: dict, model) -> str | None:
+# The size settings that shape a weight (the number of heads splits a kernel, shaped alike).
+_WEIGHT_SHAPE_KEYS = tuple(key for key in factory.SHAPE_KEYS if key != "num_heads")
+
+
+def _other_shape(earlier: dict, model, keys=factory.SHAPE_KEYS) -> str | None:
     """How the discriminator of a checkpoint's model dir (`earlier`, its model_info.json)
-    differs from the model's in size ("hidden_size 384, num_layers 6 (its model_info.json),
-    this model's 128, 2"), or None."""
+    differs from the model's in the size settings `keys` ("hidden_size 384, num_layers 6
+    (its model_info.json), this model's 128, 2"), or None."""
     if not earlier.get("discriminator"):
         return None
     here = {"discriminator": _config_dict(model.discriminator_config)}
-    keys = [key for key in factory.SHAPE_KEYS
+    keys = [key for key in keys
             if _shape(earlier, "discriminator", key) != _shape(here, "discriminator", key)]
     if not keys:
         return None
