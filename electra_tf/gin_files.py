@@ -12,6 +12,7 @@ import difflib
 import os
 import re
 import tokenize
+import unicodedata
 from numbers import Integral, Real
 
 import gin
@@ -106,9 +107,10 @@ def parse(files: list[str], bindings: list[str]) -> None:
     for path in paths:  # (and the folders of the files theirs include, for theirs)
         _add_include_folders(path, searched)
     for path, name in zip(paths, files):  # a file of theirs that one includes: as given
-        for included in _read_files(path, searched)[:-1]:
-            if not included.startswith(GIN_DIR + os.sep):
-                _check_text(included, f"{included} (included by --gin_file={name})")
+        for reader in _read_files(path, searched):
+            for included in includes(reader, searched):
+                if not included.startswith(GIN_DIR + os.sep) and os.path.exists(included):
+                    _check_text(included, f"{included} (included by --gin_file={name})")
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
     # gin/'s size and ablation files that a user's file includes count as given before it
     # (include 'ablations/mlm.gin' then 'tiny.gin' trained ELECTRA, unchecked): (path, label).
@@ -180,18 +182,19 @@ def _parse_binding(binding: str, example: str) -> None:
         raise UserInputError(f"--gin_bindings={binding!r}: {_import_failure(e)}") from None
     except (ValueError, SyntaxError, KeyError, IOError, tokenize.TokenError) as e:
         message = _first_line(e)
-        literal = ("write a number, True/False/None, a quoted string ('...'), a list or a "
-                   "%MACRO")
+        literal = "a number, True/False/None, a quoted string ('...'), a list or a %MACRO"
         if message.startswith("malformed node or string"):
             raise UserInputError(
-                f"--gin_bindings={binding!r}: the value is not a Python literal; {literal}") \
-                from None
+                f"--gin_bindings={binding!r}: the value is not a Python literal; write "
+                f"{literal}") from None
         if isinstance(e, (SyntaxError, tokenize.TokenError)):
-            # (a value gin cannot read: its name was not the matter, as the line said)
-            odd = "".join(dict.fromkeys(c for c in binding if ord(c) > 127))
+            # (a line gin cannot parse: not a name to check against the files, as it said)
+            odd = "".join(dict.fromkeys(  # digits and quotes of an input method, say
+                c for c in binding
+                if ord(c) > 127 and not unicodedata.category(c).startswith(("L", "M"))))
             raise UserInputError(
                 f"--gin_bindings={binding!r}: {message.rstrip('.')}; write NAME = VALUE, the "
-                f"value {literal[6:]}" + (
+                f"name as the gin files give it, the value {literal}" + (
                     f", in ASCII ({' '.join(odd)} are not: digits and quotes typed by an "
                     "input method or a word processor)" if odd else "")) from None
         hint = _set_elsewhere(e) or _other_script(e)
@@ -413,8 +416,8 @@ def includes(path: str, searched=()) -> list[str]:
 def _resolve_include(name: str, searched=()) -> str:
     if os.path.isabs(name):
         return name
-    return next((os.path.join(d, name) for d in (GIN_DIR, *searched)
-                 if os.path.isfile(os.path.join(d, name))), os.path.join(GIN_DIR, name))
+    return next((os.path.join(d, name) for d in (GIN_DIR, *searched)  # (a folder: refused)
+                 if os.path.exists(os.path.join(d, name))), os.path.join(GIN_DIR, name))
 
 
 def _included_gin_files(path: str, name: str, searched: list[str], seen=(),

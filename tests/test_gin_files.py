@@ -103,13 +103,15 @@ def test_a_value_that_is_not_a_literal_and_an_unknown_name_say_which():
     # check (it ended "check the name against the gin files").
     for binding, odd in (("NUM_TRAIN_STEPS = ４０", " (４ ０ are not: digits and quotes"),
                          ("OBJECTIVE = “mlm”", " (“ ” are not: digits and quotes"),
-                         ("NUM_TRAIN_STEPS = 4 4", "")):
+                         ("NUM_TRAIN_STEPS = 4 4", ""),
+                         ("OBJECTIVE = 'électra' 2", "")):  # (é: a letter, fine in quotes)
         with pytest.raises(UserInputError) as error:
             gin_files.parse(["tiny.gin"], [binding])
         message = str(error.value).splitlines()[0]
         assert message.startswith(f"--gin_bindings={binding!r}: ") and (
-            "; write NAME = VALUE, the value a number, True/False/None, a quoted string ('...'),"
-            f" a list or a %MACRO{', in ASCII' if odd else ''}{odd}") in message, message
+            "; write NAME = VALUE, the name as the gin files give it, the value a number, "
+            "True/False/None, a quoted string ('...'), a list or a %MACRO"
+            f"{', in ASCII' if odd else ''}{odd}") in message, message
         assert "check the name" not in message
 
 
@@ -323,6 +325,9 @@ def test_gin_files_that_are_not_text_loop_or_import_are_one_line(tmp_path):
     imports.write_text("import t5.models.mesh_transformer\ninclude 'tiny.gin'\n")
     including = tmp_path / "including.gin"
     including.write_text("include 'bom.gin'\nNUM_TRAIN_STEPS = 40\n")
+    (tmp_path / "sub").mkdir()
+    folder = tmp_path / "folder.gin"
+    folder.write_text("include 'tiny.gin'\ninclude 'sub'\n")
     for files, bindings, message in (
             ([looped], [], rf"^--gin_file={looped}: its includes go round in a loop \(a file "
                            r"includes itself, directly or through another\); remove the "
@@ -339,6 +344,8 @@ def test_gin_files_that_are_not_text_loop_or_import_are_one_line(tmp_path):
             ([including], [], rf"^{bom} \(included by --gin_file={including}\) begins with a "
                               r"byte-order mark \(saved as \"UTF-8 with BOM\"\), which gin "
                               r"cannot read; save it as UTF-8 without one$"),
+            ([folder], [], rf"^{tmp_path}/sub \(included by --gin_file={folder}\) is a folder; "
+                           r"pass a gin file"),
             (["tiny.gin"], ["NUM_TRAIN_STEPS=%NUM_TRAIN_STEPS"],
              r"^the macro NUM_TRAIN_STEPS = %NUM_TRAIN_STEPS names itself, so it has no value; "
              r"give it one$"),
