@@ -364,10 +364,15 @@ def test_squad_contradictions_the_official_scripts_read_otherwise_are_refused(tm
         ("q1", False, ["Emma"]), ("q2", True, [])]
     assert len(squad.read_squad(_squad(dev, contradiction), training=False,
                                 labelled=False)) == 2  # (a test file's are not read)
-    for training in (True, False):
-        _refused(f"{dev}: the paragraph of question 'q1' has an empty context; write it, or "
-                 "drop the paragraph", squad.read_squad,
-                 _squad(dev, [{"id": "q1", **emma}], context=" \n"), training=training)
+    _refused(f"{dev}: the paragraph of question 'q1' has an empty context; write it, or "
+             "drop the paragraph", squad.read_squad,
+             _squad(dev, [{"id": "q1", **emma}], context=" \n"), training=False)
+    # (in a training file: skipped by encode, with a note saying why)
+    empty = squad.read_squad(_squad(dev, [{"id": "q1", **emma}], context=" \n"),
+                             training=True)
+    assert squad.dropped_note("train.json", empty, 3) == (
+        "train.json: 1 of 3 questions skipped: their answer text is not in the context or "
+        "holds no word (question 'q1''s context is empty)")
     path = _squad(dev, [])  # (a paragraph without questions: nothing to answer)
     text = json.loads(open(path).read())
     text["data"][0]["paragraphs"].insert(0, {"context": "", "qas": []})
@@ -503,7 +508,8 @@ def test_tagging_refuses_json_and_csv_files_and_looks_for_conll_text(tmp_path):
                         "write it so (e.g. as train.txt)", tasks.load, tasks.get_task("tagging"),
                         train_file=str(path), dev_file=str(path)).startswith(str(path))
     (tmp_path / "dev.jsonl").write_text((tmp_path / "train.jsonl").read_text())
-    _refused(f"{tmp_path} has no train file (train.tsv or train.txt or train.conll)",
+    _refused(f"{tmp_path} has no train file (train.tsv or train.txt or train.conll) "
+             "(train.jsonl is not read: tagging reads CoNLL text, a word and its tag per line)",
              tasks.load, tasks.get_task("tagging"), data_dir=str(tmp_path))
     (tmp_path / "train.conll").write_text("Emma B-PER\nsmiled O\n\nAnne B-PER\nwept O\n")
     (tmp_path / "dev.txt").write_text("Anne B-PER\nsmiled O\n")

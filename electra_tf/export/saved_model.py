@@ -486,7 +486,7 @@ class TaskServingModule(_TextModule):
         # The context's basic tokens (tokenization.basic_token_spans'), each tokenized on its own as
         # fine-tuning tokenized them, with their byte spans to quote the answer from.
         words, word_begin, _ = tf_text.regex_split_with_offsets(
-            tf.strings.regex_replace(context, r"\x00", tokenization.NUL_STAND_IN),
+            tf.strings.regex_replace(context, tokenization.NUL, tokenization.NUL_STAND_IN),
             tokenization.BASIC_SPLIT, tokenization.BASIC_KEPT)              # [b, (w)]
         word_pieces = tok.tokenize(words.flat_values)                       # [w, (p)]
         pieces = tf.RaggedTensor.from_row_splits(

@@ -70,7 +70,9 @@ def read_squad(path: str, training: bool, labelled: bool = True) -> list[QAExamp
         for paragraph in _list(article, "paragraphs", path, "an article"):
             context = _text(paragraph, "context", path, "a paragraph")
             qas = _list(paragraph, "qas", path, "a paragraph")
-            if qas and not context.strip():  # (nothing to answer from: each scored 0)
+            # Nothing to answer from: each scored 0 (a training file's are skipped by
+            # `encode`, with a note).
+            if qas and not context.strip() and not training:
                 first = qas[0].get("id") if isinstance(qas[0], dict) else None
                 raise UserInputError(f"{path}: the paragraph of question {first!r} has an "
                                      "empty context; write it, or drop the paragraph")
@@ -311,6 +313,10 @@ def dropped_note(path: str, dropped: list[QAExample], total: int) -> str:
     """The line a run logs about training questions `encode` dropped: how many, and the
     first one's answer beside what its answer_start points at."""
     first = dropped[0]
+    if not first.context.strip():
+        return (f"{path}: {len(dropped)} of {total} questions skipped: their answer text is "
+                f"not in the context or holds no word (question {first.qid!r}'s context is "
+                "empty)")
     found = first.context[first.start_char:first.start_char + len(first.answer_text)]
     if found == first.answer_text:  # there, but no word of the context: "" or spaces
         return (f"{path}: {len(dropped)} of {total} questions skipped: their answer text is "
@@ -359,10 +365,11 @@ def _spaced_otherwise(context: str, start: int, text: str) -> int | None:
     answer_start on, joined by single spaces, hold the answer's so joined); it was skipped.
     An answer that is not at answer_start stays skipped (they took it where it lay inside
     those words: an answer_start counted in bytes)."""
-    words = _SQUAD_SPACES.split(text.strip(" \t\r\n\u202f"))
-    if words == [""]:
+    words = text.split()  # (the readers' whitespace_tokenize: str.split)
+    if not words:
         return None
-    position = start
+    space = _SQUAD_SPACES.match(context, start)
+    position = space.end() if space and text[:1].isspace() else start  # " Paris" at a tab
     for n, word in enumerate(words):
         if n:
             space = _SQUAD_SPACES.match(context, position)

@@ -135,6 +135,12 @@ def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
         elif what == "dev" and any(tf.io.gfile.exists(os.path.join(data_dir, name))
                                    for name in TASKS["conll"].files["dev"]):
             hint = " (a CoNLL-2003 release? --task=conll reads its valid.txt)"
+        elif names[0].endswith(".tsv") and names[-1].endswith(".conll"):  # tagging's
+            other = [f"{what}.{ext}" for ext in ("jsonl", "json", "csv")
+                     if tf.io.gfile.exists(os.path.join(data_dir, f"{what}.{ext}"))]
+            if other:
+                hint = (f" ({other[0]} is not read: tagging reads CoNLL text, a word and its "
+                        "tag per line)")
         raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}){hint}; "
                              "pass the folder of the task's release as --data_dir")
     return None
