@@ -260,19 +260,31 @@ def _train(tokenizer: HFTokenizer, batches: Iterator[list[str]], trainer) -> Non
     a signal's handler runs only in the main thread, between Python instructions, so with
     the trainer's Rust code there Ctrl-C and SIGTERM waited until it returned (8 to 14 s of
     a 45 MB corpus's 25, over a minute on 350 MB). The thread is a daemon: a script that
-    stops leaves it to the process's exit (it writes nothing)."""
-    outcome = {}
+    stops leaves it to the process's exit (it writes nothing). In a longer process (a
+    notebook) an interrupted trainer stops reading the corpus, but its Rust part, once
+    begun, runs to its end."""
+    outcome, stop = {}, threading.Event()
+
+    def until_stopped():
+        for batch in batches:
+            if stop.is_set():
+                raise KeyboardInterrupt  # (the trainer's error, which no one reads)
+            yield batch
 
     def train():
         try:
-            tokenizer.train_from_iterator(batches, trainer)
+            tokenizer.train_from_iterator(until_stopped(), trainer)
         except BaseException as e:  # raised again in the main thread
             outcome["error"] = e
 
     thread = threading.Thread(target=train, name="electra-learn-vocab", daemon=True)
     thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except BaseException:
+        stop.set()
+        raise
     if "error" in outcome:
         raise outcome["error"]
 

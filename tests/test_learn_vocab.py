@@ -439,7 +439,7 @@ def _words_corpus(count: int) -> list[str]:
                      for _ in range(20)) for _ in range(count)]
 
 
-def _when_the_trainer_runs(act, timeout: float = 120.0):
+def _when_the_trainer_runs(act, timeout: float = 60.0):
     """A thread that calls `act` once the vocab trainer's thread exists (its Rust code is
     then running or about to), or after `timeout` seconds."""
     import threading
