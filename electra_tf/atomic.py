@@ -21,6 +21,12 @@ def temporary_name(path: str) -> str:
     return f"{path.rstrip('/')}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute and normalised; a URL (gs://...) as it is, less a
+    trailing slash."""
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
 def write_text(path: str, text: str, overwrite: bool = True) -> None:
     """Writes `text` (UTF-8) to `path`, creating its folder. Readers see the old file or the
     whole new one. With overwrite=False an existing `path` raises tf.errors.AlreadyExistsError

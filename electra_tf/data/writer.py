@@ -440,7 +440,7 @@ def _validate_and_plan(input_patterns, vocab_file, max_seq_length, num_shards, s
     shards = min(num_shards or len(pieces), len(pieces))
     config = BuildConfig(
         # Absolute: metadata.json names the vocab for runs started from other folders.
-        inputs=tuple(files), vocab_file=_absolute(vocab_file),
+        inputs=tuple(files), vocab_file=atomic.absolute(vocab_file),
         vocab_sha256=tokenization.vocab_sha256(vocab_file), vocab_size=tokenizer.vocab_size,
         lower_case=lower_case, strip_accents=tokenizer.strip_accents,
         max_seq_length=max_seq_length, num_shards=shards, seed=seed, input_format=input_format,
@@ -524,7 +524,7 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
 
 def _input_sizes(config: BuildConfig) -> dict:
     """Each input file's size: what tells a finished build's inputs edited since."""
-    return {_absolute(p): tf.io.gfile.stat(p).length for p in config.inputs}
+    return {atomic.absolute(p): tf.io.gfile.stat(p).length for p in config.inputs}
 
 
 def _check_inputs_unchanged(output_dir: str, metadata: dict, config: BuildConfig):
@@ -550,19 +550,15 @@ def _same_setting(key: str, saved, current) -> bool:
     if key == "vocab_file":
         return True
     if key == "inputs" and isinstance(saved, list) and isinstance(current, list):
-        return [_absolute(p) for p in saved] == [_absolute(p) for p in current]
+        return [atomic.absolute(p) for p in saved] == [atomic.absolute(p) for p in current]
     return saved == current
-
-
-def _absolute(path: str) -> str:
-    return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
 def _check_output_outside_inputs(input_patterns, output_dir: str):
     """An --output_dir that an --input glob or folder takes in (or that holds an input file)
     would have its shards read as text by the rerun that resumes or checks the build;
     refused before anything is read."""
-    absolute = _absolute
+    absolute = atomic.absolute
     output = absolute(output_dir)
     within = [output]  # the output and the folders above it
     while os.path.dirname(within[-1]) not in ("", within[-1]):

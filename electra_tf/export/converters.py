@@ -285,7 +285,8 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     except huggingface.TensorMismatch as e:
         raise _in_tf1_terms(e, checkpoint) from None
     info = write_model_dir(model, output_dir, vocab_file, lower_case, max_seq_length,
-                           source=f"tf1:{_absolute(checkpoint)}", not_imported=not_imported)
+                           source=f"tf1:{atomic.absolute(checkpoint)}",
+                           not_imported=not_imported)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported,
             "notes": notes}
 
@@ -304,12 +305,6 @@ def _check_describable(model: ElectraPretrainer, source: str):
         gin_bindings(model)
     except UserInputError as e:
         raise UserInputError(f"{source}: {e}") from None
-
-
-def _absolute(path: str) -> str:
-    """A local path made absolute (model_info.json's record of an import's source, which
-    later runs copy: as typed, it named a folder relative to wherever the import ran)."""
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _in_tf1_terms(error: huggingface.TensorMismatch, checkpoint: str) -> UserInputError:
@@ -602,8 +597,8 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
             "config.json and weights again, together") from None
     notes = []
     tokenizer = _hf_tokenizer(discriminator_dir, vocab_file, lower_case, notes)
-    source = f"hf:{_absolute(discriminator_dir)}" + (
-        f" (generator hf:{_absolute(generator_dir)})" if generator_dir else "")
+    source = f"hf:{atomic.absolute(discriminator_dir)}" + (
+        f" (generator hf:{atomic.absolute(generator_dir)})" if generator_dir else "")
     info = write_model_dir(model, output_dir, max_seq_length=max_seq_length,
                            source=source, not_imported=not_imported, **tokenizer)
     return {"model_info": info, "skipped": skipped, "not_imported": not_imported,
