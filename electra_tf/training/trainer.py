@@ -249,7 +249,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
         seconds = max(time.time() - start_time, 1e-9)
         values = self.metrics.result()
         values["optimizer/learning_rate"] = float(self.optimizer.learning_rate)
-        values["optimizer/grad_norm"] = float(self.grad_norm.result())
+        if float(self.grad_norm.count.numpy()):  # (a loop of overflowed float16 steps
+            # alone has no finite norm: it read 0)
+            values["optimizer/grad_norm"] = float(self.grad_norm.result())
         examples_per_second = steps * self.global_batch_size / seconds
         values["throughput/examples_per_second"] = examples_per_second
         # Real tokens (padding not counted): the global batch's, by the step's own count.
