@@ -1047,9 +1047,9 @@ def test_glue_files_of_another_shape_are_refused_naming_the_line(tmp_path):
     conll.mkdir()
     for name in ("train.txt", "valid.txt"):
         (conll / name).write_text("Emma B-PER\n")
-    refused("tagging", f"{conll} has no dev file (dev.csv or dev.tsv or dev.jsonl or dev.json or "
-            "dev.txt) (a CoNLL-2003 release? --task=conll reads its valid.txt); pass the folder "
-            "of the task's release as --data_dir", data_dir=str(conll))
+    refused("tagging", f"{conll} has no dev file (dev.tsv or dev.txt or dev.conll) (a "
+            "CoNLL-2003 release? --task=conll reads its valid.txt); pass the folder of the "
+            "task's release as --data_dir", data_dir=str(conll))
     # MNLI's test files given one by one go to their own submission files.
     assert tasks._submission_of(tasks.get_task("mnli"), "x/test_mismatched.tsv") == (
         "MNLI-mm.tsv", None)
