@@ -48,12 +48,10 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     atomic.check_no_wildcards(path, path, _RENAME)
     given = f"{flag}={path}" if flag else path
     if tf.io.gfile.isdir(path):
-        latest = (tf.train.latest_checkpoint(path)
-                  if tf.io.gfile.exists(os.path.join(path, OPERATIVE_CONFIG))
-                  else folder_checkpoint(path, given))
+        own = tf.io.gfile.exists(os.path.join(path, OPERATIVE_CONFIG))  # a model dir's
+        latest = tf.train.latest_checkpoint(path) if own else folder_checkpoint(path, given)
         # (a model dir's own file first: reading a checkpoint's names costs more)
-        if latest is not None and not tf.io.gfile.exists(
-                os.path.join(path, OPERATIVE_CONFIG)) and is_tf1_checkpoint(latest):
+        if latest is not None and not own and is_tf1_checkpoint(latest):
             raise convert_tf1_first(given, latest)
         if latest is None:
             if is_hf_folder(path):
