@@ -749,7 +749,10 @@ def _finetune(task, out, models, bindings=(), num_trials=1, seed=0, **files):
 
     gin_files.parse(["finetune/tiny.gin"], [f"MAX_SEQ_LENGTH = {L}", "TRAIN_BATCH_SIZE = 8",
                                             "LEARNING_RATE = 1e-3",
-                                            "finetuning.max_train_steps = 3"] + list(bindings))
+                                            "finetuning.max_train_steps = 3",
+                                            # (3 steps: no warmup, all 3 at the full rate)
+                                            "finetuning.warmup_proportion = 0.0"]
+                      + list(bindings))
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(runner, "_write_trial", keep)

@@ -522,6 +522,23 @@ def test_prediction_progress_counts_inputs_where_they_are_not_the_files_rows(mon
     assert lines == ["  predicting dev.json: 4 of 7 inputs (the file's 3 rows)"]
 
 
+@pytest.mark.parametrize("steps", [4, 15, 25, 779])
+def test_a_trials_learning_rate_is_the_official_formulas(steps):
+    """The official fine-tuning schedule, lr x min(1, step / (0.1 x steps)) x (1 - step /
+    steps), at every step: the warmup was rounded to whole steps (half to even), so a run
+    of 4 or 5 steps had none and took its first step at the full rate, 15 steps warmed up
+    over 2 and 25 over 2."""
+    from electra_tf.finetune import runner
+    init = runner.load_initialization("none", UNCASED_VOCAB, model_size="tiny")
+    _, optimizer = runner.build_trial(init, "sentence", 2, 0, steps, 3e-4, 1.0, False, 0.1,
+                                      0.1, False, aggregate_gradients=False)
+    schedule = optimizer._learning_rate
+    got = np.array([float(schedule(step)) for step in range(steps + 1)])
+    expected = np.array([3e-4 * min(1.0, step / (0.1 * steps)) * (1 - step / steps)
+                         for step in range(steps + 1)])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-10)  # (float32)
+
+
 def test_a_trials_splits_share_one_traced_prediction_function():
     """A trial's dev and test splits run one traced forward pass: each traced its own, and
     with small splits TensorFlow's warning that 5 calls in a row retraced landed among an

@@ -832,7 +832,7 @@ def build_trial(init: Initialization, head: str, num_outputs: int, seed: int, st
         model.encoder, layerwise_lr_decay, official=official_layerwise_decay)
     optimizer = optimization.create_optimizer(
         learning_rate=learning_rate, num_train_steps=steps,
-        warmup_steps=int(round(warmup_proportion * steps)),
+        warmup_steps=warmup_proportion * steps,  # (the official's, unrounded)
         learning_rate_multipliers=multipliers, aggregate_gradients=aggregate_gradients)
     optimizer.build(model.trainable_variables)
     return model, optimizer

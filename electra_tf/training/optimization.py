@@ -75,7 +75,7 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
       [0.0, 0.000475, 0.0009, 0.00045, 0.0, 0.0]
     """
 
-    def __init__(self, learning_rate: float, num_train_steps: int, warmup_steps: int,
+    def __init__(self, learning_rate: float, num_train_steps: int, warmup_steps: float,
                  warmup: str = "multiply", decay_power: float = 1.0):
         if warmup not in WARMUPS:
             raise UserInputError(f"warmup={warmup!r} is not a known schedule; use one of "
@@ -101,7 +101,10 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                                  "in the run")
         self.learning_rate = float(learning_rate)
         self.num_train_steps = int(num_train_steps)
-        self.warmup_steps = int(warmup_steps)
+        # (a fraction where fine-tuning's warmup_proportion gives one: the official
+        # min(1, step / (proportion x steps)); rounded, a run of 4 steps had no warmup)
+        self.warmup_steps = (int(warmup_steps) if float(warmup_steps).is_integer()
+                             else float(warmup_steps))
         self.warmup = warmup
         self.decay_power = float(decay_power)
 
@@ -506,9 +509,10 @@ def check_types(values: dict) -> None:
     before it writes. (Adam's betas out of [0, 1) or a non-positive epsilon stopped at a
     non-finite loss whose line blamed the learning rate; a learning rate of 1e999 too.)"""
     gin_files.check_types(
-        "optimizer", values, integers=("num_train_steps", "warmup_steps"),
-        numbers=("learning_rate", "decay_power", "weight_decay_rate", "beta_1", "beta_2",
-                 "epsilon"), flags=("bias_correction", "aggregate_gradients"), macros=_MACROS)
+        "optimizer", values, integers=("num_train_steps",),
+        numbers=("learning_rate", "warmup_steps", "decay_power", "weight_decay_rate",
+                 "beta_1", "beta_2", "epsilon"),
+        flags=("bias_correction", "aggregate_gradients"), macros=_MACROS)
     for name, bad, wanted in (("beta_1", lambda v: not 0 <= v < 1, "from 0 to below 1"),
                               ("beta_2", lambda v: not 0 <= v < 1, "from 0 to below 1"),
                               ("epsilon", lambda v: not 0 < v < math.inf, "positive"),
@@ -535,7 +539,7 @@ def check_types(values: dict) -> None:
 @gin.configurable("optimizer", denylist=["num_train_steps", "aggregate_gradients",
                                          "restart_at", "log"])
 def create_optimizer(learning_rate: float = 5e-4, num_train_steps: int = 1_000_000,
-                     warmup_steps: int = 10_000, name: str = "adamw",
+                     warmup_steps: float = 10_000, name: str = "adamw",
                      warmup: str = "multiply", decay_power: float = 1.0,
                      weight_decay_rate: float = 0.01,
                      beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
