@@ -1344,8 +1344,8 @@ def test_task_qa_serving_quotes_the_spans_pieces_as_decode_does(tmp_path):
     cases = [  # vocab, lower_case, the words of random contexts and their separator, the
         # piece scored highest, and contexts that hold it with their answers
         (UNCASED_VOCAB, True, ["5kg", "10km", "unremarkable", "Éclair", "e\u0301clair",
-                               "İzmir", "Œuvre", "ab\u200bcd", "a😀b", "x\x00yz", "xylophone", "the",
-                               ","], " ", "195", weighs),
+                               "İzmir", "Œuvre", "ab\u200bcd", "a😀b", "x\x00yz", "xylophone",
+                               "the", ","], " ", "195", weighs),
         (CHINESE_VOCAB, True, ["Ｈｅｌｌｏ", "ＡＢＣ123", "ok😂", "😀", "手机", "很轻", "，"], "",
          "195", weighs),
         (cased_vocab(tmp_path / "cased.txt", ["é", "##é"]), False,
