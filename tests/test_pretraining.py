@@ -1664,13 +1664,21 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_runs_learn(tmp_path, data, precision):
-    result, _ = run(tmp_path, data, [f"pretraining.precision = '{precision}'",
-                                     "NUM_TRAIN_STEPS = 12"])
+    result, lines = run(tmp_path, data, [f"pretraining.precision = '{precision}'",
+                                         "NUM_TRAIN_STEPS = 12"])
     assert np.isfinite(result["train"]["loss/total"])
     train = summary_tags(tmp_path / "train")
+    steps = [line for line in lines if line.startswith("step ")]
     if precision == "mixed_float16":
-        # The first steps overflow the initial scale 2^15: it halves, those steps are skipped.
-        assert 1 <= result["train"]["optimizer/loss_scale"] < 2 ** 15
+        # The first steps overflow the initial scale 2^15: it halves, those steps are skipped
+        # (the console counts them, as fine-tuning's does: a halving each, no doubling in 12).
+        scale = result["train"]["optimizer/loss_scale"]
+        assert 1 <= scale < 2 ** 15
+        said = [re.search(r"\| loss scale (\S+), (\d+) skipped$", line) for line in steps]
+        assert all(said) and float(said[-1][1]) == scale, steps
+        assert sum(int(m[2]) for m in said) == round(np.log2(2 ** 15 / scale)) >= 1, steps
+    else:
+        assert not any("loss scale" in line for line in steps)
     # The norm recorded (and clipped to 1) is that of the unscaled gradients, about 45-50
     # here in either precision: under float16 loss scaling the scaled ones are the scale
     # (2^11 at the end) times larger. A loop whose steps all overflowed has no norm: no

@@ -756,6 +756,9 @@ class _Monitor:
         # uniform generator's its discriminator's)
         parts = ", ".join(f"{name} {values[f'loss/{name}']:.4f}"
                           for name in ("generator", "discriminator") if f"loss/{name}" in values)
+        if "optimizer/loss_scale" in values:  # (as fine-tuning's line says it)
+            speed += (f" | loss scale {values['optimizer/loss_scale']:g}, "
+                      f"{loop['overflowed']} skipped")
         self.log(f"step {step}/{self.num_train_steps} | loss {values['loss/total']:.4f} "
                  f"({parts}) | {speed}")
         self._check_discriminator(values.get("discriminator/auc"), step, loop["steps"])

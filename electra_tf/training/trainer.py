@@ -147,6 +147,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
             self.metrics = PretrainingMetrics()
             self.grad_norm = keras.metrics.Mean(name="grad_norm")
             self.real_tokens = keras.metrics.Mean(name="real_tokens")  # per global batch
+            # The share of the recorded steps whose float16 gradients overflowed (skipped):
+            # a mean, which reads the same whatever the replicas add.
+            self.overflowed = keras.metrics.Mean(name="overflowed")
         self.steps_per_call = steps_per_call
         self._replica_steps = {}
         self._block_loop_fn = None
@@ -234,6 +237,7 @@ class PretrainingTrainer(orbit.StandardTrainer):
         self.metrics.reset()
         self.grad_norm.reset_state()
         self.real_tokens.reset_state()
+        self.overflowed.reset_state()
         self.state.bad_step.assign(-1)
         self._loop_start = (time.time(), int(self.state.step.numpy()))
 
@@ -275,7 +279,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
         self.last_loop = {"values": values, "steps": steps, "seconds": seconds,
                           "start_time": start_time, "start_step": start_step,
                           "cold": self._cold, "bad_step": int(self.state.bad_step.numpy()),
-                          "recorded": steps - skipped}
+                          "recorded": steps - skipped,
+                          "overflowed": round(float(self.overflowed.result())
+                                              * (steps - skipped))}
         return {}
 
     # -- the step
@@ -356,6 +362,9 @@ class PretrainingTrainer(orbit.StandardTrainer):
         counted = record & grads_finite
         self.grad_norm.update_state(tf.where(counted, norm, 0.0),
                                     sample_weight=tf.cast(counted, tf.float32))
+        if self.loss_scale is not None:
+            self.overflowed.update_state(tf.cast(~grads_finite, tf.float32),
+                                         sample_weight=tf.cast(record, tf.float32))
 
         self._finish_step(grads, variables, loss_finite, grads_finite, skip)
 
