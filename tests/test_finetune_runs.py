@@ -276,22 +276,34 @@ def test_a_model_dir_that_is_a_file_fails_with_one_line(tmp_path):
     (("task_info.json", "trial.json", "vocab.txt"),
      "is a trial of a fine-tuning run (task_info.json), not a folder for a run: choose another "
      "--model_dir (--init_checkpoint={d} fine-tunes its encoder further)"),
+    (("saved_model.pb", "variables/variables.index"),
+     "holds an exported SavedModel (saved_model.pb), not a fine-tuning run; choose another "
+     "--model_dir"),
+    (("1/saved_model.pb", "2/saved_model.pb"),
+     "holds an exported model's versions (N/saved_model.pb), not a fine-tuning run; choose "
+     "another --model_dir"),
+    (("models.config", "electra/1/saved_model.pb"),
+     "holds exported models for TF Serving (models.config), not a fine-tuning run; choose "
+     "another --model_dir"),
 ])
 def test_a_model_dir_of_another_kind_is_refused(tmp_path, written, message):
     """A pre-training model dir (or a trial) given as --model_dir took the trials beside its
     checkpoints: an --init_checkpoint of it then took the best trial, and export refused it
-    as a fine-tuning run; --overwrite would not have made it one either."""
+    as a fine-tuning run; --overwrite would not have made it one either. An export's folder
+    (a SavedModel, a model's versions, an --export_dir) took them beside its models."""
     from electra_tf.errors import UserInputError
     from electra_tf.finetune import runner
     model = tmp_path / "model"
     model.mkdir()
     for name in written:
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
         (model / name).write_text("{}")
     for overwrite in (False, True):
         with pytest.raises(UserInputError) as error:
             runner.check_model_dir(str(model), overwrite)
         assert str(error.value) == f"--model_dir={model} " + message.format(d=model)
-    assert sorted(os.listdir(model)) == sorted(written)
+    assert sorted(str(p.relative_to(model)) for p in model.rglob("*") if p.is_file()) == sorted(
+        written)
 
 
 def test_a_disk_without_room_for_a_trial_is_refused_before_it_trains(tmp_path, small_disk):

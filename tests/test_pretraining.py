@@ -1252,11 +1252,15 @@ def test_continued_pre_training_keeps_what_its_weights_were_trained_on(tmp_path,
             r"--max_seq_length=64 or less\n")):
         run(tmp_path / "e", data, ["pretrainer.max_position_embeddings = 64"],
             init_checkpoint=str(tmp_path / "a"), dry_run=True)
-    # A model dir that holds data or a fine-tuning run is not one to write a run into.
+    # A model dir that holds data, a fine-tuning run or exports is not one to write a run into.
     (tmp_path / "tuned").mkdir()
     (tmp_path / "tuned" / "results.json").write_text("{}")
+    (tmp_path / "served" / "3").mkdir(parents=True)
+    (tmp_path / "served" / "3" / "saved_model.pb").write_text("{}")
     for model_dir, what in ((short, r"pre-training data \(metadata.json\)"),
-                            (tmp_path / "tuned", r"a fine-tuning run \(results.json\)")):
+                            (tmp_path / "tuned", r"a fine-tuning run \(results.json\)"),
+                            (tmp_path / "served", r"an exported model's versions "
+                                                  r"\(N/saved_model.pb\)")):
         with pytest.raises(UserInputError, match=rf"^--model_dir={model_dir} holds {what}, "
                                                  r"not a pre-training run; choose another "
                                                  r"--model_dir\n"):

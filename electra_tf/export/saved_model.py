@@ -1060,6 +1060,19 @@ def _add_missing_config_entry(export_dir: str, model_name: str, log):
         "there (an export stopped before writing it?)")
 
 
+def serving_files(folder: str, names: list[str]) -> str | None:
+    """What of an export `folder` holds (its entry `names`), as a refusal names it, or None:
+    a SavedModel, a model's version folders, or an --export_dir's models.config."""
+    if "saved_model.pb" in names:
+        return "an exported SavedModel (saved_model.pb)"
+    if any(n.isdigit() and tf.io.gfile.exists(os.path.join(folder, n, "saved_model.pb"))
+           for n in names):
+        return "an exported model's versions (N/saved_model.pb)"
+    if MODELS_CONFIG in names:
+        return f"exported models for TF Serving ({MODELS_CONFIG})"
+    return None
+
+
 def _versions(export_dir: str, model_name: str) -> list[int]:
     """The version folders TF Serving sees under a model name (numeric names)."""
     folder = os.path.join(export_dir, model_name)

@@ -657,6 +657,11 @@ def check_model_dir(model_dir: str, overwrite: bool = False,
             "model_info.json), not a fine-tuning run; fine-tuning writes its trials to a "
             "folder of their own: choose another --model_dir (--init_checkpoint="
             f"{model_dir} fine-tunes that model)")
+    from electra_tf.export.saved_model import serving_files
+    exported = serving_files(model_dir, names)
+    if exported:  # (TF Serving would not see the trials; the export's own folder, mixed)
+        raise UserInputError(f"--model_dir={model_dir} holds {exported}, not a fine-tuning "
+                             "run; choose another --model_dir")
     if TASK_INFO in names or TRIAL_RESULT in names:
         raise UserInputError(
             f"--model_dir={model_dir} is a trial of a fine-tuning run ({TASK_INFO}), not a "

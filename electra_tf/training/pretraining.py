@@ -1225,9 +1225,9 @@ def _other_files(before: list, now: list) -> list[str]:
 
 
 def _check_not_another_output(model_dir: str) -> None:
-    """A --model_dir that holds pre-training data or a fine-tuning run is refused: a run
-    there wrote its checkpoints among the TFRecords, or its model_info.json into the
-    fine-tuning run."""
+    """A --model_dir that holds pre-training data, a fine-tuning run or exported models is
+    refused: a run there wrote its checkpoints among the TFRecords, or its model_info.json
+    into the fine-tuning run."""
     if not tf.io.gfile.isdir(model_dir) or tf.train.latest_checkpoint(model_dir):
         return  # (a run that earlier versions let start there resumes)
     names = [name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)]
@@ -1236,10 +1236,15 @@ def _check_not_another_output(model_dir: str) -> None:
             "a fine-tuning run (results.json)": "results.json",
             "a fine-tuning run (trial_*/)": "trial_*",
             "a fine-tuning trial (task_info.json)": "task_info.json"}
+    from electra_tf.export.saved_model import serving_files
     for what, pattern in held.items():
         if fnmatch.filter(names, pattern):
-            raise UserInputError(f"--model_dir={model_dir} holds {what}, not a pre-training "
-                                 "run; choose another --model_dir")
+            break
+    else:
+        what = serving_files(model_dir, names)
+    if what:
+        raise UserInputError(f"--model_dir={model_dir} holds {what}, not a pre-training "
+                             "run; choose another --model_dir")
 
 
 def _init_notes(init_checkpoint, note, earlier, model_info) -> list[str]:
