@@ -171,7 +171,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
     _check_macros_defined(example)
     _check_macros_used(paths, bindings, example, searched)
     _check_unscoped()
-    _check_generator_bindings_used(bindings)
+    _check_generator_bindings_used(bindings, order)
 
 
 def _parse_binding(binding: str, example: str) -> None:
@@ -204,14 +204,24 @@ def _parse_binding(binding: str, example: str) -> None:
                              f"the name against the gin files (e.g. {example})") from None
 
 
-def _check_generator_bindings_used(bindings: list[str]) -> None:
-    """A binding of the generator's size for a model without a generator (BERT's masked LM,
-    a uniform generator) was accepted and changed nothing (ablation files are checked so by
-    _check_ablations_agree; the size files bind it for every model)."""
+def _check_generator_bindings_used(bindings: list[str], files: list[str]) -> None:
+    """A binding or an ablation file (of `files`, those read) that sizes the generator of a
+    model without one (BERT's masked LM, a uniform generator) was accepted and changed
+    nothing. By the values read: a run's operative_config.gin saying OBJECTIVE = 'mlm' then
+    generator_half.gin passed _check_ablations_agree, which compares ablation files only
+    (the size files bind it for every model)."""
     objective, uniform = _value("pretrainer.objective"), _value("pretrainer.uniform_generator")
     removed = ("OBJECTIVE='mlm' trains no generator (BERT)" if objective == "mlm"
                else "pretrainer.uniform_generator=True replaces tokens uniformly at random, "
                "without a generator" if uniform is True else None)
+    ablations = os.path.join(GIN_DIR, "ablations") + os.sep
+    for path in files if removed else ():
+        if path.startswith(ablations) and any(
+                re.fullmatch(r"pretrainer\.generator_(hidden|layers)_fraction", key)
+                for key, _ in _bindings_of_file(path)):
+            name = os.path.relpath(path, GIN_DIR)
+            raise UserInputError(f"--gin_file={name} sets the generator's size, but {removed}: "
+                                 f"drop --gin_file={name}")
     for binding in bindings if removed else ():
         for name in re.findall(r"^\s*pretrainer\.(generator_(?:hidden|layers)_fraction)\s*=",
                                binding, re.MULTILINE):

@@ -165,6 +165,24 @@ def test_ablation_files_that_undo_each_other_are_refused(files, message):
         gin_files.parse(files, [])
 
 
+def test_a_generator_size_file_for_a_model_another_file_leaves_without_one(tmp_path):
+    """generator_half.gin after a user's file (a run's operative_config.gin) or a binding
+    that makes the model BERT or its generator uniform: refused by the values read (the
+    check compared ablation files only, and the size was taken without a word)."""
+    mine = tmp_path / "operative_config.gin"
+    mine.write_text("OBJECTIVE = 'mlm'\n")
+    for files, bindings, removed in (
+            (["tiny.gin", str(mine)], [], r"OBJECTIVE='mlm' trains no generator \(BERT\)"),
+            (["tiny.gin"], ["pretrainer.uniform_generator = True"],
+             r"pretrainer.uniform_generator=True replaces tokens uniformly at random, without "
+             r"a generator")):
+        with pytest.raises(UserInputError, match=(
+                rf"^--gin_file=ablations/generator_half.gin sets the generator's size, but "
+                rf"{removed}: drop --gin_file=ablations/generator_half.gin$")):
+            gin_files.parse(files + ["ablations/generator_half.gin"], bindings)
+    gin_files.parse(["tiny.gin", str(mine)], [])  # (its size file's fraction: no file's)
+
+
 def test_ablation_files_of_different_studies_combine(tmp_path):
     import gin
     gin_files.parse(["small.gin", "ablations/sharing_none.gin",
