@@ -9,6 +9,7 @@ is one UserInputError naming the file or binding.
 import ast
 import codecs
 import difflib
+import inspect
 import os
 import re
 import tokenize
@@ -19,6 +20,15 @@ import gin
 from absl import logging as absl_logging
 
 from electra_tf.errors import UserInputError
+
+def _as_written(value) -> str:
+    """A bound value as a gin file writes it: a configurable reference (gin passes the
+    function or class, `@pretrainer`) by its name, not "<function build_pretrainer at 0x..>"."""
+    if inspect.isfunction(value) or inspect.isclass(value):
+        found = gin.config._inverse_lookup(value)  # (gin has no public inverse lookup)
+        return f"@{found.name if found else getattr(value, '__name__', value)}"
+    return repr(value)
+
 
 GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin")
 
@@ -41,9 +51,10 @@ def check_types(scope: str, values: dict, integers=(), numbers=(), flags=(), str
                   else "a string" if name in strings and not isinstance(value, str)
                   else None)
         if wanted:
-            setting = f"{scope}.{name}={value!r}"
+            shown = _as_written(value)
+            setting = f"{scope}.{name}={shown}"
             if name in (macros or {}):
-                setting = f"{macros[name]}={value!r} ({scope}.{name})"
+                setting = f"{macros[name]}={shown} ({scope}.{name})"
             raise UserInputError(f"{setting} must be {wanted}"
                                  + (" or None" if name in may_be_none else "")
                                  + (" (no quotes)" if isinstance(value, str) else ""))

@@ -2220,6 +2220,9 @@ def test_bindings_that_would_train_wrongly_are_refused_before_anything_is_writte
              r"clipping(\n|$)"),
             (["MASK_PROB = '0.2'"], r"^MASK_PROB='0.2' \(pretraining.mask_prob\) must be "
              r"a number \(no quotes\)"),
+            # a configurable's reference as gin writes it (it was "<function build_... at 0x")
+            (["optimizer.learning_rate = @pretrainer"], r"^LEARNING_RATE=@pretrainer "
+             r"\(optimizer.learning_rate\) must be a number(\n|$)"),
             (["pretraining.device_name = 4"], r"^pretraining.device_name=4 must be a string or "
              r"None(\n|$)"),
             (["STEPS_PER_LOOP = True"], r"^STEPS_PER_LOOP=True \(pretraining.steps_per_loop\) "
