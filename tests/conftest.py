@@ -137,15 +137,16 @@ def cased_vocab(path, extra=()) -> str:
     return str(path)
 
 
-def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), eager=False, **kwargs):
+def pretrain(model_dir, data, bindings=(), files=("tiny.gin",), eager=False, lines=None,
+             **kwargs):
     """run_pretraining in this process with the gin files and SMALL + bindings; returns
-    (its result, the lines it logged). eager: inside functions_run_eagerly(), for a run
-    that only makes a model dir for the test."""
+    (its result, the lines it logged: to `lines` if given, for a run that raises). eager:
+    inside functions_run_eagerly(), for a run that only makes a model dir for the test."""
     import gin
 
     from electra_tf import gin_files
     from electra_tf.training import pretraining
-    lines = []
+    lines = [] if lines is None else lines
     # (the generator's size bound for a model without a generator is refused)
     generator = not re.search(r"OBJECTIVE = 'mlm'|/mlm\.gin|uniform_generator(\.gin| = True)",
                               " ".join([*files, *bindings]))

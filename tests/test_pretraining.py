@@ -1058,13 +1058,20 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
                             f"--model_dir={tmp_path / 'b'} holds a run, which this one resumes "
                             "(--init_checkpoint starts a new --model_dir)")
     for dry_run in (True, False):  # a dry run checks it too
+        lines = []
         with pytest.raises(ValueError, match=re.escape(
                 f"--init_checkpoint={tmp_path / 'a' / 'ckpt-6'} does not fit this model (its "
                 "discriminator has intermediate_size 64 (its model_info.json), this model's "
                 f"48); describe its architecture: --gin_file={tmp_path / 'a'}/"
                 "operative_config.gin after the size's file")):
-            run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48"],
-                init_checkpoint=str(tmp_path / "a"), dry_run=dry_run)
+            run(tmp_path / "c", data, ["pretrainer.intermediate_size = 48",
+                                       "WARMUP_STEPS = 100"],
+                init_checkpoint=str(tmp_path / "a"), dry_run=dry_run, lines=lines)
+        # The schedule's note comes once the run starts (it came before the refusal).
+        assert not any("learning rate peaks" in line for line in lines), lines
+    _, lines = run(tmp_path / "c", data, ["WARMUP_STEPS = 100"],
+                   init_checkpoint=str(tmp_path / "a"), dry_run=True)
+    assert sum("learning rate peaks" in line for line in lines) == 1, lines
     # Of another hidden size, whose generator's follows it: the same (it was said to be
     # another variant, "trained with sharing 'embeddings', a generator of hidden_size 16",
     # and told to use the same size file).

@@ -326,9 +326,13 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
             raise UserInputError(
                 f"algorithm 'two_stage' needs pretraining.two_stage_steps inside the run (0, "
                 f"{num_train_steps}); got {two_stage_steps}")
+        # (its note on the schedule said once the run is known to start: it came before
+        # the refusal of an --init_checkpoint of another size)
+        schedule_notes = []
         optimizer = optimization.create_optimizer(
             num_train_steps=num_train_steps, aggregate_gradients=False,
-            restart_at=two_stage_steps if two_stage else None, log=log if chief else None)
+            restart_at=two_stage_steps if two_stage else None,
+            log=schedule_notes.append if chief else None)
         optimizer.build(model.trainable_variables)
         state = TrainState(_skip_capacity(model_dir, max_restores))
         loss_scale = LossScale() if precision == "mixed_float16" else None
@@ -411,6 +415,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                 log(line)
         elif tf.train.latest_checkpoint(model_dir):  # what the resume keeps
             model_info.update(_kept_lineage(model_dir))
+        for line in schedule_notes:
+            log(line)
         if chief and not tf.train.latest_checkpoint(model_dir):  # keep a run's own record
             atomic.write_text(os.path.join(model_dir, MODEL_INFO), _info_json(model_info))
         log(_info_json(model_info))
@@ -497,6 +503,8 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
         log(f"initialised the model from {model_info['init_checkpoint']}")
         for line in _init_notes(init_checkpoint, note, earlier, model_info):
             log(line)
+    for line in schedule_notes:
+        log(line)
     if chief:
         own_vocab = os.path.join(model_dir, "vocab.txt")
         if not tf.io.gfile.exists(own_vocab):  # the dir stands alone when the data moves
