@@ -222,6 +222,17 @@ def test_regression_labels_with_a_decimal_comma_or_underscores_are_refused(tmp_p
         message = _refused(f"{stsb} line 2: label '{score}' {message}", readers.read_glue,
                            str(stsb), tasks.get_task("stsb").glue)
         assert message.endswith("the row"), message
+    # Scores outside STS-B's 0-5: trained as score / 5, their submissions were cut to 0-5.
+    for score in ("5.2", "-0.5", "10"):
+        stsb.write_text(f"{head}\tscore\n0\tm\tf\t2012\t0\ts\ts\tA man.\tA dog.\t0\n"
+                        f"1\tm\tf\t2012\t0\ts\ts\tA man.\tA dog.\t{score}\n", encoding="utf-8")
+        _refused(f"{stsb} line 3: label '{score}' is outside STS-B's scores, 0 to 5; fix the "
+                 "row, or fine-tune other scores with --task=regression", readers.read_glue,
+                 str(stsb), tasks.get_task("stsb").glue)
+    stsb.write_text(f"{head}\tscore\n0\tm\tf\t2012\t0\ts\ts\tA man.\tA dog.\t5.000\n",
+                    encoding="utf-8")
+    assert [e.label for e in readers.read_glue(str(stsb), tasks.get_task("stsb").glue)[0]] == [
+        5.0]
     assert readers.sorted_labels(["1_5", "2", "10"]) == ["10", "1_5", "2"]  # not numbers
 
 

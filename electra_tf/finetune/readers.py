@@ -438,6 +438,10 @@ def read_glue(path: str, fmt: GlueFormat, test: bool = False,
                 raise UserInputError(f"{path} line {number}: label {text!r} is not a "
                                      f"{'finite ' if label is not None else ''}number{hint}; "
                                      "fix or drop the row")
+            if not 0 <= label <= 5:  # (trained on score / 5; served and submitted 0-5)
+                raise UserInputError(f"{path} line {number}: label {text!r} is outside "
+                                     f"{fmt.directory}'s scores, 0 to 5; fix the row, or "
+                                     "fine-tune other scores with --task=regression")
         if not test and fmt.labels is not None and label not in fmt.labels:
             raise UserInputError(f"{path} line {number}: label {label!r} is not one of "
                                  f"{', '.join(fmt.labels)}; is this the {fmt.directory} file?")
