@@ -1069,6 +1069,17 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
                 init_checkpoint=str(tmp_path / "a"), dry_run=dry_run, lines=lines)
         # The schedule's note comes once the run starts (it came before the refusal).
         assert not any("learning rate peaks" in line for line in lines), lines
+    # Another head count: the weights load (their shapes are alike) and attend otherwise;
+    # it loaded without a word. For another variant too, which takes the encoder alone.
+    for files in (("tiny.gin",), ("tiny.gin", "ablations/electra_15.gin")):
+        with pytest.raises(UserInputError, match=re.escape(
+                f"--init_checkpoint={tmp_path / 'a' / 'ckpt-6'} does not fit this model (its "
+                "discriminator has num_heads 1 (its model_info.json), this model's 2: the "
+                "weights take this model's shapes, split into other attention heads); "
+                f"describe its architecture: --gin_file={tmp_path / 'a'}/operative_config.gin "
+                "after the size's file")):
+            run(tmp_path / "c", data, ["pretrainer.num_heads = 2"], files=files,
+                init_checkpoint=str(tmp_path / "a"), dry_run=True)
     _, lines = run(tmp_path / "c", data, ["WARMUP_STEPS = 100"],
                    init_checkpoint=str(tmp_path / "a"), dry_run=True)
     assert sum("learning rate peaks" in line for line in lines) == 1, lines

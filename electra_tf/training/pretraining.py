@@ -1619,6 +1619,13 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
             f"--init_checkpoint={path} was trained with {variant[0]}: a two-stage run "
             "starts its discriminator from its generator at the switch, so the encoder it "
             "would take from there would not last; start a joint run from it")
+    heads = _other_shape(earlier, model, ("num_heads",))
+    if heads:  # (its weights have this model's shapes: they would load and attend otherwise)
+        raise UserInputError(
+            f"--init_checkpoint={path} does not fit this model (its discriminator has {heads}: "
+            "the weights take this model's shapes, split into other attention heads); "
+            f"describe its architecture: --gin_file={_config_of(path)} after the size's file, "
+            "before any ablation file")
     try:
         if variant:  # (read alone: a failed read of the whole may have assigned some parts)
             return path, *_initialise_encoder(model, path, variant)
@@ -1636,16 +1643,20 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
                 "operative_config.gin gives: use the same size file and encoder bindings"
             ) from None
         shape = _other_shape(earlier, model)
-        config = f"{os.path.dirname(path) or '.'}/{OPERATIVE_CONFIG}"
-        config = (("<its model dir>/" + OPERATIVE_CONFIG) if not tf.io.gfile.exists(config)
-                  else f"<a local copy of {config}>" if "://" in config  # (gin reads local)
-                  else config)
         raise UserInputError(
             f"--init_checkpoint={path} does not fit this model ("
             + (f"its discriminator has {shape}" if shape else first) + "); describe its "
-            f"architecture: --gin_file={config} after the size's file, before any ablation "
-            "file") from None
+            f"architecture: --gin_file={_config_of(path)} after the size's file, before any "
+            "ablation file") from None
     return path, [], None
+
+
+def _config_of(checkpoint: str) -> str:
+    """The operative_config.gin beside a checkpoint, as a --gin_file to give (gin reads a
+    local file only)."""
+    config = f"{os.path.dirname(checkpoint) or '.'}/{OPERATIVE_CONFIG}"
+    return (("<its model dir>/" + OPERATIVE_CONFIG) if not tf.io.gfile.exists(config)
+            else f"<a local copy of {config}>" if "://" in config else config)
 
 
 # Objectives whose replaced-token head means one thing: the probability that a token was
