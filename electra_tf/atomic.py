@@ -4,16 +4,32 @@ nothing behind: everything is written under a temporary name beside its target (
 local or any tf.io.gfile filesystem (gs://...)."""
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
 import re
 import shutil
+import sys
 import uuid
 
 import tensorflow as tf
 
 from electra_tf.errors import UserInputError
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swaps two local folders in one step (Linux's renameat2 RENAME_EXCHANGE), so that a
+    reader of `b` (TF Serving polling a model's versions) never finds it missing, as it
+    would between renaming the old one aside and the new one in; False where the system,
+    the C library or the file system cannot (the caller renames in two steps)."""
+    if "://" in a or "://" in b or not sys.platform.startswith("linux"):
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:  # (glibc before 2.28, musl)
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def temporary_name(path: str) -> str:
@@ -85,9 +101,11 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True,
     """Yields a temporary folder beside `path` to fill (`temporary`, default
     temporary_name(path)); when the block ends without an exception the folder becomes
     `path`, else it is removed. A folder already at `path` (the caller has checked that it
-    may be replaced) is renamed aside first (to `aside`, default a temporary_name) and
-    deleted only once the new one is in place: if that fails, it is put back (a process
-    killed between the renames leaves it at `aside`, for the caller's next run to find).
+    may be replaced) is swapped with the new one in one step where the system can
+    (`_exchange`: local Linux folders), then deleted; elsewhere it is renamed aside first
+    (to `aside`, default a temporary_name) and deleted only once the new one is in place:
+    if that fails, it is put back (a process killed between the renames leaves it at
+    `aside`, for the caller's next run to find).
     The default temporary is named for this machine's process (PATH.tmp-PID-HEX-OWNER): one
     a killed process of this machine left for `path` is removed by the next staged_dir.
     With replace=False a folder found at `path` when the block ends (another process wrote
@@ -116,20 +134,23 @@ def staged_dir(path: str, temporary: str | None = None, replace: bool = True,
         old = (aside or temporary_name(path)) if tf.io.gfile.exists(path) else None
         if old and not replace:
             raise FileExistsError(errno.EEXIST, "written while this one was staged", path)
-        if old:
-            tf.io.gfile.rename(path, old)
-        try:
-            tf.io.gfile.rename(temporary, path)
-        except BaseException:
-            if old and not tf.io.gfile.exists(path):
-                tf.io.gfile.rename(old, path)
-            if not replace and tf.io.gfile.exists(path):  # appeared since the check above
-                raise FileExistsError(errno.EEXIST, "written while this one was staged",
-                                      path) from None
-            raise
-        moved = True
-        if old:
-            tf.io.gfile.rmtree(old)
+        if old and _exchange(temporary, path):
+            moved = True  # (the old folder, now at `temporary`, is removed below)
+        else:
+            if old:
+                tf.io.gfile.rename(path, old)
+            try:
+                tf.io.gfile.rename(temporary, path)
+            except BaseException:
+                if old and not tf.io.gfile.exists(path):
+                    tf.io.gfile.rename(old, path)
+                if not replace and tf.io.gfile.exists(path):  # appeared since the check
+                    raise FileExistsError(errno.EEXIST, "written while this one was staged",
+                                          path) from None
+                raise
+            moved = True
+            if old:
+                tf.io.gfile.rmtree(old)
     finally:
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.rmtree(temporary)

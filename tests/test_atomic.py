@@ -136,12 +136,14 @@ def test_staged_dir_without_replace_keeps_a_folder_renamed_in_at_the_same_moment
 
 def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_path,
                                                                           monkeypatch):
-    """The folder being replaced is renamed aside, not deleted first: a failure while the
-    new one moves in puts it back (a TF Serving version never lost to a failed overwrite)."""
+    """Where the two cannot swap in one step (gs://, not Linux), the folder being replaced
+    is renamed aside, not deleted first: a failure while the new one moves in puts it back
+    (a TF Serving version never lost to a failed overwrite)."""
     target = tmp_path / "1"
     target.mkdir()
     (target / "saved_model.pb").write_text("old")
     rename, staged = tf.io.gfile.rename, []
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
 
     def failing(source, destination, overwrite=False):
         if source in staged:  # the new folder moving in
@@ -160,6 +162,34 @@ def test_staged_dir_keeps_the_folder_it_replaces_until_the_new_one_is_in(tmp_pat
         open(os.path.join(temporary, "saved_model.pb"), "w").write("new")
     assert os.listdir(tmp_path) == ["1"]
     assert (target / "saved_model.pb").read_text() == "new"
+
+
+def test_staged_dir_swaps_the_folder_it_replaces_in_one_step(tmp_path, monkeypatch):
+    """On Linux the new folder and the one it replaces swap in one step (renameat2's
+    RENAME_EXCHANGE): `path` is never missing, as it was between renaming the old one aside
+    and the new one in (TF Serving, polling, would unload the version or fall back to an
+    older one); no rename of `path` aside is made, and the old folder is removed after."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "which").write_text("a")
+    if not atomic._exchange(str(tmp_path / "a"), str(tmp_path / "b")):
+        pytest.skip("no renameat2 RENAME_EXCHANGE here")
+    assert (tmp_path / "b" / "which").read_text() == "a" and not os.listdir(tmp_path / "a")
+    target = tmp_path / "1"
+    target.mkdir()
+    (target / "saved_model.pb").write_text("old")
+    rename = tf.io.gfile.rename
+
+    def watched(source, destination, overwrite=False):
+        assert source.rstrip("/") != str(target), "the folder was renamed aside"
+        return rename(source, destination, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", watched)
+    for text in ("new", "newer"):
+        with atomic.staged_dir(str(target)) as temporary:
+            open(os.path.join(temporary, "saved_model.pb"), "w").write(text)
+        assert sorted(os.listdir(tmp_path)) == ["1", "a", "b"]
+        assert (target / "saved_model.pb").read_text() == text
 
 
 def _mark(where, pid, **changes):
