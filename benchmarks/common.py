@@ -11,14 +11,20 @@ import os
 import platform
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_DIR = os.path.join(REPO, "benchmarks", ".cache")
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results")
+
+
+class _Terminated(BaseException):
+    """SIGTERM during a benchmark (BaseException: no `except Exception` swallows it)."""
 
 
 def run(main):
@@ -31,11 +37,20 @@ def run(main):
     def guarded(argv):
         from electra_tf.errors import UserInputError
         from electra_tf.training import signals
+
+        def terminated(*_):  # (raised in the main thread: `with` blocks clean up, as on
+            raise _Terminated  # Ctrl-C; a benchmark's temporary folders were left)
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, terminated)
         try:
             return main(argv)
         except KeyboardInterrupt:
             print(signals.INTERRUPTED_LINE, file=sys.stderr)
             return 130
+        except _Terminated:
+            print("terminated (SIGTERM)", file=sys.stderr)
+            return 128 + signal.SIGTERM
         except UserInputError as e:
             print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1

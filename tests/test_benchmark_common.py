@@ -173,6 +173,25 @@ def test_a_benchmark_ends_in_one_line(raised, code, line):
     assert (done.returncode, done.stderr.strip()) == (code, line)
 
 
+def test_a_benchmark_stopped_by_sigterm_cleans_up_and_ends_in_one_line():
+    """SIGTERM (a `timeout`, a scheduler) ends a benchmark as Ctrl-C does: its `with`
+    blocks clean up (serving.py left its 115 MB temporary export in /tmp) and one line."""
+    script = ("import os, signal, sys, tempfile, time\n"
+              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+              "import common\n"
+              "def main(argv):\n"
+              "    with tempfile.TemporaryDirectory(prefix='bench_') as work:\n"
+              "        print(work, flush=True)\n"
+              "        os.kill(os.getpid(), signal.SIGTERM)\n"
+              "        time.sleep(60)\n"
+              "common.run(main)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (143, "terminated (SIGTERM)")
+    work = done.stdout.strip()
+    assert work and not os.path.exists(work)
+
+
 def test_the_benchmarks_size_choices_are_the_models():
     """The --size flags' choices (electra_tf.choices, no TensorFlow: a bad size is refused
     at parsing, before step_profile measured the matmul rate for 40 s) are the sizes the
