@@ -1139,6 +1139,15 @@ def test_task_tagging_takes_words_as_lists_as_the_training_file_had_them(task_ex
         loaded.signatures["tag_words"](words=tf.constant([["a", "b", ""], ["a", "", "b"]]))
     served = loaded.signatures["tag_words"](words=tf.constant([["a", "b", ""], ["", "", ""]]))
     assert served["words"].numpy().tolist() == [[b"a", b"b"], [b"", b""]]
+    # Bytes that are not UTF-8 (gRPC and REST's b64 send any) come back each as U+FFFD: TF
+    # Serving's REST reply copies a string output as it is, and they made its JSON invalid.
+    # The words are tagged as before.
+    for name, given in (("tag_words", {"words": tf.constant([[b"caf\xe9", b"\xffbad", b"x"]])}),
+                        ("serving_default", {"text": tf.constant([b"caf\xe9 \xffbad x"])})):
+        served = loaded.signatures[name](**given)
+        assert served["words"].numpy()[0].tolist() == [
+            "caf\ufffd".encode(), "\ufffdbad".encode(), b"x"], name
+        assert all(served["word_tags"].numpy()[0]), name  # each word tagged
 
 
 def test_served_tags_are_re_encoded_as_fine_tuning_writes_them():

@@ -461,7 +461,12 @@ class TaskServingModule(_TextModule):
         logits = self._serve_ids(input_ids, input_mask, segment_ids)["logits"]  # [b, L, C]
         tag_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
         tags = tf.where(input_mask > 0, tf.gather(tf.constant(self.label_names), tag_ids), "")
-        words = words.to_tensor(default_value="")                       # [b, W]
+        # (returned as valid UTF-8: TF Serving's REST reply copies a string output as it is,
+        # and bytes that are not UTF-8, which gRPC and b64 inputs may send, made its JSON
+        # invalid; each such byte a U+FFFD, as QA reads them)
+        words = tf.strings.unicode_transcode(
+            words.to_tensor(default_value=""), "UTF-8", "UTF-8", errors="replace",
+            replacement_char=0xFFFD)                                    # [b, W]
         word_tags = tf.ragged.boolean_mask(tags, word_start > 0).to_tensor(
             default_value="", shape=tf.shape(words, out_type=tf.int64))
         if self.tag_scheme:
