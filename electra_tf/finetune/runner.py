@@ -595,7 +595,7 @@ def write_results(model_dir: str | None, results: dict, log=print) -> dict:
     ValueError before the file is written: JSON has no NaN, and readers (jq, JavaScript,
     strict parsers) refuse Python's."""
     results, undefined = _undefined_to_null(results)
-    text = json.dumps(results, indent=2, allow_nan=False)
+    text = json.dumps(results, indent=2, allow_nan=False, ensure_ascii=False)
     if undefined:
         log(f"undefined, written as null: {', '.join(undefined)} (a constant prediction or "
             "label has no correlation; a median, mean or std with an undefined trial is "
@@ -1504,12 +1504,12 @@ def _write_trial(trial_dir, model, adapter, outputs, test_outputs, info, record,
             adapter.write(partial, split, test_outputs[split.name], test=True,
                           **decode_options)
         atomic.write_text(os.path.join(partial, TASK_INFO),
-                          json.dumps(info, indent=2, allow_nan=False))
+                          json.dumps(info, indent=2, allow_nan=False, ensure_ascii=False))
         tf.io.gfile.copy(info["vocab_file"], os.path.join(partial, VOCAB_COPY), overwrite=True)
         record = dict(record, dev={k: v if math.isfinite(v) else None
                                    for k, v in record["dev"].items()})
         atomic.write_text(os.path.join(partial, TRIAL_RESULT),
-                          json.dumps(record, indent=2, allow_nan=False))
+                          json.dumps(record, indent=2, allow_nan=False, ensure_ascii=False))
         if save_model:
             tf.train.Checkpoint(model=model).write(os.path.join(partial, "model", "ckpt"))
 

@@ -277,9 +277,16 @@ def _first_difference(text: str, other: str, width: int = 80) -> tuple[str, str]
 
 def summed_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
     """`value` summed over every replica of every worker (in a tf.function: run eagerly, a
-    collective strategy logs a warning about its overhead each time)."""
-    return tf.function(lambda: strategy.reduce(
-        tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(value)), axis=None))()
+    collective strategy logs a warning about its overhead each time; one per strategy, as
+    one made per call logged TensorFlow's retracing warning at a fine-tuning's fifth)."""
+    if _SUMS.get(id(strategy), (None,))[0] is not strategy:
+        _SUMS[id(strategy)] = (strategy, tf.function(lambda x: strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(x,)), axis=None),
+            reduce_retracing=True))
+    return _SUMS[id(strategy)][1](tf.convert_to_tensor(value))
+
+
+_SUMS: dict[int, tuple] = {}  # id(strategy) -> (strategy, its traced sum)
 
 
 def task_index(cluster: dict, task_type: str, task_id: int) -> int:
