@@ -5,6 +5,7 @@ import gzip
 import json
 import lzma
 import random
+import re
 
 import pytest
 import tensorflow as tf
@@ -233,6 +234,11 @@ def test_expand_inputs(tmp_path, monkeypatch):
         f"{tmp_path}/a/1.txt", f"{tmp_path}/a/2.txt.gz", f"{tmp_path}/b.txt"]
     with pytest.raises(UserInputError, match=r"input .*/nope\*.txt matches no file; check the "):
         corpus.expand_inputs(f"{tmp_path}/nope*.txt")
+    # A shell's brace list, which the comma split cut: said (its first piece "matched no file").
+    with pytest.raises(UserInputError, match=re.escape(
+            f"input {tmp_path}/{{b matches no file; a brace list ({{a,b}}) is not a glob here: "
+            "write its paths out, comma-separated (dir/a.txt,dir/b.txt), or use a wildcard")):
+        corpus.expand_inputs(f"{tmp_path}/{{b,a/1}}.txt")
     # A path that exists is read as named, though its name holds a wildcard or a comma.
     for name in ("run[1]/x.txt", "a*b/y.txt", "aZb/z.txt", "co,mma/w.txt"):
         (tmp_path / name).parent.mkdir(exist_ok=True)

@@ -605,3 +605,8 @@ def test_a_glob_missing_the_compressed_shards_says_how_to_match_them(tmp_path):
         pipeline.list_files(f"{tmp_path}/*.tfrecord", "--data")
     assert str(error.value) == (f"--data {tmp_path}/*.tfrecord matches no file; its compressed "
                                 f"shards end .tfrecord.gz: pass '{tmp_path}/*.tfrecord*'")
+    with pytest.raises(UserInputError) as error:  # a shell's brace list
+        pipeline.list_files(f"{tmp_path}/{{a,b}}/*.tfrecord*", "--data")
+    assert str(error.value) == (f"--data {tmp_path}/{{a matches no file; a brace list ({{a,b}}) "
+                                "is not a glob here: write its paths out, comma-separated "
+                                "(dir/a.txt,dir/b.txt), or use a wildcard (dir/*.txt)")

@@ -149,6 +149,12 @@ def _split_unquoted(patterns: str) -> list[str]:
 _PATH_MAX = 4096  # (Linux's)
 
 
+# A shell's brace list ("dir/{a,b}.txt"), which tf.io.gfile.glob does not expand and the
+# comma split cuts: its first piece "matches no file".
+BRACE_LIST_HINT = ("a brace list ({a,b}) is not a glob here: write its paths out, "
+                   "comma-separated (dir/a.txt,dir/b.txt), or use a wildcard (dir/*.txt)")
+
+
 def expand_inputs(patterns: str | list[str]) -> list[str]:
     """Comma-separated globs and folders -> sorted list of files. Raises if none match, or
     for a broken link or a pipe. A file or folder that exists is read as named, though its
@@ -164,7 +170,9 @@ def expand_inputs(patterns: str | list[str]) -> list[str]:
                                  f"{os.readlink(pattern)}); fix it or pass another --input")
         if not matched:
             raise UserInputError(
-                f"input {pattern} matches no file; check the path or glob in --input")
+                f"input {pattern} matches no file; "
+                + (BRACE_LIST_HINT if re.search(r"[{}]", pattern)
+                   else "check the path or glob in --input"))
         found = set()
         for path in matched:
             if tf.io.gfile.isdir(path):

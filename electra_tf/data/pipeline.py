@@ -68,6 +68,7 @@ def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> l
             raise UserInputError(
                 f"{data_flag or 'data'} {pattern} matches no file; "
                 + (f"its compressed shards end .tfrecord.gz: pass '{pattern}*'" if longer else
+                   corpus.BRACE_LIST_HINT if re.search(r"[{}]", pattern) else
                    "check the path, or build the data with scripts/build_pretraining_data.py"))
         shards = [m for m in matched
                   if not m.endswith(".json") and ".tmp-" not in os.path.basename(m)]
