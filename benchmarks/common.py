@@ -169,7 +169,10 @@ class LoadMonitor:
         return False
 
 
-def wait_for_quiet(max_wait_s: float = 300, threshold_cores: float = 0.25,
+QUIET_CORES = 0.25  # what other processes may use during a measurement kept as quiet
+
+
+def wait_for_quiet(max_wait_s: float = 300, threshold_cores: float = QUIET_CORES,
                    sample_s: float = 2.0) -> float:
     """Waits (up to max_wait_s) until other processes use < threshold_cores; returns the
     last sampled load in cores."""
@@ -184,7 +187,7 @@ def wait_for_quiet(max_wait_s: float = 300, threshold_cores: float = 0.25,
         time.sleep(5)
 
 
-def measure_quietly(measure, max_wait_s: float = 300, threshold_cores: float = 0.25,
+def measure_quietly(measure, max_wait_s: float = 300, threshold_cores: float = QUIET_CORES,
                     attempts: int = 4) -> dict:
     """Runs measure() (which returns a dict) when the machine is quiet; if other processes
     used more than threshold_cores during it, discards the figure and measures again (up to
@@ -368,7 +371,7 @@ def earlier_finetuning(out: str, init: str, num_trials: int, num_train: int,
     `init`'s latest checkpoint (a model dir trained further, or pre-trained again, is
     fine-tuned again)."""
     try:
-        with open(os.path.join(out, "results.json")) as f:
+        with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
             result = json.load(f)
     except (OSError, ValueError):
         return None

@@ -237,7 +237,7 @@ def main(argv):
         if result is None:
             started = time.time()
             common.run_recorded(command, commands)
-            with open(os.path.join(out, "results.json")) as f:
+            with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
                 result = json.load(f)
             result["wall_seconds"] = round(time.time() - started, 1)
         else:

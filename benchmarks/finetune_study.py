@@ -179,7 +179,7 @@ def main(argv):
             [train_csv, dev_csv])
         if result is None:
             common.run_recorded(command, commands)
-            with open(os.path.join(out, "results.json")) as f:
+            with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
                 result = json.load(f)
             result["wall_seconds"] = round(time.time() - started, 1)
         else:  # done by an earlier run of this study with the same command

@@ -107,7 +107,8 @@ def main(argv):
                          examples_per_s=batch_size * m["calls"] / m["seconds"])
                 measured[name] = m
                 results.append(m)
-                busy = m["other_cores_during"] >= 0.25  # (every attempt was: the last kept)
+                # (every attempt was: the last kept)
+                busy = m["other_cores_during"] >= common.QUIET_CORES
                 rows.append([batch_size, name + (" (busy)" if busy else ""), length,
                              f"{m['p50_ms']:.2f}", f"{m['p99_ms']:.2f}",
                              f"{m['examples_per_s']:.1f}"])
@@ -122,10 +123,10 @@ def main(argv):
              "(20-40 words); the ids signature gets the same sentences tokenized beforehand "
              "(same lengths), so the difference is the tokenization inside the graph.\n"
              "- Latency per call after 5 warm-up calls; runs during which other processes "
-             "used more than 0.25 cores are discarded and redone, up to 4 times: a row "
-             "marked (busy) is the last of 4 runs that all were, not comparable (serving.json "
-             "has each row's other_cores_during). p99 is the slowest call where a row made "
-             "fewer than 100.\n")
+             f"used more than {common.QUIET_CORES} cores are discarded and redone, 4 runs in "
+             "all: a row marked (busy) is the last of 4 that all were, not comparable "
+             "(serving.json has each row's other_cores_during). p99 is the slowest call "
+             "where a row made 100 or fewer.\n")
     common.write_results(FLAGS.results_name, {"title": "Serving latency: raw-string vs token-id "
                                               "signature (CPU)",
                                      "run": common.run_info(), "results": results}, body)

@@ -25,7 +25,7 @@ def _exchange(a: str, b: str) -> bool:
     the C library or the file system cannot (the caller renames in two steps)."""
     if "://" in a or "://" in b or not sys.platform.startswith("linux"):
         return False
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    renameat2 = getattr(ctypes.CDLL(None), "renameat2", None)
     if renameat2 is None:  # (glibc before 2.28, musl)
         return False
     at_fdcwd, rename_exchange = -100, 2

@@ -21,6 +21,7 @@ from absl import logging as absl_logging
 
 from electra_tf.errors import UserInputError
 
+
 def _as_written(value) -> str:
     """A bound value as a gin file writes it: a configurable reference (gin passes the
     function or class, `@pretrainer`) by its name, not "<function build_pretrainer at 0x..>"."""

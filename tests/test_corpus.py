@@ -237,7 +237,7 @@ def test_expand_inputs(tmp_path, monkeypatch):
     # A shell's brace list, which the comma split cut: said (its first piece "matched no file").
     with pytest.raises(UserInputError, match=re.escape(
             f"input {tmp_path}/{{b matches no file; a brace list ({{a,b}}) is not a glob here: "
-            "write its paths out, comma-separated (dir/a.txt,dir/b.txt), or use a wildcard")):
+            "write its paths out, comma-separated (dir/a,dir/b), or use a wildcard")):
         corpus.expand_inputs(f"{tmp_path}/{{b,a/1}}.txt")
     # A path that exists is read as named, though its name holds a wildcard or a comma.
     for name in ("run[1]/x.txt", "a*b/y.txt", "aZb/z.txt", "co,mma/w.txt"):

@@ -306,6 +306,18 @@ def test_a_model_dir_of_another_kind_is_refused(tmp_path, written, message):
         written)
 
 
+def test_a_run_exported_into_its_own_folder_is_still_extended_or_overwritten(tmp_path):
+    """export_saved_model.py --export_dir=<the run's model dir> writes models.config and a
+    model's versions there: the run is still the run (it was refused as exported models)."""
+    from electra_tf.finetune import runner
+    (tmp_path / "trial_0").mkdir()
+    (tmp_path / "results.json").write_text(json.dumps({"trials": [{}]}))
+    (tmp_path / "models.config").write_text("model_config_list {}")
+    (tmp_path / "electra" / "1").mkdir(parents=True)
+    for kwargs in ({"num_trials": 2}, {"overwrite": True}):
+        assert runner.check_model_dir(str(tmp_path), **kwargs) == ["results.json", "trial_0"]
+
+
 def test_a_disk_without_room_for_a_trial_is_refused_before_it_trains(tmp_path, small_disk):
     """A trial's model is written when it has trained: on a disk without room for it, one
     line before the training (it was a traceback of the failed write after it)."""

@@ -563,6 +563,11 @@ def test_create_optimizer_errors():
             ({"epsilon": 0.0}, r"^optimizer.epsilon=0.0 must be positive\n"),
             ({"learning_rate": float("inf")}, r"^LEARNING_RATE=inf \(optimizer.learning_rate\) "
                                               r"must be at least 0 and finite\n"),
+            # (a number since fine-tuning's unrounded warmup: inf held the rate at 0)
+            ({"warmup_steps": float("inf")}, r"^WARMUP_STEPS=inf \(optimizer.warmup_steps\) "
+                                             r"must be at least 0 and finite\n"),
+            ({"warmup_steps": float("nan")}, r"^WARMUP_STEPS=nan \(optimizer.warmup_steps\) "
+                                             r"must be at least 0 and finite\n"),
             ({"learning_rate_multipliers": 2.0}, r"^optimizer.learning_rate_multipliers=2.0 "
                                                  r"must be a dict of \{variable path: factor\}"),
             ({"exclude_from_weight_decay": 5}, r"^optimizer.exclude_from_weight_decay=5 must "

@@ -609,4 +609,4 @@ def test_a_glob_missing_the_compressed_shards_says_how_to_match_them(tmp_path):
         pipeline.list_files(f"{tmp_path}/{{a,b}}/*.tfrecord*", "--data")
     assert str(error.value) == (f"--data {tmp_path}/{{a matches no file; a brace list ({{a,b}}) "
                                 "is not a glob here: write its paths out, comma-separated "
-                                "(dir/a.txt,dir/b.txt), or use a wildcard (dir/*.txt)")
+                                "(dir/a,dir/b), or use a wildcard (dir/*)")

@@ -1685,7 +1685,7 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
 
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_runs_learn(tmp_path, data, precision):
+def test_mixed_precision_runs_learn(tmp_path, data, precision, mirrored_strategy):
     result, lines = run(tmp_path, data, [f"pretraining.precision = '{precision}'",
                                          "NUM_TRAIN_STEPS = 12"])
     assert np.isfinite(result["train"]["loss/total"])
@@ -1699,6 +1699,14 @@ def test_mixed_precision_runs_learn(tmp_path, data, precision):
         said = [re.search(r"\| loss scale (\S+), (\d+) skipped$", line) for line in steps]
         assert all(said) and float(said[-1][1]) == scale, steps
         assert sum(int(m[2]) for m in said) == round(np.log2(2 ** 15 / scale)) >= 1, steps
+        # On 2 replicas each step counts once (each replica records it).
+        result, lines = run(tmp_path / "mirrored", data, [
+            f"pretraining.precision = '{precision}'", "NUM_TRAIN_STEPS = 12"],
+            strategy="mirrored")
+        scale = result["train"]["optimizer/loss_scale"]
+        said = [re.search(r"\| loss scale \S+, (\d+) skipped$", line) for line in lines
+                if line.startswith("step ")]
+        assert sum(int(m[1]) for m in said) == round(np.log2(2 ** 15 / scale)) >= 1, lines
     else:
         assert not any("loss scale" in line for line in steps)
     # The norm recorded (and clipped to 1) is that of the unscaled gradients, about 45-50

@@ -152,7 +152,7 @@ _PATH_MAX = 4096  # (Linux's)
 # A shell's brace list ("dir/{a,b}.txt"), which tf.io.gfile.glob does not expand and the
 # comma split cuts: its first piece "matches no file".
 BRACE_LIST_HINT = ("a brace list ({a,b}) is not a glob here: write its paths out, "
-                   "comma-separated (dir/a.txt,dir/b.txt), or use a wildcard (dir/*.txt)")
+                   "comma-separated (dir/a,dir/b), or use a wildcard (dir/*)")
 
 
 def expand_inputs(patterns: str | list[str]) -> list[str]:

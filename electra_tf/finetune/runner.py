@@ -658,8 +658,9 @@ def check_model_dir(model_dir: str, overwrite: bool = False,
             "folder of their own: choose another --model_dir (--init_checkpoint="
             f"{model_dir} fine-tunes that model)")
     from electra_tf.export.saved_model import serving_files
-    exported = serving_files(model_dir, names)
-    if exported:  # (TF Serving would not see the trials; the export's own folder, mixed)
+    ours = RESULTS in names or any(_TRIAL_DIR.fullmatch(n) for n in names)
+    exported = None if ours else serving_files(model_dir, names)
+    if exported:  # (a run's folder exported into is this run's: extended or overwritten)
         raise UserInputError(f"--model_dir={model_dir} holds {exported}, not a fine-tuning "
                              "run; choose another --model_dir")
     if TASK_INFO in names or TRIAL_RESULT in names:

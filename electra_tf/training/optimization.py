@@ -517,6 +517,10 @@ def check_types(values: dict) -> None:
                               ("beta_2", lambda v: not 0 <= v < 1, "from 0 to below 1"),
                               ("epsilon", lambda v: not 0 < v < math.inf, "positive"),
                               ("learning_rate", lambda v: not 0 <= v < math.inf,
+                               "at least 0 and finite"),
+                              # (a number: fine-tuning's proportion x steps is unrounded; 1e999
+                              # held the rate at 0 for the whole run, nan made it nan)
+                              ("warmup_steps", lambda v: not 0 <= v < math.inf,
                                "at least 0 and finite")):
         if name in values and bad(values[name]):
             setting = (f"{_MACROS[name]}={values[name]!r} (optimizer.{name})" if name in _MACROS

@@ -279,14 +279,13 @@ def summed_over_workers(strategy: tf.distribute.Strategy, value: tf.Tensor) -> t
     """`value` summed over every replica of every worker (in a tf.function: run eagerly, a
     collective strategy logs a warning about its overhead each time; one per strategy, as
     one made per call logged TensorFlow's retracing warning at a fine-tuning's fifth)."""
-    if _SUMS.get(id(strategy), (None,))[0] is not strategy:
-        _SUMS[id(strategy)] = (strategy, tf.function(lambda x: strategy.reduce(
+    summed = getattr(strategy, "_electra_tf_sum", None)  # (kept with it, freed with it)
+    if summed is None:
+        summed = tf.function(lambda x: strategy.reduce(
             tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(x,)), axis=None),
-            reduce_retracing=True))
-    return _SUMS[id(strategy)][1](tf.convert_to_tensor(value))
-
-
-_SUMS: dict[int, tuple] = {}  # id(strategy) -> (strategy, its traced sum)
+            reduce_retracing=True)
+        strategy._electra_tf_sum = summed
+    return summed(tf.convert_to_tensor(value))
 
 
 def task_index(cluster: dict, task_type: str, task_id: int) -> int:
