@@ -1652,6 +1652,27 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
         np.testing.assert_array_equal(switch[g], switch[d])
     assert checkpoint_values(str(tmp_path / "ckpt-2"))[
         "state/stage/.ATTRIBUTES/VARIABLE_VALUE"] == 1
+    # A checkpoint from before the discriminator trained is said to be one by what reads its
+    # discriminator (export, detection, conversion, fine-tuning: they took it without a
+    # word); a generator export is not told. (ckpt-1 as model_info.json gives it.)
+    import types
+
+    from electra_tf.export.saved_model import weights_read
+    from electra_tf.finetune import runner
+    from electra_tf.training.checkpoints import load_pretrainer
+    loaded = load_pretrainer(str(tmp_path / "ckpt-2"))
+    said = (f"note: {tmp_path}/ckpt-2 is of a two-stage run's generator stage (step 2; its "
+            "discriminator trains from step 2 on): the discriminator is the generator's copy, "
+            "its replaced-token head untrained; use a later checkpoint")
+    assert weights_read(loaded, "discriminator")[1:] == [said]
+    assert weights_read(loaded, "generator")[1:] == []
+    assert runner.load_initialization(str(tmp_path / "ckpt-2")).notes == (said,)
+    assert weights_read(types.SimpleNamespace(checkpoint=f"{tmp_path}/ckpt-1",
+                                              info=loaded.info), "encoder")[1:] == [
+        f"note: {tmp_path}/ckpt-1 is of a two-stage run's generator stage (step 1; its "
+        "discriminator trains from step 2 on): the discriminator is untrained, but for the "
+        "embeddings it shares; use a later checkpoint"]
+    assert runner.load_initialization(str(tmp_path)).notes == ()  # ckpt-4
     # Extending the run would move the default switch (half the run) past the one it made.
     with pytest.raises(UserInputError, match=r"holds a two-stage run whose generator stage is 2 "
                                              r"steps \(model_info.json\), this one's 3 .*"

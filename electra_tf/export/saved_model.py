@@ -1139,8 +1139,19 @@ def _names(signature, inputs: bool) -> str:
 def weights_read(loaded, what: str) -> list[str]:
     """What a reader of a pre-training model dir says of the checkpoint it read (a run may
     be writing newer ones): "`what`: the weights of CHECKPOINT", and a note where that is
-    ckpt-0, the weights before the first training step."""
+    ckpt-0, the weights before the first training step, or (but for `what` "generator") a
+    two-stage run's from before its discriminator trained."""
     lines = [f"{what}: the weights of {loaded.checkpoint}"]
+    step = re.fullmatch(r"ckpt-(\d+)", os.path.basename(loaded.checkpoint))
+    switch = loaded.info.get("two_stage_steps")
+    if (what != "generator" and loaded.info.get("algorithm") == "two_stage" and switch
+            and step and 0 < int(step[1]) <= switch):
+        lines.append(
+            f"note: {loaded.checkpoint} is of a two-stage run's generator stage (step "
+            f"{step[1]}; its discriminator trains from step {switch} on): the discriminator is "
+            + ("the generator's copy, its replaced-token head untrained"
+               if int(step[1]) == switch else "untrained, but for the embeddings it shares")
+            + "; use a later checkpoint")
     if os.path.basename(loaded.checkpoint) == "ckpt-0":
         latest = tf.train.latest_checkpoint(os.path.dirname(loaded.checkpoint))
         lines.append(

@@ -86,6 +86,9 @@ class Initialization:
     # The sequence length the weights were trained at (a model dir's max_seq_length; None:
     # random or unknown): positions beyond it were never trained.
     trained_seq_length: int | None = None
+    # What the run says of the weights read (a pre-training run's ckpt-0, or a two-stage
+    # run's checkpoint from before its discriminator trained: untrained).
+    notes: tuple[str, ...] = ()
 
     def tokenizer(self) -> tokenization.Tokenizer:
         return tokenization.Tokenizer(self.vocab_file, self.lower_case, self.strip_accents)
@@ -127,12 +130,14 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     loaded = load_pretrainer(init_checkpoint, vocab_file)
     checkpoint = loaded.checkpoint
     weights = None if random_init else loaded.model.discriminator.get_weights()
+    from electra_tf.export.saved_model import weights_read
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
                           loaded.lower_case, loaded.strip_accents,
                           ("random, shaped as " if random_init else "") + checkpoint,
                           # (an import's cap is not what its source was trained on)
                           None if random_init or loaded.info.get("source")
-                          else loaded.max_seq_length)
+                          else loaded.max_seq_length,
+                          () if random_init else tuple(weights_read(loaded, "")[1:]))
 
 
 def fine_tuning_output(path: str) -> str | None:
@@ -427,6 +432,8 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     log(f"{task.name}: {examples} training examples "
         f"({n_train} features of {max_seq_length} tokens), {steps} steps of "
         f"{train_batch_size} ({span}), from {init.source}")
+    for note in init.notes:
+        log(note)
 
     # Several workers train together and predict alike; the chief alone writes the model
     # dir (shared storage: two writers would delete each other's trial folders).
