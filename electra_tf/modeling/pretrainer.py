@@ -130,7 +130,10 @@ class ElectraPretrainer(keras.Model):
         _check_choice("sharing", sharing, SHARING)
         _check_choice("algorithm", algorithm, ALGORITHMS)
         if algorithm != "joint" and objective != "electra":
-            raise UserInputError(f"algorithm={algorithm} is defined for objective='electra'")
+            raise UserInputError(
+                f"algorithm={algorithm} is defined for objective='electra' only (the paper's "
+                f"training algorithms), not {objective!r}: train one or the other "
+                f"(ablations/{algorithm}.gin or ablations/{objective}.gin)")
         if algorithm != "joint" and uniform_generator:
             raise UserInputError(f"algorithm={algorithm} trains a generator; uniform_generator "
                                  "has none: use one or the other")
@@ -192,6 +195,7 @@ class ElectraPretrainer(keras.Model):
         if objective == "electric" and sharing == "all":
             raise UserInputError("Electric's generator is a two-tower cloze model; it cannot share "
                                  "all weights with the discriminator: use sharing 'embeddings'")
+        discriminator_weight_bound = discriminator_weight is not None
         if discriminator_weight is None:
             discriminator_weight = 1.0 if objective in ("replace_mlm", "all_tokens_mlm") else 50.0
         self.discriminator_config = discriminator
@@ -200,6 +204,7 @@ class ElectraPretrainer(keras.Model):
         self.generator_weight = generator_weight
         self.discriminator_weight = discriminator_weight
         self.temperature, self.disallow_correct = temperature, disallow_correct
+        self._discriminator_weight_bound = discriminator_weight_bound
         self.uniform_generator = uniform_generator
         self.adversarial_mle_weight = adversarial_mle_weight
         self.mask_prob, self.cls_id, self.sep_id, self.seed = mask_prob, cls_id, sep_id, seed
@@ -360,6 +365,27 @@ class ElectraPretrainer(keras.Model):
                    "the adversarial generator's policy-gradient loss can be negative, which "
                    "drives its learned weight up without bound")
                 + "; unbind it")
+        # Settings of a part the model does not have: accepted, they changed nothing, and
+        # were recorded as the run's (a resume with other values was refused).
+        idle, why = [], None
+        if self.objective == "mlm":
+            idle = [(name, value) for name, value, bound in (
+                ("temperature", self.temperature, self.temperature != 1.0),
+                ("disallow_correct", self.disallow_correct, self.disallow_correct),
+                ("discriminator_weight", self.discriminator_weight,
+                 self._discriminator_weight_bound)) if bound]
+            why = "objective='mlm' samples no replacements and trains no discriminator"
+        elif self.uniform_generator:
+            idle = [(name, value) for name, value, bound in (
+                ("temperature", self.temperature, self.temperature != 1.0),
+                ("generator_weight", self.generator_weight, self.generator_weight != 1.0))
+                if bound]
+            why = "uniform_generator samples from no softmax and has no generator loss"
+        if idle:
+            raise UserInputError(
+                ", ".join(f"pretrainer.{name}={value!r}" for name, value in idle)
+                + (" changes nothing" if len(idle) == 1 else " change nothing")
+                + f": {why}; unbind {'it' if len(idle) == 1 else 'them'}")
         if self.adversarial_mle_weight and self.algorithm != "adversarial":
             raise UserInputError(
                 f"adversarial_mle_weight={self.adversarial_mle_weight} applies to "
