@@ -65,6 +65,10 @@ def main(argv):
     if metadata:  # after the checks, so that a mismatch is the only thing printed
         print(f"{metadata['_path']}: {_totals(metadata, files)}, max_seq_length {length}, "
               f"vocab {metadata['vocab_size']}")
+        held = _selected_examples(metadata, files)
+        if FLAGS.num_examples > held:
+            print(f"note: --num_examples={FLAGS.num_examples} exceeds the {held} examples "
+                  "--data selects: they repeat, as training reads them")
     batch = {k: v.numpy() for k, v in next(iter(dataset)).items()}
     for i in range(FLAGS.num_examples):
         real = batch["input_mask"][i].sum()
@@ -78,6 +82,13 @@ def main(argv):
         print("  input:  " + " ".join(tokenizer.convert_ids_to_tokens(ids)))
         print("  masked: " + ", ".join(f"{p}:{t}" for p, t in zip(positions, originals)))
     return 0
+
+
+def _selected_examples(metadata: dict, files: list[str]) -> int:
+    """The examples of metadata.json's shards that --data selects."""
+    directory, files = os.path.dirname(metadata["_path"]), set(files)
+    return sum(s["num_examples"] for s in metadata["shards"]
+               if os.path.join(directory, s["file"]) in files)
 
 
 def _totals(metadata: dict, files: list[str]) -> str:

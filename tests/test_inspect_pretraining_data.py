@@ -185,3 +185,11 @@ def test_totals_are_those_of_the_selected_shards(tmp_path):
     assert result.stdout.splitlines()[0] == (
         f"{out}/metadata.json: {metadata['num_examples']} examples, {metadata['num_tokens']} "
         "tokens, 2 shards, max_seq_length 64, vocab 30522")
+    # More examples asked for than --data selects: they repeat (the data's pipeline), said.
+    asked = first["num_examples"] + 3
+    result = inspect(f"--data={out}/{first['file']}", f"--num_examples={asked}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (
+        f"note: --num_examples={asked} exceeds the {first['num_examples']} examples --data "
+        "selects: they repeat, as training reads them")
+    assert f"example {asked - 1}:" in result.stdout
