@@ -1064,6 +1064,9 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
      r"^pretrainer.algorithm=two_stage is defined for objective='electra' only \(the paper's "
      r"training algorithms\), not 'mlm': train one or the other \(ablations/two_stage.gin or "
      r"ablations/mlm.gin\)(\n|$)"),
+    (dict(algorithm="adversarial", sharing="all"), r"^algorithm='adversarial' trains the "
+     r"generator to fool the discriminator; sharing='all' makes them one network, .*: use "
+     r"sharing 'embeddings' or 'none' \(drop ablations/sharing_all.gin\)(\n|$)"),
     # Settings of a part the model lacks: they changed nothing (and were recorded).
     (dict(objective="mlm", temperature=0.5, discriminator_weight=10.0),
      r"^pretrainer.temperature=0.5, pretrainer.discriminator_weight=10.0 change nothing: "

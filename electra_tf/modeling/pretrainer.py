@@ -365,6 +365,11 @@ class ElectraPretrainer(keras.Model):
                    "the adversarial generator's policy-gradient loss can be negative, which "
                    "drives its learned weight up without bound")
                 + "; unbind it")
+        if self.algorithm == "adversarial" and self.sharing == "all":
+            raise UserInputError(
+                "algorithm='adversarial' trains the generator to fool the discriminator; "
+                "sharing='all' makes them one network, which would be trained against itself: "
+                "use sharing 'embeddings' or 'none' (drop ablations/sharing_all.gin)")
         # Settings of a part the model does not have: accepted, they changed nothing, and
         # were recorded as the run's (a resume with other values was refused).
         idle, why = [], None
