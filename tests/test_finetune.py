@@ -2008,6 +2008,7 @@ def test_chinese_label_text_csv_end_to_end(tmp_path):
     assert "finetune/tiny.gin" in result.stdout  # picked by the model's size
     results = json.loads((out / "results.json").read_text())
     assert results["labels"] == sorted(names.values())
+    assert results["f1_label"] == sorted(names.values())[1] and "f1" in results["median"]
     assert results["median"]["accuracy"] == 1.0
     for written in (out / "results.json", out / "trial_0" / "task_info.json"):  # as written,
         assert "正面" in written.read_text(encoding="utf-8")  # not "\u6b63\u9762"

@@ -554,6 +554,9 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
         init_checkpoint=init.source, inputs_sha256=digests,
         num_train_examples=len(task_data.train.examples),
         num_train_steps=steps, labels=task_data.labels,
+        # (binary F1 is of the second label: named, as a reader cannot tell it otherwise)
+        **({"f1_label": task_data.labels[1]} if task.kind == "classification"
+           and len(task_data.labels or ()) == 2 else {}),
         **({"qa_style": adapter.qa_styles} if task.kind == "qa" else {}),
         hyperparameters=dict(learning_rate=learning_rate, train_batch_size=train_batch_size,
                              num_epochs=epochs, max_seq_length=max_seq_length,
