@@ -1046,6 +1046,21 @@ def test_xla_dropout_mask_equals_tensorflows(monkeypatch):
 # cannot work together: one line naming them, before anything is built
 
 
+def test_refusals_added_since_runs_recorded_them_let_those_runs_resume():
+    """A run trained before with a setting of a part its model lacks (or adversarial with
+    all weights shared) resumes: unbound, its resume was refused as another variant."""
+    from electra_tf.errors import UserInputError
+    shape = {"hidden_size": 128, "num_layers": 1, "num_heads": 2, "intermediate_size": 512,
+             "generator_hidden_fraction": 1.0}
+    for options in (dict(objective="mlm", discriminator_weight=10.0),
+                    dict(uniform_generator=True, generator_weight=2.0),
+                    dict(algorithm="adversarial", sharing="all")):
+        model = factory.build_pretrainer(**shape, **options)
+        with pytest.raises(UserInputError):
+            model.check_training_options()
+        model.check_training_options(new_run=False)
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(objective="mlm", uniform_generator=True), r"^objective='mlm' replaces no tokens: "
      r"uniform_generator applies .*; unbind it(\n|$)"),

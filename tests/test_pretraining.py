@@ -1662,16 +1662,20 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
     from electra_tf.training.checkpoints import load_pretrainer
     loaded = load_pretrainer(str(tmp_path / "ckpt-2"))
     said = (f"note: {tmp_path}/ckpt-2 is of a two-stage run's generator stage (step 2; its "
-            "discriminator trains from step 2 on): the discriminator is the generator's copy, "
-            "its replaced-token head untrained; use a later checkpoint")
+            "discriminator trains from step 2 on): its discriminator's encoder is the "
+            "generator's, trained as a masked LM, not yet as a discriminator, and its "
+            "replaced-token head is untrained; use a later checkpoint")
     assert weights_read(loaded, "discriminator")[1:] == [said]
     assert weights_read(loaded, "generator")[1:] == []
     assert runner.load_initialization(str(tmp_path / "ckpt-2")).notes == (said,)
-    assert weights_read(types.SimpleNamespace(checkpoint=f"{tmp_path}/ckpt-1",
-                                              info=loaded.info), "encoder")[1:] == [
-        f"note: {tmp_path}/ckpt-1 is of a two-stage run's generator stage (step 1; its "
-        "discriminator trains from step 2 on): the discriminator is untrained, but for the "
-        "embeddings it shares; use a later checkpoint"]
+    for sharing, shared in (("embeddings", ", but for the embeddings it shares with the "
+                                           "generator"), ("none", "")):
+        assert weights_read(types.SimpleNamespace(
+            checkpoint=f"{tmp_path}/ckpt-1", info=dict(loaded.info, sharing=sharing)),
+            "encoder")[1:] == [
+            f"note: {tmp_path}/ckpt-1 is of a two-stage run's generator stage (step 1; its "
+            f"discriminator trains from step 2 on): its discriminator is untrained{shared}; "
+            "use a later checkpoint"]
     assert runner.load_initialization(str(tmp_path)).notes == ()  # ckpt-4
     # Extending the run would move the default switch (half the run) past the one it made.
     with pytest.raises(UserInputError, match=r"holds a two-stage run whose generator stage is 2 "

@@ -1146,11 +1146,18 @@ def weights_read(loaded, what: str) -> list[str]:
     switch = loaded.info.get("two_stage_steps")
     if (what != "generator" and loaded.info.get("algorithm") == "two_stage" and switch
             and step and 0 < int(step[1]) <= switch):
+        # At the switch step: switched (the encoder copied from the generator) where the
+        # run saved it at the switch, not where SIGTERM saved it just before.
+        copied = int(step[1]) == switch and tf.train.load_checkpoint(
+            loaded.checkpoint).get_tensor("state/stage/.ATTRIBUTES/VARIABLE_VALUE") == 1
         lines.append(
             f"note: {loaded.checkpoint} is of a two-stage run's generator stage (step "
-            f"{step[1]}; its discriminator trains from step {switch} on): the discriminator is "
-            + ("the generator's copy, its replaced-token head untrained"
-               if int(step[1]) == switch else "untrained, but for the embeddings it shares")
+            f"{step[1]}; its discriminator trains from step {switch} on): "
+            + ("its discriminator's encoder is the generator's, trained as a masked LM, not "
+               "yet as a discriminator, and its replaced-token head is untrained" if copied
+               else "its discriminator is untrained" + (
+                   "" if loaded.info.get("sharing") == "none" else
+                   ", but for the embeddings it shares with the generator"))
             + "; use a later checkpoint")
     if os.path.basename(loaded.checkpoint) == "ckpt-0":
         latest = tf.train.latest_checkpoint(os.path.dirname(loaded.checkpoint))

@@ -86,8 +86,8 @@ class Initialization:
     # The sequence length the weights were trained at (a model dir's max_seq_length; None:
     # random or unknown): positions beyond it were never trained.
     trained_seq_length: int | None = None
-    # What the run says of the weights read (a pre-training run's ckpt-0, or a two-stage
-    # run's checkpoint from before its discriminator trained: untrained).
+    # What the run says of the weights read (a pre-training run's ckpt-0, untrained; a
+    # two-stage run's checkpoint from before its discriminator trained).
     notes: tuple[str, ...] = ()
 
     def tokenizer(self) -> tokenization.Tokenizer:

@@ -331,10 +331,13 @@ class ElectraPretrainer(keras.Model):
                                       training=training)
         return sequence
 
-    def check_training_options(self):
+    def check_training_options(self, new_run: bool = True):
         """Refuses options that train wrongly together (or not at all) with one line; run
         before pre-training. A model trained so before these checks still loads (export,
-        fine-tuning): the weights are what they are."""
+        fine-tuning): the weights are what they are. Those added since runs recorded them
+        (settings of a part the model lacks, adversarial training with all weights shared)
+        are checked for a `new_run` only: a run trained so resumes (without them its resume
+        would be refused as another variant)."""
         if self.objective == "mlm" and self.uniform_generator:
             raise UserInputError("objective='mlm' replaces no tokens: uniform_generator applies "
                                  "to the objectives that sample replacements; unbind it")
@@ -365,7 +368,7 @@ class ElectraPretrainer(keras.Model):
                    "the adversarial generator's policy-gradient loss can be negative, which "
                    "drives its learned weight up without bound")
                 + "; unbind it")
-        if self.algorithm == "adversarial" and self.sharing == "all":
+        if new_run and self.algorithm == "adversarial" and self.sharing == "all":
             raise UserInputError(
                 "algorithm='adversarial' trains the generator to fool the discriminator; "
                 "sharing='all' makes them one network, which would be trained against itself: "
@@ -386,7 +389,7 @@ class ElectraPretrainer(keras.Model):
                 ("generator_weight", self.generator_weight, self.generator_weight != 1.0))
                 if bound]
             why = "uniform_generator samples from no softmax and has no generator loss"
-        if idle:
+        if new_run and idle:
             raise UserInputError(
                 ", ".join(f"pretrainer.{name}={value!r}" for name, value in idle)
                 + (" changes nothing" if len(idle) == 1 else " change nothing")

@@ -298,7 +298,7 @@ def _run(model_dir, train_data, eval_data, vocab_file, strategy, tpu, seed, dete
                                          cls_id=ids[tokenization.CLS_TOKEN],
                                          sep_id=ids[tokenization.SEP_TOKEN])
         try:
-            model.check_training_options()
+            model.check_training_options(new_run=not tf.train.latest_checkpoint(model_dir))
         except UserInputError as e:
             raise factory.as_bound(e) from None
         if model.mask_prob != mask_prob:  # Electric's noise ratio reads the model's
