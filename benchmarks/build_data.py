@@ -55,7 +55,8 @@ flags.DEFINE_integer("piece_mb", 4, "piece_bytes for the full-corpus builds, in 
 flags.DEFINE_list("workers", ["1", "2"], "Worker counts for the full-corpus builds.")
 flags.DEFINE_integer("scaling_copies", 4, "Also time 1 and 2 workers on the corpus repeated "
                      "this many times (0: skip), where worker start-up weighs less.")
-flags.DEFINE_integer("repeats", 3, "Runs of each full-corpus build (the median is reported).")
+flags.DEFINE_integer("repeats", 3, "Runs of each full-corpus build (the median is reported).",
+                     lower_bound=1)
 flags.DEFINE_integer("min_corpus_mb", 20, "Fail if the cleaned corpus is smaller than this.")
 flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timing, wait up to this long for "
                    "other processes to leave the CPUs idle (the machine is shared).")
@@ -305,6 +306,7 @@ def _full_runs(path: str, label: str) -> list[dict]:
 
 def main(argv):
     del argv
+    common.positive_integers("workers", FLAGS.workers)
     os.makedirs(WORK_DIR, exist_ok=True)
     corpus_path = prepare_gcide()
     corpus_bytes = os.path.getsize(corpus_path)

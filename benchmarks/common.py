@@ -27,6 +27,35 @@ class _Terminated(BaseException):
     """SIGTERM during a benchmark (BaseException: no `except Exception` swallows it)."""
 
 
+def positive_integers(flag: str, values: list[str]) -> list[int]:
+    """A list flag's values as whole numbers of at least 1, else a UserInputError naming
+    the flag (int() of 'a' was a traceback; 0 workers ran and reported nothing)."""
+    from electra_tf.errors import UserInputError
+    if not values or not all(re.fullmatch(r"\s*[1-9]\d*\s*", v) for v in values):
+        raise UserInputError(f"--{flag}={','.join(values)}: give whole numbers of at least 1, "
+                             "comma-separated")
+    return [int(v) for v in values]
+
+
+def run_child(command: list[str], **popen) -> subprocess.CompletedProcess:
+    """subprocess.run(command, **popen) for a benchmark's worker process: where this one is
+    stopped meanwhile (Ctrl-C, SIGTERM), the worker is sent SIGTERM and given 10 s to clean
+    up (its temporary model folders; subprocess.run killed it outright, and they stayed in
+    /tmp) before it is killed."""
+    process = subprocess.Popen(command, **popen)
+    try:
+        out, err = process.communicate()
+    except BaseException:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
 def run(main):
     """absl's app.run for a benchmark, with the project scripts' endings: Ctrl-C one line
     (exit 130; what was written is whole, each result file atomically), a UserInputError

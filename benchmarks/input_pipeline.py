@@ -41,7 +41,7 @@ flags.DEFINE_integer("warmup_batches", 30, "Batches read before timing starts.")
 flags.DEFINE_integer("num_batches", 200, "Batches timed per run (at least).")
 flags.DEFINE_float("min_seconds", 3.0, "Each timed run also lasts at least this long, so that "
                    "draining the prefetch buffer does not inflate the rate.")
-flags.DEFINE_integer("repeats", 3, "Runs per pipeline (median reported).")
+flags.DEFINE_integer("repeats", 3, "Runs per pipeline (median reported).", lower_bound=1)
 flags.DEFINE_float("max_wait_quiet_s", 300, "Before each timing, wait up to this long for "
                    "other processes to leave the CPUs idle (the machine is shared).")
 common.define_results_name("input_pipeline")

@@ -618,8 +618,8 @@ def run_child(name: str, size: str, batch_file: str, workdir: str) -> dict | Non
     if name == "ours_plain":
         env[XLA_ELEMENTWISE_ENV] = "0"
     print(f"{LABELS[name]}, {size}: building, warming up, timing", flush=True)
-    proc = subprocess.run(command, env=env, cwd=common.REPO, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    proc = common.run_child(command, env=env, cwd=common.REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     progress = [line for line in proc.stdout.splitlines() if line.startswith("  ")]
     if progress:
         print("\n".join(progress), flush=True)
@@ -670,7 +670,7 @@ def measure_cpu_peak(workdir: str) -> dict | None:
     """measure_gemm in a child process of its own, like the implementations."""
     result_file = os.path.join(workdir, "gemm.json")
     print(f"{matmul_dtype()} matmul rate of this CPU: timing", flush=True)
-    proc = subprocess.run(
+    proc = common.run_child(
         [sys.executable, os.path.abspath(__file__), "--worker=gemm",
          f"--result_file={result_file}", f"--max_wait_quiet_s={FLAGS.max_wait_quiet_s}",
          f"--precision={FLAGS.precision}",

@@ -30,7 +30,8 @@ import common  # noqa: E402
 
 from electra_tf import choices  # noqa: E402
 flags.DEFINE_list("batch_sizes", ["1", "32"], "Batch sizes to time.")
-flags.DEFINE_integer("calls", 300, "Timed calls at batch 1 (fewer for larger batches).")
+flags.DEFINE_integer("calls", 300, "Timed calls at batch 1 (fewer for larger batches, at "
+                     "least 20).", lower_bound=20)
 flags.DEFINE_enum("size", "small", choices.MODEL_SIZES, "Model size.")
 common.define_results_name("serving")
 FLAGS = flags.FLAGS
@@ -62,6 +63,7 @@ def time_calls(function, calls: int) -> dict:
 
 def main(argv):
     del argv
+    batch_sizes = common.positive_integers("batch_sizes", FLAGS.batch_sizes)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (the SavedModel's tokenizer ops)
 
@@ -84,8 +86,8 @@ def main(argv):
 
         rows = []
         results = []
-        texts_all = sentences(max(int(b) for b in FLAGS.batch_sizes))
-        for batch_size in (int(b) for b in FLAGS.batch_sizes):
+        texts_all = sentences(max(batch_sizes))
+        for batch_size in batch_sizes:
             texts = texts_all[:batch_size]
             ids = [[tokenizer.cls_id] + t[:126] + [tokenizer.sep_id]
                    for t in tokenizer.encode(texts)]

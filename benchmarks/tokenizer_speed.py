@@ -33,11 +33,13 @@ from absl import flags  # noqa: E402
 
 import common  # noqa: E402
 
-flags.DEFINE_integer("english_lines", 20000, "Non-empty Austen lines to tokenize.")
-flags.DEFINE_integer("batch_size", 1000, "Lines per call.")
+flags.DEFINE_integer("english_lines", 20000, "Non-empty Austen lines to tokenize.",
+                     lower_bound=1)
+flags.DEFINE_integer("batch_size", 1000, "Lines per call.", lower_bound=1)
 flags.DEFINE_integer("repeats", 3, "Timed runs per implementation (median reported).",
                      lower_bound=1)
-flags.DEFINE_float("min_seconds", 3.0, "Each timed run lasts at least this long.")
+flags.DEFINE_float("min_seconds", 3.0, "Each timed run lasts at least this long.",
+                   lower_bound=0.0)
 flags.DEFINE_string("results_name", "tokenizer_speed", "benchmarks/results/<name>.{json,md}.")
 FLAGS = flags.FLAGS
 

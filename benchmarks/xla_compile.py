@@ -161,9 +161,9 @@ def run_child(name: str, size: str, batch_file: str, workdir: str, repeat: int) 
     command += [f"--{f}={FLAGS[f].value}" for f in passed]
     print(f"{COMPARED[name]}, {size}, process {repeat + 1}/{FLAGS.repeats}: lowering, "
           "compiling, stepping", flush=True)
-    proc = subprocess.run(command, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                          cwd=common.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+    proc = common.run_child(command, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                            cwd=common.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
     return model_step.child_result(proc, result_file, f"{COMPARED[name]}, {size}")
 
 

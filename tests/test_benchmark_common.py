@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -192,6 +193,38 @@ def test_a_benchmark_stopped_by_sigterm_cleans_up_and_ends_in_one_line():
     assert work and not os.path.exists(work)
 
 
+def test_a_benchmark_stopped_while_its_worker_runs_lets_the_worker_clean_up(tmp_path):
+    """SIGTERM to a benchmark (as `timeout` sends it, to the parent alone) while a worker
+    process runs (common.run_child): the worker gets SIGTERM too and removes its temporary
+    folder (subprocess.run killed it outright, and model_step's stayed in /tmp)."""
+    child = ("import os, sys, tempfile, time\n"
+             f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+             "import common\n"
+             "def main(argv):\n"
+             "    with tempfile.TemporaryDirectory(prefix='worker_') as work:\n"
+             f"        open({str(tmp_path / 'where')!r}, 'w').write(work)\n"
+             "        time.sleep(60)\n"
+             "common.run(main)\n")
+    parent = ("import os, signal, subprocess, sys, threading, time\n"
+              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+              "import common\n"
+              "def stop():\n"
+              f"    while not os.path.exists({str(tmp_path / 'where')!r}):\n"
+              "        time.sleep(0.1)\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "def main(argv):\n"
+              "    threading.Thread(target=stop, daemon=True).start()\n"
+              f"    common.run_child([sys.executable, '-c', {child!r}])\n"
+              "common.run(main)\n")
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
+        143, "terminated (SIGTERM)"), done.stderr
+    work = (tmp_path / "where").read_text()
+    assert work.startswith(os.path.join(tempfile.gettempdir(), "worker_"))
+    assert not os.path.exists(work)
+
+
 def test_the_benchmarks_size_choices_are_the_models():
     """The --size flags' choices (electra_tf.choices, no TensorFlow: a bad size is refused
     at parsing, before step_profile measured the matmul rate for 40 s) are the sizes the
@@ -243,3 +276,13 @@ def test_define_results_name_makes_the_callers_flag(tmp_path):
     done = subprocess.run([sys.executable, str(path), "--results_name=probe_check"],
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "probe_check", done.stderr[-500:]
+
+
+def test_list_flags_of_counts_are_whole_numbers_of_at_least_one():
+    """serving.py --batch_sizes=a was int()'s traceback; build_data.py --workers=0 ran."""
+    from electra_tf.errors import UserInputError
+    assert common.positive_integers("batch_sizes", ["1", " 32"]) == [1, 32]
+    for values in (["a"], ["0"], ["1", "-2"], ["1.5"], []):
+        with pytest.raises(UserInputError, match=r"^--batch_sizes=.*: give whole numbers of "
+                                                 r"at least 1, comma-separated$"):
+            common.positive_integers("batch_sizes", values)
