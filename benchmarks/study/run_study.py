@@ -238,7 +238,7 @@ flags.DEFINE_string("results_dir", None, "Where study.{json,md} and the plots go
 flags.DEFINE_bool("in_process", None, "Run the jobs in this process instead of as "
                   "subprocesses (default: the scale's; toy: yes).")
 flags.DEFINE_integer("jobs", None, "Jobs run at a time (default: the scale's; toy: 2, in "
-                     "two worker processes).", lower_bound=1)
+                     "two worker processes).")
 flags.DEFINE_bool("plan", False, "Print each configuration's steps and FLOPs, and exit.")
 flags.DEFINE_integer("estimate", 0, "Time this many pre-training steps of every "
                      "configuration and one fine-tuning trial, print the projected "
