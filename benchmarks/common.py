@@ -23,10 +23,6 @@ CACHE_DIR = os.path.join(REPO, "benchmarks", ".cache")
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results")
 
 
-class _Terminated(BaseException):
-    """SIGTERM during a benchmark (BaseException: no `except Exception` swallows it)."""
-
-
 def positive_integers(flag: str, values: list[str]) -> list[int]:
     """A list flag's values as whole numbers of at least 1, else a UserInputError naming
     the flag (int() of 'a' was a traceback; 0 workers ran and reported nothing)."""
@@ -37,18 +33,21 @@ def positive_integers(flag: str, values: list[str]) -> list[int]:
     return [int(v) for v in values]
 
 
-def run_child(command: list[str], **popen) -> subprocess.CompletedProcess:
-    """subprocess.run(command, **popen) for a benchmark's worker process: where this one is
-    stopped meanwhile (Ctrl-C, SIGTERM), the worker is sent SIGTERM and given 10 s to clean
-    up (its temporary model folders; subprocess.run killed it outright, and they stayed in
-    /tmp) before it is killed."""
+def run_child(command: list[str], grace: float = 10, **popen) -> subprocess.CompletedProcess:
+    """subprocess.run(command, **popen) for a benchmark's worker process or a study's job:
+    where this process is stopped meanwhile, the child is given `grace` seconds to clean up
+    and exit (its temporary model folders, a checkpoint: subprocess.run killed it outright)
+    before it is killed. A SIGTERM sent to this process alone (cli.Terminated) is passed on
+    to it; Ctrl-C reached the child's process group itself."""
+    from electra_tf import cli
     process = subprocess.Popen(command, **popen)
     try:
         out, err = process.communicate()
-    except BaseException:
-        process.send_signal(signal.SIGTERM)
+    except BaseException as stopped:
+        if isinstance(stopped, cli.Terminated) and process.poll() is None:
+            process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -64,11 +63,12 @@ def run(main):
     from absl import app
 
     def guarded(argv):
+        from electra_tf import cli
         from electra_tf.errors import UserInputError
         from electra_tf.training import signals
 
         def terminated(*_):  # (raised in the main thread: `with` blocks clean up, as on
-            raise _Terminated  # Ctrl-C; a benchmark's temporary folders were left)
+            raise cli.Terminated  # Ctrl-C; a benchmark's temporary folders were left)
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, terminated)
@@ -77,9 +77,9 @@ def run(main):
         except KeyboardInterrupt:
             print(signals.INTERRUPTED_LINE, file=sys.stderr)
             return 130
-        except _Terminated:
+        except cli.Terminated:
             print("terminated (SIGTERM)", file=sys.stderr)
-            return 128 + signal.SIGTERM
+            return cli.TERMINATED_EXIT_CODE
         except UserInputError as e:
             print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1

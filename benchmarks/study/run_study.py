@@ -391,24 +391,11 @@ def execute(job: Job, in_process: bool) -> float:
         assert not unknown, f"{job.script}: no in-process handling of {unknown}"
         function(job)
     else:
-        import subprocess
-        process = subprocess.Popen([sys.executable, "-c", _WITH_PARENT, str(os.getpid()),
-                                    *job.command()], cwd=common.REPO, env=_job_environment)
-        try:
-            code = process.wait()
-        except BaseException as stopped:
-            # This process was stopped. The job saves a checkpoint and exits on SIGTERM or
-            # Ctrl-C (subprocess.run killed it, mid-save): a SIGTERM sent to this process
-            # alone is passed on (Ctrl-C reached the job's process group itself), and the
-            # job waited for, a minute at most.
-            if isinstance(stopped, cli.Terminated) and process.poll() is None:
-                process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            raise
+        # Stopped meanwhile, the job saves a checkpoint and exits on SIGTERM or Ctrl-C: it
+        # is waited for, a minute at most.
+        code = common.run_child([sys.executable, "-c", _WITH_PARENT, str(os.getpid()),
+                                 *job.command()], grace=60, cwd=common.REPO,
+                                env=_job_environment).returncode
         if code == signals.INTERRUPTED_EXIT_CODE:  # Ctrl-C: it saved what it could
             raise KeyboardInterrupt
         if code == cli.TERMINATED_EXIT_CODE:  # SIGTERM (a preempted run saved a checkpoint)
