@@ -430,7 +430,8 @@ while not os.path.exists(saved + ".started"):
 study.kill()
 study.wait()
 killed = time.time()
-while not os.path.exists(saved) and time.time() - killed < 30:
+# (until it holds what the job writes: the file exists a moment before its text does)
+while not (os.path.exists(saved) and open(saved).read()) and time.time() - killed < 30:
     time.sleep(0.05)
 assert os.path.exists(saved) and open(saved).read() == "saved", "the job outlived its study"
 print("ok")
