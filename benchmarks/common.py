@@ -264,8 +264,7 @@ def run_info() -> dict:
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, REPO)]
-                            + sys.argv),
+        "command": shown([sys.executable] + sys.argv),
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         # Other work lands in the tree while benchmarks run; say so instead of hiding it.
         "git_tracked_files_modified": bool(dirty) and dirty != "unknown",
@@ -307,10 +306,15 @@ def replace_atomically(path: str, write, binary: bool = False):
     then renames it to `path`: a reader (another study sharing the work dir) never sees it
     half written, and an interrupted write leaves the old file."""
     temporary = f"{path}.{os.getpid()}.tmp"
-    with (open(temporary, "wb") if binary
-          else open(temporary, "w", newline="", encoding="utf-8")) as f:
-        write(f)
-    os.replace(temporary, path)
+    try:
+        with (open(temporary, "wb") if binary
+              else open(temporary, "w", newline="", encoding="utf-8")) as f:
+            write(f)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
 
 
 def write_results(name: str, record: dict, markdown_body: str,

@@ -286,3 +286,25 @@ def test_list_flags_of_counts_are_whole_numbers_of_at_least_one():
         with pytest.raises(UserInputError, match=r"^--batch_sizes=.*: give whole numbers of "
                                                  r"at least 1, comma-separated$"):
             common.positive_integers("batch_sizes", values)
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "table.md"
+    path.write_text("old\n")
+
+    def write(f):
+        f.write("half")
+        raise ValueError("the writer failed")
+
+    with pytest.raises(ValueError, match="the writer failed"):
+        common.replace_atomically(str(path), write)
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["table.md"]
+    common.replace_atomically(str(path), lambda f: f.write("new\n"))
+    assert path.read_text() == "new\n" and os.listdir(tmp_path) == ["table.md"]
+
+
+def test_the_recorded_command_names_the_venv_python_and_repo_relative_paths(monkeypatch):
+    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "benchmarks", "serving.py"),
+                                      "--size=tiny"])
+    assert common.run_info()["command"] == ".venv/bin/python benchmarks/serving.py --size=tiny"
