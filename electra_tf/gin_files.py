@@ -145,8 +145,8 @@ def parse(files: list[str], bindings: list[str]) -> None:
                 f"--gin_file={name} changes a model that a size file sets up (OBJECTIVE, the "
                 "generator), so it must come after one, or the size file's values win; give "
                 f"e.g. --gin_file=small.gin --gin_file={os.path.relpath(path, GIN_DIR)}")
-    order = [path for path, _ in order]
-    _check_ablations_agree(order)
+    labelled, order = order, [path for path, _ in order]
+    _check_ablations_agree(labelled)
     _check_includes_unambiguous(paths, searched)
     example = ((os.path.relpath(paths[0], os.path.dirname(GIN_DIR))
                 if paths[0].startswith(GIN_DIR + os.sep) else paths[0]) if paths else "gin/")
@@ -183,7 +183,7 @@ def parse(files: list[str], bindings: list[str]) -> None:
     _check_macros_defined(example)
     _check_macros_used(paths, bindings, example, searched)
     _check_unscoped()
-    _check_generator_bindings_used(bindings, order)
+    _check_generator_bindings_used(bindings, labelled)
 
 
 def _parse_binding(binding: str, example: str) -> None:
@@ -216,8 +216,18 @@ def _parse_binding(binding: str, example: str) -> None:
                              f"the name against the gin files (e.g. {example})") from None
 
 
-def _check_generator_bindings_used(bindings: list[str], files: list[str]) -> None:
-    """A binding or an ablation file (of `files`, those read) that sizes the generator of a
+def _drop(label: str) -> str:
+    """How to take out a file `parse` labelled: '--gin_file=NAME', or the include of it in
+    the user's file that includes it ('NAME (included by THEIRS)')."""
+    included = re.fullmatch(r"(.+) \(included by (.+)\)", label)
+    return (f"drop the include of {included.group(1)} from {included.group(2)}" if included
+            else f"drop --gin_file={label}")
+
+
+def _check_generator_bindings_used(bindings: list[str],
+                                   files: list[tuple[str, str]]) -> None:
+    """A binding or an ablation file (of `files`, (path, label) of those read) that sizes
+    the generator of a
     model without one (BERT's masked LM, a uniform generator) was accepted and changed
     nothing. By the values read: a run's operative_config.gin saying OBJECTIVE = 'mlm' then
     generator_half.gin passed _check_ablations_agree, which compares ablation files only
@@ -227,13 +237,12 @@ def _check_generator_bindings_used(bindings: list[str], files: list[str]) -> Non
                else "pretrainer.uniform_generator=True replaces tokens uniformly at random, "
                "without a generator" if uniform is True else None)
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
-    for path in files if removed else ():
+    for path, label in files if removed else ():
         if path.startswith(ablations) and any(
                 re.fullmatch(r"pretrainer\.generator_(hidden|layers)_fraction", key)
                 for key, _ in _bindings_of_file(path)):
-            name = os.path.relpath(path, GIN_DIR)
-            raise UserInputError(f"--gin_file={name} sets the generator's size, but {removed}: "
-                                 f"drop --gin_file={name}")
+            raise UserInputError(f"--gin_file={label} sets the generator's size, but {removed}: "
+                                 f"{_drop(label)}")
     for binding in bindings if removed else ():
         for name in re.findall(r"^\s*pretrainer\.(generator_(?:hidden|layers)_fraction)\s*=",
                                binding, re.MULTILINE):
@@ -315,14 +324,13 @@ def _check_includes_unambiguous(paths: list[str], searched: list[str]) -> None:
                     "rename it")
 
 
-def _check_ablations_agree(paths: list[str]) -> None:
+def _check_ablations_agree(files: list[tuple[str, str]]) -> None:
     """Ablation files set one study's values each; two that set the same name differently
     (electra_15.gin then mlm.gin, generator_half.gin then sharing_all.gin) would leave the
-    last file's value in place without a word."""
+    last file's value in place without a word. `files`: (path, label) as `parse` gives."""
     ablations = os.path.join(GIN_DIR, "ablations") + os.sep
-    bound: dict[str, tuple[str, str]] = {}  # name -> (value, file)
-    for path in paths:  # (a size file after another file is refused before)
-        name = os.path.relpath(path, GIN_DIR)
+    bound: dict[str, tuple[str, str]] = {}  # name -> (value, label)
+    for path, name in files:  # (a size file after another file is refused before)
         if not path.startswith(ablations):
             continue
         for key, value in _bindings_of(path):
@@ -342,7 +350,7 @@ def _check_ablations_agree(paths: list[str]) -> None:
                    "replaces tokens uniformly at random, without a generator")
     if sized and removed:
         raise UserInputError(f"--gin_file={sized[1]} sets the generator's size, but "
-                             f"--gin_file={removed[0]} {removed[1]}: drop --gin_file={sized[1]}")
+                             f"--gin_file={removed[0]} {removed[1]}: {_drop(sized[1])}")
 
 
 def _check_ablations_kept(paths: list[str], searched=()) -> None:

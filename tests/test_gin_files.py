@@ -437,14 +437,26 @@ def test_ablations_a_users_file_includes_are_checked_and_nested_includes_found(t
              rf"^--gin_file=ablations/mlm.gin \(included by {mine}\) changes a model that a size "
              r"file sets up"),
             (["tiny.gin", "ablations/electra_15.gin", "ablations/mlm.gin"],
-             r"^--gin_file=ablations/mlm.gin sets OBJECTIVE = 'mlm', which "
-             r"--gin_file=ablations/electra_15.gin set to 'electra_15'"),
+             rf"^--gin_file=ablations/mlm.gin \(included by {mine}\) sets OBJECTIVE = 'mlm', "
+             rf"which --gin_file=ablations/electra_15.gin \(included by {mine}\) set to "
+             r"'electra_15'"),
             (["tiny.gin", "ablations/mlm.gin", "ablations/generator_half.gin"],
-             r"^--gin_file=ablations/generator_half.gin sets the generator's size, but "
-             r"--gin_file=ablations/mlm.gin trains no generator")):
+             rf"^--gin_file=ablations/generator_half.gin \(included by {mine}\) sets the "
+             rf"generator's size, but --gin_file=ablations/mlm.gin \(included by {mine}\) "
+             rf"trains no generator \(BERT\): drop the include of ablations/generator_half.gin "
+             rf"from {mine}$")):
         mine.write_text("".join(f"include '{name}'\n" for name in includes))
         with pytest.raises(UserInputError, match=message):
             gin_files.parse([str(mine)], [])
+    # (a user's file making the model BERT, then an included size: named as included)
+    bert = tmp_path / "operative_config.gin"
+    bert.write_text("OBJECTIVE = 'mlm'\n")
+    mine.write_text("include 'ablations/generator_half.gin'\n")
+    with pytest.raises(UserInputError, match=(
+            rf"^--gin_file=ablations/generator_half.gin \(included by {mine}\) sets the "
+            rf"generator's size, but OBJECTIVE='mlm' trains no generator \(BERT\): drop the "
+            rf"include of ablations/generator_half.gin from {mine}$")):
+        gin_files.parse(["tiny.gin", str(bert), str(mine)], [])
     mine.write_text("include 'tiny.gin'\ninclude 'ablations/mlm.gin'\n")
     gin_files.parse([str(mine)], [])
     assert gin.query_parameter("%OBJECTIVE") == "mlm"
@@ -483,8 +495,9 @@ def test_review_cases_of_includes_and_macros(tmp_path):
         gin_files.parse(["tiny.gin", str(outer)], [])
     indented = tmp_path / "indented.gin"
     indented.write_text("  include 'ablations/mlm.gin'\n")
-    with pytest.raises(UserInputError, match=r"sets OBJECTIVE = 'electra_15', which "
-                                             r"--gin_file=ablations/mlm.gin set to 'mlm'"):
+    with pytest.raises(UserInputError, match=rf"sets OBJECTIVE = 'electra_15', which "
+                                             rf"--gin_file=ablations/mlm.gin \(included by "
+                                             rf"{indented}\) set to 'mlm'"):
         gin_files.parse(["tiny.gin", str(indented), "ablations/electra_15.gin"], [])
     late = tmp_path / "late.gin"
     late.write_text("NUM_TRAIN_STEPS = 10\ninclude 'tiny.gin'\n")
