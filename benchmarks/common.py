@@ -59,7 +59,8 @@ def run(main):
     """absl's app.run for a benchmark, with the project scripts' endings: Ctrl-C one line
     (exit 130; what was written is whole, each result file atomically), a UserInputError
     its `error:` line (exit 1), and a command the benchmark ran that failed after printing
-    its own error, one line naming it (each was a traceback)."""
+    its own error, one line naming it (each was a traceback); a flag refused as the scripts
+    refuse one (absl's bounds and enums were two 'FATAL Flags parsing error' lines)."""
     from absl import app
 
     def guarded(argv):
@@ -89,7 +90,8 @@ def run(main):
                   file=sys.stderr)
             return 1
 
-    app.run(guarded)
+    from electra_tf import cli
+    app.run(guarded, flags_parser=cli.parse_flags)
 
 
 def define_results_name(default: str) -> None:

@@ -443,13 +443,13 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
             # writers after each write); atexit handlers still run.
             gc.freeze()
 
-    app.run(guarded, flags_parser=_parse_flags)
+    app.run(guarded, flags_parser=parse_flags)
 
 
 _REQUIRED = re.compile(r"flag --(\w+)=None: Flag --\1 must have a value other than None\.?")
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
+def parse_flags(argv: list[str]) -> list[str]:
     """absl's parsing, with a refusal as one `error:` line (exit code 1), as every other
     refusal is: absl printed 'FATAL Flags parsing error: ...' and a second line."""
     from absl import flags

@@ -308,3 +308,19 @@ def test_the_recorded_command_names_the_venv_python_and_repo_relative_paths(monk
     monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "benchmarks", "serving.py"),
                                       "--size=tiny"])
     assert common.run_info()["command"] == ".venv/bin/python benchmarks/serving.py --size=tiny"
+
+
+def test_a_benchmark_flag_out_of_its_bounds_is_one_error_line():
+    """absl's own bound and enum checks ended a benchmark in two 'FATAL Flags parsing
+    error' lines; they end it as the scripts' do."""
+    script = ("import os, sys\n"
+              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+              "import common\n"
+              "from absl import flags\n"
+              "flags.DEFINE_integer('repeats', 3, 'Runs.', lower_bound=1)\n"
+              "common.run(lambda argv: print('ran'))\n")
+    done = subprocess.run([sys.executable, "-c", script, "--repeats=0"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (
+        1, "", "error: flag --repeats=0: 0 is not a positive integer (--helpshort lists the "
+        "flags)")
