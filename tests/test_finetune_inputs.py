@@ -236,6 +236,27 @@ def test_regression_labels_with_a_decimal_comma_or_underscores_are_refused(tmp_p
     assert readers.sorted_labels(["1_5", "2", "10"]) == ["10", "1_5", "2"]  # not numbers
 
 
+def test_rows_of_empty_fields_are_skipped_with_a_note(tmp_path):
+    """A spreadsheet's ",,," rows are not examples; they were skipped without a word (a
+    test file's row then had no prediction, and the user's count was off)."""
+    table = tmp_path / "test.csv"
+    table.write_text("text,label\nFine.,pos\n,\n\nSlow.,neg\n , \n", encoding="utf-8")
+    notes = []
+    examples = readers.read_table(str(table), labelled=False, log=notes.append)
+    assert [(e.text_a, e.guid) for e in examples] == [("Fine.", "2"), ("Slow.", "5")]
+    assert notes == [f"note: {table}: skipped 2 rows whose fields are all empty (lines 3, 6); "
+                     "they are not examples and get no prediction"]
+    table.write_text("text\tlabel\nFine.\tpos\n\t\n", encoding="utf-8")
+    table = table.rename(tmp_path / "train.tsv")
+    notes = []
+    assert len(readers.read_table(str(table), log=notes.append)) == 1
+    assert notes == [f"note: {table}: skipped 1 row whose fields are all empty (line 3); "
+                     "it is not an example"]
+    table.write_text("text\tlabel\nFine.\tpos\n\n\n", encoding="utf-8")  # blank lines
+    notes = []
+    assert len(readers.read_table(str(table), log=notes.append)) == 1 and notes == []
+
+
 def test_unnamed_columns_are_not_read_and_a_semicolon_csv_is_named(tmp_path):
     table = tmp_path / "train.csv"
     # A spreadsheet's export: empty trailing columns, with no name in the header.

@@ -135,9 +135,10 @@ class _PlainLines:
         return line.split("\t")
 
 
-def _rows(path: str):
+def _rows(path: str, empty: list[int] | None = None):
     """(line number, {column: value}) for each record of a CSV/TSV (with a header row) or
-    JSONL file, and the columns."""
+    JSONL file, and the columns. Blank lines are skipped, and so are rows of empty fields
+    (a spreadsheet's ",,,"): their line numbers are added to `empty` where given."""
     fmt = table_format(path)
     text = read_text(path)
     if fmt == "jsonl":
@@ -190,6 +191,8 @@ def _rows(path: str):
         for row in reader:
             start, number = number, reader.line_num + 1
             if not any(field.strip() for field in row):
+                if len(row) > 1 and empty is not None:
+                    empty.append(start)
                 continue
             if len(row) != len(header):
                 _check_named_for_its_format(path, header)
@@ -230,14 +233,22 @@ def _check_column(path, columns, column, flag):
 
 def read_table(path: str, text_column: str = "text", text_b_column: str | None = None,
                label_column: str = "label", kind: str = "classification",
-               labelled: bool = True) -> list[Example]:
+               labelled: bool = True, log=None) -> list[Example]:
     """Examples from a CSV/TSV (header row) or JSONL file.
 
     `labelled=False` (a test file) reads labels only if the column is there. Regression
     labels must be numbers. An example's guid (its name in the predictions files) is the
-    file's `id` column where it has one, else its line number.
+    file's `id` column where it has one, else its line number. Rows of empty fields are
+    skipped, with a note to `log` (a test file's row then has no prediction).
     """
-    rows, columns = _rows(path)
+    empty = []
+    rows, columns = _rows(path, empty)
+    if empty and log:
+        many = len(empty) > 1
+        log(f"note: {path}: skipped {len(empty)} row{'s' * many} whose fields are all empty "
+            f"(line{'s' * many} {shown([str(n) for n in empty], 5)}); "
+            + ("they are not examples" if many else "it is not an example")
+            + (f" and get{'s' * (not many)} no prediction" if not labelled else ""))
     if not rows:
         raise UserInputError(f"{path} holds no examples; check the file")
     _check_column(path, columns, text_column, "--text_column")

@@ -260,9 +260,10 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         return _task_data(task, (train_file, train), (dev_file, dev), (test_file, test), None)
     columns = dict(text_column=text_column or "text", text_b_column=text_b_column,
                    label_column=label_column or "label", kind=task.kind)
-    train = readers.read_table(train_file, **columns)
-    dev = readers.read_table(dev_file, **columns)
-    test = readers.read_table(test_file, labelled=False, **columns) if test_file else None
+    train = readers.read_table(train_file, log=log, **columns)
+    dev = readers.read_table(dev_file, log=log, **columns)
+    test = (readers.read_table(test_file, labelled=False, log=log, **columns) if test_file
+            else None)
     for path, examples in ((dev_file, dev), (test_file, test)):
         _note_repeated_ids(path, examples or (), log)
     labels = None
