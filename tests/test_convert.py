@@ -894,7 +894,7 @@ def test_tf1_import_takes_the_vocab_beside_the_checkpoint_and_its_case(tmp_path)
     # other outputs without an error); --num_heads given, or a released size, no note.
     guessed = converters.import_tf1(bare, str(tmp_path / "o4"))
     assert guessed["notes"][1:] == [
-        "note: a TF1 checkpoint does not record its number of attention heads: 1 assumed for "
+        "a TF1 checkpoint does not record its number of attention heads: 1 assumed for "
         "its hidden size 64 (one per 64, as in the released models); pass --num_heads=N if it "
         "was trained with another"]
 
@@ -1431,3 +1431,157 @@ def test_a_source_of_the_other_kind_names_the_source_flag(tmp_path):
         f"error: --input={tmp_path / 'tf1'} is an official TF1 ELECTRA checkpoint, not a "
         f"HuggingFace folder; pass --source=tf1 --input={prefix}"))
     assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+def test_an_output_dir_that_is_the_working_folder_is_refused_and_a_link_is_written_through(
+        tmp_path, monkeypatch):
+    """--output_dir=. was a traceback (the staging folder went inside it, and '.' cannot
+    be renamed); a symbolic link to an empty folder was replaced by the model dir (a
+    traceback, the folder it named left empty and the link left as LINK.tmp-...)."""
+    source = _tiny_electra(tmp_path / "hf")
+    _vocab(tmp_path / "hf" / "vocab.txt", 120)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for given, above in ((".", ""), ("./", ""), ("..", " (or one above it)")):
+        with pytest.raises(UserInputError) as error:
+            converters.import_hf(source, given)
+        assert str(error.value) == (
+            f"--output_dir={given} is the folder this command runs in{above}, which the "
+            "import replaces with the model dir; pass a new folder, e.g. --output_dir="
+            f"{os.path.join(given, 'model')}")
+    assert os.listdir(here) == []
+    converters.import_hf(source, "model")  # (a new folder inside it)
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    converters.import_hf(source, str(link))
+    assert os.path.islink(link) and os.path.realpath(link) == str(real)
+    assert {"model_info.json", "operative_config.gin", "vocab.txt"} <= set(os.listdir(real))
+    assert load_pretrainer(str(link)).model.discriminator_config.hidden_size == 16
+    assert sorted(os.listdir(tmp_path)) == ["here", "hf", "link", "real"]
+
+
+def test_an_hf_model_of_another_architecture_is_refused(tmp_path):
+    """A RoBERTa's weights (embeddings.*, encoder.*: ELECTRA's names) imported without a
+    word and gave hidden states up to 2.1 off (its positions start after its padding
+    index); a BERT folder whose old config.json has no model_type is read as BERT."""
+    torch.manual_seed(0)
+    roberta = tmp_path / "roberta"
+    transformers.RobertaModel(transformers.RobertaConfig(
+        vocab_size=120, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=66)).save_pretrained(roberta)
+    _vocab(roberta / "vocab.txt", 120)
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(str(roberta), str(tmp_path / "out"))
+    assert str(error.value) == (
+        f"--input={roberta} is a 'roberta' model (its config.json's model_type); only "
+        "ELECTRA and BERT checkpoints can be imported (another architecture's weights would "
+        "load into the wrong places)")
+    assert not os.path.exists(tmp_path / "out")
+    bert = _tiny_bert(tmp_path / "bert")
+    config = json.load(open(os.path.join(bert, "config.json")))
+    del config["model_type"]
+    json.dump(config, open(os.path.join(bert, "config.json"), "w"))
+    result = converters.import_hf(bert, str(tmp_path / "from_bert"))
+    assert "bert.pooler.dense.weight" in result["skipped"]
+
+
+def test_hf_import_refusals_name_the_folder_and_the_fix(tmp_path):
+    """A tensor missing or left over named neither the folder nor its flag ("the state
+    dict has no ..."); a Git LFS pointer got torch's advice on weights_only; a case the
+    vocab refuses was told to pass "--lower_case=true or false", one of which was refused
+    too; a generator deeper than the discriminator was blamed on its hidden size."""
+    source = _tiny_electra(tmp_path / "disc")
+    _vocab(tmp_path / "disc" / "vocab.txt", 120)
+    config_path = os.path.join(source, "config.json")
+    config = json.load(open(config_path))
+    for layers, said in ((2, f"--input={source} has no 'electra.encoder.layer.1.attention.self"
+                             ".query.weight' (shape (16, 16)), which its config.json's sizes "
+                             "imply; copy the model's config.json and weights again, together "
+                             "(or pass the folder of the right model)"),
+                         (0, f"{config_path}: num_layers=0 must be at least 1")):
+        json.dump({**config, "num_hidden_layers": layers}, open(config_path, "w"))
+        with pytest.raises(UserInputError) as error:
+            converters.import_hf(source, str(tmp_path / "out"))
+        assert str(error.value) == said
+    json.dump(config, open(config_path, "w"))
+    from safetensors.numpy import load_file, save_file
+    extra = tmp_path / "extra"
+    shutil.copytree(source, extra)
+    state = load_file(str(extra / "model.safetensors"))
+    state["electra.encoder.layer.0.extra.weight"] = np.zeros((2, 3), np.float32)
+    save_file(state, str(extra / "model.safetensors"))
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(str(extra), str(tmp_path / "out"))
+    assert str(error.value) == (
+        f"--input={extra} has 'electra.encoder.layer.0.extra.weight' (shape (2, 3)), which a "
+        "model of its config.json's sizes has no place for; copy the model's config.json and "
+        "weights again, together")
+    torch.manual_seed(0)
+    deep = str(tmp_path / "deep")
+    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        vocab_size=120, embedding_size=16, hidden_size=16, num_hidden_layers=2,
+        num_attention_heads=1, intermediate_size=32,
+        max_position_embeddings=64)).save_pretrained(deep)
+    with pytest.raises(UserInputError, match=r"the generator has 2 layers, more than the "
+                                             r"discriminator's 1; this project builds "
+                                             r"generators of at most the discriminator's depth: "
+                                             r"import the discriminator alone$"):
+        converters.import_hf(source, str(tmp_path / "out"), generator_dir=deep)
+    pointer = tmp_path / "pointer"
+    pointer.mkdir()
+    shutil.copy(config_path, pointer / "config.json")
+    (pointer / "pytorch_model.bin").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 1000\n")
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(str(pointer), str(tmp_path / "out"))
+    assert str(error.value) == (
+        f"{pointer}/pytorch_model.bin is a Git LFS pointer, not the weights (the folder was "
+        "cloned without them); run `git lfs pull` in it, or download the file itself")
+    # bert-base-chinese's tokenizer_config.json says do_lower_case=false of its uncased vocab
+    torch.manual_seed(0)
+    chinese = tmp_path / "chinese"
+    vocab = os.path.join(ROOT, "data", "vocab", "bert_chinese.txt")
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=21128, hidden_size=16, num_hidden_layers=1, num_attention_heads=1,
+        intermediate_size=32, max_position_embeddings=64)).save_pretrained(chinese)
+    shutil.copy(vocab, chinese / "vocab.txt")
+    (chinese / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    with pytest.raises(UserInputError) as error:
+        converters.import_hf(str(chinese), str(tmp_path / "out"))
+    assert str(error.value) == (
+        f"{chinese}/tokenizer_config.json has do_lower_case=false, but the vocab "
+        f"{chinese}/vocab.txt is uncased; pass --lower_case=true (as the vocab was learned)")
+    assert converters.import_hf(str(chinese), str(tmp_path / "out"), lower_case=True)[
+        "model_info"]["lower_case"] is True
+    assert sorted(os.listdir(tmp_path)) == ["chinese", "deep", "disc", "extra", "out",
+                                            "pointer"]
+
+
+def test_a_tf1_checkpoint_is_read_from_its_own_folder_whatever_the_folders_name(tmp_path):
+    """A folder copied beside the original, whose `checkpoint` file gives the original's
+    absolute path, read the original; a prefix under "tf1 [v2]" was refused as having no
+    data file, "re-download" (TensorFlow finds a checkpoint's files by a pattern built from
+    its path, so it cannot read one there): named as such."""
+    original = tmp_path / "tf1"
+    _official_checkpoint(str(original / "model.ckpt-100"), np.random.default_rng(0))
+    (original / "checkpoint").write_text(
+        f'model_checkpoint_path: "{original}/model.ckpt-100"\n')
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    for given, out in ((str(copy), "from_folder"), (f"{copy}/model.ckpt-100", "from_prefix")):
+        info = converters.import_tf1(given, str(tmp_path / out), vocab, num_heads=1)[
+            "model_info"]
+        assert info["source"] == f"tf1:{copy}/model.ckpt-100"
+    bracketed = tmp_path / "tf1 [v2]"
+    shutil.copytree(original, bracketed)
+    for given in (str(bracketed), f"{bracketed}/model.ckpt-100"):
+        with pytest.raises(UserInputError) as error:
+            converters.import_tf1(given, str(tmp_path / "out"), vocab, num_heads=1)
+        assert str(error.value) == (
+            f"--input={bracketed}/model.ckpt-100 has '[' in its path, which TensorFlow reads "
+            "as a wildcard where it looks for checkpoint files; copy the checkpoint to a "
+            "folder without * ? [ in its path")
+    assert not os.path.exists(tmp_path / "out")

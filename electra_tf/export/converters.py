@@ -122,6 +122,9 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     TF1 checkpoint, in transformers' names and layouts (kernels transposed to [out, in])."""
     if tf.io.gfile.exists(os.path.join(checkpoint, OPERATIVE_CONFIG)):
         raise _needs_no_conversion(checkpoint, "an official TF1 checkpoint")
+    # (TensorFlow's reader finds the files by a pattern built from the path)
+    atomic.check_no_wildcards(checkpoint, f"--input={checkpoint}",
+                              "copy the checkpoint to a folder without * ? [ in its path")
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"--input={checkpoint} is not a TF1 checkpoint prefix (no "
                              f"{checkpoint}.index); pass e.g. electra_base/electra_base, "
@@ -255,7 +258,7 @@ def import_tf1(checkpoint: str, output_dir: str, vocab_file: str | None = None,
     if num_heads is None and disc_config.hidden_size not in _RELEASED_HIDDEN_SIZES:
         # (a wrong count reads every weight and gives other outputs, without an error)
         notes.append(
-            f"note: a TF1 checkpoint does not record its number of attention heads: "
+            f"a TF1 checkpoint does not record its number of attention heads: "
             f"{disc_config.num_heads} assumed for its hidden size {disc_config.hidden_size} "
             "(one per 64, as in the released models); pass --num_heads=N if it was trained "
             "with another")
@@ -422,8 +425,16 @@ def read_hf_dir(directory: str, flag: str = "--input") -> tuple[dict, dict]:
 _LEGACY_NORM = re.compile(r"(?<=LayerNorm)\.(gamma|beta)$")
 
 
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
 def _read_one(path: str) -> dict:
     """The numpy arrays of one safetensors file or (torch) PyTorch .bin file."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        if f.read(len(_LFS_POINTER)) == _LFS_POINTER:  # (a clone without git-lfs's files)
+            raise UserInputError(f"{path} is a Git LFS pointer, not the weights (the folder "
+                                 "was cloned without them); run `git lfs pull` in it, or "
+                                 "download the file itself")
     if path.endswith(".safetensors"):
         from safetensors import SafetensorError
         try:
@@ -479,12 +490,33 @@ _ELECTRA_NAMES = ("electra.", "embeddings.", "embeddings_project.", "encoder.",
                   "discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
 
 
+def _model_type(config: dict, state: dict) -> str | None:
+    """config.json's model_type; 'bert' for a BERT's weights (bert.*) where an old
+    config.json has none."""
+    given = config.get("model_type")
+    if given is None and any(k.startswith("bert.") for k in state):
+        return "bert"
+    return given
+
+
+def _check_model_type(config: dict, state: dict, directory: str, flag: str) -> None:
+    """Only ELECTRA's and BERT's encoders are ours: another transformers model with the
+    same tensor names (RoBERTa's embeddings.*, encoder.*, whose positions start after its
+    padding index) imported without a word and gave other outputs."""
+    kind = _model_type(config, state)
+    if kind not in (None, "electra", "bert"):
+        raise UserInputError(
+            f"{flag}={directory} is a {kind!r} model (its config.json's model_type); only "
+            "ELECTRA and BERT checkpoints can be imported (another architecture's weights "
+            "would load into the wrong places)")
+
+
 def _as_electra(config: dict, state: dict) -> tuple[dict, list[str]]:
     """(a state dict in ELECTRA's names; the names of what is left out). A BERT's
     (BertModel, BertForMaskedLM, a fine-tuned BertFor*, ...) is the same encoder, "bert." ->
     "electra.", without the pooler and every head; an ELECTRA's is without a fine-tuned
     ElectraFor*'s task head."""
-    if config.get("model_type") != "bert":
+    if _model_type(config, state) != "bert":
         skipped = sorted(k for k in state if not k.startswith(_ELECTRA_NAMES))
         return {k: v for k, v in state.items() if k.startswith(_ELECTRA_NAMES)}, skipped
     out, skipped = {}, []
@@ -531,6 +563,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
             "model HuggingFace has no class for, and would be read as ELECTRA's replaced-token "
             "logits; convert ELECTRA models only (the Electric model dir itself exports and "
             "fine-tunes)")
+    _check_model_type(disc_hf, disc_state, discriminator_dir, "--input")
     disc_state, skipped = _as_electra(disc_hf, disc_state)
     disc_config = huggingface.config_from_hf(
         disc_hf, os.path.join(discriminator_dir, "config.json"))
@@ -544,6 +577,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
                 f"--generator_input={generator_dir} is a discriminator (ElectraForPreTraining: "
                 "it has discriminator_predictions and no generator_predictions); pass the "
                 "generator (ElectraForMaskedLM) trained with --input's discriminator")
+        _check_model_type(gen_hf, gen_state, generator_dir, "--generator_input")
         gen_state, _ = _as_electra(gen_hf, gen_state)
         gen_config = huggingface.config_from_hf(gen_hf,
                                                 os.path.join(generator_dir, "config.json"))
@@ -587,10 +621,18 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     try:
         not_imported = _load_networks(model, disc_state, gen_state)
     except huggingface.TensorMismatch as e:
-        if e.kind != "shape":
-            raise
         folder, flag = ((generator_dir, "--generator_input") if e.network == "generator"
                         else (discriminator_dir, "--input"))
+        if e.kind == "missing":
+            raise UserInputError(
+                f"{flag}={folder} has no '{e.name}' (shape {e.expected}), which its "
+                "config.json's sizes imply; copy the model's config.json and weights again, "
+                "together (or pass the folder of the right model)") from None
+        if e.kind == "unexpected":
+            raise UserInputError(
+                f"{flag}={folder} has '{e.name}' (shape {e.shape}), which a model of its "
+                "config.json's sizes has no place for; copy the model's config.json and "
+                "weights again, together") from None
         raise UserInputError(
             f"{flag}={folder}'s config.json does not describe its weights: '{e.name}' has "
             f"shape {e.shape}, its config.json's sizes give {e.expected}; copy the model's "
@@ -880,6 +922,11 @@ def gin_bindings(model: ElectraPretrainer) -> str:
             derived = generator_config(d, fraction, layers)
         except UserInputError:  # (its heads do not divide that width)
             derived = None
+        if model.sharing != "all" and g.num_layers > d.num_layers:
+            raise UserInputError(
+                f"the generator has {g.num_layers} layers, more than the discriminator's "
+                f"{d.num_layers}; this project builds generators of at most the "
+                "discriminator's depth: import the discriminator alone")
         if model.sharing != "all" and (derived is None or _shape(derived) != _shape(g)):
             heads = lambda n: f"{n} head{'s' * (n != 1)}"  # noqa: E731
             raise UserInputError(
@@ -929,6 +976,16 @@ def check_new_model_dir(output_dir: str) -> None:
     (atomic.check_no_wildcards)."""
     atomic.check_no_wildcards(output_dir, f"--output_dir={output_dir}")
     check_output_dir(output_dir)
+    if "://" not in output_dir:
+        # (the import puts a new folder in its place, which would leave the shell that ran
+        # it in a deleted one; the staging folder was put inside it, and renaming it failed)
+        here, real = os.path.realpath(os.getcwd()), os.path.realpath(output_dir)
+        if here == real or here.startswith(real.rstrip(os.sep) + os.sep):
+            raise UserInputError(
+                f"--output_dir={output_dir} is the folder this command runs in"
+                + ("" if here == real else " (or one above it)") + ", which the import "
+                f"replaces with the model dir; pass a new folder, e.g. --output_dir="
+                f"{os.path.join(output_dir, 'model')}")
     if tf.io.gfile.exists(output_dir) and tf.train.latest_checkpoint(output_dir):
         raise UserInputError(f"--output_dir={output_dir} already holds a checkpoint; use a new "
                              "directory")
@@ -989,7 +1046,10 @@ def write_model_dir(model: ElectraPretrainer, output_dir: str, vocab_file: str |
                 source=source, not_imported=list(not_imported))
     # An empty --output_dir (checked above) is replaced; the `checkpoint` file's paths are
     # relative, so the checkpoint written under the temporary name reads the same after it.
-    with atomic.staged_dir(output_dir) as temporary:
+    # A symbolic link is written through (it was replaced by the folder, the folder it
+    # named left empty).
+    with atomic.staged_dir(output_dir if "://" in output_dir
+                           else os.path.realpath(output_dir)) as temporary:
         copy = os.path.join(temporary, "vocab.txt")
         if tokens_given:
             with tf.io.gfile.GFile(copy, "w") as f:
@@ -1017,8 +1077,10 @@ def _checked_case(vocab: list[str], vocab_file: str, lower_case: bool | None,
         if case_from is None:
             raise
         key = "lowercase" if case_from.endswith("tokenizer.json") else "do_lower_case"
+        # (the vocab allows the other value: bert-base-chinese's tokenizer_config.json says
+        # do_lower_case=false of an uncased vocab, whose capitalised words would be [UNK])
         raise UserInputError(
             f"{case_from} has {key}={str(lower_case).lower()}, but the vocab "
-            f"{vocab_file} is {'cased' if writer.vocab_is_cased(vocab) else 'uncased'}; pass "
-            "--lower_case=true or false as the model was trained") from None
+            f"{vocab_file} is {'cased' if lower_case else 'uncased'}; pass "
+            f"--lower_case={str(not lower_case).lower()} (as the vocab was learned)") from None
     return lower_case

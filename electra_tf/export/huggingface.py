@@ -143,6 +143,13 @@ def config_from_hf(hf: dict, source: str = "the transformers config") -> Encoder
         raise UserInputError(f"{source} has position_embedding_type="
                              f"{hf['position_embedding_type']!r}; our encoder has learned "
                              "absolute positions only")
+    try:
+        return _encoder_config(hf)
+    except UserInputError as e:  # (a size out of range: "num_layers=0 must be at least 1")
+        raise UserInputError(f"{source}: {e}") from None
+
+
+def _encoder_config(hf: dict) -> EncoderConfig:
     return EncoderConfig(
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
         num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],

@@ -106,8 +106,9 @@ def checkpoint_prefix(path: str) -> str:
 def folder_checkpoint(folder: str, given: str) -> str | None:
     """The checkpoint prefix in `folder` (an official TF1 checkpoint's, or one a user
     copied; `given`: how the user gave it): the one its `checkpoint` file names, found
-    beside that file by name where the file gives another machine's path (a folder copied
-    off gs://, or moved: tf.train.latest_checkpoint logged an error there and found none),
+    beside that file by name first (a folder copied or moved, whose file gives the
+    original's path: another machine's, or gs://, where tf.train.latest_checkpoint logged an
+    error and found none, or the original's, which was read instead of the copy),
     else the folder's only one; None where it holds none. A folder of several, none of
     them named, and a data file without its .index are refused."""
     try:
@@ -118,7 +119,9 @@ def folder_checkpoint(folder: str, given: str) -> str | None:
     held = sorted(name[:-len(".index")] for name in names if name.endswith(".index"))
     if state is not None:
         named = state.model_checkpoint_path
-        for prefix in (named, os.path.join(folder, named.replace("\\", "/").rsplit("/", 1)[-1])):
+        # Its own copy first: a folder copied here whose `checkpoint` file gives the
+        # original's absolute path read the original, where that still was.
+        for prefix in (os.path.join(folder, named.replace("\\", "/").rsplit("/", 1)[-1]), named):
             if tf.io.gfile.exists(prefix + ".index"):
                 return prefix
         if held:  # (not another one without a word)
