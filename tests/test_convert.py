@@ -269,7 +269,9 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
     finally:
         huggingface.hf_config = original
     assert not os.path.exists(tmp_path / "full")  # (the folder it made too)
-    # ... and so does a failure moving discriminator/ in after generator/ moved in.
+    # ... and so does a failure moving discriminator/ in after generator/ moved in (into a
+    # folder that is there: a new one moves in whole, test_an_hf_export_into_a_new_...).
+    (tmp_path / "full").mkdir()
     rename = tf.io.gfile.rename
 
     def failing_rename(source, target, overwrite=False):
@@ -1585,3 +1587,34 @@ def test_a_tf1_checkpoint_is_read_from_its_own_folder_whatever_the_folders_name(
             "as a wildcard where it looks for checkpoint files; copy the checkpoint to a "
             "folder without * ? [ in its path")
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_an_hf_export_into_a_new_folder_moves_both_networks_in_at_once(tmp_path,
+                                                                        monkeypatch):
+    """A kill between the discriminator's and the generator's renames left a lone
+    generator/, and the rerun was refused as an earlier export: a new --output_dir moves
+    in whole, in one rename; into a folder that is there, each network's folder moves in."""
+    disc = EncoderConfig(vocab_size=120, hidden_size=64, num_layers=1, num_heads=1,
+                         intermediate_size=256, max_position_embeddings=64)
+    vocab = _vocab(tmp_path / "vocab.txt", 120)
+    model_dir = str(tmp_path / "model")
+    converters.write_model_dir(ElectraPretrainer(disc, generator_config(disc, 0.25)),
+                               model_dir, vocab, True, 64, source="test")
+    renames = []
+    rename = tf.io.gfile.rename
+    monkeypatch.setattr(tf.io.gfile, "rename",
+                        lambda a, b, overwrite=False: renames.append(b) or rename(a, b,
+                                                                                  overwrite))
+    out = tmp_path / "hf"
+    assert converters.export_hf(model_dir, str(out)) == [str(out / "discriminator"),
+                                                         str(out / "generator")]
+    assert renames == [str(out)]
+    assert sorted(os.listdir(out)) == ["discriminator", "generator"]
+    assert sorted(os.listdir(out / "generator")) == [
+        "config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    renames.clear()
+    there = tmp_path / "there"
+    there.mkdir()
+    converters.export_hf(model_dir, str(there))
+    assert sorted(renames) == [str(there / "discriminator"), str(there / "generator")]
+    assert sorted(os.listdir(tmp_path)) == ["hf", "model", "there", "vocab.txt"]

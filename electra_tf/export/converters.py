@@ -790,37 +790,47 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
     has_head = any(k.startswith("discriminator_predictions.") for k in discriminator)
     # transformers' default pad_token_id is 0 ([PAD] in BERT's vocabs, not in every vocab).
     pad_id = tokenization.load_vocab(loaded.vocab_file).index(tokenization.PAD_TOKEN)
-    written = []
-    # Both folders are filled before either moves in, and one moved in before the other's
-    # move failed is removed: a failure leaves neither (a lone folder would refuse the rerun
-    # as an earlier export).
+    parts = [(name, state, config, architecture) for name, state, config, architecture in (
+        ("discriminator", discriminator, model.discriminator_config,
+         "ElectraForPreTraining" if has_head else "ElectraModel"),
+        ("generator", generator, model.generator.config if generator else None,
+         "ElectraForMaskedLM")) if state is not None]
+
+    def fill(folder, name, state, config, architecture):
+        # Electric's head is an energy: marked, so that an import refuses it (read as
+        # ELECTRA's, its energies would be served as probabilities).
+        marks = ({huggingface.ELECTRIC_MARK: True}
+                 if model.objective == "electric" and name == "discriminator" else {})
+        with tf.io.gfile.GFile(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(huggingface.hf_config(config, architecture, pad_token_id=pad_id,
+                                            **marks), f, indent=2)
+        _save_safetensors(state, os.path.join(folder, "model.safetensors"),
+                          like=os.path.join(folder, "config.json"))
+        tf.io.gfile.copy(loaded.vocab_file, os.path.join(folder, "vocab.txt"), True)
+        with tf.io.gfile.GFile(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump({"do_lower_case": loaded.lower_case,
+                       "strip_accents": loaded.strip_accents,
+                       "tokenizer_class": "ElectraTokenizer",
+                       "model_max_length": loaded.max_seq_length}, f, indent=2)
+
+    written = [os.path.join(output_dir, part[0]) for part in parts]
+    if not tf.io.gfile.exists(output_dir):
+        # A new --output_dir moves in whole, both folders in one rename: a kill leaves
+        # neither (between two renames it left a lone generator/, which refused the rerun
+        # as an earlier export).
+        with atomic.staged_dir(output_dir) as temporary:
+            for part in parts:
+                tf.io.gfile.makedirs(os.path.join(temporary, part[0]))
+                fill(os.path.join(temporary, part[0]), *part)
+        return written
+    # Into a folder that is there: both filled before either moves in, and one moved in
+    # before the other's move failed is removed (a failure leaves neither).
+    moved = []
     with contextlib.ExitStack() as staged:
-        staged.push(lambda failed, *_: _remove(written) if failed else None)
-        for name, state, config, architecture in (
-                ("discriminator", discriminator, model.discriminator_config,
-                 "ElectraForPreTraining" if has_head else "ElectraModel"),
-                ("generator", generator, model.generator.config if generator else None,
-                 "ElectraForMaskedLM")):
-            if state is None:
-                continue
-            directory = os.path.join(output_dir, name)
-            temporary = staged.enter_context(atomic.staged_dir(directory))
-            # Electric's head is an energy: marked, so that an import refuses it (read as
-            # ELECTRA's, its energies would be served as probabilities).
-            marks = ({huggingface.ELECTRIC_MARK: True}
-                     if model.objective == "electric" and name == "discriminator" else {})
-            with tf.io.gfile.GFile(os.path.join(temporary, "config.json"), "w") as f:
-                json.dump(huggingface.hf_config(config, architecture, pad_token_id=pad_id,
-                                                **marks), f, indent=2)
-            _save_safetensors(state, os.path.join(temporary, "model.safetensors"),
-                              like=os.path.join(temporary, "config.json"))
-            tf.io.gfile.copy(loaded.vocab_file, os.path.join(temporary, "vocab.txt"), True)
-            with tf.io.gfile.GFile(os.path.join(temporary, "tokenizer_config.json"), "w") as f:
-                json.dump({"do_lower_case": loaded.lower_case,
-                           "strip_accents": loaded.strip_accents,
-                           "tokenizer_class": "ElectraTokenizer",
-                           "model_max_length": loaded.max_seq_length}, f, indent=2)
-            written.append(directory)
+        staged.push(lambda failed, *_: _remove(moved) if failed else None)
+        for part, directory in zip(parts, written):
+            fill(staged.enter_context(atomic.staged_dir(directory)), *part)
+            moved.append(directory)
     return written
 
 
