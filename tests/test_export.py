@@ -536,6 +536,11 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
     with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=2"):
         saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
+    # (the next after the highest: --version=2 was named where 2 was there too)
+    os.makedirs(tmp_path / "electra" / "7")
+    with pytest.raises(UserInputError, match=r"electra/1 exists; pass --version=8 "):
+        saved_model.export(model_dir, str(tmp_path), "electra", "discriminator")
+    os.rmdir(tmp_path / "electra" / "7")
     # Two exports of one version at once: the one finishing second is refused and the
     # other's SavedModel kept (it was replaced, silently).
     write_warmup = saved_model._write_warmup
@@ -637,7 +642,7 @@ def test_bad_exports_fail_with_one_clear_line(model_dir, tmp_path, monkeypatch):
     kept = config.read_text()
     config.unlink()
     lines = []
-    with pytest.raises(UserInputError, match=f"^{tmp_path}/low/3 exists; pass --version=4"):
+    with pytest.raises(UserInputError, match=f"^{tmp_path}/low/3 exists; pass --version=5"):
         saved_model.export(model_dir, str(tmp_path), "low", "discriminator", version=3,
                            log=lines.append)
     assert lines == [f"note: put back {tmp_path}/low/4, which an export killed while replacing "

@@ -983,7 +983,9 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     _add_missing_config_entry(export_dir, model_name, log)
     target = os.path.join(export_dir, model_name, str(version))
     if tf.io.gfile.exists(target) and not overwrite:
-        raise UserInputError(f"{target} exists; pass --version={version + 1} (TF Serving "
+        # (the next after the highest: version + 1 may be there too)
+        following = max(_versions(export_dir, model_name) + [version]) + 1
+        raise UserInputError(f"{target} exists; pass --version={following} (TF Serving "
                              "serves the highest version) or --overwrite")
     if kind == "task":
         loaded = load_finetuned(model_dir, trial, vocab_file)
