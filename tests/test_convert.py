@@ -1348,8 +1348,13 @@ def test_init_checkpoint_takes_a_checkpoints_file_and_its_errors_name_the_flag(t
         assert latest_checkpoint(f"{model}/ckpt-1{file}") == f"{model}/ckpt-1"  # pre-training's
         assert runner.load_initialization(f"{model}/ckpt-1{file}").source == f"{model}/ckpt-1"
     assert _init_checkpoint_errors(f"{tmp_path}/nothing", tmp_path) == [
-        f"error: --init_checkpoint={tmp_path}/nothing is neither a model dir nor a checkpoint "
-        f"prefix (no {tmp_path}/nothing.index); pass a model dir or a ckpt-N prefix"] * 2
+        f"error: --init_checkpoint={tmp_path}/nothing does not exist; pass a model dir (of "
+        "run_pretraining.py or convert_checkpoint.py) or a ckpt-N prefix in one"] * 2
+    # A file there, of another kind (a checkpoint's .meta alone): not a checkpoint prefix.
+    (tmp_path / "other.meta").write_text("")
+    assert _init_checkpoint_errors(f"{tmp_path}/other", tmp_path) == [
+        f"error: --init_checkpoint={tmp_path}/other is neither a model dir nor a checkpoint "
+        f"prefix (no {tmp_path}/other.index); pass a model dir or a ckpt-N prefix"] * 2
 
 
 def test_a_tf1_folder_copied_elsewhere_is_read_by_the_checkpoint_it_holds(tmp_path):

@@ -1096,8 +1096,8 @@ def test_init_checkpoint_starts_from_those_weights(tmp_path, data):
     # A mistyped one is said to be missing, before anything is built; a model dir that is a
     # file (or inside one) too (was a traceback at the first write).
     with pytest.raises(UserInputError, match=(
-            rf"^--init_checkpoint={tmp_path}/ab is neither a model dir nor a checkpoint "
-            r"prefix \(no ")):
+            rf"^--init_checkpoint={tmp_path}/ab does not exist; pass a model dir \(of "
+            r"run_pretraining.py or convert_checkpoint.py\) or a ckpt-N prefix in one")):
         run(tmp_path / "d", data, init_checkpoint=str(tmp_path / "ab"))
     (tmp_path / "afile").write_text("mine")
     for model_dir, said in ((tmp_path / "afile", "is a file, not a folder"),

@@ -995,10 +995,10 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
     else:
         loaded = load_pretrainer(model_dir, vocab_file)
         check_imported(loaded, model_dir, kind)
-        for line in weights_read(loaded, kind):
-            log(line)
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
+        for line in weights_read(loaded, kind):  # (after a refusal of the kind, not before)
+            log(line)
     # Hidden names, which TF Serving (numeric version folders) does not take for versions:
     # the new one staged, and the one it replaces while they swap.
     hidden, aside = (os.path.join(export_dir, model_name,

@@ -64,6 +64,11 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
         raise convert_tf1_first(given, prefix)
     if not tf.io.gfile.exists(prefix + ".index"):
         gone_checkpoint(prefix, given)
+        if not tf.io.gfile.exists(path) and not tf.io.gfile.glob(prefix + ".*"):
+            # (nothing there: a path mistyped, or a run not made yet)
+            raise UserInputError(f"{given} does not exist; pass a model dir (of "
+                                 "run_pretraining.py or convert_checkpoint.py) or a ckpt-N "
+                                 "prefix in one")
         raise UserInputError(f"{given} is neither a model dir nor a checkpoint prefix (no "
                              f"{prefix}.index); pass a model dir or a ckpt-N prefix")
     return prefix
