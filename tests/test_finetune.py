@@ -957,6 +957,7 @@ def test_glue_formats_and_submission_files(tmp_path, init):
                        data_dir=str(sts))
     assert results["metric"] == "spearman" and results["labels"] is None
     assert set(results["median"]) == {"pearson", "spearman", "mse"}
+    assert results["hyperparameters"]["double_unordered"] is True  # (STS-B's pairs: unordered)
     submission = read_tsv(tmp_path / "stsb" / "trial_0" / "glue" / "STS-B.tsv")
     assert submission[0] == ["index", "prediction"] and len(submission) == 6
     assert all(0.0 <= float(v) <= 5.0 and re.fullmatch(r"\d\.\d{3}", v) for _, v in submission[1:])
@@ -1054,8 +1055,15 @@ def test_glue_files_of_another_shape_are_refused_naming_the_line(tmp_path):
     for name in ("train.txt", "valid.txt"):
         (conll / name).write_text("Emma B-PER\n")
     refused("tagging", f"{conll} has no dev file (dev.tsv or dev.txt or dev.conll) (a "
-            "CoNLL-2003 release? --task=conll reads its valid.txt); pass the folder of the "
-            "task's release as --data_dir", data_dir=str(conll))
+            "CoNLL-2003 release? --task=conll reads its valid.txt); name yours so, or pass "
+            "--train_file and --dev_file", data_dir=str(conll))
+    # A generic QA folder reads SQuAD's JSON only (a train.csv was read, and refused as not
+    # JSON), and is not a release.
+    qa = tmp_path / "qa"
+    qa.mkdir()
+    (qa / "train.csv").write_text("text,label\nFine.,pos\n")
+    refused("qa", f"{qa} has no train file (train.json); name yours so, or pass --train_file "
+            "and --dev_file", data_dir=str(qa))
     # MNLI's test files given one by one go to their own submission files.
     assert tasks._submission_of(tasks.get_task("mnli"), "x/test_mismatched.tsv") == (
         "MNLI-mm.tsv", None)
@@ -1942,6 +1950,7 @@ def test_qa_v1_and_v2_end_to_end(tmp_path, init):
                                                       "finetuning.qa_head = 'bert'"],
                        train_file=train, dev_file=dev)
     assert results["hyperparameters"]["qa_head"] == "bert"
+    assert "double_unordered" not in results["hyperparameters"]  # (MRPC's and STS-B's only)
     predictions = json.loads((tmp_path / "v1" / "trial_0" / "dev_predictions.json").read_text())
     golds = {q["id"]: [a["text"] for a in q["answers"]]
              for d in json.loads(open(dev).read())["data"] for p in d["paragraphs"]

@@ -541,7 +541,8 @@ def test_tagging_refuses_json_and_csv_files_and_looks_for_conll_text(tmp_path):
                         train_file=str(path), dev_file=str(path)).startswith(str(path))
     (tmp_path / "dev.jsonl").write_text((tmp_path / "train.jsonl").read_text())
     _refused(f"{tmp_path} has no train file (train.tsv or train.txt or train.conll) "
-             "(train.jsonl is not read: tagging reads CoNLL text, a word and its tag per line)",
+             "(train.jsonl is not read: tagging reads CoNLL text, a word and its tag per line); "
+             "name yours so, or pass --train_file and --dev_file",
              tasks.load, tasks.get_task("tagging"), data_dir=str(tmp_path))
     (tmp_path / "train.conll").write_text("Emma B-PER\nsmiled O\n\nAnne B-PER\nwept O\n")
     (tmp_path / "dev.txt").write_text("Anne B-PER\nsmiled O\n")

@@ -677,7 +677,7 @@ def _build(output_dir, config, assignment, total_bytes, created_output_dir, num_
         share = f"{cut:.0%}" if cut < 0.995 or cut == 1 else "over 99%"  # not "100%"
         log(f"note: {share} of the text's tokens were cut off the "
             "ends of examples (a sentence or line that overflows an example loses its tail, as "
-            "in the official builder; the Austen sample loses 17-18% at 128, 5% at 512): put "
+            "in the official builder; the Austen sample loses 17% at 128, 5% at 512): put "
             "one sentence per line, or raise --max_seq_length")
     unknown = _share(shards, "unknown_tokens")
     if unknown > UNKNOWN_NOTE_FRACTION:

@@ -563,7 +563,10 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
                              layerwise_lr_decay=layerwise_lr_decay,
                              official_layerwise_decay=official_layerwise_decay,
                              warmup_proportion=warmup_proportion,
-                             double_unordered=double_unordered,
+                             # (MRPC's and STS-B's: a task whose pairs have an order, or
+                             # none, does not read it)
+                             **(dict(double_unordered=double_unordered)
+                                if task.unordered_pairs else {}),
                              loss_reduction=loss_reduction, precision=precision,
                              jit_compile=jit_compile, static_shapes=static,
                              **(dict(qa_head=qa_head, beam_size=beam_size,

@@ -119,8 +119,10 @@ class TaskData:
     columns: dict | None = None
 
 
-def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
-    """The one file of `names` in data_dir; two of them are refused (which one is meant?)."""
+def _find(data_dir: str, names, what: str, required: bool = True,
+          fix: str = "pass the folder of the task's release as --data_dir") -> str | None:
+    """The one file of `names` in data_dir; two of them are refused (which one is meant?),
+    none (where `required`) too, with `fix`."""
     found = [name for name in names if tf.io.gfile.exists(os.path.join(data_dir, name))]
     if len(found) > 1:
         raise UserInputError(f"{data_dir} has several {what} files ({', '.join(found)}); keep "
@@ -142,7 +144,7 @@ def _find(data_dir: str, names, what: str, required: bool = True) -> str | None:
                 hint = (f" ({other[0]} is not read: tagging reads CoNLL text, a word and its "
                         "tag per line)")
         raise UserInputError(f"{data_dir} has no {what} file ({' or '.join(names)}){hint}; "
-                             "pass the folder of the task's release as --data_dir")
+                             f"{fix}")
     return None
 
 
@@ -199,8 +201,12 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
         return _load_glue(task, data_dir, train_file, dev_file, test_file, log)
     if data_dir:
         files = task.files or {}
-        train_file = _find(data_dir, files.get("train", _generic_names("train", task)), "train")
-        dev_file = _find(data_dir, files.get("dev", _generic_names("dev", task)), "dev")
+        # (a generic task has no release: the user's own files)
+        fix = ({} if "train" in files else
+               {"fix": "name yours so, or pass --train_file and --dev_file"})
+        train_file = _find(data_dir, files.get("train", _generic_names("train", task)), "train",
+                           **fix)
+        dev_file = _find(data_dir, files.get("dev", _generic_names("dev", task)), "dev", **fix)
         test_file = _find(data_dir, files.get("test", _generic_names("test", task)), "test",
                           required=False)
     if task.kind == "tagging":
@@ -356,9 +362,10 @@ def _not_empty(path, examples, skipped):
 
 def _generic_names(split, task):
     """A generic task's file names in --data_dir: tagging reads CoNLL text only (its JSONL
-    was read as words, and trained)."""
-    kinds = (("tsv", "txt", "conll") if task.kind == "tagging"
-             else ("csv", "tsv", "jsonl", "json", "txt"))
+    was read as words, and trained), QA SQuAD's JSON (a train.csv beside it was read and
+    refused as not JSON)."""
+    kinds = (("tsv", "txt", "conll") if task.kind == "tagging" else ("json",)
+             if task.kind == "qa" else ("csv", "tsv", "jsonl", "json", "txt"))
     return tuple(f"{split}.{ext}" for ext in kinds)
 
 
