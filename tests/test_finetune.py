@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import (CHINESE_VOCAB, DATA, FIXTURES, ROOT, UNCASED_VOCAB, cased_vocab,
-                      pretrain)
+                      chinese_reviews, pretrain)
 from in_process import run_script
 
 MOVIES = os.path.join(FIXTURES, "finetune", "movie_snippets.csv")
@@ -2301,3 +2301,33 @@ def test_more_bad_inputs_fail_before_training_with_one_line(tmp_path):
     tags.write_text("Emma\nsmiled\n\nAnne B-PER\nwent O\n")
     assert [s.tags for s in readers.read_conll(str(tags), labelled=False)] == [
         None, ["B-PER", "O"]]
+
+
+def test_a_tagger_of_one_character_per_word_is_exported_with_a_note(tmp_path, init):
+    """A Chinese NER/POS file tags one character per line; served through serving_default,
+    whose text is split at whitespace, an unspaced sentence is one word with one tag: the
+    export says so (task_info.json records it); a file of English words does not."""
+    from electra_tf.export import saved_model
+    from electra_tf.finetune import runner, tasks
+    sentences = [s for s in chinese_reviews() if 6 <= len(s) <= 30][:24]
+    assert len(sentences) == 24
+    zh = tmp_path / "zh.txt"
+    zh.write_text("\n\n".join("\n".join(f"{c} {'B-X' if c in '好不' else 'O'}"
+                                        for c in s if not c.isspace())
+                              for s in sentences) + "\n", encoding="utf-8")
+    en = conll(tmp_path / "en.txt", austen_sentences(8))
+    for path, characters in ((str(zh), True), (en, False)):
+        data = tasks.load(tasks.get_task("tagging"), train_file=path, dev_file=path)
+        assert runner._TaggingTask(data, init.tokenizer(), {"max_seq_length": 48},
+                                   lambda *_: None).character_words is characters
+    finetune("tagging", tmp_path / "zh", init, ["finetuning.max_train_steps = 1"],
+             train_file=str(zh), dev_file=str(zh))
+    info = json.loads((tmp_path / "zh" / "trial_0" / "task_info.json").read_text())
+    assert info["character_words"] is True
+    lines = []
+    saved_model.export(str(tmp_path / "zh"), str(tmp_path / "serving"), "zh", "task",
+                       log=lines.append)
+    assert ("note: this tagger was trained on one character per word: serving_default splits "
+            "its text at whitespace, so send the characters spaced (我 爱 北 京), or each "
+            "text's characters as a list to tag_words; unspaced, a sentence is one word with "
+            "one tag") in lines

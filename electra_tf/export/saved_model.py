@@ -992,6 +992,11 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
         task, task_kind = loaded.info["task"], loaded.info["kind"]
         log(f"{task if task == task_kind else f'{task} ({task_kind})'}: {loaded.note}")
         module = TaskServingModule(loaded.model, loaded.info, loaded.vocab_file)
+        if loaded.info.get("character_words"):
+            log("note: this tagger was trained on one character per word: serving_default "
+                "splits its text at whitespace, so send the characters spaced (我 爱 北 京), "
+                "or each text's characters as a list to tag_words; unspaced, a sentence is "
+                "one word with one tag")
     else:
         loaded = load_pretrainer(model_dir, vocab_file)
         check_imported(loaded, model_dir, kind)

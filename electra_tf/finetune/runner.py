@@ -709,7 +709,7 @@ def _finished_trials(model_dir: str) -> int | None:
 
 # task_info.json keys that record what a trial did without changing it: a trial written
 # before them still resumes.
-_RECORDED_SINCE = ("trained_seq_length", "vocab_sha256", "columns")
+_RECORDED_SINCE = ("trained_seq_length", "vocab_sha256", "columns", "character_words")
 
 
 def resumable_trials(model_dir: str, earlier: list[str], num_trials: int,
@@ -1272,6 +1272,12 @@ class _TaggingTask:
 
     def __init__(self, data: tasks.TaskData, tokenizer, options, log):
         self.tag_scheme = self.tag_spelling = None
+        # A file of one character per word (Chinese NER and POS: MSRA, People's Daily), for
+        # export to say that its text signature wants the characters spaced.
+        words = [w for s in data.train.examples for w in s.words]
+        self.character_words = bool(words) and (
+            sum(len(w) == 1 for w in words) >= 0.9 * len(words)
+            and sum(not w.isascii() for w in words) >= 0.5 * len(words))
         train_tags = [s.tags for s in data.train.examples]
         dev_tags = [s.tags for split in data.dev for s in split.examples if s.tags]
         if options.get("tag_encoding", "BIOES") == "BIOES":
@@ -1537,6 +1543,8 @@ def _task_info(adapter, init, task_data, max_seq_length, max_query_length, seed,
             # The model's labels (tagging: BIOES for span tags; tag_scheme the file's).
             "labels": adapter.labels, "tag_scheme": adapter.tag_scheme,
             **({"tag_spelling": adapter.tag_spelling} if adapter.head == "token" else {}),
+            **({"character_words": True} if getattr(adapter, "character_words", False)
+               else {}),
             "num_outputs": adapter.num_outputs,
             "answerability": adapter.answerability, "seed": seed,
             "target_scale": task_data.task.target_scale,
