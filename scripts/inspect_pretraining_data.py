@@ -39,7 +39,7 @@ def main(argv):
         raise UserInputError(f"--num_examples={FLAGS.num_examples} must be at least 1")
     from electra_tf.data import pipeline
     from electra_tf.tokenization import Tokenizer
-    files = pipeline.list_files(FLAGS.data)
+    files = pipeline.list_files(FLAGS.data, "--data")
     metadata = pipeline.read_metadata(files)
     length = FLAGS.max_seq_length or (metadata or {}).get("max_seq_length")
     if length is None:

@@ -174,7 +174,7 @@ AFTER_TENSORFLOW = {
                               "model dir written by run_pretraining.py or "
                               "convert_checkpoint.py"),
     "inspect_pretraining_data.py": (["--data={missing}/*.tfrecord", "--vocab_file={vocab}"],
-                                    "error: data {missing}/*.tfrecord matches no file; check the "
+                                    "error: --data {missing}/*.tfrecord matches no file; check the "
                                     "path, or build the data with "
                                     "scripts/build_pretraining_data.py"),
     "learn_vocab.py": (["--input={missing}/*.txt", "--output={out}/vocab.txt",

@@ -165,6 +165,21 @@ def test_bad_numbers_are_one_line_naming_its_flags(data):
         "x 64) = 0); raise --mask_prob or set --max_predictions_per_seq between 1 and 64")
 
 
+def test_text_files_given_as_data_are_named_as_the_builders_input(data, tmp_path):
+    """The corpus given as --data was asked for --max_seq_length and --vocab_file, then
+    called corrupt ("rebuild it"): it is text, the builder's input."""
+    directory, _ = data
+    text = tmp_path / "corpus.txt.gz"
+    text.write_bytes(b"")
+    for given in (str(text), f"{tmp_path}/*.gz"):
+        assert _error(inspect(f"--data={given}")) == (
+            f"error: --data {given} matches {text}, a text file, not pre-training data "
+            "(TFRecords); build that from it with scripts/build_pretraining_data.py and pass "
+            "its --output_dir")
+    with pytest.raises(UserInputError, match=r"^--train_data .*c\.txt, a text file, not "):
+        pipeline.list_files(f"{directory.parent}/c.txt", "--train_data")
+
+
 def test_totals_are_those_of_the_selected_shards(tmp_path):
     from electra_tf.data.writer import build_pretraining_data
     lines = corpus_lines(1500)

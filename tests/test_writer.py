@@ -269,6 +269,20 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
     again = build("--input=persuasion.txt.gz,northangerabbey.txt.gz", f"--output_dir={tmp_path}",
                   f"--vocab_file={vocab}", cwd=os.path.join(DATA, "corpus"))
     assert again.stdout.endswith("; nothing to do\n"), again.stdout
+    # The vocab file changed in place, the flags the same ("rerun with the same flags" was
+    # no help); --num_workers below 1 (built with one, unsaid).
+    out = tmp_path / "own_vocab"
+    build(f"--input={TWO_NOVELS}", f"--output_dir={out}", f"--vocab_file={vocab}")
+    with open(vocab, "a", encoding="utf-8") as f:
+        f.write("newword\n")
+    for flags, said in (([f"--vocab_file={vocab}"],
+                         f"--output_dir={out} holds data built with {vocab} as it was then: "
+                         "the file has changed since (its SHA-256 differs); use a new "
+                         "--output_dir for this vocab, or put the old one back"),
+                        (["--num_workers=0"], "--num_workers=0 must be at least 1 (or leave it "
+                         "out: one per core)")):
+        result = build(f"--input={TWO_NOVELS}", f"--output_dir={out}", *flags, check=False)
+        assert (result.returncode, result.stderr.strip()) == (1, f"error: {said}")
 
 
 @pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",

@@ -47,6 +47,10 @@ PREMASKED_MODES = ("remask", "as_written")  # what pretraining_dataset does with
 _READERS = 16  # files whose first record validate_data reads at once
 
 
+# Corpus files, by their names: the builder's input, not its output.
+_TEXT_FILE = re.compile(r"\.(txt|text|jsonl|json|csv|tsv)(\.(gz|bz2|xz))?$")
+
+
 def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> list[str]:
     """Comma-separated globs -> sorted files (metadata and temp files excluded). A file or
     folder that exists is read as named, though its name has a comma or a wildcard.
@@ -78,6 +82,12 @@ def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> l
             raise UserInputError(
                 f"{data_flag or 'data'} {pattern} names the build's {METADATA_FILE}, not its "
                 f"TFRecord shards; pass the folder that holds them ({folder or '.'})")
+        text = next((m for m in shards if _TEXT_FILE.search(m)), None)
+        if text:  # (read as TFRecords: "corrupt ... rebuild it", after asking for flags)
+            raise UserInputError(
+                f"{data_flag or 'data'} {pattern} matches {text}, a text file, not "
+                "pre-training data (TFRecords); build that from it with "
+                "scripts/build_pretraining_data.py and pass its --output_dir")
         files.update(shards)
     for directory in sorted({os.path.dirname(f) for f in files}):
         if (tf.io.gfile.exists(os.path.join(directory, STATE_DIR))

@@ -514,6 +514,14 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
             "bad input file); rerun it "
             "with the same flags (a file mended in place) to resume, or delete the folder "
             "(its complete shards and .build/) or use a new --output_dir to start afresh")
+    if changed and set(changed) <= {"vocab_sha256", "vocab_size"} and isinstance(
+            saved.get("vocab_file"), str) and atomic.absolute(saved["vocab_file"]) == (
+            atomic.absolute(config.vocab_file)):
+        # (the same flags, "rerun with the same flags" was no help: the file changed)
+        raise UserInputError(
+            f"--output_dir={output_dir} holds data built with {config.vocab_file} as it was "
+            "then: the file has changed since (its SHA-256 differs); use a new --output_dir "
+            "for this vocab, or put the old one back")
     if changed:
         raise UserInputError(
             f"--output_dir={output_dir} holds data built with other settings ({', '.join(changed)} "
@@ -595,6 +603,9 @@ def build_pretraining_data(input_patterns, vocab_file: str, output_dir: str,
     was already complete) is reported through `log`.
     """
     _check_output_outside_inputs(input_patterns, output_dir)
+    if num_workers is not None and num_workers < 1:  # (0 and -1 built with one, unsaid)
+        raise UserInputError(f"--num_workers={num_workers} must be at least 1 (or leave it "
+                             "out: one per core)")
     config, assignment, total_bytes = _validate_and_plan(
         input_patterns, vocab_file, max_seq_length, num_shards, seed, lower_case,
         strip_accents, input_format, text_field, one_document_per_line, compression,
