@@ -266,7 +266,8 @@ def run_info() -> dict:
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shown([sys.executable] + sys.argv),
+        # (the script's path from the repo root, wherever it was run from)
+        "command": shown([sys.executable, os.path.abspath(sys.argv[0])] + sys.argv[1:]),
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         # Other work lands in the tree while benchmarks run; say so instead of hiding it.
         "git_tracked_files_modified": bool(dirty) and dirty != "unknown",
@@ -313,10 +314,9 @@ def replace_atomically(path: str, write, binary: bool = False):
               else open(temporary, "w", newline="", encoding="utf-8")) as f:
             write(f)
         os.replace(temporary, path)
-    except BaseException:
+    finally:  # (a failed write's; renamed, it is gone)
         if os.path.exists(temporary):
             os.remove(temporary)
-        raise
 
 
 def write_results(name: str, record: dict, markdown_body: str,

@@ -129,9 +129,9 @@ def parse(files: list[str], bindings: list[str]) -> None:
     order = []
     for path, name in zip(paths, files):
         if not path.startswith(GIN_DIR + os.sep):
-            for included in _included_gin_files(path, name, searched):
+            for included, includer in _included_gin_files(path, name, searched):
                 order.append((included, f"{os.path.relpath(included, GIN_DIR)} (included by "
-                                         f"{name})"))
+                                         f"{includer})"))
         order.append((path, name))
     for i, (path, name) in enumerate(order):
         if i and _is_size_file(path):
@@ -451,10 +451,11 @@ def _resolve_include(name: str, searched=()) -> str:
 
 
 def _included_gin_files(path: str, name: str, searched: list[str], seen=(),
-                        bound=False) -> list[str]:
+                        bound=False) -> list[tuple[str, str]]:
     """gin/'s size and ablation files that a user's file includes (through their other
-    files too), in order; one of them included after bindings of the user's would set
-    them back: refused."""
+    files too), in order, each with the file whose line includes it (`name`, as given, or
+    one of theirs it includes); one of them included after bindings of the user's would
+    set them back: refused."""
     if path in seen:
         return []  # (a loop: gin's parse says so)
     found = []
@@ -475,7 +476,7 @@ def _included_gin_files(path: str, name: str, searched: list[str], seen=(),
                     raise UserInputError(
                         f"--gin_file={name} includes {include.group(2)} after bindings of its "
                         "own, which that file would set back; put the include first")
-                found.append(included)
+                found.append((included, path if seen else name))
     return found
 
 

@@ -308,6 +308,9 @@ def test_the_recorded_command_names_the_venv_python_and_repo_relative_paths(monk
     monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "benchmarks", "serving.py"),
                                       "--size=tiny"])
     assert common.run_info()["command"] == ".venv/bin/python benchmarks/serving.py --size=tiny"
+    monkeypatch.chdir(os.path.join(ROOT, "benchmarks"))  # (run from inside benchmarks/)
+    monkeypatch.setattr(sys, "argv", ["serving.py", "--size=tiny"])
+    assert common.run_info()["command"] == ".venv/bin/python benchmarks/serving.py --size=tiny"
 
 
 def test_a_benchmark_flag_out_of_its_bounds_is_one_error_line():

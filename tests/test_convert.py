@@ -1507,7 +1507,8 @@ def test_hf_import_refusals_name_the_folder_and_the_fix(tmp_path):
                              ".query.weight' (shape (16, 16)), which its config.json's sizes "
                              "imply; copy the model's config.json and weights again, together "
                              "(or pass the folder of the right model)"),
-                         (0, f"{config_path}: num_layers=0 must be at least 1")):
+                         (0, f"{config_path}: num_hidden_layers=0 must be at least 1; fix it, "
+                             "or copy the model's config.json again")):
         json.dump({**config, "num_hidden_layers": layers}, open(config_path, "w"))
         with pytest.raises(UserInputError) as error:
             converters.import_hf(source, str(tmp_path / "out"))
@@ -1589,8 +1590,8 @@ def test_a_tf1_checkpoint_is_read_from_its_own_folder_whatever_the_folders_name(
             converters.import_tf1(given, str(tmp_path / "out"), vocab, num_heads=1)
         assert str(error.value) == (
             f"--input={bracketed}/model.ckpt-100 has '[' in its path, which TensorFlow reads "
-            "as a wildcard where it looks for checkpoint files; copy the checkpoint to a "
-            "folder without * ? [ in its path")
+            "as a wildcard where it looks for checkpoint files; rename it, or pass a symlink "
+            "to it, without * ? [")
     assert not os.path.exists(tmp_path / "out")
 
 
@@ -1622,4 +1623,10 @@ def test_an_hf_export_into_a_new_folder_moves_both_networks_in_at_once(tmp_path,
     there.mkdir()
     converters.export_hf(model_dir, str(there))
     assert sorted(renames) == [str(there / "discriminator"), str(there / "generator")]
-    assert sorted(os.listdir(tmp_path)) == ["hf", "model", "there", "vocab.txt"]
+    link = tmp_path / "link"  # (dangling: written through, as an import's is)
+    link.symlink_to(tmp_path / "target")
+    converters.export_hf(model_dir, str(link))
+    assert os.path.islink(link) and sorted(os.listdir(tmp_path / "target")) == [
+        "discriminator", "generator"]
+    assert sorted(os.listdir(tmp_path)) == ["hf", "link", "model", "target", "there",
+                                            "vocab.txt"]

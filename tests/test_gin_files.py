@@ -457,6 +457,15 @@ def test_ablations_a_users_file_includes_are_checked_and_nested_includes_found(t
             rf"generator's size, but OBJECTIVE='mlm' trains no generator \(BERT\): drop the "
             rf"include of ablations/generator_half.gin from {mine}$")):
         gin_files.parse(["tiny.gin", str(bert), str(mine)], [])
+    # Through a file of theirs that another includes: named by the file whose line it is.
+    theirs = tmp_path / "theirs.gin"
+    theirs.write_text("include 'ablations/generator_half.gin'\n")
+    mine.write_text(f"include '{theirs}'\n")
+    with pytest.raises(UserInputError, match=(
+            rf"^--gin_file=ablations/generator_half.gin \(included by {theirs}\) sets the "
+            rf"generator's size, but OBJECTIVE='mlm' trains no generator \(BERT\): drop the "
+            rf"include of ablations/generator_half.gin from {theirs}$")):
+        gin_files.parse(["tiny.gin", str(bert), str(mine)], [])
     mine.write_text("include 'tiny.gin'\ninclude 'ablations/mlm.gin'\n")
     gin_files.parse([str(mine)], [])
     assert gin.query_parameter("%OBJECTIVE") == "mlm"

@@ -169,7 +169,7 @@ def test_text_files_given_as_data_are_named_as_the_builders_input(data, tmp_path
     """The corpus given as --data was asked for --max_seq_length and --vocab_file, then
     called corrupt ("rebuild it"): it is text, the builder's input."""
     directory, _ = data
-    text = tmp_path / "corpus.txt.gz"
+    text = tmp_path / "corpus.TXT.gz"
     text.write_bytes(b"")
     for given in (str(text), f"{tmp_path}/*.gz"):
         assert _error(inspect(f"--data={given}")) == (

@@ -428,6 +428,8 @@ def test_more_bad_settings_and_files_fail_with_one_line(austen_data, tmp_path):
                 f"^data {unfinished} is an unfinished build \\(no metadata.json yet\\); rerun "
                 "its scripts/build_pretraining_data.py command to finish it$")):
             pipeline.list_files(pattern)
+    with pytest.raises(UserInputError, match=f"^--train_data {unfinished} is an unfinished"):
+        pipeline.list_files(str(unfinished), "--train_data")  # (named by its flag)
     # Only shards metadata.json records as empty: one line, not an empty pipeline's error.
     blank = tmp_path / "blank"
     shutil.copytree(directory, blank)

@@ -283,6 +283,18 @@ def test_resume_with_other_settings_is_refused(tmp_path, austen_data):
                          "out: one per core)")):
         result = build(f"--input={TWO_NOVELS}", f"--output_dir={out}", *flags, check=False)
         assert (result.returncode, result.stderr.strip()) == (1, f"error: {said}")
+    # ... and an unfinished build of it (its state and complete shards, no metadata.json)
+    from electra_tf.data import writer
+    metadata = json.loads((out / writer.METADATA_FILE).read_text())
+    (out / writer.STATE_DIR).mkdir()
+    (out / writer.STATE_DIR / "config.json").write_text(json.dumps(metadata["build_config"]))
+    (out / writer.METADATA_FILE).unlink()
+    result = build(f"--input={TWO_NOVELS}", f"--output_dir={out}", f"--vocab_file={vocab}",
+                   check=False)
+    assert (result.returncode, result.stderr.strip()) == (1, (
+        f"error: --output_dir={out} holds an unfinished build begun with {vocab} as it was "
+        "then: the file has changed since (its SHA-256 differs); use a new --output_dir for "
+        "this vocab, or put the old one back"))
 
 
 @pytest.mark.parametrize("case", ["no_match", "missing_vocab", "bad_vocab", "empty_file",

@@ -48,7 +48,8 @@ _READERS = 16  # files whose first record validate_data reads at once
 
 
 # Corpus files, by their names: the builder's input, not its output.
-_TEXT_FILE = re.compile(r"\.(txt|text|jsonl|json|csv|tsv)(\.(gz|bz2|xz))?$")
+_TEXT_FILE = re.compile(r"\.(txt|text|jsonl|csv|tsv)(" + "|".join(
+    re.escape(suffix) for suffix in corpus._COMPRESSED) + r")?$", re.IGNORECASE)
 
 
 def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> list[str]:
@@ -93,12 +94,14 @@ def list_files(file_pattern: str | list[str], data_flag: str | None = None) -> l
         if (tf.io.gfile.exists(os.path.join(directory, STATE_DIR))
                 and not tf.io.gfile.exists(os.path.join(directory, METADATA_FILE))):
             raise UserInputError(
-                f"data {directory or '.'} is an unfinished build (no {METADATA_FILE} yet); "
+                f"{data_flag or 'data'} {directory or '.'} is an unfinished build (no "
+                f"{METADATA_FILE} yet); "
                 "rerun its scripts/build_pretraining_data.py command to finish it")
     kept = sorted(files - _empty_shards(files))
     if not kept:
         raise UserInputError(
-            f"data {','.join(patterns)} matches only shards that {METADATA_FILE} records as "
+            f"{data_flag or 'data'} {','.join(patterns)} matches only shards that "
+            f"{METADATA_FILE} records as "
             "empty (built from blank input); select the shards with examples")
     return kept
 

@@ -507,6 +507,15 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
             "electra-tf, which cut files without blank lines into pieces otherwise: resuming "
             "it would read some lines twice or not at all; delete the folder (or use a new "
             "--output_dir) to build afresh")
+    if changed and set(changed) <= {"vocab_sha256", "vocab_size"} and isinstance(
+            saved.get("vocab_file"), str) and atomic.absolute(saved["vocab_file"]) == (
+            atomic.absolute(config.vocab_file)):
+        # (the same flags, "rerun with the same flags" was no help: the file changed)
+        raise UserInputError(
+            f"--output_dir={output_dir} holds "
+            + ("data built" if finished else "an unfinished build begun")
+            + f" with {config.vocab_file} as it was then: the file has changed since (its "
+            "SHA-256 differs); use a new --output_dir for this vocab, or put the old one back")
     if changed and not tf.io.gfile.exists(metadata_path):
         raise UserInputError(
             f"--output_dir={output_dir} holds an unfinished build with other settings "
@@ -514,14 +523,6 @@ def _check_resumable(output_dir: str, config: BuildConfig) -> bool:
             "bad input file); rerun it "
             "with the same flags (a file mended in place) to resume, or delete the folder "
             "(its complete shards and .build/) or use a new --output_dir to start afresh")
-    if changed and set(changed) <= {"vocab_sha256", "vocab_size"} and isinstance(
-            saved.get("vocab_file"), str) and atomic.absolute(saved["vocab_file"]) == (
-            atomic.absolute(config.vocab_file)):
-        # (the same flags, "rerun with the same flags" was no help: the file changed)
-        raise UserInputError(
-            f"--output_dir={output_dir} holds data built with {config.vocab_file} as it was "
-            "then: the file has changed since (its SHA-256 differs); use a new --output_dir "
-            "for this vocab, or put the old one back")
     if changed:
         raise UserInputError(
             f"--output_dir={output_dir} holds data built with other settings ({', '.join(changed)} "

@@ -41,7 +41,7 @@ from electra_tf.errors import UserInputError, first_line
 from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
-from electra_tf.training.checkpoints import (checkpoint_prefix, folder_checkpoint,
+from electra_tf.training.checkpoints import (RENAME, checkpoint_prefix, folder_checkpoint,
                                            held_checkpoint, is_hf_folder, is_tf1_checkpoint,
                                            load_pretrainer)
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
@@ -123,8 +123,7 @@ def read_tf1(checkpoint: str) -> tuple[dict, dict, list[str]]:
     if tf.io.gfile.exists(os.path.join(checkpoint, OPERATIVE_CONFIG)):
         raise _needs_no_conversion(checkpoint, "an official TF1 checkpoint")
     # (TensorFlow's reader finds the files by a pattern built from the path)
-    atomic.check_no_wildcards(checkpoint, f"--input={checkpoint}",
-                              "copy the checkpoint to a folder without * ? [ in its path")
+    atomic.check_no_wildcards(checkpoint, f"--input={checkpoint}", RENAME)
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise UserInputError(f"--input={checkpoint} is not a TF1 checkpoint prefix (no "
                              f"{checkpoint}.index); pass e.g. electra_base/electra_base, "
@@ -818,7 +817,9 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
         # A new --output_dir moves in whole, both folders in one rename: a kill leaves
         # neither (between two renames it left a lone generator/, which refused the rerun
         # as an earlier export).
-        with atomic.staged_dir(output_dir) as temporary:
+        # (a dangling symbolic link: written through, as write_model_dir does)
+        with atomic.staged_dir(output_dir if "://" in output_dir
+                               else os.path.realpath(output_dir)) as temporary:
             for part in parts:
                 tf.io.gfile.makedirs(os.path.join(temporary, part[0]))
                 fill(os.path.join(temporary, part[0]), *part)

@@ -18,6 +18,8 @@ The names map by the tables below. torch Linear weights are [out, in] and our De
 [in, out], so every tensor whose name on our side ends in `kernel` is transposed.
 """
 
+import re
+
 import numpy as np
 
 from electra_tf.errors import UserInputError
@@ -146,7 +148,17 @@ def config_from_hf(hf: dict, source: str = "the transformers config") -> Encoder
     try:
         return _encoder_config(hf)
     except UserInputError as e:  # (a size out of range: "num_layers=0 must be at least 1")
-        raise UserInputError(f"{source}: {e}") from None
+        said = re.sub(r"\b(\w+)=", lambda m: f"{_HF_KEYS.get(m.group(1), m.group(1))}=",
+                      str(e))
+        fix = "" if ";" in said else "; fix it, or copy the model's config.json again"
+        raise UserInputError(f"{source}: {said}{fix}") from None
+
+
+# Our EncoderConfig's fields -> transformers config.json's keys, for its errors.
+_HF_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+            "dropout_rate": "hidden_dropout_prob",
+            "attention_dropout_rate": "attention_probs_dropout_prob",
+            "layer_norm_epsilon": "layer_norm_eps"}
 
 
 def _encoder_config(hf: dict) -> EncoderConfig:

@@ -36,7 +36,7 @@ class LoadedModel:
         return tokenization.Tokenizer(self.vocab_file, self.lower_case, self.strip_accents)
 
 
-_RENAME = "rename it, or pass a symlink to it, without * ? ["
+RENAME = "rename it, or pass a symlink to it, without * ? ["
 # A checkpoint's files: PREFIX.index and PREFIX.data-00000-of-00001, each naming PREFIX.
 _CHECKPOINT_FILE = re.compile(r"\.(index|meta|data-\d{5}-of-\d{5})$")
 
@@ -45,7 +45,7 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     """The newest checkpoint of a model dir, or the checkpoint prefix `path` is (or whose
     .index or .data file it names); errors name `flag`, the flag that gave `path` (None:
     the path alone)."""
-    atomic.check_no_wildcards(path, path, _RENAME)
+    atomic.check_no_wildcards(path, path, RENAME)
     given = f"{flag}={path}" if flag else path
     if tf.io.gfile.isdir(path):
         own = tf.io.gfile.exists(os.path.join(path, OPERATIVE_CONFIG))  # a model dir's
@@ -304,7 +304,7 @@ def read_weights(model, checkpoint: str, described_by: str):
     """Reads `checkpoint` into `model` (optimizer slots and other extras ignored); a
     variable of the model the checkpoint lacks, or a shape that differs, is one clear error
     naming the checkpoint and the file (`described_by`) the model was built from."""
-    atomic.check_no_wildcards(checkpoint, checkpoint, _RENAME)
+    atomic.check_no_wildcards(checkpoint, checkpoint, RENAME)
     try:
         tf.train.Checkpoint(model=model).read(checkpoint).expect_partial(
         ).assert_existing_objects_matched()
