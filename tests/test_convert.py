@@ -846,8 +846,9 @@ def test_hf_import_errors_name_the_tensor(tmp_path):
     state = load_file(os.path.join(source, "model.safetensors"))
     del state["encoder.layer.5.output.dense.bias"]
     save_file(state, str(broken / "model.safetensors"))
-    with pytest.raises(UserInputError, match=r"no 'electra\.encoder\.layer\.5\.output\.dense"
-                                             r"\.bias' \(shape \(384,\)\)"):
+    # (named as the file names it: a BertModel's tensors have no prefix)
+    with pytest.raises(UserInputError, match=rf"^--input={broken} has no 'encoder\.layer\.5\."
+                                             r"output\.dense\.bias' \(shape \(384,\)\)"):
         converters.import_hf(str(broken), str(tmp_path / "out"))
     with pytest.raises(UserInputError, match="has no config.json"):
         converters.import_hf(str(tmp_path), str(tmp_path / "out"))
@@ -1514,6 +1515,13 @@ def test_hf_import_refusals_name_the_folder_and_the_fix(tmp_path):
             converters.import_hf(source, str(tmp_path / "out"))
         assert str(error.value) == said
     json.dump(config, open(config_path, "w"))
+    bert = _tiny_bert(tmp_path / "bert")  # (its tensors bert.*: named so)
+    bert_config = json.load(open(os.path.join(bert, "config.json")))
+    json.dump({**bert_config, "num_hidden_layers": 3}, open(os.path.join(bert, "config.json"),
+                                                           "w"))
+    with pytest.raises(UserInputError, match=rf"^--input={bert} has no 'bert\.encoder\.layer"
+                                             r"\.2\.attention\.self\.query\.weight'"):
+        converters.import_hf(bert, str(tmp_path / "out"))
     from safetensors.numpy import load_file, save_file
     extra = tmp_path / "extra"
     shutil.copytree(source, extra)
@@ -1563,7 +1571,7 @@ def test_hf_import_refusals_name_the_folder_and_the_fix(tmp_path):
         f"{chinese}/vocab.txt is uncased; pass --lower_case=true (as the vocab was learned)")
     assert converters.import_hf(str(chinese), str(tmp_path / "out"), lower_case=True)[
         "model_info"]["lower_case"] is True
-    assert sorted(os.listdir(tmp_path)) == ["chinese", "deep", "disc", "extra", "out",
+    assert sorted(os.listdir(tmp_path)) == ["bert", "chinese", "deep", "disc", "extra", "out",
                                             "pointer"]
 
 

@@ -489,6 +489,15 @@ _ELECTRA_NAMES = ("electra.", "embeddings.", "embeddings_project.", "encoder.",
                   "discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
 
 
+def _prefix(state: dict) -> str:
+    """How a transformers state dict names its encoder's tensors: 'electra.' (or 'bert.')
+    before them, or '' (an ElectraModel's, a BertModel's)."""
+    for prefix in ("electra.", "bert."):
+        if any(k.startswith(prefix) for k in state):
+            return prefix
+    return ""
+
+
 def _model_type(config: dict, state: dict) -> str | None:
     """config.json's model_type; 'bert' for a BERT's weights (bert.*) where an old
     config.json has none."""
@@ -563,6 +572,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
             "logits; convert ELECTRA models only (the Electric model dir itself exports and "
             "fine-tunes)")
     _check_model_type(disc_hf, disc_state, discriminator_dir, "--input")
+    prefixes = {"discriminator": _prefix(disc_state)}
     disc_state, skipped = _as_electra(disc_hf, disc_state)
     disc_config = huggingface.config_from_hf(
         disc_hf, os.path.join(discriminator_dir, "config.json"))
@@ -577,6 +587,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
                 "it has discriminator_predictions and no generator_predictions); pass the "
                 "generator (ElectraForMaskedLM) trained with --input's discriminator")
         _check_model_type(gen_hf, gen_state, generator_dir, "--generator_input")
+        prefixes["generator"] = _prefix(gen_state)
         gen_state, _ = _as_electra(gen_hf, gen_state)
         gen_config = huggingface.config_from_hf(gen_hf,
                                                 os.path.join(generator_dir, "config.json"))
@@ -622,18 +633,23 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     except huggingface.TensorMismatch as e:
         folder, flag = ((generator_dir, "--generator_input") if e.network == "generator"
                         else (discriminator_dir, "--input"))
+        # (named as the folder's file names its tensors: a BERT's bert.*, an ElectraModel's
+        # without a prefix)
+        name = e.name
+        if name.startswith("electra.") and prefixes.get(e.network, "electra.") != "electra.":
+            name = prefixes[e.network] + name[len("electra."):]
         if e.kind == "missing":
             raise UserInputError(
-                f"{flag}={folder} has no '{e.name}' (shape {e.expected}), which its "
+                f"{flag}={folder} has no '{name}' (shape {e.expected}), which its "
                 "config.json's sizes imply; copy the model's config.json and weights again, "
                 "together (or pass the folder of the right model)") from None
         if e.kind == "unexpected":
             raise UserInputError(
-                f"{flag}={folder} has '{e.name}' (shape {e.shape}), which a model of its "
+                f"{flag}={folder} has '{name}' (shape {e.shape}), which a model of its "
                 "config.json's sizes has no place for; copy the model's config.json and "
                 "weights again, together") from None
         raise UserInputError(
-            f"{flag}={folder}'s config.json does not describe its weights: '{e.name}' has "
+            f"{flag}={folder}'s config.json does not describe its weights: '{name}' has "
             f"shape {e.shape}, its config.json's sizes give {e.expected}; copy the model's "
             "config.json and weights again, together") from None
     notes = []
