@@ -267,6 +267,13 @@ def test_unnamed_columns_are_not_read_and_a_semicolon_csv_is_named(tmp_path):
         table.write_text(text, encoding="utf-8")
         _refused(f"{table}: its fields are separated by semicolons (header 'text;label'); save "
                  "it with commas, or with tabs as .tsv", readers.read_table, str(table))
+    # A Chinese input method's full-width commas ("has no column 'text'", or "line 3 has 2
+    # fields but the header has 1" where a row holds an ASCII comma)
+    for text in ("label，text\n正面，很好看\n", "label，text\n正面，很好看\n负面，差,很差\n"):
+        table.write_text(text, encoding="utf-8")
+        _refused(f"{table}: its fields are separated by full-width commas ('，', U+FF0C; header "
+                 "'label，text'); separate them with ASCII commas (,), or with tabs as .tsv",
+                 readers.read_table, str(table))
     table.write_text(",\nFine.,pos\n", encoding="utf-8")
     _refused(f"{table} has no column 'text' (columns: none named); pass --text_column=NAME",
              readers.read_table, str(table))

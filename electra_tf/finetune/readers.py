@@ -181,6 +181,7 @@ def _rows(path: str, empty: list[int] | None = None):
             # Excel's CSV in locales with a decimal comma
             raise UserInputError(f"{path}: its fields are separated by semicolons (header "
                                  f"'{header[0]}'); save it with commas, or with tabs as .tsv")
+        _check_full_width_commas(path, fmt, header)
         # (columns without a name, as spreadsheets write empty trailing ones, are not read:
         # no flag can name them)
         repeated = sorted({c for c in header if c and header.count(c) > 1})
@@ -210,6 +211,16 @@ def _rows(path: str, empty: list[int] | None = None):
             "next one); remove the stray quote, or quote the whole field and double the "
             "quotes inside it") from None
     return rows, [name for name in header if name]
+
+
+def _check_full_width_commas(path, fmt, header):
+    """A CSV whose header is one field holding full-width commas ('，', U+FF0C: typed by a
+    Chinese input method) was read as one column ("has no column 'text'", or a row's fields
+    against a header of 1)."""
+    if fmt == "csv" and len(header) == 1 and "\uff0c" in str(header[0]):
+        raise UserInputError(f"{path}: its fields are separated by full-width commas ('，', "
+                             f"U+FF0C; header '{header[0]}'); separate them with ASCII commas "
+                             "(,), or with tabs as .tsv")
 
 
 def _check_named_for_its_format(path, header):
