@@ -911,6 +911,16 @@ def _tiny_electra(directory, vocab_size=120):
     return str(directory)
 
 
+def _tiny_generator(directory, vocab_size=120, hidden_size=16, layers=1, ffn=32) -> str:
+    """An ElectraForMaskedLM directory of one head (random weights, seed 0)."""
+    torch.manual_seed(0)
+    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
+        vocab_size=vocab_size, embedding_size=16, hidden_size=hidden_size,
+        num_hidden_layers=layers, num_attention_heads=1, intermediate_size=ffn,
+        max_position_embeddings=64)).save_pretrained(directory)
+    return str(directory)
+
+
 def test_hf_import_takes_the_vocab_and_case_of_a_tokenizer_json(tmp_path):
     """A transformers dir with a fast tokenizer only (tokenizer.json, no vocab.txt): its
     WordPiece vocab and case become the model dir's, which tokenizes as transformers does."""
@@ -1248,12 +1258,7 @@ def test_hf_import_messages_name_what_is_wrong(tmp_path):
         f"--generator_input={other} is a discriminator (ElectraForPreTraining: it has "
         "discriminator_predictions and no generator_predictions); pass the generator "
         "(ElectraForMaskedLM) trained with --input's discriminator")
-    torch.manual_seed(0)
-    gen = str(tmp_path / "gen")
-    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
-        vocab_size=130, embedding_size=16, hidden_size=8, num_hidden_layers=1,
-        num_attention_heads=1, intermediate_size=16,
-        max_position_embeddings=64)).save_pretrained(gen)
+    gen = _tiny_generator(tmp_path / "gen", vocab_size=130, hidden_size=8, ffn=16)
     with pytest.raises(UserInputError) as error:
         converters.import_hf(disc, str(tmp_path / "o2"), generator_dir=gen)
     assert str(error.value) == (
@@ -1411,11 +1416,7 @@ def test_an_imports_source_is_recorded_as_an_absolute_path(tmp_path, monkeypatch
     """model_info.json's source (which a run from the import copies as init_source) named
     the folder as typed, relative to wherever the import ran; the generator was left out."""
     _tiny_electra(tmp_path / "hf")
-    torch.manual_seed(0)
-    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
-        vocab_size=120, embedding_size=16, hidden_size=16, num_hidden_layers=1,
-        num_attention_heads=1, intermediate_size=64,
-        max_position_embeddings=64)).save_pretrained(tmp_path / "gen")
+    _tiny_generator(tmp_path / "gen", ffn=64)
     vocab = _vocab(tmp_path / "vocab.txt", 120)
     monkeypatch.chdir(tmp_path)
     info = converters.import_hf("hf", "out", "gen", vocab_file=vocab)["model_info"]
@@ -1534,12 +1535,7 @@ def test_hf_import_refusals_name_the_folder_and_the_fix(tmp_path):
         f"--input={extra} has 'electra.encoder.layer.0.extra.weight' (shape (2, 3)), which a "
         "model of its config.json's sizes has no place for; copy the model's config.json and "
         "weights again, together")
-    torch.manual_seed(0)
-    deep = str(tmp_path / "deep")
-    transformers.ElectraForMaskedLM(transformers.ElectraConfig(
-        vocab_size=120, embedding_size=16, hidden_size=16, num_hidden_layers=2,
-        num_attention_heads=1, intermediate_size=32,
-        max_position_embeddings=64)).save_pretrained(deep)
+    deep = _tiny_generator(tmp_path / "deep", layers=2)
     with pytest.raises(UserInputError, match=r"the generator has 2 layers, more than the "
                                              r"discriminator's 1; this project builds "
                                              r"generators of at most the discriminator's depth: "
