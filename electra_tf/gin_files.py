@@ -227,11 +227,10 @@ def _drop(label: str) -> str:
 def _check_generator_bindings_used(bindings: list[str],
                                    files: list[tuple[str, str]]) -> None:
     """A binding or an ablation file (of `files`, (path, label) of those read) that sizes
-    the generator of a
-    model without one (BERT's masked LM, a uniform generator) was accepted and changed
-    nothing. By the values read: a run's operative_config.gin saying OBJECTIVE = 'mlm' then
-    generator_half.gin passed _check_ablations_agree, which compares ablation files only
-    (the size files bind it for every model)."""
+    the generator of a model without one (BERT's masked LM, a uniform generator) was
+    accepted and changed nothing. By the values read: a run's operative_config.gin saying
+    OBJECTIVE = 'mlm' then generator_half.gin passed _check_ablations_agree, which compares
+    ablation files only (the size files bind it for every model)."""
     objective, uniform = _value("pretrainer.objective"), _value("pretrainer.uniform_generator")
     removed = ("OBJECTIVE='mlm' trains no generator (BERT)" if objective == "mlm"
                else "pretrainer.uniform_generator=True replaces tokens uniformly at random, "
