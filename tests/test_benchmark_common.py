@@ -152,6 +152,16 @@ def test_finetuning_rows_print_undefined_scores():
     assert common.score_text(float("nan")) == "undefined"
 
 
+def _run_benchmark(body: str, *args: str) -> subprocess.CompletedProcess:
+    """`body` run as a benchmark script's code (after `import common` and the modules it
+    uses), with command-line `args`, in a process of its own."""
+    script = ("import os, signal, subprocess, sys, tempfile, threading, time\n"
+              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
+              "import common\n" + body)
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
 @pytest.mark.parametrize("raised, code, line", [
     ("KeyboardInterrupt", 130, "interrupted (Ctrl-C)"),
     ("UserInputError('unknown model size \\'huge\\'')", 1,
@@ -162,32 +172,22 @@ def test_finetuning_rows_print_undefined_scores():
 def test_a_benchmark_ends_in_one_line(raised, code, line):
     """Ctrl-C, a refused input and a failed child command end a benchmark (common.run) as
     they end the project's scripts: one line on stderr, no traceback."""
-    script = ("import os, subprocess, sys\n"
-              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
-              "import common\n"
-              "from electra_tf.errors import UserInputError\n"
-              "def main(argv):\n"
-              f"    raise {raised}\n"
-              "common.run(main)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = _run_benchmark("from electra_tf.errors import UserInputError\n"
+                          "def main(argv):\n"
+                          f"    raise {raised}\n"
+                          "common.run(main)\n")
     assert (done.returncode, done.stderr.strip()) == (code, line)
 
 
 def test_a_benchmark_stopped_by_sigterm_cleans_up_and_ends_in_one_line():
     """SIGTERM (a `timeout`, a scheduler) ends a benchmark as Ctrl-C does: its `with`
     blocks clean up (serving.py left its 115 MB temporary export in /tmp) and one line."""
-    script = ("import os, signal, sys, tempfile, time\n"
-              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
-              "import common\n"
-              "def main(argv):\n"
-              "    with tempfile.TemporaryDirectory(prefix='bench_') as work:\n"
-              "        print(work, flush=True)\n"
-              "        os.kill(os.getpid(), signal.SIGTERM)\n"
-              "        time.sleep(60)\n"
-              "common.run(main)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = _run_benchmark("def main(argv):\n"
+                          "    with tempfile.TemporaryDirectory(prefix='bench_') as work:\n"
+                          "        print(work, flush=True)\n"
+                          "        os.kill(os.getpid(), signal.SIGTERM)\n"
+                          "        time.sleep(60)\n"
+                          "common.run(main)\n")
     assert (done.returncode, done.stderr.strip()) == (143, "terminated (SIGTERM)")
     work = done.stdout.strip()
     assert work and not os.path.exists(work)
@@ -205,19 +205,14 @@ def test_a_benchmark_stopped_while_its_worker_runs_lets_the_worker_clean_up(tmp_
              f"        open({str(tmp_path / 'where')!r}, 'w').write(work)\n"
              "        time.sleep(60)\n"
              "common.run(main)\n")
-    parent = ("import os, signal, subprocess, sys, threading, time\n"
-              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
-              "import common\n"
-              "def stop():\n"
-              f"    while not os.path.exists({str(tmp_path / 'where')!r}):\n"
-              "        time.sleep(0.1)\n"
-              "    os.kill(os.getpid(), signal.SIGTERM)\n"
-              "def main(argv):\n"
-              "    threading.Thread(target=stop, daemon=True).start()\n"
-              f"    common.run_child([sys.executable, '-c', {child!r}])\n"
-              "common.run(main)\n")
-    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = _run_benchmark("def stop():\n"
+                          f"    while not os.path.exists({str(tmp_path / 'where')!r}):\n"
+                          "        time.sleep(0.1)\n"
+                          "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                          "def main(argv):\n"
+                          "    threading.Thread(target=stop, daemon=True).start()\n"
+                          f"    common.run_child([sys.executable, '-c', {child!r}])\n"
+                          "common.run(main)\n")
     assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
         143, "terminated (SIGTERM)"), done.stderr
     work = (tmp_path / "where").read_text()
@@ -316,14 +311,9 @@ def test_the_recorded_command_names_the_venv_python_and_repo_relative_paths(monk
 def test_a_benchmark_flag_out_of_its_bounds_is_one_error_line():
     """absl's own bound and enum checks ended a benchmark in two 'FATAL Flags parsing
     error' lines; they end it as the scripts' do."""
-    script = ("import os, sys\n"
-              f"sys.path.insert(0, os.path.join({ROOT!r}, 'benchmarks'))\n"
-              "import common\n"
-              "from absl import flags\n"
-              "flags.DEFINE_integer('repeats', 3, 'Runs.', lower_bound=1)\n"
-              "common.run(lambda argv: print('ran'))\n")
-    done = subprocess.run([sys.executable, "-c", script, "--repeats=0"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    done = _run_benchmark("from absl import flags\n"
+                          "flags.DEFINE_integer('repeats', 3, 'Runs.', lower_bound=1)\n"
+                          "common.run(lambda argv: print('ran'))\n", "--repeats=0")
     assert (done.returncode, done.stdout, done.stderr.strip()) == (
         1, "", "error: flag --repeats=0: 0 is not a positive integer (--helpshort lists the "
         "flags)")
