@@ -182,6 +182,9 @@ class Terminated(BaseException):
 
 TERMINATED_LINE = ("terminated (SIGTERM); what was complete is kept: rerun the same command "
                    "to go on")
+# A script that keeps nothing partial (a vocab, an export): its rerun starts over.
+TERMINATED_NOTHING_WRITTEN = ("terminated (SIGTERM); nothing was written: rerun the command "
+                              "to start again")
 TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
 
 
@@ -198,7 +201,8 @@ class _SigtermWatch:
 
     GRACE_SECONDS = 5.0
 
-    def __init__(self):
+    def __init__(self, line: str = TERMINATED_LINE):
+        self.line = line
         self.taken = threading.Event()
         self._closing = False
         self._stderr = None  # sys.stderr while muted
@@ -261,7 +265,7 @@ class _SigtermWatch:
                 time.sleep(self.GRACE_SECONDS)
             elif self.taken.wait(self.GRACE_SECONDS):
                 continue
-            signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
+            signals.exit_now(self.line, TERMINATED_EXIT_CODE)
 
     def close(self):
         self._closing = True
@@ -287,14 +291,15 @@ class _Unraisable:
     SIGTERM watcher's exit does (the clean-up skipped: what a kill -9 leaves); anything else
     goes to the hook before ours."""
 
-    def __init__(self, previous):
+    def __init__(self, previous, terminated_line: str = TERMINATED_LINE):
         self.previous = previous
+        self.terminated_line = terminated_line
 
     def __call__(self, unraisable):
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             signals.exit_now(signals.INTERRUPTED_LINE, signals.INTERRUPTED_EXIT_CODE)
         if isinstance(unraisable.exc_value, Terminated):
-            signals.exit_now(TERMINATED_LINE, TERMINATED_EXIT_CODE)
+            signals.exit_now(self.terminated_line, TERMINATED_EXIT_CODE)
         self.previous(unraisable)
 
 
@@ -333,7 +338,8 @@ def stray_argument(argv: list[str], raw: list[str]) -> str | None:
 
 
 def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | None = None,
-        handles_sigterm: bool = False, positional: bool = False):
+        handles_sigterm: bool = False, positional: bool = False,
+        terminated_line: str = TERMINATED_LINE):
     """absl's app.run, with UserInputError printed as one line on stderr and exit code 1.
 
     Library INFO logging (absl, TensorFlow) is off unless --verbosity is given: the scripts
@@ -349,7 +355,8 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
     its workers; fine-tuning steps and predicts a batch at a time): a handler runs only
     between TensorFlow calls, so a main thread inside a long one is not waited for
     (`_SigtermWatch`). `positional`: the script reads words after its flags (else one is
-    refused: `stray_argument`).
+    refused: `stray_argument`). `terminated_line`: the SIGTERM line; TERMINATED_NOTHING_WRITTEN
+    for a script that keeps nothing partial.
     """
     if xla_cache:
         from electra_tf.training import xla_scratch
@@ -360,7 +367,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         global _WATCH
         sigterm = None
         if handles_sigterm and threading.current_thread() is threading.main_thread():
-            sigterm = _WATCH = _SigtermWatch()
+            sigterm = _WATCH = _SigtermWatch(terminated_line)
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
             # tf.get_logger(), which TensorFlow leaves at this level when it is imported
@@ -368,7 +375,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         # (process-wide: only where signals reach, the main thread)
         unraisable = None
         if threading.current_thread() is threading.main_thread():
-            unraisable = sys.unraisablehook = _Unraisable(sys.unraisablehook)
+            unraisable = sys.unraisablehook = _Unraisable(sys.unraisablehook, terminated_line)
         try:
             if sigterm is not None:
                 sigterm.start()
@@ -397,7 +404,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
         except Terminated:  # `kill`, a scheduler's stop: the same, where it died silently
             if sigterm is not None:
                 sigterm.unmute()
-            print(TERMINATED_LINE, file=sys.stderr)
+            print(terminated_line, file=sys.stderr)
             return TERMINATED_EXIT_CODE
         except BrokenPipeError:
             # Whoever read stdout closed it (`| head`): stop as the shell's tools do (killed
@@ -410,7 +417,7 @@ def run(main, trains: bool = False, xla_cache: bool = False, memory_hint: str | 
                 # The Terminated raised into the main thread came back as another error:
                 # the code it interrupted (TensorFlow's, say) raised its own in its place.
                 sigterm.unmute()
-                print(TERMINATED_LINE, file=sys.stderr)
+                print(terminated_line, file=sys.stderr)
                 return TERMINATED_EXIT_CODE
             failure, memory, peer = storage_failure(e), out_of_memory(e), lost_worker(e)
             unreachable = path_failure(e)

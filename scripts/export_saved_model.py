@@ -62,4 +62,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, handles_sigterm=True)
+    cli.run(main, handles_sigterm=True, terminated_line=cli.TERMINATED_NOTHING_WRITTEN)

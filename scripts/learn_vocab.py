@@ -59,7 +59,7 @@ def main(argv):
         # them calling into it, aborts with their panic's backtrace. Nothing is written yet.
         signals.exit_now(signals.INTERRUPTED_LINE, signals.INTERRUPTED_EXIT_CODE)
     except cli.Terminated:
-        signals.exit_now(cli.TERMINATED_LINE, cli.TERMINATED_EXIT_CODE)
+        signals.exit_now(cli.TERMINATED_NOTHING_WRITTEN, cli.TERMINATED_EXIT_CODE)
     vocab_learning.write_vocab(tokens, FLAGS.output, FLAGS.overwrite)
     print(f"wrote {FLAGS.output}: {len(tokens)} tokens learned from {stats.lines} lines "
           f"in {time.time() - start:.1f}s")
@@ -78,4 +78,4 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, handles_sigterm=True)
+    cli.run(main, handles_sigterm=True, terminated_line=cli.TERMINATED_NOTHING_WRITTEN)

@@ -494,7 +494,7 @@ def test_script_sigterm_while_the_trainer_runs_is_one_line_and_nothing_written(t
         [sys.executable, "-c", code, f"--input={corpus}", f"--output={output}",
          "--vocab_size=30000"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert (result.returncode, result.stderr.splitlines()[-1:]) == (
-        143, ["terminated (SIGTERM); what was complete is kept: rerun the same command to "
-              "go on"]), result.stderr
+        143, ["terminated (SIGTERM); nothing was written: rerun the command to start "
+              "again"]), result.stderr
     assert "panicked" not in result.stderr and "Traceback" not in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["words.txt"]
