@@ -23,3 +23,7 @@ EXPORT_KINDS = ("discriminator", "generator", "encoder", "task")
 
 # Model sizes (electra_tf.modeling.config.SIZES, whose keys a test checks against these).
 MODEL_SIZES = ("tiny", "small", "base", "large")
+
+# The seeds that seed a run (keras.utils.set_random_seed: numpy's legacy seeding takes 0 to
+# 2**32 - 1); a script's --seed flag is bounded so.
+SEED_BOUNDS = {"lower_bound": 0, "upper_bound": 2**32 - 1}

@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from electra_tf import cli  # noqa: E402  (first: quiets TensorFlow's start-up)
 from absl import flags  # noqa: E402
 
+from electra_tf import choices  # noqa: E402
+
 flags.DEFINE_enum("source", None, ["tf1", "hf", "native"], "What --input is.")
 flags.DEFINE_string("input", None, "TF1 checkpoint prefix, HuggingFace directory, or our "
                     "model dir (--source=native).")
@@ -54,7 +56,7 @@ flags.DEFINE_float("generator_hidden_fraction", 0.25, "A source without a genera
                    "generator.")
 flags.DEFINE_integer("seed", 0, "Seeds the parts the source does not hold, freshly "
                      "initialised: one conversion run twice with one seed writes the same "
-                     "weights.")
+                     "weights.", **choices.SEED_BOUNDS)
 cli.mark_required(["source", "input", "output_dir"])
 
 

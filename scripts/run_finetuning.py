@@ -47,7 +47,7 @@ flags.DEFINE_string("label_column", None, "Column of the label (default: label);
                     "the index of the tag column in the CoNLL file (default: -1, the last).")
 flags.DEFINE_integer("num_trials", 1, "Fine-tuning runs, with seeds seed, seed+1, ...")
 flags.DEFINE_integer("seed", 0, "The first trial's seed (head initialisation, data order, "
-                     "dropout).")
+                     "dropout).", **choices.SEED_BOUNDS)
 flags.DEFINE_multi_string("gin_file", None, "Gin files, in order (a bare name is looked up in "
                           "gin/; default: finetune/<the model's size>.gin).")
 flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings applied after the files, e.g. "

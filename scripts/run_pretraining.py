@@ -31,7 +31,8 @@ flags.DEFINE_string("vocab_file", None, "The vocab the data was built with (defa
                     "one named in the data's metadata.json).")
 flags.DEFINE_enum("strategy", "default", list(choices.STRATEGIES), "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu ('local' on a TPU VM).")
-flags.DEFINE_integer("seed", 0, "Seed of initialisation, data order, masks, samples, dropout.")
+flags.DEFINE_integer("seed", 0, "Seed of initialisation, data order, masks, samples, dropout.",
+                     **choices.SEED_BOUNDS)
 flags.DEFINE_bool("deterministic", False, "Deterministic TensorFlow ops: a rerun (or an "
                   "interrupted run resumed) ends with bit-identical weights.")
 flags.DEFINE_bool("dry_run", False, "Build the model and the input pipeline, write and print "

@@ -118,6 +118,18 @@ def test_a_word_after_the_flags_is_refused_without_tensorflow(script):
                                "--showprefixforinfo=false")
 
 
+@pytest.mark.parametrize("script", ["convert_checkpoint.py", "run_finetuning.py",
+                                    "run_pretraining.py"])
+def test_a_seed_keras_cannot_take_is_refused_without_tensorflow(script):
+    """A --seed below 0 or above 2**32 - 1 was numpy's traceback from
+    keras.utils.set_random_seed, after the model was built and the data read."""
+    for seed in (-5, 2**32):
+        code, said, _, modules = _imports(script, *REQUIRED[script], f"--seed={seed}")
+        assert (code, said) == (1, f"error: flag --seed={seed}: {seed} is not an integer in "
+                                   "the range [0, 4294967295] (--helpshort lists the flags)")
+        assert not [m for m in modules if m.split(".")[0] in ("tensorflow", "keras")]
+
+
 def test_a_stray_word_is_named_after_the_boolean_flag_it_follows():
     """'--flag value' is absl's form for a flag that takes a value: only after a boolean flag
     is the word stray, and that flag is the one named (the first flag before a same word was,

@@ -850,6 +850,13 @@ def test_an_unknown_precision_or_qa_head_or_a_wrong_type_fails_before_training(t
         with pytest.raises(UserInputError, match=message):
             finetune("classification", tmp_path / "out", init, [binding], train_file=train,
                      dev_file=train, text_column="review", label_column="sentiment")
+    # The last trial's seed past numpy's 2**32 - 1: a traceback once two trials had trained.
+    with pytest.raises(UserInputError, match=(
+            r"^--seed=4294967294 with --num_trials=3 seeds trials up to 4294967296, above "
+            r"4294967295: use a --seed from 0 to 4294967293\n")):
+        finetune("classification", tmp_path / "out", init, num_trials=3, seed=2**32 - 2,
+                 train_file=train, dev_file=train, text_column="review",
+                 label_column="sentiment")
     assert not os.path.exists(tmp_path / "out")
 
 

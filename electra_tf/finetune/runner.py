@@ -41,7 +41,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import atomic, gin_files, tokenization
+from electra_tf import atomic, choices, gin_files, tokenization
 from electra_tf.data import writer
 from electra_tf.errors import UserInputError
 from electra_tf.finetune import features as feats
@@ -334,6 +334,15 @@ def run_finetuning(task_data: tasks.TaskData, init: Initialization, model_dir: s
     """
     if num_trials < 1:
         raise UserInputError(f"--num_trials={num_trials} must be at least 1")
+    highest = choices.SEED_BOUNDS["upper_bound"]
+    if not 0 <= seed <= highest - (num_trials - 1):
+        # (numpy's seeding refused it with a traceback, a later trial's once the trials
+        # before it had trained)
+        if num_trials == 1 or seed < 0:
+            raise UserInputError(f"--seed={seed} must be from 0 to {highest}")
+        raise UserInputError(f"--seed={seed} with --num_trials={num_trials} seeds trials up to "
+                             f"{seed + num_trials - 1}, above {highest}: use a --seed from 0 "
+                             f"to {highest - (num_trials - 1)}")
     gin_files.check_read_by("fine-tuning")
     bound = gin.get_bindings("optimizer", resolve_references=False)
     for name, instead in SET_BY_FINETUNING.items():
