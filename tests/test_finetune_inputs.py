@@ -457,6 +457,25 @@ def test_a_squad_v1_dev_question_without_answers_is_refused(tmp_path):
     assert lines == []
 
 
+def test_column_flags_a_task_does_not_read_are_refused(tmp_path):
+    """--text_column with --task=tagging (or any column with a QA or GLUE task, which read
+    their own) was ignored without a word."""
+    conll = tmp_path / "train.txt"
+    conll.write_text("Emma B-PER\nwalks O\n", encoding="utf-8")
+    _refused("--text_column is not read by --task=tagging, which reads a CoNLL file (a word "
+             "and its tags per line; --label_column picks the tag column's index); drop it",
+             tasks.load, tasks.get_task("tagging"), train_file=str(conll),
+             dev_file=str(conll), text_column="word", label_column="1")
+    _refused("--text_column and --label_column are not read by --task=squad_v2, which reads "
+             "SQuAD JSON (its own keys); drop them", tasks.load, tasks.get_task("squad_v2"),
+             data_dir=str(tmp_path), text_column="context", label_column="answers")
+    _refused("--text_b_column is not read by --task=mrpc, which reads its release's own "
+             "columns; drop it", tasks.load, tasks.get_task("mrpc"), data_dir=str(tmp_path),
+             text_b_column="#2 String")
+    assert len(tasks.load(tasks.get_task("tagging"), train_file=str(conll),
+                          dev_file=str(conll), label_column="1").train.examples) == 1
+
+
 def test_a_tagging_file_of_one_tag_is_refused_and_stray_bare_tags_are_noted(tmp_path):
     """One tag everywhere (a --label_column at the POS column of a one-tag file) trained
     and scored f1 1.0; a chunk file with a few tags lacking their prefix is read as

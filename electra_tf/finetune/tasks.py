@@ -186,6 +186,20 @@ def load(task: Task, data_dir: str | None = None, train_file: str | None = None,
          label_column: str | None = None, log=print) -> TaskData:
     """Reads a task's train, dev and (optional) test sets, checks them against each other
     (labels, columns) and returns them; nothing is trained or written before this passes."""
+    given = {"--text_column": text_column, "--text_b_column": text_b_column,
+             "--label_column": label_column}
+    if task.kind == "tagging":
+        given.pop("--label_column")  # (the tag column's index)
+    unread = [flag for flag, value in given.items()
+              if value is not None and (task.kind in ("tagging", "qa") or task.glue)]
+    if unread:  # (each was ignored without a word)
+        reads = {"tagging": "a CoNLL file (a word and its tags per line; --label_column picks "
+                            "the tag column's index)",
+                 "qa": "SQuAD JSON (its own keys)"}.get(task.kind, "its release's own columns")
+        named = ", ".join(unread[:-1]) + " and " * (len(unread) > 1) + unread[-1]
+        raise UserInputError(f"{named} {'is' if len(unread) == 1 else 'are'} not "
+                             f"read by --task={task.name}, which reads {reads}; drop "
+                             f"{'it' if len(unread) == 1 else 'them'}")
     if data_dir and (train_file or dev_file or test_file):
         raise UserInputError("pass either --data_dir or --train_file/--dev_file[/--test_file], "
                              "not both (--data_dir's own test file is used if it has one)")
