@@ -67,7 +67,7 @@ def main(argv):
                                  "export one with export_saved_model.py --kind=discriminator "
                                  f"{_HAS_HEAD}")
     else:
-        from electra_tf.export.saved_model import ServingModule, check_imported, weights_read
+        from electra_tf.export.saved_model import ServingModule, check_trained, weights_read
         from electra_tf.training.checkpoints import load_pretrainer
         loaded = load_pretrainer(FLAGS.model_dir, FLAGS.vocab_file)
         if loaded.model.discriminator_predictions is None:
@@ -75,7 +75,7 @@ def main(argv):
                                  f"{loaded.model.objective}, which trains no replaced-token "
                                  "head to detect with; pass a model dir pre-trained with "
                                  "electra, electra_15 or electric")
-        check_imported(loaded, FLAGS.model_dir, "discriminator", script="detect")
+        check_trained(loaded, FLAGS.model_dir, "discriminator", script="detect")
         # (on stderr: stdout is the same from a model dir as from its export)
         for line in weights_read(loaded, "discriminator"):
             print(line, file=sys.stderr)

@@ -252,7 +252,7 @@ def test_hf_export_and_import_round_trip_both_networks(austen_data, tmp_path):
         f"ElectraForMaskedLM dir), pre-train it first (run_pretraining.py --init_checkpoint="
         f"{tmp_path}/disc with --gin_file={tmp_path}/disc/operative_config.gin after the "
         "size's file) or export --kind=encoder")
-    saved_model.check_imported(load_pretrainer(str(tmp_path / "disc")), str(tmp_path / "disc"),
+    saved_model.check_trained(load_pretrainer(str(tmp_path / "disc")), str(tmp_path / "disc"),
                                "discriminator")  # its head was imported
     # A failure writing the generator leaves no discriminator/ either (it refused the rerun).
     original = huggingface.hf_config
@@ -401,7 +401,7 @@ def test_bert_import_records_its_fresh_parts_and_they_are_not_served(tmp_path):
     tf.train.CheckpointManager(tf.train.Checkpoint(model=loaded.model), out, None).save(
         checkpoint_number=3)
     for kind in ("discriminator", "generator"):
-        saved_model.check_imported(load_pretrainer(out), out, kind)
+        saved_model.check_trained(load_pretrainer(out), out, kind)
 
 
 def test_the_fresh_parts_of_an_import_come_from_its_seed(tmp_path):

@@ -1677,6 +1677,38 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
             f"discriminator trains from step 2 on): its discriminator is untrained{shared}; "
             "use a later checkpoint"]
     assert runner.load_initialization(str(tmp_path)).notes == ()  # ckpt-4
+    # Before the switch (stage 0) its discriminator is the random initialisation: refused
+    # by what would use it as trained (fine-tuning, export and detection took it with a
+    # note, a joint run's --init_checkpoint without a word).
+    from electra_tf.export import saved_model
+    untrained = (f"{tmp_path}/ckpt-0 is from a two-stage run's generator stage (step 0, "
+                 "before its switch at step 2), so its discriminator is untrained (the switch "
+                 "starts it from the generator)")
+    with pytest.raises(UserInputError, match=re.escape(
+            f"--init_checkpoint={untrained}; pass one of its checkpoints from the switch on "
+            "(MODEL_DIR/ckpt-N)")):
+        runner.load_initialization(str(tmp_path / "ckpt-0"))
+    early = load_pretrainer(str(tmp_path / "ckpt-0"))
+    for kind in ("discriminator", "encoder"):
+        with pytest.raises(UserInputError, match=re.escape(
+                f"{untrained}; pass one of its checkpoints from the switch on "
+                "(--model_dir=MODEL_DIR/ckpt-N) or export --kind=generator")):
+            saved_model.check_trained(early, str(tmp_path / "ckpt-0"), kind)
+    saved_model.check_trained(early, str(tmp_path / "ckpt-0"), "generator")
+    saved_model.check_trained(loaded, str(tmp_path / "ckpt-2"), "discriminator")  # switched
+    other = ["NUM_TRAIN_STEPS = 2", "pretrainer.generator_hidden_fraction = 1.0",
+             "pretrainer.intermediate_size = 128"]
+    with pytest.raises(UserInputError, match=re.escape(
+            f"--init_checkpoint={untrained}; pass one of its checkpoints from the switch on")):
+        run(tmp_path / "joint", data, other, init_checkpoint=str(tmp_path / "ckpt-0"))
+    # A two-stage run from one past the switch would overwrite its trained discriminator (it
+    # did, without a word, as a joint run's is refused).
+    with pytest.raises(UserInputError, match=re.escape(
+            f"--init_checkpoint={tmp_path}/ckpt-4 was saved past its two-stage run's switch, "
+            "its discriminator trained: a two-stage run trains its generator")):
+        run(tmp_path / "again", data, other, files=("tiny.gin", "ablations/two_stage.gin"),
+            init_checkpoint=str(tmp_path))
+    assert not os.path.exists(tmp_path / "joint") and not os.path.exists(tmp_path / "again")
     # Extending the run would move the default switch (half the run) past the one it made.
     with pytest.raises(UserInputError, match=r"holds a two-stage run whose generator stage is 2 "
                                              r"steps \(model_info.json\), this one's 3 .*"

@@ -550,7 +550,7 @@ def import_hf(discriminator_dir: str, output_dir: str, generator_dir: str | None
     Without a generator (or a replaced-token head), those parts start from a fresh
     initialisation drawn from `seed` (a generator of `generator_hidden_fraction`, None:
     1/4; refused with `generator_dir`): random until pre-trained further. They are listed
-    in `not_imported` and in model_info.json, where `saved_model.check_imported` (export,
+    in `not_imported` and in model_info.json, where `saved_model.check_trained` (export,
     detection) finds them.
     """
     check_new_model_dir(output_dir)

@@ -999,7 +999,7 @@ def export(model_dir: str, export_dir: str, model_name: str = "electra",
                 "one word with one tag")
     else:
         loaded = load_pretrainer(model_dir, vocab_file)
-        check_imported(loaded, model_dir, kind)
+        check_trained(loaded, model_dir, kind)
         module = ServingModule(loaded.model, kind, loaded.vocab_file, loaded.max_seq_length,
                                loaded.lower_case, loaded.strip_accents, top_k)
         for line in weights_read(loaded, kind):  # (after a refusal of the kind, not before)
@@ -1189,12 +1189,21 @@ def fresh_parts(loaded) -> list[str]:
     return list(info.get("not_imported", ()))
 
 
-def check_imported(loaded, model_dir: str, kind: str, script: str = "export"):
-    """Raises UserInputError when `kind` ("discriminator" or "generator") would serve a part
-    that convert_checkpoint.py did not import but initialised afresh (model_info.json's
-    `not_imported`) and that has not been pre-trained since: the model dir's latest
-    checkpoint is still the imported one (`imported_checkpoint`). `script`: "export" or
-    "detect", for the fix the message names."""
+def check_trained(loaded, model_dir: str, kind: str, script: str = "export"):
+    """Raises UserInputError when `kind` ("discriminator", "encoder" or "generator") would
+    serve weights that no training made: a two-stage run's discriminator before its switch
+    (`checkpoints.generator_stage`), or a part that convert_checkpoint.py did not import but
+    initialised afresh (model_info.json's `not_imported`) and that has not been pre-trained
+    since: the model dir's latest checkpoint is still the imported one
+    (`imported_checkpoint`). `script`: "export" or "detect", for the fix the message
+    names."""
+    from electra_tf.training.checkpoints import generator_stage
+    if kind in ("discriminator", "encoder"):
+        untrained = generator_stage(loaded.checkpoint, loaded.info)
+        if untrained:  # (served as trained, without a word)
+            raise UserInputError(f"{untrained}; pass one of its checkpoints from the switch on "
+                                 "(--model_dir=MODEL_DIR/ckpt-N)"
+                                 + (" or export --kind=generator" if script == "export" else ""))
     part = {"discriminator": "discriminator_predictions", "generator": "generator"}.get(kind)
     if part not in fresh_parts(loaded):
         return

@@ -107,7 +107,8 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     no-pre-training baseline). `lower_case` and `strip_accents` (default: lower_case) are
     the random encoder's text processing, checked against its vocab (a model dir's are its
     own). Clears gin's config (the model dir's is read)."""
-    from electra_tf.training.checkpoints import latest_checkpoint, load_pretrainer
+    from electra_tf.training.checkpoints import (generator_stage, latest_checkpoint,
+                                               load_pretrainer)
     if init_checkpoint.lower() in NO_INIT:
         if not vocab_file:
             raise UserInputError(f"--init_checkpoint={init_checkpoint} needs --vocab_file (e.g. "
@@ -129,6 +130,10 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     # one of a model dir, and names one that was named).
     loaded = load_pretrainer(init_checkpoint, vocab_file)
     checkpoint = loaded.checkpoint
+    untrained = not random_init and generator_stage(checkpoint, loaded.info)
+    if untrained:  # (its random discriminator was fine-tuned as if pre-trained)
+        raise UserInputError(f"--init_checkpoint={untrained}; pass one of its checkpoints from "
+                             "the switch on (MODEL_DIR/ckpt-N)")
     weights = None if random_init else loaded.model.discriminator.get_weights()
     from electra_tf.export.saved_model import weights_read
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,

@@ -74,6 +74,40 @@ def latest_checkpoint(path: str, flag: str | None = "--init_checkpoint") -> str:
     return prefix
 
 
+# The checkpointed two-stage stage (trainer.TrainState.stage: 0 the generator's, 1 after the
+# switch, which starts the discriminator from the generator).
+_STAGE_KEY = "state/stage/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def saved_stage(checkpoint: str) -> tuple[int, int] | None:
+    """(the two-stage stage, the step) a run's `checkpoint` was saved at: stage 0 is the
+    generator's (a joint run's stays 0), 1 from the switch on. None for a checkpoint
+    without them (an import's)."""
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        return (int(reader.get_tensor(_STAGE_KEY)),
+                int(reader.get_tensor("state/step/.ATTRIBUTES/VARIABLE_VALUE")))
+    except (tf.errors.OpError, ValueError):  # (no such entry)
+        return None
+
+
+def generator_stage(checkpoint: str, info: dict) -> str | None:
+    """Where `checkpoint` was saved in a two-stage run's generator stage (`info`: its model
+    dir's model_info.json), what it is, for a message: its discriminator is the untrained
+    initialisation, which only the switch replaces. Else (a joint run's, an import's, one
+    from the switch on, or of a run that started from other weights: its discriminator is
+    theirs until the switch) None."""
+    saved = (saved_stage(checkpoint) if info.get("algorithm") == "two_stage"
+             and not info.get("init_checkpoint") else None)
+    if saved is None or saved[0] != 0:
+        return None
+    switch = info.get("two_stage_steps")
+    return (f"{checkpoint} is from a two-stage run's generator stage (step {saved[1]}"
+            + (f", before its switch at step {switch}" if switch is not None else "")
+            + "), so its discriminator is untrained (the switch starts it from the "
+            "generator)")
+
+
 _KEEPS_NEWEST = ("keeps only its newest checkpoints (pretraining.keep_checkpoints); pass one "
                  "it keeps, or the model dir for its latest")
 

@@ -1603,17 +1603,31 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
             f"--init_checkpoint={path} was trained on text tokenized otherwise than this "
             f"data ({casing[0]}: its model_info.json against the data's metadata.json); "
             f"rebuild the data with {casing[1]}")
-    from electra_tf.training.checkpoints import latest_checkpoint  # (it imports this)
-    path = latest_checkpoint(path)  # a model dir's newest, or the prefix a file names
+    from electra_tf.training import checkpoints  # (it imports this)
+    path = checkpoints.latest_checkpoint(path)  # a model dir's newest, or a file's prefix
     variant = _other_variant(earlier, model)
-    if (model.algorithm == "two_stage"
-            and (not variant or earlier.get("objective") == model.objective)
-            and earlier.get("algorithm", "two_stage") != "two_stage"):
+    untrained = checkpoints.generator_stage(path, earlier)
+    if untrained and model.algorithm != "two_stage":
+        # (its random discriminator was taken in without a word, as trained)
         raise UserInputError(
-            f"--init_checkpoint={path} was trained with algorithm '{earlier['algorithm']}' "
-            "(its model_info.json): a two-stage run trains its generator, then starts its "
-            "discriminator from it, so the checkpoint's discriminator would be overwritten; "
-            "start a joint run from it (without ablations/two_stage.gin)")
+            f"--init_checkpoint={untrained}; pass one of its checkpoints from the switch on "
+            "(MODEL_DIR/ckpt-N), or go on with its generator stage in a two-stage run "
+            "(ablations/two_stage.gin)")
+    algorithm = earlier.get("algorithm", "two_stage")
+    if algorithm == "two_stage" and "algorithm" in earlier:
+        trained = (checkpoints.saved_stage(path) or (0,))[0] == 1  # (past its switch)
+    else:
+        trained = algorithm != "two_stage"
+    if (model.algorithm == "two_stage"
+            and (not variant or earlier.get("objective") == model.objective) and trained):
+        how = (f"was trained with algorithm '{algorithm}' (its model_info.json)"
+               if algorithm != "two_stage" else
+               "was saved past its two-stage run's switch, its discriminator trained")
+        raise UserInputError(
+            f"--init_checkpoint={path} {how}: a two-stage "
+            "run trains its generator, then starts its discriminator from it, so the "
+            "checkpoint's discriminator would be overwritten; start a joint run from it "
+            "(without ablations/two_stage.gin)")
     if variant and model.algorithm == "two_stage":
         raise UserInputError(
             f"--init_checkpoint={path} was trained with {variant[0]}: a two-stage run "
