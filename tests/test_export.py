@@ -960,6 +960,12 @@ def test_a_fine_tuning_dir_where_a_pre_trained_one_belongs_is_said_so(task_expor
         f"error: {path} is a fine-tuning output dir (a task's model), not a pre-trained one; "
         "pass the pre-training model dir it was fine-tuned from (or, to serve it, "
         "export_saved_model.py --kind=task)"]
+    # A trial's checkpoint prefix too (it was "has no operative_config.gin").
+    from electra_tf.training.checkpoints import load_pretrainer
+    with pytest.raises(UserInputError, match=re.escape(
+            f"{path / 'trial_0'} is a fine-tuning output dir (a task's model), not a "
+            "pre-trained one")):
+        load_pretrainer(str(path / "trial_0" / "model" / "ckpt"))
 
 
 def test_pair_truncation_is_berts():

@@ -246,9 +246,12 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         gone_checkpoint(checkpoint_prefix(model_dir), model_dir)
         raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
                              "written by run_pretraining.py or convert_checkpoint.py")
-    if any(tf.io.gfile.exists(os.path.join(model_dir, name))
+    tuned = model_dir
+    if chosen and os.path.basename(model_dir.rstrip("/")) == "model":  # (a trial's model/ckpt)
+        tuned = os.path.dirname(model_dir.rstrip("/")) or "."
+    if any(tf.io.gfile.exists(os.path.join(folder, name)) for folder in {model_dir, tuned}
            for name in ("results.json", "task_info.json")):  # finetune.runner's
-        raise UserInputError(f"{model_dir} is a fine-tuning output dir (a task's model), not "
+        raise UserInputError(f"{tuned} is a fine-tuning output dir (a task's model), not "
                              "a pre-trained one; pass the pre-training model dir it was "
                              "fine-tuned from (or, to serve it, export_saved_model.py "
                              "--kind=task)")
