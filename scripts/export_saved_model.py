@@ -62,4 +62,6 @@ def main(argv):
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
-    cli.run(main, handles_sigterm=True, terminated_line=cli.TERMINATED_NOTHING_WRITTEN)
+    # (what it clears of a killed export's is done, but no version half-written)
+    cli.run(main, handles_sigterm=True, terminated_line=(
+        "terminated (SIGTERM); no version was written: rerun the command to export it"))

@@ -412,7 +412,7 @@ def test_sigterm_stops_an_export_with_one_line_and_nothing_written(model_dir, tm
     assert os.listdir(serving / "electra")[0].startswith(".tmp-1-")
     process.send_signal(signal.SIGTERM)
     assert (process.wait(timeout=120), process.stderr.read()) == (
-        143, "terminated (SIGTERM); nothing was written: rerun the command to start again\n")
+        143, "terminated (SIGTERM); no version was written: rerun the command to export it\n")
     # Nothing served: the folders it made removed again, or, where TensorFlow held the main
     # thread past the grace period (a loaded machine) and the watcher ended the process,
     # only the hidden staging folder, which the next export removes.

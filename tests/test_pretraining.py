@@ -1692,10 +1692,33 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
     for kind in ("discriminator", "encoder"):
         with pytest.raises(UserInputError, match=re.escape(
                 f"{untrained}; pass one of its checkpoints from the switch on "
-                "(--model_dir=MODEL_DIR/ckpt-N) or export --kind=generator")):
+                "(--model_dir=MODEL_DIR/ckpt-N), or export --kind=generator")):
             saved_model.check_trained(early, str(tmp_path / "ckpt-0"), kind)
     saved_model.check_trained(early, str(tmp_path / "ckpt-0"), "generator")
     saved_model.check_trained(loaded, str(tmp_path / "ckpt-2"), "discriminator")  # switched
+    # Converted to HuggingFace, the generator alone (the discriminator was written).
+    from electra_tf.export import converters
+    said = []
+    assert converters.export_hf(str(tmp_path / "ckpt-0"), str(tmp_path / "hf"),
+                                log=said.append) == [str(tmp_path / "hf" / "generator")]
+    assert os.listdir(tmp_path / "hf") == ["generator"]
+    assert said[0] == f"generator: the weights of {tmp_path}/ckpt-0"
+    assert f"note: no discriminator/: {untrained}; pass one of its checkpoints from the " \
+           "switch on (--input=MODEL_DIR/ckpt-N)" in said
+    # A run that has not reached its switch yet: the fix is to train it that far.
+    import shutil
+    early_run = tmp_path / "early"
+    early_run.mkdir()
+    for name in os.listdir(tmp_path):
+        if name.startswith("ckpt-0.") or name in ("model_info.json", "operative_config.gin"):
+            shutil.copy(tmp_path / name, early_run / name)
+    (early_run / "checkpoint").write_text('model_checkpoint_path: "ckpt-0"\n')
+    from electra_tf.training.checkpoints import generator_stage
+    assert generator_stage(str(early_run / "ckpt-0"), loaded.info) == (
+        f"{early_run}/ckpt-0 is from a two-stage run's generator stage (step 0, before its "
+        "switch at step 2), so its discriminator is untrained (the switch starts it from the "
+        "generator); pre-train it past its switch first (rerun its run_pretraining.py "
+        "command)")
     other = ["NUM_TRAIN_STEPS = 2", "pretrainer.generator_hidden_fraction = 1.0",
              "pretrainer.intermediate_size = 128"]
     with pytest.raises(UserInputError, match=re.escape(
@@ -1709,6 +1732,11 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
         run(tmp_path / "again", data, other, files=("tiny.gin", "ablations/two_stage.gin"),
             init_checkpoint=str(tmp_path))
     assert not os.path.exists(tmp_path / "joint") and not os.path.exists(tmp_path / "again")
+    # A two-stage run takes it, and goes on with the generator stage.
+    result, _ = run(tmp_path / "continued", data, other,
+                    files=("tiny.gin", "ablations/two_stage.gin"),
+                    init_checkpoint=str(tmp_path / "ckpt-0"))
+    assert result["step"] == 2
     # Extending the run would move the default switch (half the run) past the one it made.
     with pytest.raises(UserInputError, match=r"holds a two-stage run whose generator stage is 2 "
                                              r"steps \(model_info.json\), this one's 3 .*"

@@ -42,8 +42,8 @@ from electra_tf.export import huggingface
 from electra_tf.modeling.config import EncoderConfig, generator_config
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training.checkpoints import (RENAME, checkpoint_prefix, folder_checkpoint,
-                                           held_checkpoint, is_hf_folder, is_tf1_checkpoint,
-                                           load_pretrainer)
+                                           generator_stage, held_checkpoint, is_hf_folder,
+                                           is_tf1_checkpoint, load_pretrainer)
 from electra_tf.training.pretraining import MODEL_INFO, OPERATIVE_CONFIG, describe
 
 DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -785,12 +785,18 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
         raise UserInputError(f"--output_dir={output_dir} already holds an export "
                              f"({', '.join(n + '/' for n in earlier)}); use a new directory")
     loaded = load_pretrainer(model_dir, vocab_file)
-    for line in weights_read(loaded, "converting"):
+    # (a two-stage run's discriminator before its switch: random, left out as an import's
+    # fresh parts are; it was written with a note)
+    untrained = generator_stage(loaded.checkpoint, loaded.info, "--input=MODEL_DIR/ckpt-N")
+    for line in weights_read(loaded, "generator" if untrained else "converting"):
         log(line)
     model = loaded.model
     discriminator, generator = huggingface.export_hf_state_dicts(model)
     fresh = fresh_parts(loaded)
     notes = _hf_notes(model)
+    if untrained:
+        discriminator = None
+        notes.append(f"no discriminator/: {untrained}")
     if "discriminator_predictions" in fresh:
         discriminator = {k: v for k, v in discriminator.items()
                          if not k.startswith("discriminator_predictions.")}
@@ -802,7 +808,7 @@ def export_hf(model_dir: str, output_dir: str, log=lambda *_: None,
                      "pre-trained since (its weights are random)")
     for note in notes:
         log(f"note: {note}")
-    has_head = any(k.startswith("discriminator_predictions.") for k in discriminator)
+    has_head = any(k.startswith("discriminator_predictions.") for k in discriminator or ())
     # transformers' default pad_token_id is 0 ([PAD] in BERT's vocabs, not in every vocab).
     pad_id = tokenization.load_vocab(loaded.vocab_file).index(tokenization.PAD_TOKEN)
     parts = [(name, state, config, architecture) for name, state, config, architecture in (

@@ -1199,11 +1199,11 @@ def check_trained(loaded, model_dir: str, kind: str, script: str = "export"):
     names."""
     from electra_tf.training.checkpoints import generator_stage
     if kind in ("discriminator", "encoder"):
-        untrained = generator_stage(loaded.checkpoint, loaded.info)
-        if untrained:  # (served as trained, without a word)
-            raise UserInputError(f"{untrained}; pass one of its checkpoints from the switch on "
-                                 "(--model_dir=MODEL_DIR/ckpt-N)"
-                                 + (" or export --kind=generator" if script == "export" else ""))
+        untrained = generator_stage(loaded.checkpoint, loaded.info,
+                                    "--model_dir=MODEL_DIR/ckpt-N")
+        if untrained:  # (served as trained, with a note)
+            raise UserInputError(untrained + (", or export --kind=generator"
+                                              if script == "export" else ""))
     part = {"discriminator": "discriminator_predictions", "generator": "generator"}.get(kind)
     if part not in fresh_parts(loaded):
         return

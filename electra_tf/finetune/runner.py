@@ -132,8 +132,7 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
     checkpoint = loaded.checkpoint
     untrained = not random_init and generator_stage(checkpoint, loaded.info)
     if untrained:  # (its random discriminator was fine-tuned as if pre-trained)
-        raise UserInputError(f"--init_checkpoint={untrained}; pass one of its checkpoints from "
-                             "the switch on (MODEL_DIR/ckpt-N)")
+        raise UserInputError(f"--init_checkpoint={untrained}")
     weights = None if random_init else loaded.model.discriminator.get_weights()
     from electra_tf.export.saved_model import weights_read
     return Initialization(loaded.model.discriminator_config, weights, loaded.vocab_file,
@@ -146,12 +145,15 @@ def load_initialization(init_checkpoint: str, vocab_file: str | None = None,
 
 
 def fine_tuning_output(path: str) -> str | None:
-    """The fine-tuning output or trial dir `path` names (its model/ckpt prefix too), or None
-    for anything else."""
+    """The fine-tuning output or trial dir `path` names (its model/ckpt prefix or model/
+    folder too), or None for anything else."""
     from electra_tf.training.checkpoints import checkpoint_prefix
-    path = checkpoint_prefix(path)  # (its .index or .data file given)
-    if path.rstrip("/").endswith(os.path.join("model", "ckpt")):
-        path = os.path.dirname(os.path.dirname(path.rstrip("/")))
+    path = checkpoint_prefix(path).rstrip("/")  # (its .index or .data file given)
+    if path.endswith(os.path.join("model", "ckpt")):
+        path = os.path.dirname(os.path.dirname(path))
+    elif os.path.basename(path) == "model" and tf.io.gfile.exists(
+            os.path.join(path, "ckpt.index")):
+        path = os.path.dirname(path)
     if any(tf.io.gfile.exists(os.path.join(path, name)) for name in (TASK_INFO, RESULTS)):
         return path
     return None

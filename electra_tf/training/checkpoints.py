@@ -83,29 +83,31 @@ def saved_stage(checkpoint: str) -> tuple[int, int] | None:
     """(the two-stage stage, the step) a run's `checkpoint` was saved at: stage 0 is the
     generator's (a joint run's stays 0), 1 from the switch on. None for a checkpoint
     without them (an import's)."""
-    try:
-        reader = tf.train.load_checkpoint(checkpoint)
-        return (int(reader.get_tensor(_STAGE_KEY)),
-                int(reader.get_tensor("state/step/.ATTRIBUTES/VARIABLE_VALUE")))
-    except (tf.errors.OpError, ValueError):  # (no such entry)
+    reader = tf.train.load_checkpoint(checkpoint)
+    if not reader.has_tensor(_STAGE_KEY):
         return None
+    return (int(reader.get_tensor(_STAGE_KEY)),
+            int(reader.get_tensor("state/step/.ATTRIBUTES/VARIABLE_VALUE")))
 
 
-def generator_stage(checkpoint: str, info: dict) -> str | None:
+def generator_stage(checkpoint: str, info: dict, form: str = "MODEL_DIR/ckpt-N") -> str | None:
     """Where `checkpoint` was saved in a two-stage run's generator stage (`info`: its model
-    dir's model_info.json), what it is, for a message: its discriminator is the untrained
-    initialisation, which only the switch replaces. Else (a joint run's, an import's, one
-    from the switch on, or of a run that started from other weights: its discriminator is
-    theirs until the switch) None."""
-    saved = (saved_stage(checkpoint) if info.get("algorithm") == "two_stage"
-             and not info.get("init_checkpoint") else None)
+    dir's model_info.json): what it is and the fix, for a refusal (its discriminator is the
+    untrained initialisation, which only the switch replaces; a two-stage run takes only
+    such weights, whatever it started from). `form`: how the fix names a later checkpoint.
+    Else (a joint run's, an import's, one from the switch on) None."""
+    saved = saved_stage(checkpoint) if info.get("algorithm") == "two_stage" else None
     if saved is None or saved[0] != 0:
         return None
     switch = info.get("two_stage_steps")
+    latest = tf.train.latest_checkpoint(os.path.dirname(checkpoint) or ".")
+    later = latest and latest != checkpoint and (saved_stage(latest) or (0,))[0] == 1
     return (f"{checkpoint} is from a two-stage run's generator stage (step {saved[1]}"
             + (f", before its switch at step {switch}" if switch is not None else "")
             + "), so its discriminator is untrained (the switch starts it from the "
-            "generator)")
+            "generator); " + (f"pass one of its checkpoints from the switch on ({form})"
+                              if later else "pre-train it past its switch first (rerun its "
+                              "run_pretraining.py command)"))
 
 
 _KEEPS_NEWEST = ("keeps only its newest checkpoints (pretraining.keep_checkpoints); pass one "
@@ -246,11 +248,9 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         gone_checkpoint(checkpoint_prefix(model_dir), model_dir)
         raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
                              "written by run_pretraining.py or convert_checkpoint.py")
-    tuned = model_dir
-    if chosen and os.path.basename(model_dir.rstrip("/")) == "model":  # (a trial's model/ckpt)
-        tuned = os.path.dirname(model_dir.rstrip("/")) or "."
-    if any(tf.io.gfile.exists(os.path.join(folder, name)) for folder in {model_dir, tuned}
-           for name in ("results.json", "task_info.json")):  # finetune.runner's
+    from electra_tf.finetune.runner import fine_tuning_output  # (it imports this module)
+    tuned = fine_tuning_output(chosen or model_dir)
+    if tuned:
         raise UserInputError(f"{tuned} is a fine-tuning output dir (a task's model), not "
                              "a pre-trained one; pass the pre-training model dir it was "
                              "fine-tuned from (or, to serve it, export_saved_model.py "

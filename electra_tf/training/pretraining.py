@@ -1610,9 +1610,8 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
     if untrained and model.algorithm != "two_stage":
         # (its random discriminator was taken in without a word, as trained)
         raise UserInputError(
-            f"--init_checkpoint={untrained}; pass one of its checkpoints from the switch on "
-            "(MODEL_DIR/ckpt-N), or go on with its generator stage in a two-stage run "
-            "(ablations/two_stage.gin)")
+            f"--init_checkpoint={untrained}, or go on with its generator stage in a two-stage "
+            "run (ablations/two_stage.gin)")
     algorithm = earlier.get("algorithm", "two_stage")
     if algorithm == "two_stage" and "algorithm" in earlier:
         trained = (checkpoints.saved_stage(path) or (0,))[0] == 1  # (past its switch)
