@@ -966,6 +966,10 @@ def test_a_fine_tuning_dir_where_a_pre_trained_one_belongs_is_said_so(task_expor
             f"{path / 'trial_0'} is a fine-tuning output dir (a task's model), not a "
             "pre-trained one")):
         load_pretrainer(str(path / "trial_0" / "model" / "ckpt"))
+    with pytest.raises(UserInputError, match=re.escape(
+            f"{path / 'trial_0'} is a fine-tuning output dir (a task's model), not a "
+            "pre-trained one")):
+        load_pretrainer(str(path / "trial_0" / "model"))
 
 
 def test_pair_truncation_is_berts():

@@ -1652,34 +1652,25 @@ def test_two_stage_trains_the_generator_then_the_discriminator_from_it(tmp_path,
         np.testing.assert_array_equal(switch[g], switch[d])
     assert checkpoint_values(str(tmp_path / "ckpt-2"))[
         "state/stage/.ATTRIBUTES/VARIABLE_VALUE"] == 1
-    # A checkpoint from before the discriminator trained is said to be one by what reads its
-    # discriminator (export, detection, conversion, fine-tuning: they took it without a
-    # word); a generator export is not told. (ckpt-1 as model_info.json gives it.)
-    import types
-
+    # The checkpoint saved at the switch is said to be one by what reads its discriminator
+    # (export, detection, conversion, fine-tuning: they took it without a word); a generator
+    # export is not told.
     from electra_tf.export.saved_model import weights_read
     from electra_tf.finetune import runner
     from electra_tf.training.checkpoints import load_pretrainer
     loaded = load_pretrainer(str(tmp_path / "ckpt-2"))
-    said = (f"note: {tmp_path}/ckpt-2 is of a two-stage run's generator stage (step 2; its "
-            "discriminator trains from step 2 on): its discriminator's encoder is the "
-            "generator's, trained as a masked LM, not yet as a discriminator, and its "
-            "replaced-token head is untrained; use a later checkpoint")
+    said = (f"note: {tmp_path}/ckpt-2 is of a two-stage run's switch (step 2, from which its "
+            "discriminator trains): its discriminator's encoder is the generator's, trained "
+            "as a masked LM, not yet as a discriminator, and its replaced-token head is "
+            "untrained; use a later checkpoint")
     assert weights_read(loaded, "discriminator")[1:] == [said]
     assert weights_read(loaded, "generator")[1:] == []
     assert runner.load_initialization(str(tmp_path / "ckpt-2")).notes == (said,)
-    for sharing, shared in (("embeddings", ", but for the embeddings it shares with the "
-                                           "generator"), ("none", "")):
-        assert weights_read(types.SimpleNamespace(
-            checkpoint=f"{tmp_path}/ckpt-1", info=dict(loaded.info, sharing=sharing)),
-            "encoder")[1:] == [
-            f"note: {tmp_path}/ckpt-1 is of a two-stage run's generator stage (step 1; its "
-            f"discriminator trains from step 2 on): its discriminator is untrained{shared}; "
-            "use a later checkpoint"]
     assert runner.load_initialization(str(tmp_path)).notes == ()  # ckpt-4
-    # Before the switch (stage 0) its discriminator is the random initialisation: refused
-    # by what would use it as trained (fine-tuning, export and detection took it with a
-    # note, a joint run's --init_checkpoint without a word).
+    # Before the switch (stage 0) its discriminator is the random initialisation (but for
+    # the embeddings it shares): refused by what would use it as trained (fine-tuning,
+    # export and detection took it with a note, a joint run's --init_checkpoint without a
+    # word).
     from electra_tf.export import saved_model
     untrained = (f"{tmp_path}/ckpt-0 is from a two-stage run's generator stage (step 0, "
                  "before its switch at step 2), so its discriminator is untrained (the switch "

@@ -1147,25 +1147,20 @@ def weights_read(loaded, what: str) -> list[str]:
     """What a reader of a pre-training model dir says of the checkpoint it read (a run may
     be writing newer ones): "`what`: the weights of CHECKPOINT", and a note where that is
     ckpt-0, the weights before the first training step, or (but for `what` "generator") a
-    two-stage run's from before its discriminator trained."""
+    two-stage run's saved at its switch, its discriminator not trained yet. (One from
+    before the switch is refused: `checkpoints.generator_stage`.)"""
     lines = [f"{what}: the weights of {loaded.checkpoint}"]
     step = re.fullmatch(r"ckpt-(\d+)", os.path.basename(loaded.checkpoint))
     switch = loaded.info.get("two_stage_steps")
     if (what != "generator" and loaded.info.get("algorithm") == "two_stage" and switch
-            and step and 0 < int(step[1]) <= switch):
-        # At the switch step: switched (the encoder copied from the generator) where the
-        # run saved it at the switch, not where SIGTERM saved it just before.
-        copied = int(step[1]) == switch and tf.train.load_checkpoint(
-            loaded.checkpoint).get_tensor("state/stage/.ATTRIBUTES/VARIABLE_VALUE") == 1
-        lines.append(
-            f"note: {loaded.checkpoint} is of a two-stage run's generator stage (step "
-            f"{step[1]}; its discriminator trains from step {switch} on): "
-            + ("its discriminator's encoder is the generator's, trained as a masked LM, not "
-               "yet as a discriminator, and its replaced-token head is untrained" if copied
-               else "its discriminator is untrained" + (
-                   "" if loaded.info.get("sharing") == "none" else
-                   ", but for the embeddings it shares with the generator"))
-            + "; use a later checkpoint")
+            and step and int(step[1]) == switch):
+        from electra_tf.training.checkpoints import saved_stage
+        if (saved_stage(loaded.checkpoint) or (0,))[0] == 1:  # (saved switched)
+            lines.append(
+                f"note: {loaded.checkpoint} is of a two-stage run's switch (step {switch}, "
+                "from which its discriminator trains): its discriminator's encoder is the "
+                "generator's, trained as a masked LM, not yet as a discriminator, and its "
+                "replaced-token head is untrained; use a later checkpoint")
     if os.path.basename(loaded.checkpoint) == "ckpt-0":
         latest = tf.train.latest_checkpoint(os.path.dirname(loaded.checkpoint))
         lines.append(
