@@ -537,6 +537,26 @@ def test_ctrl_c_is_answered_while_tensorflow_holds_the_main_thread():
     assert signal.set_wakeup_fd(wakeup_fd) == wakeup_fd  # the process's is back
 
 
+def test_an_ignored_ctrl_c_stays_ignored():
+    """A run started with SIGINT ignored (a non-interactive shell's `cmd &`) stopped at
+    Ctrl-C to its process group, where fine-tuning and the other scripts, Python's default,
+    went on; SIGTERM is still the run's."""
+    stop = pretraining.StopOnSignal(lambda _: None)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup_fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stop.install()
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == (
+            signal.SIG_IGN, stop)
+    finally:
+        stop.uninstall()
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    assert signal.set_wakeup_fd(wakeup_fd) == wakeup_fd
+
+
 def test_ctrl_c_twice_stops_the_script_inside_its_loop(tmp_path, data):
     """A loop (here of 100,000 steps: an hour) is one TensorFlow call: Ctrl-C is answered
     when it arrives, and a second one ends the run at once, without the checkpoint the

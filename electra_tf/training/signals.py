@@ -119,7 +119,10 @@ class StopOnSignal:
         self._thread.start()
         self._previous_fd = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
         signal.signal(signal.SIGTERM, self)
-        signal.signal(signal.SIGINT, self)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            # (ignored, as a non-interactive shell starts a job put in the background with
+            # `&`: Ctrl-C is not this process's, as Python leaves it for the other scripts)
+            signal.signal(signal.SIGINT, self)
 
     def uninstall(self):
         """Stops the watcher; it answers what the pipe holds first. (A signal in the few

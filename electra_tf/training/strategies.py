@@ -423,7 +423,8 @@ def _join_cluster(task: tuple[str, str, int, int] | None,
         log(f"{task[1]} {task[2]} of TF_CONFIG's {task[3]} training tasks, at {task[0]}: "
             "waiting for all of them to start (Ctrl-C stops)")
     main = threading.current_thread() is threading.main_thread()
-    handler = signal.signal(signal.SIGINT, signal.SIG_DFL) if main else None
+    handler = (signal.signal(signal.SIGINT, signal.SIG_DFL)
+               if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else None)
     try:
         return tf.distribute.MultiWorkerMirroredStrategy()
     except tf.errors.UnknownError as e:
