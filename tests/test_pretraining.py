@@ -1306,6 +1306,19 @@ def test_continued_pre_training_keeps_what_its_weights_were_trained_on(tmp_path,
     assert sorted(os.listdir(tmp_path / "tuned")) == ["results.json"]
 
 
+def test_the_first_difference_between_workers_settings_is_shown_as_they_read():
+    """A JSON list's item, as shown in the refusal of workers given different files, was
+    quoted with its separating comma ('"a-00000-of-00002.tfrecord",')."""
+    from electra_tf.training.strategies import _first_difference
+    ours, chiefs = (json.dumps(files, indent=1) for files in (
+        ["a-00000-of-00002.tfrecord", "b.tfrecord"], ["a-00000-of-00001.tfrecord",
+                                                       "b.tfrecord"]))
+    assert _first_difference(ours, chiefs) == ("'\"a-00000-of-00002.tfrecord\"'",
+                                               "'\"a-00000-of-00001.tfrecord\"'")
+    assert _first_difference(json.dumps(["a", "b"], indent=1), json.dumps(["a"], indent=1)) == (
+        "'\"b\"'", "nothing")
+
+
 def test_other_files_name_what_differs_when_two_folders_hold_one_name():
     """Shards of one name from two folders: a folder dropped or added is not "the same files
     in another order"."""

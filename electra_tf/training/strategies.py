@@ -256,12 +256,12 @@ def _texts_of_workers(strategy: tf.distribute.Strategy, text: str) -> list[str]:
 
 def _first_difference(text: str, other: str, width: int = 80) -> tuple[str, str]:
     """The first line of `text` that `other` lacks and the line of `other` in its place
-    (blank and comment lines left out), each quoted and cut to `width` characters;
-    "nothing" where one has no line there."""
+    (blank and comment lines left out, a line's separating comma too), each quoted and cut
+    to `width` characters; "nothing" where one has no line there."""
     import difflib
 
-    def lines(t):
-        return [line.strip() for line in t.splitlines()
+    def lines(t):  # (JSON's items, gin's lists: one each, its comma the text's form)
+        return [line.strip().removesuffix(",") for line in t.splitlines()
                 if line.strip() and not line.lstrip().startswith("#")]
 
     def shown(line):
