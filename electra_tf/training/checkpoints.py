@@ -249,7 +249,7 @@ def load_pretrainer(model_dir: str, vocab_file: str | None = None) -> LoadedMode
         raise UserInputError(f"{model_dir} does not exist or is not a folder; pass a model dir "
                              "written by run_pretraining.py or convert_checkpoint.py")
     from electra_tf.finetune.runner import fine_tuning_output  # (it imports this module)
-    tuned = fine_tuning_output(chosen or model_dir)
+    tuned = chosen and fine_tuning_output(chosen) or fine_tuning_output(model_dir)
     if tuned:
         raise UserInputError(f"{tuned} is a fine-tuning output dir (a task's model), not "
                              "a pre-trained one; pass the pre-training model dir it was "
