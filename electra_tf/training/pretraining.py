@@ -1614,13 +1614,12 @@ def _initialise(model, path: str, earlier: dict, model_info: dict, metadata: dic
         raise UserInputError(
             f"--init_checkpoint={untrained}, or go on with its generator stage in a two-stage "
             "run (ablations/two_stage.gin)")
-    algorithm = earlier.get("algorithm", "two_stage")
-    if algorithm == "two_stage" and "algorithm" in earlier:
-        trained = (checkpoints.saved_stage(path) or (0,))[0] == 1  # (past its switch)
-    else:
-        trained = algorithm != "two_stage"
+    algorithm = earlier.get("algorithm")  # (None: a model dir too old to say)
     if (model.algorithm == "two_stage"
-            and (not variant or earlier.get("objective") == model.objective) and trained):
+            and (not variant or earlier.get("objective") == model.objective)
+            # its discriminator trained (a two-stage run's from its switch on)
+            and ((checkpoints.saved_stage(path) or (0,))[0] == 1 if algorithm == "two_stage"
+                 else algorithm is not None)):
         how = (f"was trained with algorithm '{algorithm}' (its model_info.json)"
                if algorithm != "two_stage" else
                "was saved past its two-stage run's switch, its discriminator trained")
